@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, unit and integration tests, and the end-to-end
+# tests against a real containerd that the tests start themselves. Run as root.
+set -euo pipefail
+cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
+
+scripts/install-deps.sh --test
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "== cargo test (unit, integration, end-to-end)"
+cargo test --locked -- --test-threads=2

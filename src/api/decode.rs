@@ -1,0 +1,768 @@
+//! Decoding a static pod manifest (YAML or JSON) into a [`Pod`].
+//!
+//! Decoding is lenient about fields picolet does not model: they are
+//! returned in [`Decoded::unknown_fields`] (paths such as
+//! `spec.containers[0].lifecycle`) so the caller can warn about them, and
+//! validation refuses anything picolet cannot honour. Type errors are strict
+//! and carry the field path plus, where the parser knows it, line and column.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+use super::pod::Pod;
+
+/// Manifest encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+impl Format {
+    /// Picks the format from a file extension (`yaml`, `yml`, `json`, any case).
+    pub fn from_extension(ext: &str) -> Option<Format> {
+        if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") {
+            Some(Format::Yaml)
+        } else if ext.eq_ignore_ascii_case("json") {
+            Some(Format::Json)
+        } else {
+            None
+        }
+    }
+}
+
+/// A decoded pod plus the fields that were present but not understood.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    pub pod: Pod,
+    /// Paths of ignored fields in input order, in the same notation as
+    /// validation errors: `metadata.finalizers`, `spec.containers[0].lifecycle`.
+    pub unknown_fields: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("manifest is empty")]
+    Empty,
+    #[error("manifest holds {0} yaml documents; put exactly one pod in each file")]
+    MultipleDocuments(usize),
+    #[error("{}", not_pod_message(.api_version, .kind))]
+    NotPod {
+        api_version: Option<String>,
+        kind: Option<String>,
+    },
+    /// A syntax or type error. `path` is "" when the error is not inside a
+    /// field (for example a syntax error); line and column are 1-based.
+    #[error("{}", invalid_message(.path, .message, *.line, *.column))]
+    Invalid {
+        path: String,
+        message: String,
+        line: Option<usize>,
+        column: Option<usize>,
+    },
+}
+
+fn not_pod_message(api_version: &Option<String>, kind: &Option<String>) -> String {
+    const ONLY: &str = "only apiVersion v1, kind Pod is accepted";
+    let api = match api_version.as_deref() {
+        Some(a) if !a.is_empty() => format!("apiVersion {a}"),
+        _ => "no apiVersion".to_owned(),
+    };
+    match kind.as_deref() {
+        Some(k) if !k.is_empty() => {
+            let article = if k.starts_with(['A', 'E', 'I', 'O', 'U']) {
+                "an"
+            } else {
+                "a"
+            };
+            format!("manifest is {article} {k} ({api}); {ONLY}")
+        }
+        _ => format!("manifest has no kind ({api}); {ONLY}"),
+    }
+}
+
+fn invalid_message(
+    path: &str,
+    message: &str,
+    line: Option<usize>,
+    column: Option<usize>,
+) -> String {
+    let mut s = String::new();
+    if !path.is_empty() {
+        s.push_str(path);
+        s.push_str(": ");
+    }
+    s.push_str(message);
+    if let (Some(l), Some(c)) = (line, column) {
+        s.push_str(&format!(" at line {l} column {c}"));
+    }
+    s
+}
+
+mod header {
+    /// Just enough of the object to refuse the wrong kind before a full
+    /// decode. Named `Pod` so serde's "expected struct Pod" reads well.
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Pod {
+        #[serde(default)]
+        pub api_version: Option<String>,
+        #[serde(default)]
+        pub kind: Option<String>,
+    }
+}
+
+use header::Pod as TypeMeta;
+
+/// Decodes one v1 Pod. YAML input must hold exactly one non-empty document
+/// (empty documents, e.g. from a trailing `---`, are skipped).
+pub fn decode_pod(bytes: &[u8], format: Format) -> Result<Decoded, DecodeError> {
+    match format {
+        Format::Yaml => decode_yaml(bytes),
+        Format::Json => decode_json(bytes),
+    }
+}
+
+fn check_type(meta: TypeMeta) -> Result<(), DecodeError> {
+    if meta.api_version.as_deref() == Some("v1") && meta.kind.as_deref() == Some("Pod") {
+        Ok(())
+    } else {
+        Err(DecodeError::NotPod {
+            api_version: meta.api_version,
+            kind: meta.kind,
+        })
+    }
+}
+
+fn decode_yaml(bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    // First pass: count documents and read their type. Stop at the first
+    // error: yaml_serde keeps yielding (or panics on) documents after one.
+    let mut first = None;
+    let mut count = 0;
+    for (i, doc) in yaml_serde::Deserializer::from_slice(bytes).enumerate() {
+        match Option::<TypeMeta>::deserialize(doc) {
+            Ok(None) => {}
+            Ok(Some(meta)) => {
+                count += 1;
+                if first.is_none() {
+                    first = Some((i, meta));
+                }
+            }
+            Err(e) => return Err(yaml_error(String::new(), &e)),
+        }
+    }
+    let Some((index, meta)) = first else {
+        return Err(DecodeError::Empty);
+    };
+    if count > 1 {
+        return Err(DecodeError::MultipleDocuments(count));
+    }
+    check_type(meta)?;
+
+    let doc = yaml_serde::Deserializer::from_slice(bytes)
+        .nth(index)
+        .ok_or(DecodeError::Empty)?;
+    let mut unknown_fields = Vec::new();
+    match decode_tracked(doc, &mut unknown_fields) {
+        Ok(pod) => Ok(Decoded {
+            pod,
+            unknown_fields,
+        }),
+        Err(e) => Err(yaml_error(e.path().to_string(), e.inner())),
+    }
+}
+
+fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(DecodeError::Empty);
+    }
+    match serde_json::from_slice::<Option<TypeMeta>>(bytes) {
+        Ok(None) => return Err(DecodeError::Empty),
+        Ok(Some(meta)) => check_type(meta)?,
+        Err(e) => return Err(json_error(String::new(), &e)),
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut unknown_fields = Vec::new();
+    match decode_tracked(&mut de, &mut unknown_fields) {
+        Ok(pod) => Ok(Decoded {
+            pod,
+            unknown_fields,
+        }),
+        Err(e) => Err(json_error(e.path().to_string(), e.inner())),
+    }
+}
+
+fn decode_tracked<'de, D: serde::Deserializer<'de>>(
+    de: D,
+    unknown: &mut Vec<String>,
+) -> Result<Pod, serde_path_to_error::Error<D::Error>> {
+    let mut callback = |path: serde_ignored::Path| {
+        let mut s = String::new();
+        push_path(&path, &mut s);
+        unknown.push(s);
+    };
+    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut callback))
+}
+
+/// Writes a serde_ignored path as `a.b[0].c`, skipping Option/newtype levels.
+fn push_path(path: &serde_ignored::Path, out: &mut String) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            push_path(parent, out);
+            out.push_str(&format!("[{index}]"));
+        }
+        Path::Map { parent, key } => {
+            push_path(parent, out);
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(key);
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => push_path(parent, out),
+    }
+}
+
+fn normalize_path(path: String) -> String {
+    if path == "." { String::new() } else { path }
+}
+
+/// Builds an `Invalid` error, moving the location and any path prefix that
+/// the parser put into its message into their own fields.
+fn invalid(
+    path: String,
+    mut message: String,
+    line: Option<usize>,
+    column: Option<usize>,
+) -> DecodeError {
+    let path = normalize_path(path);
+    if let (Some(l), Some(c)) = (line, column) {
+        message = message.replacen(&format!(" at line {l} column {c}"), "", 1);
+    }
+    if !path.is_empty() {
+        if let Some(rest) = message.strip_prefix(&format!("{path}: ")) {
+            message = rest.to_owned();
+        }
+    }
+    DecodeError::Invalid {
+        path,
+        message,
+        line,
+        column,
+    }
+}
+
+fn yaml_error(path: String, e: &yaml_serde::Error) -> DecodeError {
+    let loc = e.location();
+    invalid(
+        path,
+        e.to_string(),
+        loc.as_ref().map(|l| l.line()),
+        loc.as_ref().map(|l| l.column()),
+    )
+}
+
+fn json_error(path: String, e: &serde_json::Error) -> DecodeError {
+    let known = e.line() != 0;
+    invalid(
+        path,
+        e.to_string(),
+        known.then(|| e.line()),
+        known.then(|| e.column()),
+    )
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Yaml => "yaml",
+            Format::Json => "json",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::pod::{IntOrString, RestartPolicy};
+
+    fn yaml(s: &str) -> Result<Decoded, DecodeError> {
+        decode_pod(s.as_bytes(), Format::Yaml)
+    }
+
+    fn json(s: &str) -> Result<Decoded, DecodeError> {
+        decode_pod(s.as_bytes(), Format::Json)
+    }
+
+    fn invalid_parts(e: DecodeError) -> (String, String, Option<usize>, Option<usize>) {
+        match e {
+            DecodeError::Invalid {
+                path,
+                message,
+                line,
+                column,
+            } => (path, message, line, column),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    const NGINX: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: nginx
+spec:
+  containers:
+  - name: nginx
+    image: nginx:1.14.2
+    ports:
+    - containerPort: 80
+";
+
+    #[test]
+    fn nginx_yaml() {
+        let d = yaml(NGINX).unwrap();
+        assert_eq!(d.pod.metadata.name, "nginx");
+        assert_eq!(d.pod.spec.containers[0].ports[0].container_port, 80);
+        assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+    }
+
+    #[test]
+    fn nginx_json() {
+        let d = json(
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx"},
+               "spec":{"containers":[{"name":"nginx","image":"nginx:1.14.2","ports":[{"containerPort":80}]}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(d.pod, yaml(NGINX).unwrap().pod);
+        let bom = format!("\u{feff}{}", serde_json::to_string(&d.pod).unwrap());
+        assert_eq!(json(&bom).unwrap().pod, d.pod);
+    }
+
+    #[test]
+    fn init_containers_example() {
+        // https://kubernetes.io/docs/concepts/workloads/pods/init-containers/
+        let d = yaml(
+            "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: myapp-pod
+  labels:
+    app.kubernetes.io/name: MyApp
+spec:
+  containers:
+  - name: myapp-container
+    image: busybox:1.28
+    command: ['sh', '-c', 'echo The app is running! && sleep 3600']
+  initContainers:
+  - name: init-myservice
+    image: busybox:1.28
+    command: ['sh', '-c', \"until nslookup myservice.$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace).svc.cluster.local; do echo waiting for myservice; sleep 2; done\"]
+  - name: init-mydb
+    image: busybox:1.28
+    command: ['sh', '-c', \"until nslookup mydb.$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace).svc.cluster.local; do echo waiting for mydb; sleep 2; done\"]
+",
+        )
+        .unwrap();
+        let p = &d.pod;
+        assert_eq!(p.metadata.labels["app.kubernetes.io/name"], "MyApp");
+        assert_eq!(p.spec.init_containers.len(), 2);
+        assert_eq!(p.spec.init_containers[1].name, "init-mydb");
+        assert_eq!(
+            p.spec.containers[0].command[2],
+            "echo The app is running! && sleep 3600"
+        );
+        assert!(d.unknown_fields.is_empty());
+    }
+
+    #[test]
+    fn resources_and_named_probe_port() {
+        // https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
+        // and the named-port liveness probe from configure-liveness-readiness-startup-probes
+        let d = yaml(
+            "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: frontend
+spec:
+  restartPolicy: OnFailure
+  containers:
+  - name: app
+    image: images.my-company.example/app:v4
+    resources:
+      requests:
+        memory: \"64Mi\"
+        cpu: \"250m\"
+      limits:
+        memory: \"128Mi\"
+        cpu: \"500m\"
+    ports:
+    - name: liveness-port
+      containerPort: 8080
+    livenessProbe:
+      httpGet:
+        path: /healthz
+        port: liveness-port
+      failureThreshold: 1
+      periodSeconds: 10
+    startupProbe:
+      httpGet:
+        path: /healthz
+        port: 8080
+      failureThreshold: 30
+",
+        )
+        .unwrap();
+        let c = &d.pod.spec.containers[0];
+        assert_eq!(d.pod.spec.restart_policy, Some(RestartPolicy::OnFailure));
+        assert_eq!(c.resources.limits["memory"].value(), 128 << 20);
+        assert_eq!(c.resources.limits["cpu"].milli_value(), 500);
+        assert_eq!(c.resources.requests["cpu"].milli_value(), 250);
+        let live = c
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.port, IntOrString::String("liveness-port".into()));
+        let start = c.startup_probe.as_ref().unwrap();
+        assert_eq!(
+            start.http_get.as_ref().unwrap().port,
+            IntOrString::Int(8080)
+        );
+        assert_eq!(start.failure_threshold, Some(30));
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_with_paths() {
+        let d = yaml(
+            "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: x
+  generateName: x-
+  finalizers: [a/b]
+spec:
+  affinity: {}
+  securityContext:
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: a
+    image: busybox
+    lifecycle:
+      preStop:
+        exec: {command: [sleep, '5']}
+    securityContext:
+      capabilities:
+        add: [NET_ADMIN]
+        bogus: 1
+    livenessProbe:
+      exec: {command: [true]}
+      foo: 2
+    resources:
+      claims: []
+",
+        )
+        .unwrap();
+        assert_eq!(
+            d.unknown_fields,
+            [
+                "metadata.generateName",
+                "metadata.finalizers",
+                "spec.affinity",
+                "spec.securityContext.seccompProfile",
+                "spec.containers[0].lifecycle",
+                "spec.containers[0].securityContext.capabilities.bogus",
+                "spec.containers[0].livenessProbe.foo",
+                "spec.containers[0].resources.claims",
+            ]
+        );
+        // status is modelled and not reported
+        let d = yaml(&format!(
+            "{NGINX}status:\n  phase: Running\n  podIP: 10.1.1.1\n"
+        ))
+        .unwrap();
+        assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+        assert_eq!(d.pod.status.pod_ip.as_deref(), Some("10.1.1.1"));
+    }
+
+    #[test]
+    fn unknown_fields_inside_volumes_are_reported_once() {
+        let src = "\
+apiVersion: v1
+kind: Pod
+metadata: {name: v}
+spec:
+  containers: [{name: a, image: b}]
+  volumes:
+  - name: host
+    hostPath: {path: /srv, bogus: 1}
+  - name: scratch
+    emptyDir: {medium: Memory, sizeLimt: 1Gi}
+  - name: cfg
+    configMap: {name: c, whatever: 1}
+  - name: odd
+    notAVolumeType: {}
+";
+        let d = yaml(src).unwrap();
+        assert_eq!(
+            d.unknown_fields,
+            [
+                "spec.volumes[0].hostPath.bogus",
+                "spec.volumes[1].emptyDir.sizeLimt"
+            ]
+        );
+        let v = &d.pod.spec.volumes;
+        assert_eq!(v[0].host_path.as_ref().unwrap().path, "/srv");
+        assert_eq!(
+            v[1].empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory")
+        );
+        // other volume kinds (and unrecognised keys) are kept whole for validation
+        assert_eq!(v[2].other.keys().collect::<Vec<_>>(), ["configMap"]);
+        assert_eq!(v[2].other["configMap"]["whatever"], 1);
+        assert_eq!(v[3].other.keys().collect::<Vec<_>>(), ["notAVolumeType"]);
+
+        // the same through JSON
+        let j = serde_json::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "v"},
+            "spec": {"containers": [{"name": "a", "image": "b"}],
+                     "volumes": [{"name": "host", "hostPath": {"path": "/srv", "bogus": 1}},
+                                 {"name": "c", "secret": {"secretName": "s"}}]}
+        }))
+        .unwrap();
+        let d = json(&j).unwrap();
+        assert_eq!(d.unknown_fields, ["spec.volumes[0].hostPath.bogus"]);
+        assert!(d.pod.spec.volumes[1].other.contains_key("secret"));
+    }
+
+    #[test]
+    fn errors_inside_volumes_keep_their_path() {
+        let (path, msg, line, col) = invalid_parts(
+            yaml("apiVersion: v1\nkind: Pod\nspec:\n  volumes:\n  - name: a\n    hostPath:\n      path: [1]\n")
+                .unwrap_err(),
+        );
+        assert_eq!(path, "spec.volumes[0].hostPath.path");
+        assert!(
+            msg.starts_with("invalid type: sequence, expected a string"),
+            "{msg}"
+        );
+        assert_eq!((line, col), (Some(7), Some(13)));
+
+        let (path, msg, ..) = invalid_parts(
+            yaml("apiVersion: v1\nkind: Pod\nspec:\n  volumes:\n  - name: a\n    emptyDir: {sizeLimit: 1XB}\n")
+                .unwrap_err(),
+        );
+        assert_eq!(path, "spec.volumes[0].emptyDir.sizeLimit");
+        assert!(msg.contains("unknown suffix \"XB\""), "{msg}");
+    }
+
+    #[test]
+    fn type_errors_carry_path_and_location() {
+        let src = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: x
+spec:
+  containers:
+  - name: a
+    image: b
+  - name: c
+    image: d
+    ports:
+    - containerPort: eighty
+";
+        let e = yaml(src).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.containers[1].ports[0].containerPort: invalid type: string \"eighty\", expected i32 at line 12 column 22"
+        );
+        let (path, _, line, col) = invalid_parts(e);
+        assert_eq!(path, "spec.containers[1].ports[0].containerPort");
+        assert_eq!((line, col), (Some(12), Some(22)));
+
+        let e =
+            json(r#"{"apiVersion":"v1","kind":"Pod","spec":{"hostNetwork":"yes"}}"#).unwrap_err();
+        let (path, msg, line, col) = invalid_parts(e);
+        assert_eq!(path, "spec.hostNetwork");
+        assert_eq!(msg, "invalid type: string \"yes\", expected a boolean");
+        assert_eq!((line, col), (Some(1), Some(59)));
+
+        let (path, msg, ..) = invalid_parts(
+            yaml("apiVersion: v1\nkind: Pod\nspec:\n  restartPolicy: Sometimes\n").unwrap_err(),
+        );
+        assert_eq!(path, "spec.restartPolicy");
+        assert!(msg.starts_with("unknown variant `Sometimes`"), "{msg}");
+
+        let (path, msg, ..) = invalid_parts(
+            yaml("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    resources:\n      limits:\n        memory: 12Mb\n")
+                .unwrap_err(),
+        );
+        assert_eq!(path, "spec.containers[0].resources.limits.memory");
+        assert!(msg.contains("unknown suffix \"Mb\""), "{msg}");
+
+        let (path, ..) = invalid_parts(
+            yaml("apiVersion: v1\nkind: Pod\nspec:\n  securityContext:\n    runAsUser: root\n")
+                .unwrap_err(),
+        );
+        assert_eq!(path, "spec.securityContext.runAsUser");
+    }
+
+    #[test]
+    fn syntax_errors() {
+        let (path, msg, line, col) =
+            invalid_parts(yaml("apiVersion: v1\nkind: Pod\nspec: [1\n").unwrap_err());
+        assert_eq!(path, "");
+        assert!(msg.starts_with("did not find expected ',' or ']'"), "{msg}");
+        assert!(!msg.contains("at line 4"), "{msg}");
+        assert_eq!(line, Some(4));
+        assert!(col.is_some());
+
+        let (path, msg, line, _) = invalid_parts(json("{\"apiVersion\": \"v1\",\n").unwrap_err());
+        assert_eq!(path, "");
+        assert_eq!(msg, "EOF while parsing a value");
+        assert_eq!(line, Some(2));
+
+        let (_, msg, ..) =
+            invalid_parts(json(r#"{"apiVersion":"v1","kind":"Pod"}{}"#).unwrap_err());
+        assert_eq!(msg, "trailing characters");
+
+        // an error in a later document is reported, and iteration stops there
+        let (_, msg, ..) = invalid_parts(yaml(&format!("{NGINX}---\na: *nope\n")).unwrap_err());
+        assert_eq!(msg, "unknown anchor");
+        let (_, msg, ..) = invalid_parts(yaml("a: *nope\n---\nb: 1\n").unwrap_err());
+        assert_eq!(msg, "unknown anchor");
+
+        let (path, msg, ..) = invalid_parts(yaml("- apiVersion: v1\n").unwrap_err());
+        assert_eq!(path, "");
+        assert!(
+            msg.starts_with("invalid type: sequence, expected struct Pod"),
+            "{msg}"
+        );
+        let (_, msg, ..) = invalid_parts(json("\"Pod\"").unwrap_err());
+        assert!(msg.starts_with("invalid type: string \"Pod\""), "{msg}");
+        let (path, ..) = invalid_parts(yaml("apiVersion: v1\nkind: [Pod]\n").unwrap_err());
+        assert_eq!(path, "");
+    }
+
+    #[test]
+    fn empty_documents() {
+        for s in [
+            "",
+            "\n\n",
+            "# just a comment\n",
+            "---\n",
+            "---\n...\n",
+            "~\n",
+            "null\n",
+            "---\n---\n",
+        ] {
+            assert_eq!(yaml(s).unwrap_err(), DecodeError::Empty, "{s:?}");
+        }
+        for s in ["", "  \n", "null", "\u{feff}"] {
+            assert_eq!(json(s).unwrap_err(), DecodeError::Empty, "{s:?}");
+        }
+        assert_eq!(DecodeError::Empty.to_string(), "manifest is empty");
+    }
+
+    #[test]
+    fn one_document_only() {
+        let e = yaml(&format!("{NGINX}---\n{NGINX}")).unwrap_err();
+        assert_eq!(e, DecodeError::MultipleDocuments(2));
+        assert_eq!(
+            e.to_string(),
+            "manifest holds 2 yaml documents; put exactly one pod in each file"
+        );
+        let e = yaml(&format!("{NGINX}---\nkind: Service\n---\n{NGINX}")).unwrap_err();
+        assert_eq!(e, DecodeError::MultipleDocuments(3));
+        // leading/trailing separators and empty documents are fine
+        assert!(yaml(&format!("---\n{NGINX}---\n")).is_ok());
+        assert!(yaml(&format!("---\n---\n{NGINX}...\n")).is_ok());
+        assert_eq!(
+            yaml(&format!("---\n{NGINX}")).unwrap().pod.metadata.name,
+            "nginx"
+        );
+    }
+
+    #[test]
+    fn wrong_kind_is_named() {
+        let e = yaml(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  template: {}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            DecodeError::NotPod {
+                api_version: Some("apps/v1".into()),
+                kind: Some("Deployment".into())
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "manifest is a Deployment (apiVersion apps/v1); only apiVersion v1, kind Pod is accepted"
+        );
+        let e = yaml("apiVersion: networking.k8s.io/v1\nkind: Ingress\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "manifest is an Ingress (apiVersion networking.k8s.io/v1); only apiVersion v1, kind Pod is accepted"
+        );
+        let e = yaml("apiVersion: v2\nkind: Pod\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "manifest is a Pod (apiVersion v2); only apiVersion v1, kind Pod is accepted"
+        );
+        let e = yaml("kind: Pod\nmetadata: {name: a}\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "manifest is a Pod (no apiVersion); only apiVersion v1, kind Pod is accepted"
+        );
+        let e = json(r#"{"apiVersion":"v1","metadata":{"name":"a"}}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "manifest has no kind (apiVersion v1); only apiVersion v1, kind Pod is accepted"
+        );
+        // kind is checked before the body, so a Deployment's spec does not
+        // produce confusing type errors
+        assert!(matches!(
+            json(r#"{"apiVersion":"apps/v1","kind":"Deployment","spec":{"replicas":"x"}}"#),
+            Err(DecodeError::NotPod { .. })
+        ));
+        // kind is case sensitive, as in Kubernetes
+        assert!(matches!(
+            yaml("apiVersion: v1\nkind: pod\n"),
+            Err(DecodeError::NotPod { .. })
+        ));
+    }
+
+    #[test]
+    fn format_from_extension() {
+        assert_eq!(Format::from_extension("yaml"), Some(Format::Yaml));
+        assert_eq!(Format::from_extension("YML"), Some(Format::Yaml));
+        assert_eq!(Format::from_extension("json"), Some(Format::Json));
+        assert_eq!(Format::from_extension("txt"), None);
+        assert_eq!(Format::Json.to_string(), "json");
+    }
+
+    #[test]
+    fn defaults_apply_to_missing_fields() {
+        let d = yaml("apiVersion: v1\nkind: Pod\n").unwrap();
+        assert_eq!(d.pod.metadata.name, "");
+        assert!(d.pod.spec.containers.is_empty());
+        assert!(!d.pod.spec.host_network);
+        // explicit nulls mean "unset"
+        let d = yaml("apiVersion: v1\nkind: Pod\nspec:\n  nodeName: ~\n  securityContext: null\n")
+            .unwrap();
+        assert_eq!(d.pod.spec.node_name, None);
+        assert_eq!(d.pod.spec.security_context, None);
+    }
+}

@@ -1,0 +1,572 @@
+//! The manifest directory: static pods from `.yaml`, `.yml` and `.json` files.
+//!
+//! Watched with inotify and re-listed in full every `fileCheckFrequency`. A file whose content
+//! turns invalid or unreadable keeps its last valid pod running (upstream drops it) and its
+//! error is reported, until the file is fixed or removed. A missing directory is an empty
+//! listing; the watch is retried with backoff (1 s doubling to 20 s) until it appears.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use inotify::{Inotify, WatchMask};
+
+use crate::api::Pod;
+use crate::api::decode::{self, Format};
+use crate::api::validation;
+use crate::rt;
+
+use super::{Snapshot, Source, static_pod};
+
+/// Files larger than this are refused, as upstream refuses them.
+pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
+
+/// What changed on disk, cheaply: a file is re-read only when this differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+fn stamp(md: &fs::Metadata) -> Stamp {
+    Stamp {
+        ino: md.ino(),
+        size: md.size(),
+        mtime_ns: md
+            .mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(md.mtime_nsec()),
+        ctime_ns: md
+            .ctime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(md.ctime_nsec()),
+    }
+}
+
+/// One manifest file and what picolet made of it.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub path: PathBuf,
+    /// The pod from the newest valid content of the file.
+    pub pod: Option<Pod>,
+    /// Why the file's current content is not used, if it is not.
+    pub error: Option<String>,
+    stamp: Option<Stamp>,
+}
+
+/// The file source's view, shared with the local API.
+pub type Report = Rc<RefCell<Vec<Manifest>>>;
+
+/// Whether a directory entry is a manifest: not hidden, and a YAML or JSON file by name.
+pub fn is_manifest_name(name: &str) -> bool {
+    !name.starts_with('.')
+        && (name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json"))
+}
+
+fn format_of(path: &Path) -> Format {
+    if path.extension().is_some_and(|e| e == "json") {
+        Format::Json
+    } else {
+        Format::Yaml
+    }
+}
+
+/// Reads and checks one manifest; on success the pod carries its static identity. Each error
+/// line names the file, the field and the value.
+pub fn load(path: &Path, node_name: &str, seen: &str) -> Result<Pod, Vec<String>> {
+    let shown = path.display();
+    let one = |e: String| vec![e];
+    let f = fs::File::open(path).map_err(|e| one(format!("{shown}: {e}")))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| one(format!("{shown}: {e}")))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(one(format!(
+            "{shown}: file is larger than {MAX_MANIFEST_BYTES} bytes"
+        )));
+    }
+    parse(&bytes, format_of(path), path, node_name, seen)
+}
+
+/// Decodes, validates and gives identity to a manifest's bytes.
+pub fn parse(
+    bytes: &[u8],
+    format: Format,
+    path: &Path,
+    node_name: &str,
+    seen: &str,
+) -> Result<Pod, Vec<String>> {
+    let shown = path.display();
+    let one = |e: String| vec![e];
+    let decoded = decode::decode_pod(bytes, format).map_err(|e| one(format!("{shown}: {e}")))?;
+    for field in &decoded.unknown_fields {
+        log::warn!("{shown}: unknown field {field:?} ignored");
+    }
+    let errs = validation::validate_pod(&decoded.pod);
+    if !errs.is_empty() {
+        return Err(errs.iter().map(|e| format!("{shown}: {e}")).collect());
+    }
+    let doc: serde_json::Value = match format {
+        Format::Json => serde_json::from_slice(bytes).map_err(|e| one(format!("{shown}: {e}")))?,
+        Format::Yaml => yaml_serde::from_slice(bytes).map_err(|e| one(format!("{shown}: {e}")))?,
+    };
+    let mut pod = decoded.pod;
+    let uid = static_pod::uid(&doc, &path.display().to_string(), node_name);
+    static_pod::apply_api_defaults(&mut pod);
+    static_pod::apply_identity(&mut pod, uid, node_name, Source::File, seen);
+    if pod.metadata.name.len() > 253 {
+        return Err(one(format!(
+            "{shown}: metadata.name: name with the node suffix is longer than 253 characters: {:?}",
+            pod.metadata.name
+        )));
+    }
+    Ok(pod)
+}
+
+/// The directory's manifests after one scan. Unchanged files are not re-read.
+fn scan(
+    dir: &Path,
+    node_name: &str,
+    mut old: BTreeMap<PathBuf, Manifest>,
+) -> BTreeMap<PathBuf, Manifest> {
+    let mut out = BTreeMap::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) => {
+            log::error!("reading manifest directory {}: {e}", dir.display());
+            // Keep what we had: an unreadable directory is not an empty one.
+            return old;
+        }
+    };
+    for ent in entries.flatten() {
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !is_manifest_name(name) {
+            continue;
+        }
+        let path = ent.path();
+        // Follow symlinks (kubeadm-style setups link manifests in); skip directories.
+        let md = match fs::metadata(&path) {
+            Ok(md) if md.is_file() => md,
+            Ok(_) => continue,
+            Err(e) => {
+                let prev = old.remove(&path);
+                let m = Manifest {
+                    pod: prev.and_then(|p| p.pod),
+                    error: Some(format!("{}: {e}", path.display())),
+                    stamp: None,
+                    path: path.clone(),
+                };
+                out.insert(path, m);
+                continue;
+            }
+        };
+        let st = stamp(&md);
+        let prev = old.remove(&path);
+        if let Some(p) = prev.as_ref().filter(|p| p.stamp == Some(st)) {
+            out.insert(path, p.clone());
+            continue;
+        }
+        let prev_pod = prev.and_then(|p| p.pod);
+        let seen = crate::api::time::now_rfc3339();
+        let m = match load(&path, node_name, &seen) {
+            Ok(mut pod) => {
+                // Same content as before: keep when it was first seen.
+                if let Some(old_seen) = prev_pod
+                    .as_ref()
+                    .filter(|p| p.metadata.uid == pod.metadata.uid)
+                    .and_then(|p| p.metadata.annotations.get(super::ANNOTATION_CONFIG_SEEN))
+                {
+                    pod.metadata
+                        .annotations
+                        .insert(super::ANNOTATION_CONFIG_SEEN.to_owned(), old_seen.clone());
+                }
+                Manifest {
+                    path: path.clone(),
+                    pod: Some(pod),
+                    error: None,
+                    stamp: Some(st),
+                }
+            }
+            Err(errors) => Manifest {
+                path: path.clone(),
+                pod: prev_pod,
+                error: Some(errors.join("; ")),
+                stamp: Some(st),
+            },
+        };
+        out.insert(path, m);
+    }
+    out
+}
+
+/// The pods of a scan. Two files naming the same pod: the first path wins and the other
+/// reports an error.
+fn pods_of(manifests: &mut BTreeMap<PathBuf, Manifest>) -> Vec<Pod> {
+    let mut by_name: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
+    let mut pods = Vec::new();
+    for m in manifests.values_mut() {
+        let Some(p) = &m.pod else { continue };
+        let key = (p.metadata.namespace.clone(), p.metadata.name.clone());
+        if let Some(first) = by_name.get(&key) {
+            m.error = Some(format!(
+                "{}: metadata.name: pod {}/{} is already defined by {}",
+                m.path.display(),
+                key.0,
+                key.1,
+                first.display()
+            ));
+            continue;
+        }
+        by_name.insert(key, m.path.clone());
+        pods.push(p.clone());
+    }
+    pods
+}
+
+/// Settings of the file source.
+#[derive(Debug, Clone)]
+pub struct FileSourceConfig {
+    pub dir: PathBuf,
+    pub node_name: String,
+    /// Full re-list period (the kubelet's `fileCheckFrequency`, 20 s).
+    pub check_frequency: Duration,
+}
+
+const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
+/// Events arriving this close together are handled in one scan.
+const DEBOUNCE: Duration = Duration::from_millis(10);
+
+struct Watch {
+    inotify: Inotify,
+    ready: smol::Async<std::os::fd::OwnedFd>,
+}
+
+fn watch(dir: &Path) -> std::io::Result<Watch> {
+    let inotify = Inotify::init()?;
+    inotify.watches().add(
+        dir,
+        WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MODIFY
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::ATTRIB
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::ONLYDIR,
+    )?;
+    // Readiness is awaited on a duplicate of the descriptor, so events are read through the
+    // inotify handle itself without unsafe access to the async wrapper's inner value.
+    let ready = smol::Async::new(inotify.as_fd().try_clone_to_owned()?)?;
+    Ok(Watch { inotify, ready })
+}
+
+/// Drains pending events; returns false when the watch is gone (directory removed or moved).
+fn drain(w: &mut Watch) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match w.inotify.read_events(&mut buf) {
+            Ok(events) => {
+                let mut n = 0;
+                for e in events {
+                    n += 1;
+                    if e.mask.intersects(
+                        inotify::EventMask::IGNORED
+                            | inotify::EventMask::DELETE_SELF
+                            | inotify::EventMask::MOVE_SELF,
+                    ) {
+                        return false;
+                    }
+                }
+                if n == 0 {
+                    return true;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) => {
+                log::warn!("reading inotify events: {e}");
+                return false;
+            }
+        }
+    }
+}
+
+/// Runs the file source forever, sending a snapshot after the first listing and after every
+/// change.
+pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, report: Report) {
+    let mut manifests: BTreeMap<PathBuf, Manifest> = BTreeMap::new();
+    let mut last_sent: Option<Vec<(String, String)>> = None;
+    let mut w: Option<Watch> = None;
+    let mut retry = WATCH_RETRY_MIN;
+    let mut next_watch_try = std::time::Instant::now();
+    let mut last_errors: BTreeMap<PathBuf, String> = BTreeMap::new();
+    loop {
+        if w.is_none() && std::time::Instant::now() >= next_watch_try {
+            match watch(&cfg.dir) {
+                Ok(x) => {
+                    log::debug!("watching {}", cfg.dir.display());
+                    w = Some(x);
+                    retry = WATCH_RETRY_MIN;
+                }
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::NotFound || retry == WATCH_RETRY_MIN {
+                        log::warn!(
+                            "cannot watch manifest directory {}: {e}; retrying in {retry:?}",
+                            cfg.dir.display()
+                        );
+                    }
+                    next_watch_try = std::time::Instant::now() + retry;
+                    retry = (retry * 2).min(WATCH_RETRY_MAX);
+                }
+            }
+        }
+
+        let (dir, node) = (cfg.dir.clone(), cfg.node_name.clone());
+        let old = std::mem::take(&mut manifests);
+        manifests = rt::unblock(move || scan(&dir, &node, old)).await;
+        let pods = pods_of(&mut manifests);
+
+        let errors: BTreeMap<PathBuf, String> = manifests
+            .values()
+            .filter_map(|m| Some((m.path.clone(), m.error.clone()?)))
+            .collect();
+        for (path, err) in &errors {
+            if last_errors.get(path) != Some(err) {
+                let kept = manifests.get(path).and_then(|m| m.pod.as_ref());
+                match kept {
+                    Some(p) => log::error!(
+                        "{err} (keeping the last valid version of pod {})",
+                        p.metadata.name
+                    ),
+                    None => log::error!("{err}"),
+                }
+            }
+        }
+        last_errors = errors;
+        *report.borrow_mut() = manifests.values().cloned().collect();
+
+        let key: Vec<(String, String)> = pods
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.uid.clone(),
+                    p.metadata
+                        .annotations
+                        .get(super::ANNOTATION_CONFIG_SEEN)
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        if last_sent.as_ref() != Some(&key) {
+            if tx
+                .send(Snapshot {
+                    source: Source::File,
+                    pods,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+            last_sent = Some(key);
+        }
+
+        // Wait for an event, the periodic re-list, or the next watch attempt.
+        let mut wait = cfg.check_frequency;
+        if w.is_none() {
+            wait = wait.min(next_watch_try.saturating_duration_since(std::time::Instant::now()));
+        }
+        match w.as_mut() {
+            Some(watch) => {
+                let ev = rt::timeout(wait, watch.ready.readable()).await;
+                if let Ok(r) = ev {
+                    if let Err(e) = r {
+                        log::warn!("waiting on inotify: {e}");
+                    }
+                    rt::sleep(DEBOUNCE).await;
+                    if !drain(watch) {
+                        log::info!("manifest directory {} went away", cfg.dir.display());
+                        w = None;
+                        next_watch_try = std::time::Instant::now();
+                    }
+                }
+            }
+            None => rt::sleep(wait).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("picolet-file-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1\n";
+    const GOOD2: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:2\n";
+
+    #[test]
+    fn names() {
+        assert!(
+            is_manifest_name("a.yaml") && is_manifest_name("b.yml") && is_manifest_name("c.json")
+        );
+        assert!(
+            !is_manifest_name(".a.yaml")
+                && !is_manifest_name("a.yaml~")
+                && !is_manifest_name("a.yaml.swp")
+        );
+        assert!(!is_manifest_name("4913") && !is_manifest_name("notes.txt"));
+    }
+
+    #[test]
+    fn invalid_rewrite_keeps_last_valid_pod() {
+        let d = tmpdir("keep");
+        let f = d.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let mut m = scan(&d, "node", BTreeMap::new());
+        let uid = m[&f].pod.as_ref().unwrap().metadata.uid.clone();
+        assert_eq!(pods_of(&mut m).len(), 1);
+        fs::write(
+            &f,
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c}]}\n",
+        )
+        .unwrap();
+        let mut m = scan(&d, "node", m);
+        let e = m[&f].error.clone().unwrap();
+        assert!(e.contains("web.yaml") && e.contains("image"), "{e}");
+        let pods = pods_of(&mut m);
+        assert_eq!(pods.len(), 1);
+        assert_eq!(
+            pods[0].metadata.uid, uid,
+            "the last valid version keeps running"
+        );
+        fs::write(&f, GOOD2).unwrap();
+        let mut m = scan(&d, "node", m);
+        assert!(m[&f].error.is_none());
+        assert_ne!(pods_of(&mut m)[0].metadata.uid, uid);
+        fs::remove_file(&f).unwrap();
+        let mut m = scan(&d, "node", m);
+        assert!(pods_of(&mut m).is_empty());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn unchanged_files_keep_identity_and_seen_time() {
+        let d = tmpdir("same");
+        let f = d.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let m1 = scan(&d, "node", BTreeMap::new());
+        let p1 = m1[&f].pod.clone().unwrap();
+        // Rewrite with identical content: re-read, same UID, same seen time.
+        std::thread::sleep(Duration::from_millis(20));
+        fs::write(&f, GOOD).unwrap();
+        let m2 = scan(&d, "node", m1);
+        let p2 = m2[&f].pod.clone().unwrap();
+        assert_eq!(p1.metadata.uid, p2.metadata.uid);
+        assert_eq!(p1.metadata.annotations, p2.metadata.annotations);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn missing_dir_is_empty_and_ignored_files_skipped() {
+        let d = tmpdir("skip");
+        assert!(scan(&d.join("absent"), "node", BTreeMap::new()).is_empty());
+        fs::write(d.join(".hidden.yaml"), GOOD).unwrap();
+        fs::write(d.join("web.yaml.swp"), GOOD).unwrap();
+        fs::create_dir(d.join("sub.yaml")).unwrap();
+        assert!(scan(&d, "node", BTreeMap::new()).is_empty());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn oversized_file_is_refused() {
+        let d = tmpdir("big");
+        let f = d.join("big.yaml");
+        let mut s = String::from(GOOD);
+        s.push('#');
+        s.push_str(&"x".repeat(usize::try_from(MAX_MANIFEST_BYTES).unwrap()));
+        fs::write(&f, s).unwrap();
+        let m = scan(&d, "node", BTreeMap::new());
+        assert!(m[&f].error.as_ref().unwrap().contains("larger than"));
+        assert!(m[&f].pod.is_none());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn duplicate_names_first_path_wins() {
+        let d = tmpdir("dup");
+        fs::write(d.join("a.yaml"), GOOD).unwrap();
+        fs::write(d.join("b.yaml"), GOOD2).unwrap();
+        let mut m = scan(&d, "node", BTreeMap::new());
+        let pods = pods_of(&mut m);
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].spec.containers[0].image, "busybox:1");
+        assert!(
+            m[&d.join("b.yaml")]
+                .error
+                .as_ref()
+                .unwrap()
+                .contains("already defined")
+        );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn watcher_sends_snapshots_on_change() {
+        let d = tmpdir("watch");
+        let (tx, rx) = async_channel::unbounded();
+        let report: Report = Rc::default();
+        let cfg = FileSourceConfig {
+            dir: d.clone(),
+            node_name: "n".into(),
+            check_frequency: Duration::from_secs(600),
+        };
+        rt::block_on(async {
+            let task = rt::spawn(run(cfg, tx, report.clone()));
+            let first = rt::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                first.pods.is_empty(),
+                "the first listing is sent even when empty"
+            );
+            fs::write(d.join("web.yaml"), GOOD).unwrap();
+            // Well under the 600 s re-list: only inotify can deliver this in time.
+            let s = rt::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(s.pods.len(), 1);
+            assert_eq!(s.pods[0].metadata.name, "web-n");
+            fs::remove_file(d.join("web.yaml")).unwrap();
+            let s = rt::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(s.pods.is_empty());
+            assert!(report.borrow().is_empty());
+            drop(task);
+        });
+        fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,521 @@
+//! Desired spec vs observed runtime state → the actions that converge them.
+//!
+//! A pure function, recomputed from scratch on every sync (level-triggered): nothing here
+//! remembers what it decided last time, so a restarted picolet computes the same actions from the
+//! same state and adopts running pods untouched.
+
+use crate::api::{Pod, RestartPolicy};
+use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState};
+
+/// Why a running container is being killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kill {
+    pub id: Box<str>,
+    pub name: Box<str>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodActions {
+    /// Stop every container and the sandbox before anything else.
+    pub kill_pod: bool,
+    /// Create a new sandbox (with `attempt`) and start containers in it.
+    pub create_sandbox: bool,
+    /// The sandbox to start containers in, when it is kept.
+    pub sandbox_id: Option<Box<str>>,
+    pub attempt: u32,
+    /// Index into `spec.initContainers` of the next init container to start.
+    pub next_init_container: Option<usize>,
+    /// Indexes into `spec.containers`.
+    pub containers_to_start: Vec<usize>,
+    pub containers_to_kill: Vec<Kill>,
+}
+
+pub fn restart_policy(pod: &Pod) -> RestartPolicy {
+    pod.spec.restart_policy.unwrap_or(RestartPolicy::Always)
+}
+
+fn succeeded(s: Option<&ContainerStatus>) -> bool {
+    s.is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0)
+}
+
+/// Whether a container that is not running should be (re)started.
+pub fn should_restart(policy: RestartPolicy, s: Option<&ContainerStatus>) -> bool {
+    let Some(s) = s else { return true };
+    match s.state {
+        ContainerState::Running => false,
+        // Created but never started, or lost track of: start afresh.
+        ContainerState::Created | ContainerState::Unknown => true,
+        ContainerState::Exited => match policy {
+            RestartPolicy::Always => true,
+            RestartPolicy::OnFailure => s.exit_code != 0,
+            RestartPolicy::Never => false,
+        },
+    }
+}
+
+/// Decides whether the pod needs a new sandbox: returns (create, attempt, kept sandbox).
+fn sandbox_changed(pod: &Pod, st: &PodRuntimeStatus) -> (bool, u32, Option<Box<str>>) {
+    let Some(newest) = st.sandboxes.first() else {
+        return (true, 0, None);
+    };
+    let next = newest.attempt.saturating_add(1);
+    let ready = st
+        .sandboxes
+        .iter()
+        .filter(|s| s.state == SandboxState::Ready)
+        .count();
+    if ready > 1 || newest.state != SandboxState::Ready {
+        return (true, next, Some(newest.id.clone()));
+    }
+    if newest.host_network != pod.spec.host_network {
+        return (true, next, Some(newest.id.clone()));
+    }
+    if !pod.spec.host_network && newest.ip.is_none() {
+        return (true, next, Some(newest.id.clone()));
+    }
+    (false, newest.attempt, Some(newest.id.clone()))
+}
+
+/// Where the init containers stand: `Ok(None)` when all have succeeded (or app containers have
+/// already run), `Ok(Some(i))` for the next one to (re)start, `Err(())` while one is running.
+fn next_init(pod: &Pod, st: &PodRuntimeStatus) -> Result<Option<(usize, bool)>, ()> {
+    let inits = &pod.spec.init_containers;
+    if inits.is_empty()
+        || pod
+            .spec
+            .containers
+            .iter()
+            .any(|c| st.latest(&c.name).is_some())
+    {
+        return Ok(None);
+    }
+    for (i, c) in inits.iter().enumerate() {
+        match st.latest(&c.name) {
+            None => return Ok(Some((i, false))),
+            Some(s) => match s.state {
+                ContainerState::Running => return Err(()),
+                ContainerState::Exited if s.exit_code == 0 => continue,
+                ContainerState::Exited => return Ok(Some((i, true))),
+                ContainerState::Created | ContainerState::Unknown => return Ok(Some((i, false))),
+            },
+        }
+    }
+    Ok(None)
+}
+
+/// Computes what to do to bring the runtime to the pod's spec. `hashes[i]` is the spec hash of
+/// `spec.containers[i]`.
+pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
+    let policy = restart_policy(pod);
+    let (create, attempt, sandbox_id) = sandbox_changed(pod, st);
+    let mut a = PodActions {
+        create_sandbox: create,
+        attempt,
+        sandbox_id: if create { None } else { sandbox_id },
+        ..PodActions::default()
+    };
+
+    if create {
+        // A sandbox that died under a pod that must not restart ends the pod.
+        if policy == RestartPolicy::Never && attempt > 0 && !st.containers.is_empty() {
+            a.create_sandbox = false;
+            a.kill_pod = st.sandboxes.iter().any(|s| s.state == SandboxState::Ready)
+                || st.running().next().is_some();
+            return a;
+        }
+        a.kill_pod = !st.sandboxes.is_empty() || !st.containers.is_empty();
+        a.containers_to_start = (0..pod.spec.containers.len())
+            .filter(|&i| {
+                !(policy == RestartPolicy::OnFailure
+                    && succeeded(st.latest(&pod.spec.containers[i].name)))
+            })
+            .collect();
+        if a.containers_to_start.is_empty() {
+            a.create_sandbox = false;
+            return a;
+        }
+        if !pod.spec.init_containers.is_empty() {
+            // App containers wait for the init containers, in a later sync.
+            a.next_init_container = Some(0);
+            a.containers_to_start.clear();
+        }
+        return a;
+    }
+
+    // Containers no longer in the spec are killed in every case.
+    let names = || {
+        pod.spec
+            .init_containers
+            .iter()
+            .chain(&pod.spec.containers)
+            .map(|c| &*c.name)
+    };
+    for c in st.running() {
+        if !names().any(|n| n == &*c.name) {
+            a.containers_to_kill.push(Kill {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                reason: "container is not in the pod spec".into(),
+            });
+        }
+    }
+
+    match next_init(pod, st) {
+        Err(()) => return a, // an init container is running: wait for it
+        Ok(Some((i, failed))) => {
+            if failed && policy == RestartPolicy::Never {
+                a.kill_pod = true;
+            } else {
+                a.next_init_container = Some(i);
+            }
+            return a;
+        }
+        Ok(None) => {}
+    }
+
+    let mut keep = 0usize;
+    for (i, c) in pod.spec.containers.iter().enumerate() {
+        let s = st.latest(&c.name);
+        match s {
+            Some(s) if s.state == ContainerState::Running => {
+                let want = hashes.get(i).copied().unwrap_or(0);
+                if s.hash != want {
+                    a.containers_to_kill.push(Kill {
+                        id: s.id.clone(),
+                        name: s.name.clone(),
+                        reason: format!(
+                            "container {} definition changed, will be restarted",
+                            c.name
+                        ),
+                    });
+                    a.containers_to_start.push(i);
+                } else {
+                    keep += 1;
+                }
+            }
+            _ => {
+                if should_restart(policy, s) {
+                    a.containers_to_start.push(i);
+                }
+            }
+        }
+    }
+    if keep == 0 && a.containers_to_start.is_empty() {
+        // Nothing runs and nothing will: stop the sandbox too.
+        a.kill_pod = true;
+        a.containers_to_kill.clear();
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Container;
+    use crate::kubecontainer::SandboxStatus;
+
+    fn pod(policy: RestartPolicy, inits: &[&str], apps: &[&str]) -> Pod {
+        let mk = |n: &&str| Container {
+            name: (*n).into(),
+            image: "img".into(),
+            ..Default::default()
+        };
+        let mut p = Pod::default();
+        p.metadata.name = "p".into();
+        p.spec.restart_policy = Some(policy);
+        p.spec.init_containers = inits.iter().map(mk).collect();
+        p.spec.containers = apps.iter().map(mk).collect();
+        p
+    }
+
+    fn sandbox(id: &str, attempt: u32, state: SandboxState) -> SandboxStatus {
+        SandboxStatus {
+            id: id.into(),
+            attempt,
+            state,
+            created_at: i64::from(attempt),
+            ip: Some("10.0.0.2".into()),
+            host_network: false,
+        }
+    }
+
+    fn ctr(name: &str, state: ContainerState, exit: i32, created: i64) -> ContainerStatus {
+        ContainerStatus {
+            id: format!("{name}-{created}").into(),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: created,
+            finished_at: 0,
+            exit_code: exit,
+            image: "img".into(),
+            image_ref: "sha256:1".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 1,
+            restart_count: 0,
+        }
+    }
+
+    fn status(sbs: Vec<SandboxStatus>, cs: Vec<ContainerStatus>) -> PodRuntimeStatus {
+        PodRuntimeStatus {
+            sandboxes: sbs,
+            containers: cs,
+            ..Default::default()
+        }
+    }
+
+    use ContainerState::{Created, Exited, Running};
+    use RestartPolicy::{Always, Never, OnFailure};
+
+    #[test]
+    fn fresh_pod_creates_sandbox_and_starts_everything() {
+        let a = compute(
+            &pod(Always, &[], &["a", "b"]),
+            &status(vec![], vec![]),
+            &[1, 1],
+        );
+        assert!(a.create_sandbox && !a.kill_pod);
+        assert_eq!(a.attempt, 0);
+        assert_eq!(a.containers_to_start, vec![0, 1]);
+        assert_eq!(a.next_init_container, None);
+    }
+
+    #[test]
+    fn fresh_pod_with_inits_starts_first_init() {
+        let a = compute(
+            &pod(Always, &["i1", "i2"], &["a"]),
+            &status(vec![], vec![]),
+            &[1],
+        );
+        assert!(a.create_sandbox);
+        assert_eq!(a.next_init_container, Some(0));
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn steady_state_does_nothing() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Running, 0, 5)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("s".into()),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn dead_sandbox_is_recreated_with_next_attempt() {
+        let st = status(
+            vec![sandbox("s", 2, SandboxState::NotReady)],
+            vec![ctr("a", Exited, 137, 5)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!(a.attempt, 3);
+        assert_eq!(a.containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn two_ready_sandboxes_are_reconciled() {
+        let st = status(
+            vec![
+                sandbox("s2", 1, SandboxState::Ready),
+                sandbox("s1", 0, SandboxState::Ready),
+            ],
+            vec![],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!(a.attempt, 2);
+    }
+
+    #[test]
+    fn sandbox_without_ip_is_recreated_unless_host_network() {
+        let mut sb = sandbox("s", 0, SandboxState::Ready);
+        sb.ip = None;
+        let st = status(vec![sb.clone()], vec![ctr("a", Running, 0, 5)]);
+        assert!(compute(&pod(Always, &[], &["a"]), &st, &[1]).create_sandbox);
+        let mut p = pod(Always, &[], &["a"]);
+        p.spec.host_network = true;
+        sb.host_network = true;
+        let st = status(vec![sb], vec![ctr("a", Running, 0, 5)]);
+        assert!(!compute(&p, &st, &[1]).create_sandbox);
+    }
+
+    #[test]
+    fn host_network_toggle_recreates_sandbox() {
+        let mut p = pod(Always, &[], &["a"]);
+        p.spec.host_network = true;
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Running, 0, 5)],
+        );
+        let a = compute(&p, &st, &[1]);
+        assert!(a.create_sandbox && a.kill_pod);
+    }
+
+    #[test]
+    fn never_pod_whose_sandbox_died_is_not_recreated() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::NotReady)],
+            vec![ctr("a", Exited, 0, 5)],
+        );
+        let a = compute(&pod(Never, &[], &["a"]), &st, &[1]);
+        assert!(!a.create_sandbox);
+        assert!(!a.kill_pod);
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn on_failure_pod_all_succeeded_gets_no_new_sandbox() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::NotReady)],
+            vec![ctr("a", Exited, 0, 5)],
+        );
+        let a = compute(&pod(OnFailure, &[], &["a"]), &st, &[1]);
+        assert!(!a.create_sandbox);
+    }
+
+    #[test]
+    fn on_failure_new_sandbox_starts_only_failed() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::NotReady)],
+            vec![ctr("a", Exited, 0, 5), ctr("b", Exited, 1, 5)],
+        );
+        let a = compute(&pod(OnFailure, &[], &["a", "b"]), &st, &[1, 1]);
+        assert!(a.create_sandbox);
+        assert_eq!(a.containers_to_start, vec![1]);
+    }
+
+    #[test]
+    fn exited_containers_follow_restart_policy() {
+        let sb = || vec![sandbox("s", 0, SandboxState::Ready)];
+        let cs = || {
+            vec![
+                ctr("ok", Exited, 0, 5),
+                ctr("bad", Exited, 2, 5),
+                ctr("run", Running, 0, 5),
+            ]
+        };
+        let apps = ["ok", "bad", "run"];
+        let h = [1, 1, 1];
+        assert_eq!(
+            compute(&pod(Always, &[], &apps), &status(sb(), cs()), &h).containers_to_start,
+            vec![0, 1]
+        );
+        assert_eq!(
+            compute(&pod(OnFailure, &[], &apps), &status(sb(), cs()), &h).containers_to_start,
+            vec![1]
+        );
+        assert!(
+            compute(&pod(Never, &[], &apps), &status(sb(), cs()), &h)
+                .containers_to_start
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn all_done_never_pod_stops_sandbox() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Exited, 1, 5)],
+        );
+        let a = compute(&pod(Never, &[], &["a"]), &st, &[1]);
+        assert!(a.kill_pod && !a.create_sandbox);
+    }
+
+    #[test]
+    fn newest_status_per_name_wins() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Exited, 1, 5), ctr("a", Running, 0, 9)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+    }
+
+    #[test]
+    fn changed_hash_replaces_container() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Running, 0, 5)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[2]);
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(&*a.containers_to_kill[0].id, "a-5");
+        assert!(!a.kill_pod);
+    }
+
+    #[test]
+    fn container_removed_from_spec_is_killed() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Running, 0, 5), ctr("gone", Running, 0, 5)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(&*a.containers_to_kill[0].name, "gone");
+    }
+
+    #[test]
+    fn init_containers_run_in_order() {
+        let p = pod(Always, &["i1", "i2"], &["a"]);
+        let sb = || vec![sandbox("s", 0, SandboxState::Ready)];
+        let a = compute(&p, &status(sb(), vec![ctr("i1", Running, 0, 5)]), &[1]);
+        assert_eq!(a.next_init_container, None);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        let a = compute(&p, &status(sb(), vec![ctr("i1", Exited, 0, 5)]), &[1]);
+        assert_eq!(a.next_init_container, Some(1));
+        let a = compute(
+            &p,
+            &status(sb(), vec![ctr("i1", Exited, 0, 5), ctr("i2", Exited, 0, 6)]),
+            &[1],
+        );
+        assert_eq!(a.next_init_container, None);
+        assert_eq!(a.containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn failed_init_is_retried_unless_never() {
+        let sb = || vec![sandbox("s", 0, SandboxState::Ready)];
+        let cs = || vec![ctr("i1", Exited, 3, 5)];
+        let a = compute(&pod(Always, &["i1"], &["a"]), &status(sb(), cs()), &[1]);
+        assert_eq!(a.next_init_container, Some(0));
+        let a = compute(&pod(OnFailure, &["i1"], &["a"]), &status(sb(), cs()), &[1]);
+        assert_eq!(a.next_init_container, Some(0));
+        let a = compute(&pod(Never, &["i1"], &["a"]), &status(sb(), cs()), &[1]);
+        assert_eq!(a.next_init_container, None);
+        assert!(a.kill_pod);
+    }
+
+    #[test]
+    fn created_but_not_started_container_is_started() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Created, 0, 5)],
+        );
+        assert_eq!(
+            compute(&pod(Never, &[], &["a"]), &st, &[1]).containers_to_start,
+            vec![0]
+        );
+    }
+
+    #[test]
+    fn inits_are_not_rerun_once_app_containers_exist() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", Running, 0, 9)],
+        );
+        let a = compute(&pod(Always, &["i1"], &["a"]), &st, &[1]);
+        assert_eq!(a.next_init_container, None);
+        assert!(a.containers_to_start.is_empty());
+    }
+}

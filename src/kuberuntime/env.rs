@@ -1,0 +1,180 @@
+//! Container environment: fieldRef values and `$(VAR)` expansion in env, command and args, with
+//! the kubelet's rules (`$$` escapes a `$`, an undefined reference stays as written).
+
+use std::collections::HashMap;
+
+use crate::api::Container;
+
+/// Values the downward API can hand to a container through `fieldRef`.
+#[derive(Debug, Clone, Default)]
+pub struct PodFields<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub uid: &'a str,
+    pub node_name: &'a str,
+    pub pod_ip: &'a str,
+    pub host_ip: &'a str,
+}
+
+impl PodFields<'_> {
+    pub fn get(&self, path: &str) -> Option<&str> {
+        Some(match path {
+            "metadata.name" => self.name,
+            "metadata.namespace" => self.namespace,
+            "metadata.uid" => self.uid,
+            "spec.nodeName" => self.node_name,
+            "status.podIP" => self.pod_ip,
+            "status.hostIP" => self.host_ip,
+            _ => return None,
+        })
+    }
+}
+
+/// Expands `$(NAME)` references from `vars`.
+pub fn expand(input: &str, vars: &HashMap<&str, String>) -> String {
+    let mut out = String::with_capacity(input.len());
+    let mut rest = input;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('(') {
+            match body.find(')') {
+                Some(end) => {
+                    let name = &body[..end];
+                    match vars.get(name) {
+                        Some(v) => out.push_str(v),
+                        None => {
+                            out.push_str("$(");
+                            out.push_str(name);
+                            out.push(')');
+                        }
+                    }
+                    rest = &body[end + 1..];
+                }
+                None => {
+                    out.push_str("$(");
+                    rest = body;
+                }
+            }
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The resolved environment, in spec order (later duplicates win, as in a shell).
+pub fn resolve(c: &Container, fields: &PodFields<'_>) -> Vec<(String, String)> {
+    let mut vars: HashMap<&str, String> = HashMap::new();
+    let mut out: Vec<(String, String)> = Vec::with_capacity(c.env.len());
+    for e in &c.env {
+        let value = if let Some(field) = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
+            fields.get(&field.field_path).unwrap_or_default().to_owned()
+        } else {
+            expand(e.value.as_deref().unwrap_or_default(), &vars)
+        };
+        vars.insert(&e.name, value.clone());
+        match out.iter_mut().find(|(k, _)| *k == e.name) {
+            Some(slot) => slot.1 = value,
+            None => out.push((e.name.clone(), value)),
+        }
+    }
+    out
+}
+
+/// Command and args with `$(VAR)` references to the container's env expanded.
+pub fn command_and_args(c: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let vars: HashMap<&str, String> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let ex = |v: &Vec<String>| v.iter().map(|s| expand(s, &vars)).collect();
+    (ex(&c.command), ex(&c.args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    fn vars(pairs: &[(&'static str, &str)]) -> HashMap<&'static str, String> {
+        pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn expansion_rules() {
+        let v = vars(&[("A", "1"), ("B", "two")]);
+        assert_eq!(expand("x$(A)y$(B)", &v), "x1ytwo");
+        assert_eq!(expand("$$(A)", &v), "$(A)");
+        assert_eq!(expand("$(MISSING)", &v), "$(MISSING)");
+        assert_eq!(expand("cost $5", &v), "cost $5");
+        assert_eq!(expand("open $(A", &v), "open $(A");
+        assert_eq!(expand("$", &v), "$");
+        assert_eq!(expand("$$", &v), "$");
+        assert_eq!(expand("", &v), "");
+    }
+
+    fn env(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            value_from: None,
+        }
+    }
+
+    fn field(name: &str, path: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: path.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn resolves_fields_and_references() {
+        let c = Container {
+            name: "c".into(),
+            env: vec![
+                field("POD", "metadata.name"),
+                field("IP", "status.podIP"),
+                env("GREETING", "hi $(POD) at $(IP)"),
+                env("LATER", "$(UNSET)"),
+            ],
+            command: vec!["echo".into(), "$(GREETING)".into()],
+            args: vec!["$$(POD)".into()],
+            ..Default::default()
+        };
+        let f = PodFields {
+            name: "web",
+            pod_ip: "10.1.2.3",
+            ..Default::default()
+        };
+        let e = resolve(&c, &f);
+        assert_eq!(e[0], ("POD".into(), "web".into()));
+        assert_eq!(e[2].1, "hi web at 10.1.2.3");
+        assert_eq!(e[3].1, "$(UNSET)");
+        let (cmd, args) = command_and_args(&c, &e);
+        assert_eq!(cmd, vec!["echo", "hi web at 10.1.2.3"]);
+        assert_eq!(args, vec!["$(POD)"]);
+    }
+
+    #[test]
+    fn duplicate_names_keep_last_value() {
+        let c = Container {
+            env: vec![env("A", "1"), env("A", "2")],
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&c, &PodFields::default()),
+            vec![("A".to_owned(), "2".to_owned())]
+        );
+    }
+}

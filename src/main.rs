@@ -1,0 +1,59 @@
+use std::process::ExitCode;
+
+use nix::sys::signal::{SigSet, Signal};
+use picolet::options::{self, Command};
+
+fn main() -> ExitCode {
+    // Block the exit signals before any thread starts, so every thread inherits the mask and
+    // one thread can take them with sigwait.
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    if let Err(e) = set.thread_block() {
+        eprintln!("picolet: blocking signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match options::parse(&args) {
+        Ok(Command::Help) => {
+            print!("{}", options::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Version) => {
+            println!("picolet {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Validate(files)) => {
+            let errors = picolet::validate(&files);
+            for e in &errors {
+                println!("{e}");
+            }
+            return if errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Ok(Command::Run(o)) => *o,
+        Err(e) => {
+            eprintln!("picolet: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    picolet::logger::init(opts.verbosity);
+    let (tx, rx) = async_channel::bounded(1);
+    std::thread::spawn(move || {
+        while let Ok(sig) = set.wait() {
+            if tx.send_blocking(sig as i32).is_err() {
+                break;
+            }
+        }
+    });
+    match picolet::run(opts, rx) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Command line and configuration file, with the kubelet's flag names and
+//! `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) field names. Flags override the file.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const USAGE: &str = "\
+usage: picolet [flags]
+       picolet validate FILE...
+
+Runs static pods from a manifest directory on a CRI runtime (containerd).
+
+flags:
+  --pod-manifest-path PATH           directory of static pod manifests
+  --config FILE                      KubeletConfiguration file (v1beta1 subset)
+  --container-runtime-endpoint URL   runtime socket (default unix:///run/containerd/containerd.sock)
+  --image-service-endpoint URL       image service socket (default: the runtime endpoint)
+  --runtime-request-timeout DUR      deadline of runtime calls (default 2m0s)
+  --root-dir PATH                    state directory (default /var/lib/kubelet)
+  --hostname-override NAME           node name (default: the host name, lowercased)
+  --node-ip IP                       node address reported as hostIP
+  --healthz-port PORT                local API port, 0 disables (default 10248)
+  --healthz-bind-address IP          local API address (default 127.0.0.1)
+  --sync-frequency DUR               full resync period of each pod (default 1m0s)
+  --file-check-frequency DUR         manifest directory re-list period (default 20s)
+  -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
+  --version                          print the version and exit
+  -h, --help                         print this help and exit
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error("unknown flag {0:?} (see --help)")]
+    UnknownFlag(String),
+    #[error("flag {0} needs a value")]
+    MissingValue(String),
+    #[error("flag {flag}: invalid value {value:?}: {reason}")]
+    BadValue {
+        flag: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{path}: {reason}")]
+    Config { path: PathBuf, reason: String },
+    #[error("unexpected argument {0:?} (see --help)")]
+    Unexpected(String),
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Run(Box<Options>),
+    Validate(Vec<PathBuf>),
+    Version,
+    Help,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub pod_manifest_path: Option<PathBuf>,
+    pub container_runtime_endpoint: String,
+    pub image_service_endpoint: Option<String>,
+    pub runtime_request_timeout: Duration,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub hostname_override: Option<String>,
+    pub node_ip: Option<IpAddr>,
+    pub healthz_port: u16,
+    pub healthz_bind_address: IpAddr,
+    pub sync_frequency: Duration,
+    pub file_check_frequency: Duration,
+    pub verbosity: u8,
+    /// Unknown configuration fields, to be logged once the logger runs.
+    pub config_warnings: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            pod_manifest_path: None,
+            container_runtime_endpoint: crate::cri::DEFAULT_ENDPOINT.to_owned(),
+            image_service_endpoint: None,
+            runtime_request_timeout: Duration::from_secs(120),
+            root_dir: PathBuf::from("/var/lib/kubelet"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            hostname_override: None,
+            node_ip: None,
+            healthz_port: 10248,
+            healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
+            sync_frequency: Duration::from_secs(60),
+            file_check_frequency: Duration::from_secs(20),
+            verbosity: 0,
+            config_warnings: Vec::new(),
+        }
+    }
+}
+
+/// Parses a Go duration ("20s", "1m30s", "500ms", "2h", "1.5s").
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(format!("expected a number at {rest:?}"));
+        }
+        let n: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("bad number {:?}", &rest[..num_len]))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err("missing unit (use ns, us, ms, s, m or h)".into()),
+            u => return Err(format!("unknown unit {u:?}")),
+        };
+        total += n * scale;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| e.to_string())
+}
+
+/// The `KubeletConfiguration` fields picolet reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct KubeletConfiguration {
+    api_version: String,
+    kind: String,
+    static_pod_path: Option<String>,
+    file_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
+    container_runtime_endpoint: Option<String>,
+    image_service_endpoint: Option<String>,
+    runtime_request_timeout: Option<String>,
+    healthz_port: Option<u16>,
+    healthz_bind_address: Option<String>,
+    pod_logs_dir: Option<String>,
+}
+
+const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+
+/// Reads a KubeletConfiguration file into `o`.
+pub fn load_config(path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let err = |reason: String| OptionsError::Config {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut unknown = Vec::new();
+    let de = yaml_serde::Deserializer::from_str(&text);
+    let cfg: KubeletConfiguration =
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut |p| {
+            unknown.push(p.to_string())
+        }))
+        .map_err(|e| {
+            let at = e.path().to_string();
+            err(if at == "." {
+                e.inner().to_string()
+            } else {
+                format!("{at}: {}", e.inner())
+            })
+        })?;
+    if cfg.kind != "KubeletConfiguration" {
+        return Err(err(format!(
+            "kind: expected \"KubeletConfiguration\", got {:?}",
+            cfg.kind
+        )));
+    }
+    if cfg.api_version != CONFIG_API_VERSION {
+        return Err(err(format!(
+            "apiVersion: expected {CONFIG_API_VERSION:?}, got {:?}",
+            cfg.api_version
+        )));
+    }
+    let dur = |field: &str, v: &Option<String>| -> Result<Option<Duration>, OptionsError> {
+        v.as_deref()
+            .map(|s| {
+                parse_duration(s).map_err(|r| err(format!("{field}: invalid duration {s:?}: {r}")))
+            })
+            .transpose()
+    };
+    if let Some(p) = cfg.static_pod_path.filter(|p| !p.is_empty()) {
+        o.pod_manifest_path = Some(PathBuf::from(p));
+    }
+    if let Some(d) = dur("fileCheckFrequency", &cfg.file_check_frequency)? {
+        o.file_check_frequency = d;
+    }
+    if let Some(d) = dur("syncFrequency", &cfg.sync_frequency)? {
+        o.sync_frequency = d;
+    }
+    if let Some(d) = dur("runtimeRequestTimeout", &cfg.runtime_request_timeout)? {
+        o.runtime_request_timeout = d;
+    }
+    if let Some(e) = cfg.container_runtime_endpoint {
+        o.container_runtime_endpoint = e;
+    }
+    if let Some(e) = cfg.image_service_endpoint {
+        o.image_service_endpoint = Some(e);
+    }
+    if let Some(p) = cfg.healthz_port {
+        o.healthz_port = p;
+    }
+    if let Some(a) = cfg.healthz_bind_address {
+        o.healthz_bind_address = a
+            .parse()
+            .map_err(|_| err(format!("healthzBindAddress: invalid IP address {a:?}")))?;
+    }
+    if let Some(p) = cfg.pod_logs_dir {
+        o.pod_logs_dir = PathBuf::from(p);
+    }
+    o.config_warnings = unknown
+        .into_iter()
+        .map(|f| format!("{}: field {f:?} is not used by picolet", path.display()))
+        .collect();
+    Ok(())
+}
+
+fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
+    OptionsError::BadValue {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Parses the arguments (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
+    if args.first().map(String::as_str) == Some("validate") {
+        let files: Vec<PathBuf> = args[1..].iter().map(PathBuf::from).collect();
+        if files.is_empty() {
+            return Err(OptionsError::MissingValue("validate FILE".into()));
+        }
+        return Ok(Command::Validate(files));
+    }
+    // First pass: collect flag/value pairs, so the config file is applied before other flags.
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        i += 1;
+        match a.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--version" => return Ok(Command::Version),
+            _ => {}
+        }
+        let Some(stripped) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
+            return Err(OptionsError::Unexpected(a.clone()));
+        };
+        let (name, value) = match stripped.split_once('=') {
+            Some((n, v)) => (n.to_owned(), v.to_owned()),
+            None => {
+                let v = args
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| OptionsError::MissingValue(a.clone()))?;
+                i += 1;
+                (stripped.to_owned(), v)
+            }
+        };
+        pairs.push((name, value));
+    }
+    let mut o = Options::default();
+    if let Some((_, path)) = pairs.iter().find(|(n, _)| n == "config") {
+        load_config(Path::new(path), &mut o)?;
+    }
+    for (name, v) in pairs {
+        let flag = format!("--{name}");
+        match name.as_str() {
+            "config" => {}
+            "pod-manifest-path" => o.pod_manifest_path = Some(PathBuf::from(v)),
+            "container-runtime-endpoint" => o.container_runtime_endpoint = v,
+            "image-service-endpoint" => o.image_service_endpoint = Some(v),
+            "runtime-request-timeout" => {
+                o.runtime_request_timeout = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "root-dir" => o.root_dir = PathBuf::from(v),
+            "hostname-override" => o.hostname_override = Some(v),
+            "node-ip" => {
+                o.node_ip = Some(v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?)
+            }
+            "healthz-port" => {
+                o.healthz_port = v.parse().map_err(|_| bad(&flag, &v, "not a port number"))?
+            }
+            "healthz-bind-address" => {
+                o.healthz_bind_address =
+                    v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?
+            }
+            "sync-frequency" => {
+                o.sync_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "file-check-frequency" => {
+                o.file_check_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "v" => {
+                o.verbosity = v
+                    .parse()
+                    .map_err(|_| bad("-v", &v, "not a number from 0 to 10"))?
+            }
+            _ => return Err(OptionsError::UnknownFlag(format!("--{name}"))),
+        }
+    }
+    if o.sync_frequency.is_zero() {
+        return Err(bad("--sync-frequency", "0", "must be positive"));
+    }
+    if o.file_check_frequency.is_zero() {
+        return Err(bad("--file-check-frequency", "0", "must be positive"));
+    }
+    crate::cri::parse_endpoint(&o.container_runtime_endpoint).map_err(|e| {
+        bad(
+            "--container-runtime-endpoint",
+            &o.container_runtime_endpoint,
+            e,
+        )
+    })?;
+    Ok(Command::Run(Box::new(o)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    fn run(s: &[&str]) -> Options {
+        match parse(&args(s)).unwrap() {
+            Command::Run(o) => *o,
+            c => panic!("{c:?}"),
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20s").unwrap(), Duration::from_secs(20));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "20", "s", "1x", "1m-2s", "--1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_both_forms() {
+        let o = run(&[
+            "--pod-manifest-path=/etc/k",
+            "--hostname-override",
+            "edge",
+            "-v=4",
+            "--node-ip",
+            "10.0.0.5",
+        ]);
+        assert_eq!(o.pod_manifest_path, Some(PathBuf::from("/etc/k")));
+        assert_eq!(o.hostname_override.as_deref(), Some("edge"));
+        assert_eq!(o.verbosity, 4);
+        assert_eq!(o.node_ip, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(run(&["--v", "2"]).verbosity, 2);
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let e = parse(&args(&["--pod-manifest"])).unwrap_err().to_string();
+        assert!(e.contains("--pod-manifest"), "{e}");
+        let e = parse(&args(&["--nope=1"])).unwrap_err().to_string();
+        assert_eq!(e, "unknown flag \"--nope\" (see --help)");
+        let e = parse(&args(&["--node-ip=300.1.1.1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--node-ip") && e.contains("300.1.1.1"), "{e}");
+        let e = parse(&args(&["--container-runtime-endpoint=tcp://x"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tcp://x"), "{e}");
+        assert!(matches!(
+            parse(&args(&["stray"])),
+            Err(OptionsError::Unexpected(_))
+        ));
+    }
+
+    #[test]
+    fn subcommands() {
+        assert_eq!(parse(&args(&["--version"])).unwrap(), Command::Version);
+        assert_eq!(parse(&args(&["-h"])).unwrap(), Command::Help);
+        assert_eq!(
+            parse(&args(&["validate", "a.yaml"])).unwrap(),
+            Command::Validate(vec!["a.yaml".into()])
+        );
+        assert!(parse(&args(&["validate"])).is_err());
+    }
+
+    fn write_cfg(name: &str, body: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("picolet-cfg-{name}-{}.yaml", std::process::id()));
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+
+    #[test]
+    fn config_file_and_flag_precedence() {
+        let p = write_cfg(
+            "ok",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps, "--file-check-frequency=7s"]);
+        assert_eq!(
+            o.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(
+            o.file_check_frequency,
+            Duration::from_secs(7),
+            "flags override the file"
+        );
+        assert_eq!(o.sync_frequency, Duration::from_secs(30));
+        assert_eq!(o.container_runtime_endpoint, "unix:///run/k3s.sock");
+        assert_eq!(o.healthz_port, 0);
+        assert_eq!(o.config_warnings.len(), 1);
+        assert!(o.config_warnings[0].contains("cgroupDriver"));
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn bad_config_names_file_and_field() {
+        let p = write_cfg(
+            "bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhealthzPort: lots\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&p.display().to_string()) && e.contains("healthzPort"),
+            "{e}"
+        );
+        std::fs::remove_file(&p).unwrap();
+        let p = write_cfg(
+            "dur",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: soon\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("syncFrequency") && e.contains("soon"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        let p = write_cfg("kind", "apiVersion: v1\nkind: Pod\n");
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kind"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+        let e = parse(&args(&["--config", "/nonexistent/cfg.yaml"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/cfg.yaml"), "{e}");
+    }
+}

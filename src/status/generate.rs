@@ -1,0 +1,1269 @@
+//! Builds a pod's API status from its spec, what the runtime reports and the previous status,
+//! as the kubelet's `generateAPIPodStatus` does (pkg/kubelet/kubelet_pods.go), with the
+//! conditions of pkg/kubelet/status/generate.go and the status manager's transition times.
+//!
+//! Pure: no I/O and no clock (`now` is passed in), so the same inputs give the same status.
+//! There are no probes yet: a running container counts as started and ready.
+
+use std::cmp::Reverse;
+
+use crate::api::time::rfc3339;
+use crate::api::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, HostIp, Pod, PodCondition, PodIp, PodStatus,
+    RestartPolicy,
+};
+use crate::kubecontainer::{self as kc, PodRuntimeStatus, SandboxState};
+
+pub const PENDING: &str = "Pending";
+pub const RUNNING: &str = "Running";
+pub const SUCCEEDED: &str = "Succeeded";
+pub const FAILED: &str = "Failed";
+
+pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";
+pub const INITIALIZED: &str = "Initialized";
+pub const READY: &str = "Ready";
+pub const CONTAINERS_READY: &str = "ContainersReady";
+pub const POD_SCHEDULED: &str = "PodScheduled";
+/// The condition types this module owns; any other condition in the pod's status is kept.
+const KUBELET_CONDITIONS: [&str; 5] = [
+    POD_READY_TO_START_CONTAINERS,
+    INITIALIZED,
+    READY,
+    CONTAINERS_READY,
+    POD_SCHEDULED,
+];
+
+const CONTAINER_CREATING: &str = "ContainerCreating";
+const POD_INITIALIZING: &str = "PodInitializing";
+const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+// The kubelet's messages, word for word.
+const INIT_INFERRED: &str = "Unable to get init container status from container runtime and pod \
+    has been initialized, treat it as exited normally";
+const VANISHED: &str = "The container could not be located when the pod was deleted.  The \
+    container used to be Running";
+const LOST: &str = "The container could not be located when the pod was terminated";
+
+/// Generates the pod's status.
+///
+/// `waiting(name)` is the (reason, message) the last sync recorded for a container it could not
+/// start (CrashLoopBackOff, ErrImagePull, ...). `old` is the last status picolet generated; when
+/// `None`, the status in `pod` (as read from the API server) takes its place. Container IDs are
+/// written `<runtime_name>://<id>`. `now` is in unix nanoseconds.
+pub fn generate(
+    pod: &Pod,
+    rt: &PodRuntimeStatus,
+    waiting: &dyn Fn(&str) -> Option<(String, String)>,
+    old: Option<&PodStatus>,
+    host_ip: &str,
+    runtime_name: &str,
+    now: i64,
+) -> PodStatus {
+    let prev = old.unwrap_or(&pod.status);
+    let conv = Converter {
+        pod,
+        rt,
+        waiting,
+        runtime_name,
+    };
+    let init = conv.statuses(
+        &pod.spec.init_containers,
+        &prev.init_container_statuses,
+        true,
+    );
+    let app = conv.statuses(&pod.spec.containers, &prev.container_statuses, false);
+
+    // A terminal phase is final: the API server's wins, then a computed one, then the previous.
+    let computed = get_phase(restart_policy(pod), &init, &app);
+    let phase = match (terminal(&pod.status.phase), terminal(&prev.phase)) {
+        (Some(api), _) => api,
+        _ if is_terminal(computed) => computed,
+        (None, Some(ours)) => ours,
+        (None, None) => computed,
+    };
+    // The reason and message (e.g. of an eviction) belong to the phase they came with.
+    let (reason, message) = if prev.phase.as_deref() == Some(phase) {
+        (
+            prev.reason.clone().or_else(|| pod.status.reason.clone()),
+            prev.message.clone().or_else(|| pod.status.message.clone()),
+        )
+    } else {
+        (None, None)
+    };
+
+    let host = (!host_ip.is_empty()).then(|| host_ip.to_owned());
+    let mut pod_ips = pod_ips(rt, prev);
+    if pod.spec.host_network && pod_ips.is_empty() {
+        pod_ips.extend(host.iter().map(|ip| PodIp { ip: ip.clone() }));
+    }
+    let qos = pod.status.qos_class.clone();
+    PodStatus {
+        phase: Some(phase.to_owned()),
+        conditions: conditions(pod, rt, &init, &app, phase, prev, now),
+        message,
+        reason,
+        host_i_ps: host.iter().map(|ip| HostIp { ip: ip.clone() }).collect(),
+        host_ip: host,
+        pod_ip: pod_ips.first().map(|p| p.ip.clone()),
+        pod_i_ps: pod_ips,
+        start_time: Some(prev.start_time.clone().unwrap_or_else(|| rfc3339(now))),
+        init_container_statuses: init,
+        container_statuses: app,
+        qos_class: qos.or_else(|| Some(crate::qos::qos_class(pod).as_str().to_owned())),
+    }
+}
+
+fn restart_policy(pod: &Pod) -> RestartPolicy {
+    pod.spec.restart_policy.unwrap_or(RestartPolicy::Always)
+}
+
+fn is_terminal(phase: &str) -> bool {
+    phase == SUCCEEDED || phase == FAILED
+}
+
+fn terminal(phase: &Option<String>) -> Option<&str> {
+    phase.as_deref().filter(|p| is_terminal(p))
+}
+
+fn exit_code(state: &ContainerState) -> Option<i32> {
+    state.terminated.as_ref().map(|t| t.exit_code)
+}
+
+/// The kubelet's getPhase (without sidecars or per-container restart rules, which picolet does
+/// not support), computed from the API container statuses, not from the runtime.
+///
+/// A container that exited and waits to be restarted (CrashLoopBackOff) has a waiting state and
+/// a terminated lastState: upstream counts it as *stopped*, not waiting, so a crash-looping pod
+/// with restartPolicy Always stays Running. Only a container that never ran (waiting without a
+/// lastState) makes the pod Pending.
+fn get_phase(
+    policy: RestartPolicy,
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+) -> &'static str {
+    let (mut pending_init, mut failed_init) = (0, 0);
+    for s in init {
+        if s.state.running.is_some() {
+            pending_init += 1;
+        } else if let Some(code) = exit_code(&s.state) {
+            if code != 0 {
+                failed_init += 1;
+            }
+        } else if s.state.waiting.is_some() {
+            match exit_code(&s.last_state) {
+                Some(0) => {}
+                Some(_) => failed_init += 1,
+                None => pending_init += 1,
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+
+    let (mut running, mut waiting, mut stopped, mut succeeded, mut unknown) = (0, 0, 0, 0, 0);
+    for s in app {
+        if s.state.running.is_some() {
+            running += 1;
+        } else if let Some(code) = exit_code(&s.state) {
+            stopped += 1;
+            if code == 0 {
+                succeeded += 1;
+            }
+        } else if s.state.waiting.is_some() {
+            if s.last_state.terminated.is_some() {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return FAILED;
+    }
+    if pending_init > 0 || waiting > 0 {
+        PENDING
+    } else if running > 0 && unknown == 0 {
+        RUNNING
+    } else if running == 0 && stopped > 0 && unknown == 0 {
+        match policy {
+            // Every container is on its way to be restarted.
+            RestartPolicy::Always => RUNNING,
+            _ if stopped == succeeded => SUCCEEDED,
+            RestartPolicy::Never => FAILED,
+            // OnFailure with at least one failure, which is being restarted.
+            RestartPolicy::OnFailure => RUNNING,
+        }
+    } else {
+        PENDING
+    }
+}
+
+struct Converter<'a> {
+    pod: &'a Pod,
+    rt: &'a PodRuntimeStatus,
+    waiting: &'a dyn Fn(&str) -> Option<(String, String)>,
+    runtime_name: &'a str,
+}
+
+impl Converter<'_> {
+    /// One status per spec container, in spec order (convertToAPIContainerStatuses).
+    fn statuses(
+        &self,
+        specs: &[Container],
+        old: &[ContainerStatus],
+        init: bool,
+    ) -> Vec<ContainerStatus> {
+        specs
+            .iter()
+            .map(|c| self.status(c, old.iter().find(|o| o.name == c.name), init))
+            .collect()
+    }
+
+    fn status(&self, c: &Container, old: Option<&ContainerStatus>, init: bool) -> ContainerStatus {
+        let mut instances: Vec<_> = self
+            .rt
+            .containers
+            .iter()
+            .filter(|x| *x.name == *c.name)
+            .collect();
+        instances.sort_by_key(|x| Reverse(x.created_at));
+        let newest = instances.first().copied();
+
+        let mut s = match newest {
+            Some(n) => {
+                let mut s = self.convert(n, old);
+                if let Some(previous) = instances.get(1) {
+                    s.last_state = self.convert(previous, old).state;
+                }
+                s
+            }
+            None => self.default_status(c, old),
+        };
+        s.image.clone_from(&c.image);
+
+        let init_succeeded =
+            newest.is_some_and(|n| n.state == kc::ContainerState::Exited && n.exit_code == 0);
+        if init && newest.is_none() && s.state.waiting.is_some() && self.any_app_container_created()
+        {
+            // The init container was removed from the runtime after the app containers were
+            // created, so it must have succeeded.
+            s.state = terminated(ContainerStateTerminated {
+                reason: Some("Completed".into()),
+                message: Some(INIT_INFERRED.into()),
+                ..Default::default()
+            });
+        } else if !(init && init_succeeded) && self.should_restart(newest) {
+            // A container the next sync will (re)start shows why it is not running yet; the
+            // instance that exited moves to lastState.
+            if let Some((reason, message)) = (self.waiting)(&c.name) {
+                if s.state.terminated.is_some() {
+                    s.last_state = std::mem::take(&mut s.state);
+                }
+                s.state = waiting_state(reason, Some(message));
+            }
+        }
+
+        let running = s.state.running.is_some();
+        s.started = Some(running);
+        s.ready = if init {
+            exit_code(&s.state) == Some(0)
+        } else {
+            running
+        };
+        s
+    }
+
+    /// The status of a container the runtime does not know (yet, or any more).
+    fn default_status(&self, c: &Container, old: Option<&ContainerStatus>) -> ContainerStatus {
+        if let Some(o) = old.filter(|o| o.state.terminated.is_some()) {
+            return o.clone();
+        }
+        let reason = if self.pod.spec.init_containers.is_empty() {
+            CONTAINER_CREATING
+        } else {
+            POD_INITIALIZING
+        };
+        let mut s = ContainerStatus {
+            name: c.name.clone(),
+            state: waiting_state(reason.into(), None),
+            ..Default::default()
+        };
+        if let Some(o) = old {
+            s.restart_count = o.restart_count;
+            s.last_state = o.last_state.clone();
+            // It was running and vanished: record that it stopped, so that the pod does not go
+            // back to Pending as if it had never run.
+            if o.state.running.is_some() && s.last_state.terminated.is_none() {
+                s.last_state = terminated(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(STATUS_UNKNOWN.into()),
+                    message: Some(VANISHED.into()),
+                    ..Default::default()
+                });
+                if self.pod.metadata.deletion_timestamp.is_none() {
+                    s.restart_count = s.restart_count.saturating_add(1);
+                }
+            }
+        }
+        s
+    }
+
+    /// One runtime instance as an API status.
+    fn convert(&self, x: &kc::ContainerStatus, old: Option<&ContainerStatus>) -> ContainerStatus {
+        let id = format!("{}://{}", self.runtime_name, x.id);
+        let mut s = ContainerStatus {
+            name: x.name.to_string(),
+            restart_count: i32::try_from(x.restart_count).unwrap_or(i32::MAX),
+            image_id: x.image_ref.to_string(),
+            container_id: Some(id.clone()),
+            ..Default::default()
+        };
+        let was_running = old.filter(|o| o.state.running.is_some());
+        s.state = match (x.state, was_running) {
+            (kc::ContainerState::Running, _) => ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: time(x.started_at),
+                }),
+                ..Default::default()
+            },
+            (kc::ContainerState::Exited, _) => {
+                let reason = match (&*x.reason, x.exit_code) {
+                    ("", 0) => "Completed",
+                    ("", _) => "Error",
+                    (r, _) => r,
+                };
+                terminated(ContainerStateTerminated {
+                    exit_code: x.exit_code,
+                    reason: Some(reason.into()),
+                    message: (!x.message.is_empty()).then(|| x.message.to_string()),
+                    started_at: time(x.started_at),
+                    finished_at: time(x.finished_at),
+                    container_id: Some(id),
+                    ..Default::default()
+                })
+            }
+            (kc::ContainerState::Unknown, Some(o)) => {
+                // It was running and the runtime lost track of it: it ran and stopped, which is
+                // not the same as never having run (a Never pod must not run it again).
+                s.restart_count = o.restart_count.saturating_add(1);
+                terminated(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(STATUS_UNKNOWN.into()),
+                    message: Some(LOST.into()),
+                    ..Default::default()
+                })
+            }
+            // Created but not started, or unknown: waiting to run.
+            (kc::ContainerState::Created | kc::ContainerState::Unknown, _) => ContainerState {
+                waiting: Some(ContainerStateWaiting::default()),
+                ..Default::default()
+            },
+        };
+        s
+    }
+
+    /// The kubelet's ShouldContainerBeRestarted for the newest instance of a container.
+    fn should_restart(&self, newest: Option<&kc::ContainerStatus>) -> bool {
+        if self.pod.metadata.deletion_timestamp.is_some() {
+            return false;
+        }
+        let Some(n) = newest else { return true };
+        match n.state {
+            kc::ContainerState::Running => false,
+            kc::ContainerState::Created | kc::ContainerState::Unknown => true,
+            kc::ContainerState::Exited => match restart_policy(self.pod) {
+                RestartPolicy::Always => true,
+                RestartPolicy::OnFailure => n.exit_code != 0,
+                RestartPolicy::Never => false,
+            },
+        }
+    }
+
+    fn any_app_container_created(&self) -> bool {
+        self.pod.spec.containers.iter().any(|c| {
+            self.rt
+                .latest(&c.name)
+                .is_some_and(|s| s.state != kc::ContainerState::Unknown)
+        })
+    }
+}
+
+fn time(unix_nanos: i64) -> Option<String> {
+    (unix_nanos > 0).then(|| rfc3339(unix_nanos))
+}
+
+fn terminated(t: ContainerStateTerminated) -> ContainerState {
+    ContainerState {
+        terminated: Some(t),
+        ..Default::default()
+    }
+}
+
+fn waiting_state(reason: String, message: Option<String>) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason),
+            message,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The newest sandbox's IP while it is ready. Once no sandbox is ready (the pod stopped), the
+/// previous IPs stay, as the kubelet's PLEG keeps them: a finished pod still shows its IP.
+fn pod_ips(rt: &PodRuntimeStatus, prev: &PodStatus) -> Vec<PodIp> {
+    let ready = |s: &&kc::SandboxStatus| s.state == SandboxState::Ready;
+    match rt
+        .sandboxes
+        .first()
+        .filter(ready)
+        .and_then(|s| s.ip.as_deref())
+    {
+        Some(ip) => vec![PodIp { ip: ip.to_owned() }],
+        None if !rt.sandboxes.iter().any(|s| ready(&s)) => prev.pod_i_ps.clone(),
+        None => vec![],
+    }
+}
+
+/// Whether the pod has a sandbox that containers can start in (the kubelet's
+/// PodSandboxChanged returning false): exactly one ready sandbox, the newest, in the right
+/// network namespace, with an IP unless it uses the host network.
+fn sandbox_ready(pod: &Pod, rt: &PodRuntimeStatus) -> bool {
+    let Some(newest) = rt.sandboxes.first() else {
+        return false;
+    };
+    let ready = rt
+        .sandboxes
+        .iter()
+        .filter(|s| s.state == SandboxState::Ready)
+        .count();
+    ready == 1
+        && newest.state == SandboxState::Ready
+        && newest.host_network == pod.spec.host_network
+        && (pod.spec.host_network || newest.ip.is_some())
+}
+
+fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
+    PodCondition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.map(Into::into),
+        message,
+        ..Default::default()
+    }
+}
+
+/// The names of the containers that are not ready, in spec order.
+fn unready(statuses: &[ContainerStatus]) -> Vec<&str> {
+    statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
+/// True when no container is named, else False with `reason` and the names as Go prints a
+/// `[]string`: "containers with unready status: [a b]".
+fn all_ready(type_: &str, names: &[&str], reason: &str, what: &str) -> PodCondition {
+    if names.is_empty() {
+        return condition(type_, true, None, None);
+    }
+    let message = format!("containers with {what} status: [{}]", names.join(" "));
+    condition(type_, false, Some(reason), Some(message))
+}
+
+/// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
+/// keeps its lastTransitionTime while its status does not change.
+fn conditions(
+    pod: &Pod,
+    rt: &PodRuntimeStatus,
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+    phase: &str,
+    prev: &PodStatus,
+    now: i64,
+) -> Vec<PodCondition> {
+    let containers_ready = containers_ready(app, phase);
+    let ready = PodCondition {
+        type_: READY.into(),
+        ..containers_ready.clone()
+    };
+    let owned = [
+        condition(
+            POD_READY_TO_START_CONTAINERS,
+            sandbox_ready(pod, rt),
+            None,
+            None,
+        ),
+        initialized(init, app, phase),
+        ready,
+        containers_ready,
+        condition(POD_SCHEDULED, true, None, None),
+    ];
+    let foreign = pod
+        .status
+        .conditions
+        .iter()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()));
+    foreign
+        .cloned()
+        .chain(owned.into_iter().map(|mut c| {
+            c.last_transition_time = prev
+                .conditions
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+                .and_then(|o| o.last_transition_time.clone())
+                .or_else(|| Some(rfc3339(now)));
+            c
+        }))
+        .collect()
+}
+
+/// GeneratePodInitializedCondition.
+fn initialized(init: &[ContainerStatus], app: &[ContainerStatus], phase: &str) -> PodCondition {
+    if phase == SUCCEEDED {
+        return condition(INITIALIZED, true, Some("PodCompleted"), None);
+    }
+    // An app container that ran means initialization finished before.
+    if app
+        .iter()
+        .any(|s| s.state.running.is_some() || s.state.terminated.is_some())
+    {
+        return condition(INITIALIZED, true, None, None);
+    }
+    all_ready(
+        INITIALIZED,
+        &unready(init),
+        "ContainersNotInitialized",
+        "incomplete",
+    )
+}
+
+/// GenerateContainersReadyCondition (the Ready condition copies it: there are no readiness
+/// gates).
+fn containers_ready(app: &[ContainerStatus], phase: &str) -> PodCondition {
+    match phase {
+        SUCCEEDED => condition(CONTAINERS_READY, false, Some("PodCompleted"), None),
+        FAILED => condition(CONTAINERS_READY, false, Some("PodFailed"), None),
+        _ => all_ready(
+            CONTAINERS_READY,
+            &unready(app),
+            "ContainersNotReady",
+            "unready",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Quantity;
+    use crate::kubecontainer::{ContainerState as Rs, SandboxStatus};
+
+    const SEC: i64 = 1_000_000_000;
+    /// 2024-05-01T12:00:00Z
+    const T0: i64 = 1_714_564_800 * SEC;
+    const NOW: i64 = T0 + 600 * SEC;
+    const HOST: &str = "192.168.1.10";
+
+    fn pod(policy: Option<RestartPolicy>, inits: &[&str], apps: &[&str]) -> Pod {
+        let c = |n: &&str| Container {
+            name: (*n).into(),
+            image: format!("img/{n}:1"),
+            ..Default::default()
+        };
+        let mut p = Pod::default();
+        p.metadata.name = "web".into();
+        p.metadata.uid = "uid-1".into();
+        p.spec.restart_policy = policy;
+        p.spec.init_containers = inits.iter().map(c).collect();
+        p.spec.containers = apps.iter().map(c).collect();
+        p
+    }
+
+    fn sandbox(ready: bool, ip: Option<&str>) -> SandboxStatus {
+        SandboxStatus {
+            id: "sb1".into(),
+            attempt: 0,
+            state: if ready {
+                SandboxState::Ready
+            } else {
+                SandboxState::NotReady
+            },
+            created_at: T0,
+            ip: ip.map(Into::into),
+            host_network: false,
+        }
+    }
+
+    /// An instance created `at` seconds after T0, started a second later and, when exited,
+    /// finished 10 seconds after that.
+    fn ctr(name: &str, state: Rs, at: i64, exit_code: i32, restarts: u32) -> kc::ContainerStatus {
+        let created = T0 + at * SEC;
+        kc::ContainerStatus {
+            id: format!("{name}-{at}").into(),
+            name: name.into(),
+            state,
+            created_at: created,
+            started_at: if state == Rs::Created {
+                0
+            } else {
+                created + SEC
+            },
+            finished_at: if state == Rs::Exited {
+                created + 11 * SEC
+            } else {
+                0
+            },
+            exit_code,
+            image: format!("img/{name}:1").into(),
+            image_ref: format!("sha256:{name}").into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 1,
+            restart_count: restarts,
+        }
+    }
+
+    fn runtime(
+        sandboxes: Vec<SandboxStatus>,
+        containers: Vec<kc::ContainerStatus>,
+    ) -> PodRuntimeStatus {
+        PodRuntimeStatus {
+            uid: "uid-1".into(),
+            sandboxes,
+            containers,
+            ..Default::default()
+        }
+    }
+
+    fn run(
+        pod: &Pod,
+        rt: &PodRuntimeStatus,
+        waiting: &[(&str, &str, &str)],
+        old: Option<&PodStatus>,
+    ) -> PodStatus {
+        let lookup = |name: &str| {
+            waiting
+                .iter()
+                .find(|w| w.0 == name)
+                .map(|w| (w.1.to_owned(), w.2.to_owned()))
+        };
+        generate(pod, rt, &lookup, old, HOST, "containerd", NOW)
+    }
+
+    fn cond<'a>(s: &'a PodStatus, type_: &str) -> &'a PodCondition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    fn waiting_reason(s: &ContainerStatus) -> Option<&str> {
+        s.state.waiting.as_ref()?.reason.as_deref()
+    }
+
+    fn cs<'a>(s: &'a PodStatus, name: &str) -> &'a ContainerStatus {
+        s.init_container_statuses
+            .iter()
+            .chain(&s.container_statuses)
+            .find(|c| c.name == name)
+            .unwrap()
+    }
+
+    #[test]
+    fn fresh_pod_before_any_container() {
+        let p = pod(None, &[], &["app"]);
+        let s = run(&p, &runtime(vec![], vec![]), &[], None);
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                POD_READY_TO_START_CONTAINERS,
+                INITIALIZED,
+                READY,
+                CONTAINERS_READY,
+                POD_SCHEDULED
+            ]
+        );
+        let statuses: Vec<&str> = s.conditions.iter().map(|c| c.status.as_str()).collect();
+        assert_eq!(statuses, ["False", "True", "False", "False", "True"]);
+        let ready = cond(&s, READY);
+        assert_eq!(ready.reason.as_deref(), Some("ContainersNotReady"));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("containers with unready status: [app]")
+        );
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.last_transition_time.as_deref() == Some("2024-05-01T12:10:00Z"))
+        );
+
+        let c = &s.container_statuses[0];
+        assert_eq!(waiting_reason(c), Some(CONTAINER_CREATING));
+        assert_eq!(c.image, "img/app:1");
+        assert_eq!(
+            (c.ready, c.started, c.restart_count),
+            (false, Some(false), 0)
+        );
+        assert_eq!(c.container_id, None);
+        assert!(s.init_container_statuses.is_empty());
+
+        assert_eq!(s.pod_ip, None);
+        assert!(s.pod_i_ps.is_empty());
+        assert_eq!(s.host_ip.as_deref(), Some(HOST));
+        assert_eq!(s.host_i_ps, [HostIp { ip: HOST.into() }]);
+        assert_eq!(s.start_time.as_deref(), Some("2024-05-01T12:10:00Z"));
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    }
+
+    #[test]
+    fn image_pull_error_before_first_start() {
+        let p = pod(None, &[], &["app"]);
+        let rt = runtime(vec![sandbox(true, Some("10.1.0.5"))], vec![]);
+        let s = run(
+            &p,
+            &rt,
+            &[("app", "ErrImagePull", "pull access denied")],
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let w = s.container_statuses[0].state.waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("ErrImagePull"));
+        assert_eq!(w.message.as_deref(), Some("pull access denied"));
+        assert_eq!(cond(&s, POD_READY_TO_START_CONTAINERS).status, "True");
+    }
+
+    #[test]
+    fn running_pod() {
+        let mut p = pod(None, &[], &["app", "sidecar"]);
+        for c in &mut p.spec.containers {
+            c.resources
+                .limits
+                .insert("cpu".into(), Quantity::parse("500m").unwrap());
+            c.resources
+                .limits
+                .insert("memory".into(), Quantity::parse("64Mi").unwrap());
+        }
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![
+                ctr("app", Rs::Running, 2, 0, 0),
+                ctr("sidecar", Rs::Running, 3, 0, 0),
+            ],
+        );
+        let s = run(&p, &rt, &[("app", "CrashLoopBackOff", "stale")], None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.status == "True" && c.reason.is_none()),
+            "{:?}",
+            s.conditions
+        );
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.0.5"));
+        assert_eq!(
+            s.pod_i_ps,
+            [PodIp {
+                ip: "10.1.0.5".into()
+            }]
+        );
+        assert_eq!(s.qos_class.as_deref(), Some("Guaranteed"));
+
+        let c = cs(&s, "app");
+        // a stale waiting reason does not hide a running container
+        let running = c.state.running.as_ref().unwrap();
+        assert_eq!(running.started_at.as_deref(), Some("2024-05-01T12:00:03Z"));
+        assert_eq!(c.state.waiting, None);
+        assert_eq!(c.container_id.as_deref(), Some("containerd://app-2"));
+        assert_eq!(c.image_id, "sha256:app");
+        assert_eq!((c.ready, c.started), (true, Some(true)));
+        assert_eq!(c.last_state, ContainerState::default());
+
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["containerStatuses"][1]["containerID"],
+            "containerd://sidecar-3"
+        );
+        assert_eq!(v["conditions"][0]["type"], "PodReadyToStartContainers");
+        assert!(v["conditions"][0].get("lastProbeTime").is_none());
+    }
+
+    #[test]
+    fn crash_looping_pod_with_always() {
+        let p = pod(None, &[], &["app"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![
+                ctr("app", Rs::Exited, 40, 1, 3),
+                ctr("app", Rs::Exited, 20, 1, 2),
+            ],
+        );
+        // just exited, back-off not recorded yet: terminated, previous instance in lastState
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        let c = &s.container_statuses[0];
+        let t = c.state.terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (1, Some("Error")));
+        assert_eq!(t.container_id.as_deref(), Some("containerd://app-40"));
+        assert_eq!(t.finished_at.as_deref(), Some("2024-05-01T12:00:51Z"));
+        let last = c.last_state.terminated.as_ref().unwrap();
+        assert_eq!(last.container_id.as_deref(), Some("containerd://app-20"));
+        assert_eq!(c.restart_count, 3);
+
+        // in back-off: waiting CrashLoopBackOff, the newest exit moves to lastState
+        let msg = "back-off 20s restarting failed container=app pod=web_default(uid-1)";
+        let s = run(&p, &rt, &[("app", "CrashLoopBackOff", msg)], None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        let c = &s.container_statuses[0];
+        let w = c.state.waiting.as_ref().unwrap();
+        assert_eq!(
+            (w.reason.as_deref(), w.message.as_deref()),
+            (Some("CrashLoopBackOff"), Some(msg))
+        );
+        assert_eq!(c.state.terminated, None);
+        let last = c.last_state.terminated.as_ref().unwrap();
+        assert_eq!(last.container_id.as_deref(), Some("containerd://app-40"));
+        assert_eq!(last.exit_code, 1);
+        assert_eq!(c.restart_count, 3);
+        assert_eq!(c.container_id.as_deref(), Some("containerd://app-40"));
+        assert!(!c.ready);
+        let cr = cond(&s, CONTAINERS_READY);
+        assert_eq!(
+            (cr.status.as_str(), cr.reason.as_deref()),
+            ("False", Some("ContainersNotReady"))
+        );
+    }
+
+    #[test]
+    fn never_pod_that_completed_succeeds() {
+        let p = pod(Some(RestartPolicy::Never), &[], &["job"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.7"))],
+            vec![ctr("job", Rs::Exited, 1, 0, 0)],
+        );
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.phase.as_deref(), Some(SUCCEEDED));
+        let t = s.container_statuses[0].state.terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        assert_eq!(t.started_at.as_deref(), Some("2024-05-01T12:00:02Z"));
+        for ty in [READY, CONTAINERS_READY] {
+            let c = cond(&s, ty);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_deref()),
+                ("False", Some("PodCompleted")),
+                "{ty}"
+            );
+        }
+        let init = cond(&s, INITIALIZED);
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_deref()),
+            ("True", Some("PodCompleted"))
+        );
+    }
+
+    #[test]
+    fn never_pod_that_failed_fails() {
+        let p = pod(Some(RestartPolicy::Never), &[], &["job"]);
+        let mut oom = ctr("job", Rs::Exited, 1, 137, 0);
+        oom.reason = "OOMKilled".into();
+        oom.message = "out of memory".into();
+        let rt = runtime(vec![sandbox(true, Some("10.1.0.7"))], vec![oom]);
+        // a recorded waiting reason is ignored: Never does not restart
+        let s = run(&p, &rt, &[("job", "CrashLoopBackOff", "x")], None);
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        let t = s.container_statuses[0].state.terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("OOMKilled")));
+        assert_eq!(t.message.as_deref(), Some("out of memory"));
+        assert_eq!(
+            cond(&s, CONTAINERS_READY).reason.as_deref(),
+            Some("PodFailed")
+        );
+        assert_eq!(cond(&s, READY).reason.as_deref(), Some("PodFailed"));
+
+        let rt = runtime(vec![], vec![ctr("job", Rs::Exited, 1, 1, 0)]);
+        assert_eq!(run(&p, &rt, &[], None).phase.as_deref(), Some(FAILED));
+    }
+
+    #[test]
+    fn on_failure_restarts_only_failures() {
+        let p = pod(Some(RestartPolicy::OnFailure), &[], &["a", "b"]);
+        let sb = || vec![sandbox(true, Some("10.1.0.8"))];
+        let back_off = [
+            ("a", "CrashLoopBackOff", "x"),
+            ("b", "CrashLoopBackOff", "back-off 10s"),
+        ];
+
+        // a finished, b failed and waits to be restarted: still running
+        let rt = runtime(
+            sb(),
+            vec![ctr("a", Rs::Exited, 1, 0, 0), ctr("b", Rs::Exited, 1, 2, 1)],
+        );
+        let s = run(&p, &rt, &back_off, None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(
+            cs(&s, "a")
+                .state
+                .terminated
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("Completed")
+        );
+        let b = cs(&s, "b");
+        assert_eq!(waiting_reason(b), Some("CrashLoopBackOff"));
+        assert_eq!(exit_code(&b.last_state), Some(2));
+
+        // b failed again and nothing is recorded: still running, not failed
+        assert_eq!(run(&p, &rt, &[], None).phase.as_deref(), Some(RUNNING));
+
+        // a finished, b runs again
+        let rt = runtime(
+            sb(),
+            vec![
+                ctr("a", Rs::Exited, 1, 0, 0),
+                ctr("b", Rs::Running, 30, 0, 1),
+            ],
+        );
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(
+            cond(&s, READY).message.as_deref(),
+            Some("containers with unready status: [a]")
+        );
+
+        // both finished successfully
+        let rt = runtime(
+            sb(),
+            vec![
+                ctr("a", Rs::Exited, 1, 0, 0),
+                ctr("b", Rs::Exited, 30, 0, 1),
+            ],
+        );
+        assert_eq!(
+            run(&p, &rt, &back_off, None).phase.as_deref(),
+            Some(SUCCEEDED)
+        );
+    }
+
+    #[test]
+    fn init_container_running() {
+        let p = pod(None, &["setup", "migrate"], &["app"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.9"))],
+            vec![ctr("setup", Rs::Running, 1, 0, 0)],
+        );
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let setup = cs(&s, "setup");
+        assert!(setup.state.running.is_some());
+        assert_eq!((setup.ready, setup.started), (false, Some(true)));
+        assert_eq!(waiting_reason(cs(&s, "migrate")), Some(POD_INITIALIZING));
+        assert_eq!(waiting_reason(cs(&s, "app")), Some(POD_INITIALIZING));
+        let names: Vec<&str> = s
+            .init_container_statuses
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["setup", "migrate"]);
+        let init = cond(&s, INITIALIZED);
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_deref()),
+            ("False", Some("ContainersNotInitialized"))
+        );
+        assert_eq!(
+            init.message.as_deref(),
+            Some("containers with incomplete status: [setup migrate]")
+        );
+
+        // setup done, migrate running
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.9"))],
+            vec![
+                ctr("setup", Rs::Exited, 1, 0, 0),
+                ctr("migrate", Rs::Running, 20, 0, 0),
+            ],
+        );
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let setup = cs(&s, "setup");
+        assert_eq!((setup.ready, setup.started), (true, Some(false)));
+        assert_eq!(
+            cond(&s, INITIALIZED).message.as_deref(),
+            Some("containers with incomplete status: [migrate]")
+        );
+    }
+
+    #[test]
+    fn init_done_and_app_running() {
+        let p = pod(None, &["setup"], &["app"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.9"))],
+            vec![
+                ctr("setup", Rs::Exited, 1, 0, 0),
+                ctr("app", Rs::Running, 20, 0, 0),
+            ],
+        );
+        // a stale waiting reason does not turn a succeeded init container (Always) into waiting
+        let s = run(&p, &rt, &[("setup", "CrashLoopBackOff", "x")], None);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(exit_code(&cs(&s, "setup").state), Some(0));
+        assert!(s.conditions.iter().all(|c| c.status == "True"));
+
+        // the init container was garbage-collected: inferred completed, still initialized
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.9"))],
+            vec![ctr("app", Rs::Running, 20, 0, 0)],
+        );
+        let s2 = run(&p, &rt, &[], None);
+        assert_eq!(s2.phase.as_deref(), Some(RUNNING));
+        let t = cs(&s2, "setup").state.terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+        assert_eq!(cond(&s2, INITIALIZED).status, "True");
+
+        // with the previous status at hand, its terminated state is kept as it was
+        let s3 = run(&p, &rt, &[], Some(&s));
+        let setup = cs(&s3, "setup");
+        assert_eq!(setup.container_id.as_deref(), Some("containerd://setup-1"));
+        assert_eq!(
+            setup
+                .state
+                .terminated
+                .as_ref()
+                .unwrap()
+                .container_id
+                .as_deref(),
+            Some("containerd://setup-1")
+        );
+        assert!(setup.ready);
+    }
+
+    #[test]
+    fn failed_init_container() {
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.9"))],
+            vec![ctr("setup", Rs::Exited, 1, 2, 0)],
+        );
+        let back_off = [("setup", "CrashLoopBackOff", "back-off 10s")];
+
+        let never = pod(Some(RestartPolicy::Never), &["setup"], &["app"]);
+        let s = run(&never, &rt, &back_off, None);
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        assert_eq!(exit_code(&cs(&s, "setup").state), Some(2));
+        assert_eq!(waiting_reason(cs(&s, "app")), Some(POD_INITIALIZING));
+        assert_eq!(cond(&s, INITIALIZED).status, "False");
+        assert_eq!(
+            cond(&s, CONTAINERS_READY).reason.as_deref(),
+            Some("PodFailed")
+        );
+
+        // Always retries the init container: pending, crash-looping
+        let always = pod(None, &["setup"], &["app"]);
+        let s = run(&always, &rt, &back_off, None);
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let setup = cs(&s, "setup");
+        assert_eq!(waiting_reason(setup), Some("CrashLoopBackOff"));
+        assert_eq!(exit_code(&setup.last_state), Some(2));
+        assert_eq!(
+            cond(&s, INITIALIZED).message.as_deref(),
+            Some("containers with incomplete status: [setup]")
+        );
+    }
+
+    #[test]
+    fn terminal_phase_stays_terminal() {
+        let p = pod(Some(RestartPolicy::Never), &[], &["job"]);
+        let rt = runtime(
+            vec![sandbox(false, None)],
+            vec![ctr("job", Rs::Exited, 1, 0, 0)],
+        );
+        let mut done = run(&p, &rt, &[], None);
+        assert_eq!(done.phase.as_deref(), Some(SUCCEEDED));
+        done.reason = Some("Completed".into());
+
+        // the runtime forgot everything: the old terminated statuses and the phase stay
+        let s = run(&p, &runtime(vec![], vec![]), &[], Some(&done));
+        assert_eq!(s.phase.as_deref(), Some(SUCCEEDED));
+        assert_eq!(s.reason.as_deref(), Some("Completed"));
+        assert_eq!(exit_code(&s.container_statuses[0].state), Some(0));
+
+        // a container the runtime shows running again cannot bring it back to Running
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.7"))],
+            vec![ctr("job", Rs::Running, 50, 0, 0)],
+        );
+        assert_eq!(
+            run(&p, &rt, &[], Some(&done)).phase.as_deref(),
+            Some(SUCCEEDED)
+        );
+
+        // the API server's terminal phase wins over a different computed one
+        let mut api = p.clone();
+        api.status.phase = Some(FAILED.into());
+        let rt = runtime(vec![], vec![ctr("job", Rs::Exited, 1, 0, 0)]);
+        assert_eq!(run(&api, &rt, &[], None).phase.as_deref(), Some(FAILED));
+        // a phase change drops the reason of the previous phase
+        assert_eq!(run(&api, &rt, &[], Some(&done)).reason, None);
+    }
+
+    #[test]
+    fn host_network_pod_uses_host_ip() {
+        let mut p = pod(None, &[], &["agent"]);
+        p.spec.host_network = true;
+        let mut sb = sandbox(true, None);
+        sb.host_network = true;
+        let rt = runtime(vec![sb], vec![ctr("agent", Rs::Running, 1, 0, 0)]);
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.pod_ip.as_deref(), Some(HOST));
+        assert_eq!(s.pod_i_ps, [PodIp { ip: HOST.into() }]);
+        assert_eq!(cond(&s, POD_READY_TO_START_CONTAINERS).status, "True");
+
+        // a pod-network pod whose sandbox has no IP needs a new sandbox
+        let p = pod(None, &[], &["agent"]);
+        let rt = runtime(vec![sandbox(true, None)], vec![]);
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(s.pod_ip, None);
+        assert_eq!(cond(&s, POD_READY_TO_START_CONTAINERS).status, "False");
+    }
+
+    #[test]
+    fn pod_ip_survives_sandbox_stop() {
+        let p = pod(Some(RestartPolicy::Never), &[], &["job"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.7"))],
+            vec![ctr("job", Rs::Running, 1, 0, 0)],
+        );
+        let first = run(&p, &rt, &[], None);
+        let rt = runtime(
+            vec![sandbox(false, Some("10.1.0.7"))],
+            vec![ctr("job", Rs::Exited, 1, 0, 0)],
+        );
+        let mut stale = first.clone();
+        stale.pod_i_ps = vec![PodIp {
+            ip: "10.1.0.6".into(),
+        }];
+        let s = run(&p, &rt, &[], Some(&stale));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.1.0.6"));
+        assert_eq!(cond(&s, POD_READY_TO_START_CONTAINERS).status, "False");
+        // a new ready sandbox without an address yet: no stale IP
+        let rt = runtime(
+            vec![sandbox(true, None), sandbox(false, Some("10.1.0.7"))],
+            vec![ctr("job", Rs::Exited, 1, 0, 0)],
+        );
+        assert_eq!(run(&p, &rt, &[], Some(&stale)).pod_ip, None);
+    }
+
+    #[test]
+    fn transition_times_move_only_on_change() {
+        let p = pod(None, &[], &["app"]);
+        let sb = || vec![sandbox(true, Some("10.1.0.5"))];
+        let mut old = run(&p, &runtime(sb(), vec![]), &[], None);
+        for c in &mut old.conditions {
+            c.last_transition_time = Some("2024-05-01T11:00:00Z".into());
+        }
+        old.start_time = Some("2024-05-01T11:00:00Z".into());
+
+        // nothing changed: all times kept
+        let same = run(&p, &runtime(sb(), vec![]), &[], Some(&old));
+        assert!(
+            same.conditions
+                .iter()
+                .all(|c| c.last_transition_time.as_deref() == Some("2024-05-01T11:00:00Z"))
+        );
+        assert_eq!(same.start_time.as_deref(), Some("2024-05-01T11:00:00Z"));
+
+        // the container started: Ready and ContainersReady moved to now, the others stayed
+        let s = run(
+            &p,
+            &runtime(sb(), vec![ctr("app", Rs::Running, 5, 0, 0)]),
+            &[],
+            Some(&old),
+        );
+        for c in &s.conditions {
+            let moved = c.type_ == READY || c.type_ == CONTAINERS_READY;
+            let want = if moved {
+                "2024-05-01T12:10:00Z"
+            } else {
+                "2024-05-01T11:00:00Z"
+            };
+            assert_eq!(c.last_transition_time.as_deref(), Some(want), "{}", c.type_);
+        }
+        assert_eq!(s.start_time.as_deref(), Some("2024-05-01T11:00:00Z"));
+    }
+
+    #[test]
+    fn foreign_conditions_and_qos_class_are_kept() {
+        let mut p = pod(None, &[], &["app"]);
+        p.status.conditions = vec![
+            condition(
+                "DisruptionTarget",
+                true,
+                Some("EvictionByEvictionAPI"),
+                None,
+            ),
+            condition(READY, true, None, None),
+        ];
+        p.status.qos_class = Some("Burstable".into());
+        let s = run(&p, &runtime(vec![], vec![]), &[], None);
+        assert_eq!(s.conditions.len(), 6);
+        assert_eq!(s.conditions[0].type_, "DisruptionTarget");
+        assert_eq!(s.conditions[0].last_transition_time, None);
+        assert_eq!(cond(&s, READY).status, "False");
+        assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+    }
+
+    #[test]
+    fn vanished_containers_count_as_stopped() {
+        let p = pod(None, &[], &["app"]);
+        let sb = || vec![sandbox(true, Some("10.1.0.5"))];
+        let old = run(
+            &p,
+            &runtime(sb(), vec![ctr("app", Rs::Running, 1, 0, 4)]),
+            &[],
+            None,
+        );
+
+        // the runtime reports it in an unknown state
+        let s = run(
+            &p,
+            &runtime(sb(), vec![ctr("app", Rs::Unknown, 1, 0, 4)]),
+            &[],
+            Some(&old),
+        );
+        let c = &s.container_statuses[0];
+        let t = c.state.terminated.as_ref().unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref()),
+            (137, Some(STATUS_UNKNOWN))
+        );
+        assert_eq!(c.restart_count, 5);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+
+        // the runtime lost it altogether
+        let s = run(&p, &runtime(sb(), vec![]), &[], Some(&old));
+        let c = &s.container_statuses[0];
+        assert_eq!(waiting_reason(c), Some(CONTAINER_CREATING));
+        assert_eq!(
+            c.last_state.terminated.as_ref().unwrap().reason.as_deref(),
+            Some(STATUS_UNKNOWN)
+        );
+        assert_eq!(c.restart_count, 5);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+
+        // a created, never started instance waits
+        let s = run(
+            &p,
+            &runtime(sb(), vec![ctr("app", Rs::Created, 1, 0, 0)]),
+            &[],
+            None,
+        );
+        assert_eq!(
+            s.container_statuses[0].state.waiting,
+            Some(ContainerStateWaiting::default())
+        );
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+    }
+}

@@ -1,0 +1,66 @@
+//! The status manager: the latest API status of every pod, regenerated after each sync from the
+//! runtime's view. The local API serves it now; the apiserver side will publish it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use crate::api::{Pod, PodStatus};
+use crate::kubecontainer::PodRuntimeStatus;
+use crate::kuberuntime::RuntimeManager;
+use crate::rt;
+
+use super::generate;
+
+/// The runtime name in container IDs (`containerd://<id>`).
+const DEFAULT_RUNTIME_NAME: &str = "containerd";
+
+#[derive(Debug)]
+pub struct StatusManager {
+    host_ip: String,
+    runtime_name: RefCell<String>,
+    statuses: RefCell<HashMap<String, PodStatus>>,
+}
+
+impl StatusManager {
+    pub fn new(host_ip: &str) -> Self {
+        StatusManager {
+            host_ip: host_ip.to_owned(),
+            runtime_name: RefCell::new(DEFAULT_RUNTIME_NAME.to_owned()),
+            statuses: RefCell::default(),
+        }
+    }
+
+    /// Sets the runtime name reported by the runtime's Version call.
+    pub fn set_runtime_name(&self, name: &str) {
+        if !name.is_empty() {
+            *self.runtime_name.borrow_mut() = name.to_owned();
+        }
+    }
+
+    /// Regenerates a pod's status from what the runtime reports.
+    pub fn update(&self, pod: &Pod, rt_status: &PodRuntimeStatus, rm: &RuntimeManager) {
+        let uid = pod.metadata.uid.as_str();
+        let waiting = |name: &str| rm.waiting(uid, name).map(|w| (w.reason, w.message));
+        let new = {
+            let old = self.statuses.borrow();
+            generate::generate(
+                pod,
+                rt_status,
+                &waiting,
+                old.get(uid),
+                &self.host_ip,
+                &self.runtime_name.borrow(),
+                rt::now_nanos(),
+            )
+        };
+        self.statuses.borrow_mut().insert(uid.to_owned(), new);
+    }
+
+    pub fn get(&self, uid: &str) -> Option<PodStatus> {
+        self.statuses.borrow().get(uid).cloned()
+    }
+
+    pub fn remove(&self, uid: &str) {
+        self.statuses.borrow_mut().remove(uid);
+    }
+}

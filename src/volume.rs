@@ -1,0 +1,266 @@
+//! Pod volumes on the node: emptyDir directories (tmpfs for `medium: Memory`) under
+//! `<root-dir>/pods/<uid>/volumes/`, and hostPath type checks, as the kubelet lays them out.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::api::Pod;
+
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("volume {volume:?}: {path}: {source}")]
+    Io {
+        volume: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("volume {volume:?}: hostPath {path} is not a {want}")]
+    HostPathType {
+        volume: String,
+        path: PathBuf,
+        want: String,
+    },
+    #[error("volume {volume:?}: mounting tmpfs at {path}: {errno}")]
+    Mount {
+        volume: String,
+        path: PathBuf,
+        errno: nix::errno::Errno,
+    },
+}
+
+pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
+    root.join("pods").join(uid)
+}
+
+pub fn empty_dir_path(root: &Path, uid: &str, name: &str) -> PathBuf {
+    pod_dir(root, uid)
+        .join("volumes/kubernetes.io~empty-dir")
+        .join(name)
+}
+
+fn io_err(volume: &str, path: &Path) -> impl FnOnce(io::Error) -> VolumeError {
+    let (volume, path) = (volume.to_owned(), path.to_owned());
+    move |source| VolumeError::Io {
+        volume,
+        path,
+        source,
+    }
+}
+
+fn mkdir_all(volume: &str, path: &Path, mode: u32) -> Result<(), VolumeError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(io_err(volume, path))
+}
+
+fn is_mountpoint(path: &Path) -> bool {
+    mounts_under(path).iter().any(|m| m == path)
+}
+
+/// Mount points at or below `dir`, deepest first, from /proc/self/mountinfo.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    v.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    v
+}
+
+fn check_host_path(volume: &str, path: &Path, kind: &str) -> Result<(), VolumeError> {
+    let wrong = |want: &str| VolumeError::HostPathType {
+        volume: volume.to_owned(),
+        path: path.to_owned(),
+        want: want.to_owned(),
+    };
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" => {
+            if path.is_dir() {
+                return Ok(());
+            }
+            mkdir_all(volume, path, 0o755)
+        }
+        "FileOrCreate" => {
+            if path.exists() {
+                return if path.is_file() {
+                    Ok(())
+                } else {
+                    Err(wrong("file"))
+                };
+            }
+            fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(drop)
+                .map_err(io_err(volume, path))?;
+            fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+                .map_err(io_err(volume, path))
+        }
+        _ => {
+            let md = fs::metadata(path).map_err(io_err(volume, path))?;
+            let ft = md.file_type();
+            let (ok, want) = match kind {
+                "Directory" => (ft.is_dir(), "directory"),
+                "File" => (ft.is_file(), "file"),
+                "Socket" => (ft.is_socket(), "socket"),
+                "CharDevice" => (ft.is_char_device(), "character device"),
+                "BlockDevice" => (ft.is_block_device(), "block device"),
+                _ => (false, "known hostPath type"),
+            };
+            if ok { Ok(()) } else { Err(wrong(want)) }
+        }
+    }
+}
+
+/// Makes every volume of the pod ready and returns volume name → host path.
+pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, VolumeError> {
+    let uid = &pod.metadata.uid;
+    let mut out = HashMap::new();
+    for v in &pod.spec.volumes {
+        if let Some(hp) = &v.host_path {
+            let path = PathBuf::from(&hp.path);
+            check_host_path(&v.name, &path, hp.type_.as_deref().unwrap_or(""))?;
+            out.insert(v.name.clone(), path);
+        } else if let Some(ed) = &v.empty_dir {
+            let path = empty_dir_path(root, uid, &v.name);
+            mkdir_all(&v.name, &path, 0o750)?;
+            // emptyDir is world-writable, as upstream makes it, so non-root containers can use it.
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o777))
+                .map_err(io_err(&v.name, &path))?;
+            if ed.medium.as_deref() == Some("Memory") && !is_mountpoint(&path) {
+                let size = ed.size_limit.as_ref().map(|q| q.value()).filter(|&s| s > 0);
+                let data = match size {
+                    Some(s) => format!("mode=0777,size={s}"),
+                    None => "mode=0777".to_owned(),
+                };
+                nix::mount::mount(
+                    Some("tmpfs"),
+                    &path,
+                    Some("tmpfs"),
+                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                    Some(data.as_str()),
+                )
+                .map_err(|errno| VolumeError::Mount {
+                    volume: v.name.clone(),
+                    path: path.clone(),
+                    errno,
+                })?;
+            }
+            out.insert(v.name.clone(), path);
+        }
+    }
+    Ok(out)
+}
+
+/// Removes everything picolet keeps on disk for a pod, unmounting tmpfs volumes first.
+pub fn cleanup(root: &Path, uid: &str) -> io::Result<()> {
+    let dir = pod_dir(root, uid);
+    if !dir.exists() {
+        return Ok(());
+    }
+    for m in mounts_under(&dir) {
+        nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH).map_err(io::Error::from)?;
+    }
+    fs::remove_dir_all(&dir)
+}
+
+/// Pod directories present under the root dir (for orphan cleanup).
+pub fn pod_dirs(root: &Path) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(root.join("pods")) else {
+        return Vec::new();
+    };
+    rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("picolet-vol-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn pod_with(vols: Vec<Volume>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = "u1".into();
+        p.spec.volumes = vols;
+        p
+    }
+
+    #[test]
+    fn empty_dir_is_created_world_writable_and_cleaned() {
+        let root = tmp("ed");
+        let p = pod_with(vec![Volume {
+            name: "scratch".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]);
+        let m = prepare(&root, &p).unwrap();
+        let path = &m["scratch"];
+        assert_eq!(
+            path,
+            &root.join("pods/u1/volumes/kubernetes.io~empty-dir/scratch")
+        );
+        assert_eq!(
+            fs::metadata(path).unwrap().permissions().mode() & 0o777,
+            0o777
+        );
+        assert_eq!(pod_dirs(&root), vec!["u1".to_owned()]);
+        cleanup(&root, "u1").unwrap();
+        assert!(!pod_dir(&root, "u1").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn host_path_types() {
+        let root = tmp("hp");
+        let hp = |path: &Path, t: &str| {
+            pod_with(vec![Volume {
+                name: "h".into(),
+                host_path: Some(HostPathVolumeSource {
+                    path: path.display().to_string(),
+                    type_: Some(t.into()),
+                }),
+                ..Default::default()
+            }])
+        };
+        let d = root.join("made/here");
+        prepare(&root, &hp(&d, "DirectoryOrCreate")).unwrap();
+        assert!(d.is_dir());
+        let f = root.join("file");
+        prepare(&root, &hp(&f, "FileOrCreate")).unwrap();
+        assert!(f.is_file());
+        assert!(matches!(
+            prepare(&root, &hp(&f, "Directory")),
+            Err(VolumeError::HostPathType { .. })
+        ));
+        assert!(matches!(
+            prepare(&root, &hp(&d, "File")),
+            Err(VolumeError::HostPathType { .. })
+        ));
+        assert!(matches!(
+            prepare(&root, &hp(&root.join("nope"), "Directory")),
+            Err(VolumeError::Io { .. })
+        ));
+        assert!(prepare(&root, &hp(&root.join("nope"), "")).is_ok());
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

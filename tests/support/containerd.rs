@@ -1,0 +1,319 @@
+//! A private containerd (1.6, CRI plugin on) for end-to-end tests, driven by
+//! `scripts/scratch-containerd.sh`. std only.
+//!
+//! Include it from an integration test with
+//!
+//! ```ignore
+//! #[path = "support/containerd.rs"]
+//! mod containerd;
+//! ```
+//!
+//! Every instance lives under its own directory; `Drop` stops it (containerd, its
+//! shims and pods, its mounts). Missing prerequisites (containerd, runc, the CNI
+//! plugins, busybox-static, root) make `start` panic: such a test fails, it never
+//! skips silently.
+//!
+//! The images `picolet.local/pause:1` (the CRI sandbox image; it sleeps forever)
+//! and `picolet.local/busybox:1` (busybox with sh, sleep, echo, cat, wget, nc,
+//! httpd, ...; default command `sh`) are imported into namespace `k8s.io`.
+//! Pods get addresses in 10.244.77.0/24 on the bridge `picolet0`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The sandbox image the CRI plugin is configured with.
+pub const PAUSE_IMAGE: &str = "picolet.local/pause:1";
+/// A busybox image for workload containers.
+pub const BUSYBOX_IMAGE: &str = "picolet.local/busybox:1";
+/// The containerd namespace of the CRI plugin.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
+/// One task as `ctr tasks ls` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    pub id: String,
+    pub pid: u32,
+    /// RUNNING, STOPPED, CREATED, PAUSED, ...
+    pub status: String,
+}
+
+pub struct ScratchContainerd {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/scratch-containerd.sh")
+}
+
+fn run_script(action: &str, dir: &Path) -> Output {
+    let script = script();
+    Command::new("bash")
+        .arg(&script)
+        .arg(action)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()))
+}
+
+fn log_tail(dir: &Path, lines: usize) -> String {
+    match fs::read_to_string(dir.join("containerd.log")) {
+        Ok(log) => {
+            let all: Vec<&str> = log.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(no log at {}: {e})", dir.join("containerd.log").display()),
+    }
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Quotes a containerd filter value or label key ("..." with \ and " escaped).
+fn filter_quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}
+
+impl ScratchContainerd {
+    /// Starts a fresh private containerd under `dir` (created if missing) and
+    /// waits until its CRI service answers. Leftovers of an earlier run in the
+    /// same `dir` (say, a test process that was killed) are stopped first and its
+    /// metadata and snapshots (`dir/root`) are deleted, so the instance starts
+    /// with no containers and just the two images (the built image archives
+    /// cached in `dir/images` are kept). Panics with the script's output and the
+    /// containerd log tail on any failure.
+    ///
+    /// Keep `dir` short: unix socket paths are limited to 107 bytes.
+    pub fn start(dir: &Path) -> ScratchContainerd {
+        let dir = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            std::env::current_dir().expect("current dir").join(dir)
+        };
+        let out = run_script("stop", &dir);
+        if !out.status.success() {
+            panic!(
+                "scratch-containerd.sh stop {} (clearing leftovers before start) failed\n{}",
+                dir.display(),
+                describe(&out)
+            );
+        }
+        // `stop` leaves nothing mounted under dir (it fails otherwise).
+        let root = dir.join("root");
+        if root.exists() {
+            fs::remove_dir_all(&root)
+                .unwrap_or_else(|e| panic!("cannot remove {}: {e}", root.display()));
+        }
+        let out = run_script("start", &dir);
+        if !out.status.success() {
+            // The script already stops what a failed start launched; make sure.
+            let _ = run_script("stop", &dir);
+            panic!(
+                "scratch-containerd.sh start {} failed (containerd, runc, containernetworking-plugins, \
+                 busybox-static and root are required)\n{}\n--- containerd.log (tail) ---\n{}",
+                dir.display(),
+                describe(&out),
+                log_tail(&dir, 40)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let socket = stdout
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                panic!(
+                    "scratch-containerd.sh start printed no socket path\n{}",
+                    describe(&out)
+                )
+            });
+        // The script works on the canonical path; so do we.
+        let dir = socket
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| panic!("socket path {} has no parent", socket.display()));
+        ScratchContainerd { dir, socket }
+    }
+
+    /// Kills containerd only (shims and pods keep running) and starts it again
+    /// with the same config; returns once its CRI service answers.
+    pub fn restart(&self) {
+        let out = run_script("restart", &self.dir);
+        if !out.status.success() {
+            panic!(
+                "scratch-containerd.sh restart {} failed\n{}\n--- containerd.log (tail) ---\n{}",
+                self.dir.display(),
+                describe(&out),
+                self.log_tail(40)
+            );
+        }
+    }
+
+    /// Stops containerd, every shim and pod of this instance and unmounts
+    /// everything under `dir`. Idempotent; `Drop` calls it too.
+    pub fn stop(&self) {
+        let out = run_script("stop", &self.dir);
+        if !out.status.success() {
+            panic!(
+                "scratch-containerd.sh stop {} failed\n{}",
+                self.dir.display(),
+                describe(&out)
+            );
+        }
+    }
+
+    /// The CRI endpoint, as picolet's config takes it: `unix:///.../containerd.sock`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The last `lines` lines of containerd's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.dir, lines)
+    }
+
+    /// Runs `ctr -a SOCKET -n k8s.io ARGS...`; returns its stdout, or its
+    /// stderr (with the exit status) as the error.
+    pub fn try_ctr(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("ctr")
+            .arg("--connect-timeout")
+            .arg("5s")
+            .arg("-a")
+            .arg(&self.socket)
+            .arg("-n")
+            .arg(CRI_NAMESPACE)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run ctr (apt-get install containerd): {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "ctr {} failed: {}\n{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Runs `ctr -a SOCKET -n k8s.io ARGS...` and returns its stdout; panics
+    /// with its stderr if it fails.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        self.try_ctr(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Every task in namespace k8s.io (`ctr tasks ls`): one per pod sandbox and
+    /// one per container that has been started and not deleted.
+    pub fn tasks(&self) -> Vec<Task> {
+        let out = self.ctr(&["tasks", "ls"]);
+        out.lines()
+            .skip(1) // TASK PID STATUS
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let id = f.next()?.to_string();
+                let pid = f.next()?.parse().ok()?;
+                let status = f.next()?.to_string();
+                Some(Task { id, pid, status })
+            })
+            .collect()
+    }
+
+    /// The number of tasks whose status is RUNNING (sandboxes included).
+    pub fn running_task_count(&self) -> usize {
+        self.tasks()
+            .iter()
+            .filter(|t| t.status == "RUNNING")
+            .count()
+    }
+
+    /// Ids of the RUNNING tasks.
+    pub fn running_task_ids(&self) -> Vec<String> {
+        self.tasks()
+            .into_iter()
+            .filter(|t| t.status == "RUNNING")
+            .map(|t| t.id)
+            .collect()
+    }
+
+    /// Ids of every containerd container in namespace k8s.io (pod sandboxes are
+    /// containers too, labelled io.cri-containerd.kind=sandbox).
+    pub fn container_ids(&self) -> Vec<String> {
+        self.ids(&["containers", "ls", "-q"])
+    }
+
+    /// Ids of the containerd containers carrying the label `key` = `value`
+    /// (`ctr containers ls -q 'labels."KEY"=="VALUE"'`).
+    ///
+    /// The CRI plugin copies a PodSandboxConfig's labels onto the sandbox's
+    /// container and a ContainerConfig's labels onto the container, and adds
+    /// `io.cri-containerd.kind` = `sandbox` | `container`; it does not copy the
+    /// pod's labels onto its containers (the kubelet puts
+    /// `io.kubernetes.pod.name` etc. in every ContainerConfig itself).
+    pub fn containers_with_label(&self, key: &str, value: &str) -> Vec<String> {
+        let filter = format!("labels.{}=={}", filter_quote(key), filter_quote(value));
+        self.ids(&["containers", "ls", "-q", &filter])
+    }
+
+    /// Ids of the containers carrying every one of the given labels.
+    pub fn containers_with_labels(&self, labels: &[(&str, &str)]) -> Vec<String> {
+        // A comma joins conditions with AND; separate arguments would be OR.
+        let filter = labels
+            .iter()
+            .map(|(k, v)| format!("labels.{}=={}", filter_quote(k), filter_quote(v)))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.ids(&["containers", "ls", "-q", &filter])
+    }
+
+    /// Ids of the pod sandboxes' containers (running or not).
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        self.containers_with_label("io.cri-containerd.kind", "sandbox")
+    }
+
+    fn ids(&self, args: &[&str]) -> Vec<String> {
+        self.ctr(args)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for ScratchContainerd {
+    fn drop(&mut self) {
+        let out = run_script("stop", &self.dir);
+        if !out.status.success() {
+            let msg = format!(
+                "scratch-containerd.sh stop {} failed\n{}",
+                self.dir.display(),
+                describe(&out)
+            );
+            if std::thread::panicking() {
+                eprintln!("{msg}");
+            } else {
+                panic!("{msg}");
+            }
+        }
+    }
+}
