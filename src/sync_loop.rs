@@ -12,6 +12,7 @@ use futures_lite::StreamExt;
 
 use crate::api::{ListMeta, Pod, PodList};
 use crate::config::{Mux, Op, PodUpdate, Snapshot};
+use crate::kubecontainer::PodRuntimeStatus;
 use crate::kuberuntime::RuntimeManager;
 use crate::pleg::{self, Cache, Pleg};
 use crate::pod_workers::{Done, PodWorkers, Work};
@@ -114,6 +115,14 @@ impl Kubelet {
                         pod.metadata.name,
                         u.source.as_str()
                     );
+                    if u.op == Op::Add && self.status.get(&uid).is_none() {
+                        // Reported as Pending until its first sync reports more.
+                        let empty = PodRuntimeStatus {
+                            uid: uid.as_str().into(),
+                            ..Default::default()
+                        };
+                        self.status.update(&pod, &empty, &self.rm);
+                    }
                     let pod = Rc::new(pod);
                     self.pods.borrow_mut().insert(uid.clone(), pod.clone());
                     if !self.terminating.borrow().contains_key(&uid) {

@@ -1,0 +1,352 @@
+//! End-to-end tests: the real picolet binary against a real containerd that each test starts on
+//! a scratch directory, with images built offline. Ground truth comes from `ctr`, independent of
+//! picolet. These tests fail (never skip) when containerd, runc or busybox are missing: run
+//! `scripts/install-deps.sh` first (scripts/test.sh does).
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+
+const NODE: &str = "e2e-node";
+
+fn full(name: &str) -> String {
+    format!("{name}-{NODE}")
+}
+
+fn pod_yaml(name: &str, policy: &str, script: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: {policy}\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
+         command: [\"sh\", \"-c\", {script:?}]\n"
+    )
+}
+
+/// Every container (any state) of a pod, by the labels picolet puts on it.
+fn containers_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
+    c.containers_with_labels(&[
+        ("io.kubernetes.pod.name", &full(pod)),
+        ("io.cri-containerd.kind", "container"),
+    ])
+    .into_iter()
+    .collect()
+}
+
+fn sandboxes_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
+    c.containers_with_labels(&[
+        ("io.kubernetes.pod.name", &full(pod)),
+        ("io.cri-containerd.kind", "sandbox"),
+    ])
+    .into_iter()
+    .collect()
+}
+
+/// The pod's containers whose task is running.
+fn running_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
+    let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
+    containers_of(c, pod)
+        .intersection(&running)
+        .cloned()
+        .collect()
+}
+
+fn phase(a: &Agent, pod: &str) -> String {
+    a.pod(pod)
+        .and_then(|p| p["status"]["phase"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn restarts(a: &Agent, pod: &str) -> i64 {
+    a.pod(pod)
+        .and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64())
+        .unwrap_or(-1)
+}
+
+const T: Duration = Duration::from_secs(60);
+
+#[test]
+fn manifest_create_edit_break_delete() {
+    let d = test_dir("life");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+
+    a.write_manifest(
+        "web.yaml",
+        &pod_yaml("web", "Always", "echo v1; exec sleep 3600"),
+    );
+    a.wait_for("web running", T, |a| {
+        phase(a, "web") == "Running" && running_of(&c, "web").len() == 1
+    });
+    let v1 = running_of(&c, "web");
+    let uid1 = a.pod("web").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(sandboxes_of(&c, "web").len(), 1);
+
+    // Editing the command replaces the container (and, the UID being content-derived, the pod).
+    a.write_manifest(
+        "web.yaml",
+        &pod_yaml("web", "Always", "echo v2; exec sleep 3600"),
+    );
+    a.wait_for("the edited container to replace the old one", T, |a| {
+        let now = running_of(&c, "web");
+        now.len() == 1 && now.is_disjoint(&v1) && phase(a, "web") == "Running"
+    });
+    a.wait_for("the old container and sandbox to be removed", T, |_| {
+        containers_of(&c, "web").is_disjoint(&v1) && sandboxes_of(&c, "web").len() == 1
+    });
+    let v2 = running_of(&c, "web");
+    let uid2 = a.pod("web").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(uid1, uid2);
+
+    // An invalid manifest written over the good one: the pod keeps running, the error is reported.
+    a.write_manifest("web.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    ports:\n    - containerPort: 70000\n");
+    a.wait_for("the manifest error to be reported", T, |a| {
+        a.manifests_report()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| {
+                m["error"].as_str().is_some_and(|e| {
+                    e.contains("web.yaml") && e.contains("containerPort") && e.contains("70000")
+                })
+            })
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        running_of(&c, "web"),
+        v2,
+        "the last valid pod keeps running untouched"
+    );
+    assert_eq!(a.pod("web").unwrap()["metadata"]["uid"], uid2.as_str());
+    assert!(a.log_text().contains("keeping the last valid version"));
+
+    // Deleting the manifest removes the pod, its containers and its sandbox.
+    a.remove_manifest("web.yaml");
+    a.wait_for("the pod to be gone from the runtime", T, |a| {
+        containers_of(&c, "web").is_empty()
+            && sandboxes_of(&c, "web").is_empty()
+            && a.pod("web").is_none()
+    });
+}
+
+#[test]
+fn restart_policies_and_crash_backoff() {
+    let d = test_dir("restart");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    a.write_manifest("crash.yaml", &pod_yaml("crash", "Always", "exit 1"));
+    a.write_manifest("never.yaml", &pod_yaml("never", "Never", "exit 3"));
+    a.write_manifest("done.yaml", &pod_yaml("done", "OnFailure", "exit 0"));
+    a.write_manifest("retry.yaml", &pod_yaml("retry", "OnFailure", "exit 2"));
+
+    // Record when each restart count is first seen.
+    let t0 = Instant::now();
+    let mut first_seen: Vec<Option<Duration>> = vec![None; 4];
+    let mut saw_backoff = false;
+    while first_seen[3].is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no third restart in 90 s\n{}",
+            a.log_text()
+        );
+        let n = restarts(&a, "crash");
+        if let Ok(i) = usize::try_from(n)
+            && i < 4
+            && first_seen[i].is_none()
+        {
+            first_seen[i] = Some(t0.elapsed());
+        }
+        if let Some(p) = a.pod("crash") {
+            saw_backoff |= p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                == "CrashLoopBackOff";
+            if n >= 1 {
+                assert_eq!(
+                    p["status"]["phase"], "Running",
+                    "an Always pod stays Running while it crash-loops"
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let at = |i: usize| first_seen[i].or(first_seen[i - 1]).unwrap();
+    let (g1, g2) = (at(2) - at(1), at(3) - at(2));
+    eprintln!("restart gaps: 1->2 {g1:?}, 2->3 {g2:?}");
+    assert!(
+        g1 >= Duration::from_secs(8),
+        "second restart waited {g1:?}, want ~10 s"
+    );
+    assert!(
+        g2 >= Duration::from_secs(16) && g2 > g1,
+        "third restart waited {g2:?}, want ~20 s"
+    );
+    assert!(saw_backoff, "CrashLoopBackOff was never reported");
+
+    assert_eq!(phase(&a, "never"), "Failed");
+    assert_eq!(restarts(&a, "never"), 0);
+    assert_eq!(
+        containers_of(&c, "never").len(),
+        1,
+        "restartPolicy Never: no second container"
+    );
+    assert_eq!(
+        a.pod("never").unwrap()["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        3
+    );
+    assert_eq!(phase(&a, "done"), "Succeeded");
+    assert_eq!(
+        containers_of(&c, "done").len(),
+        1,
+        "OnFailure with exit 0: not restarted"
+    );
+    assert!(restarts(&a, "retry") >= 2, "OnFailure with exit 2 restarts");
+    assert_eq!(phase(&a, "retry"), "Running");
+    // Completed pods have their sandbox stopped.
+    a.wait_for("the sandboxes of finished pods to stop", T, |_| {
+        let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
+        sandboxes_of(&c, "never").is_disjoint(&running)
+            && sandboxes_of(&c, "done").is_disjoint(&running)
+    });
+}
+
+#[test]
+fn init_containers_run_in_order() {
+    let d = test_dir("init");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    a.write_manifest(
+        "init.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: init\nspec:\n  terminationGracePeriodSeconds: 1\n  \
+         initContainers:\n  - name: first\n    image: picolet.local/busybox:1\n    \
+         command: [sh, -c, 'sleep 1; echo one >> /work/order']\n    volumeMounts: [{name: work, mountPath: /work}]\n  \
+         - name: second\n    image: picolet.local/busybox:1\n    command: [sh, -c, 'echo two >> /work/order']\n    \
+         volumeMounts: [{name: work, mountPath: /work}]\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
+         command: [sh, -c, 'cat /work/order; exec sleep 3600']\n    volumeMounts: [{name: work, mountPath: /work}]\n  \
+         volumes:\n  - name: work\n    emptyDir: {}\n",
+    );
+    a.wait_for("the pod to run after its init containers", T, |a| {
+        phase(a, "init") == "Running"
+    });
+    let p = a.pod("init").unwrap();
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2);
+    for i in inits {
+        assert_eq!(i["state"]["terminated"]["reason"], "Completed", "{i}");
+    }
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let log = a
+        .dir
+        .join(format!("logs/default_{}_{uid}/main/0.log", full("init")));
+    a.wait_for("main's log", T, |_| {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("two"))
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        lines,
+        vec!["one", "two"],
+        "init containers ran in order, once each"
+    );
+}
+
+#[test]
+fn picolet_restarts_adopt_running_pods() {
+    let d = test_dir("adopt");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let mut a = Agent::start(&d.join("a"), &c.endpoint());
+    for n in ["one", "two"] {
+        a.write_manifest(
+            &format!("{n}.yaml"),
+            &pod_yaml(n, "Always", "exec sleep 3600"),
+        );
+    }
+    a.wait_for("both pods running", T, |a| {
+        phase(a, "one") == "Running" && phase(a, "two") == "Running"
+    });
+    let before: BTreeSet<String> = c.container_ids().into_iter().collect();
+    let tasks_before: BTreeSet<String> = c.running_task_ids().into_iter().collect();
+
+    // SIGKILL and start again: nothing is restarted or recreated.
+    a.kill9();
+    assert_eq!(
+        c.running_task_ids().into_iter().collect::<BTreeSet<_>>(),
+        tasks_before
+    );
+    a.restart();
+    a.wait_for("the pods to be reported again", T, |a| {
+        phase(a, "one") == "Running" && phase(a, "two") == "Running"
+    });
+    std::thread::sleep(Duration::from_secs(5)); // several relists and syncs
+    assert_eq!(
+        c.container_ids().into_iter().collect::<BTreeSet<_>>(),
+        before,
+        "no container or sandbox created"
+    );
+    assert_eq!(
+        c.running_task_ids().into_iter().collect::<BTreeSet<_>>(),
+        tasks_before
+    );
+    assert_eq!(restarts(&a, "one"), 0);
+    assert_eq!(restarts(&a, "two"), 0);
+
+    // SIGTERM exits cleanly and leaves the pods running.
+    let st = a.terminate();
+    assert!(st.success(), "picolet exited with {st}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        c.running_task_ids().into_iter().collect::<BTreeSet<_>>(),
+        tasks_before
+    );
+
+    // A manifest removed while picolet was down: its pod is cleaned up once picolet is back.
+    a.remove_manifest("two.yaml");
+    a.restart();
+    a.wait_for("the orphaned pod to be removed", T, |_| {
+        containers_of(&c, "two").is_empty() && sandboxes_of(&c, "two").is_empty()
+    });
+    assert_eq!(running_of(&c, "one").len(), 1);
+}
+
+#[test]
+fn containerd_restart_keeps_pods() {
+    let d = test_dir("crirestart");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    a.write_manifest("keep.yaml", &pod_yaml("keep", "Always", "exec sleep 3600"));
+    a.wait_for("the pod running", T, |a| phase(a, "keep") == "Running");
+    let sandboxes = sandboxes_of(&c, "keep");
+    let running = running_of(&c, "keep");
+
+    c.restart();
+    std::thread::sleep(Duration::from_secs(5)); // relists and syncs against the new containerd
+    assert_eq!(sandboxes_of(&c, "keep"), sandboxes, "no duplicate sandbox");
+    assert_eq!(
+        running_of(&c, "keep"),
+        running,
+        "the container kept running"
+    );
+    assert_eq!(restarts(&a, "keep"), 0);
+
+    // picolet reconnected by itself: a new pod starts.
+    a.write_manifest(
+        "after.yaml",
+        &pod_yaml("after", "Always", "exec sleep 3600"),
+    );
+    a.wait_for("a pod added after the runtime restart to run", T, |a| {
+        phase(a, "after") == "Running"
+    });
+    assert!(a.get("/healthz").is_some());
+}

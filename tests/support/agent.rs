@@ -1,0 +1,203 @@
+//! Runs the real picolet binary for end-to-end tests, against a scratch containerd, and reads
+//! its local API. Every process it starts is stopped by PID when the handle drops.
+
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Agent {
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub port: u16,
+    pub log: PathBuf,
+    endpoint: String,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Agent {
+    /// Starts picolet with its manifest directory, root dir and pod logs under `dir`.
+    pub fn start(dir: &Path, endpoint: &str) -> Agent {
+        let manifests = dir.join("manifests");
+        fs::create_dir_all(&manifests).unwrap();
+        let mut a = Agent {
+            dir: dir.to_owned(),
+            manifests,
+            port: free_port(),
+            log: dir.join("picolet.log"),
+            endpoint: endpoint.to_owned(),
+            child: None,
+        };
+        a.spawn();
+        a
+    }
+
+    fn spawn(&mut self) {
+        let cfg = self.dir.join("config.yaml");
+        fs::write(
+            &cfg,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\n",
+                self.manifests.display(),
+                self.endpoint,
+                self.dir.join("logs").display(),
+                self.port
+            ),
+        )
+        .unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_picolet"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--root-dir")
+            .arg(self.dir.join("kubelet"))
+            .arg("--hostname-override")
+            .arg("e2e-node")
+            .arg("-v=4")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start picolet");
+        self.child = Some(child);
+        self.wait_for("the local API to answer", Duration::from_secs(20), |a| {
+            a.get("/healthz").is_some()
+        });
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("picolet is running");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        c.wait().unwrap()
+    }
+
+    /// Starts picolet again with the same settings.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn write_manifest(&self, name: &str, content: &str) {
+        // Write then rename, as editors and config tools do, so no half-written file is seen.
+        let tmp = self.manifests.join(format!(".{name}.tmp"));
+        fs::write(&tmp, content).unwrap();
+        fs::rename(&tmp, self.manifests.join(name)).unwrap();
+    }
+
+    pub fn remove_manifest(&self, name: &str) {
+        fs::remove_file(self.manifests.join(name)).unwrap();
+    }
+
+    /// GET on the local API; None when it does not answer 200.
+    pub fn get(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.0 200").then(|| body.to_owned())
+    }
+
+    pub fn pods(&self) -> serde_json::Value {
+        self.get("/pods")
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// The pod named `<name>-e2e-node` from `/pods`.
+    pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
+        let full = format!("{name}-e2e-node");
+        self.pods()["items"]
+            .as_array()?
+            .iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+            .cloned()
+    }
+
+    pub fn manifests_report(&self) -> serde_json::Value {
+        self.get("/manifests")
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls `cond` until it holds, or panics with `what` and picolet's log.
+    pub fn wait_for(&self, what: &str, limit: Duration, mut cond: impl FnMut(&Agent) -> bool) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if cond(self) {
+                return;
+            }
+            if self.child.as_ref().is_some_and(is_dead) {
+                panic!(
+                    "picolet exited while waiting for {what}\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!(
+            "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
+            self.log_text()
+        );
+    }
+}
+
+/// Whether the child has exited (a zombie not yet waited for); `Child::try_wait` needs `&mut`.
+fn is_dead(c: &Child) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{}/stat", c.id())).unwrap_or_default();
+    stat.rsplit(") ")
+        .next()
+        .and_then(|s| s.chars().next())
+        .is_none_or(|st| st == 'Z')
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A short directory for one test (unix socket paths are limited to 107 bytes): the scratch
+/// containerd goes in `<dir>/c` (its start script clears what an earlier run left), picolet in a
+/// fresh `<dir>/a`.
+pub fn test_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(format!("/tmp/pe2e-{name}"));
+    let _ = fs::remove_dir_all(d.join("a"));
+    fs::create_dir_all(d.join("a")).unwrap();
+    d
+}
