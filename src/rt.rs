@@ -24,8 +24,9 @@ thread_local! {
 }
 
 /// Runs `fut` to completion on this thread's executor, driving every task spawned meanwhile.
+/// The future is boxed: the CRI call futures are large and would otherwise sit on the stack.
 pub fn block_on<T>(fut: impl Future<Output = T>) -> T {
-    EXECUTOR.with(|ex| smol::block_on(ex.run(fut)))
+    EXECUTOR.with(|ex| smol::block_on(ex.run(Box::pin(fut))))
 }
 
 /// Spawns a task on this thread's executor. Dropping the returned task cancels it.

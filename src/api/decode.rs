@@ -8,8 +8,6 @@
 
 use std::fmt;
 
-use serde::Deserialize;
-
 use super::pod::Pod;
 
 /// Manifest encoding.
@@ -141,7 +139,7 @@ fn decode_yaml(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     let mut first = None;
     let mut count = 0;
     for (i, doc) in yaml_serde::Deserializer::from_slice(bytes).enumerate() {
-        match Option::<TypeMeta>::deserialize(doc) {
+        match serde_path_to_error::deserialize::<_, Option<TypeMeta>>(doc) {
             Ok(None) => {}
             Ok(Some(meta)) => {
                 count += 1;
@@ -149,7 +147,7 @@ fn decode_yaml(bytes: &[u8]) -> Result<Decoded, DecodeError> {
                     first = Some((i, meta));
                 }
             }
-            Err(e) => return Err(yaml_error(String::new(), &e)),
+            Err(e) => return Err(yaml_error(e.path().to_string(), e.inner())),
         }
     }
     let Some((index, meta)) = first else {
@@ -178,11 +176,11 @@ fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(DecodeError::Empty);
     }
-    match serde_json::from_slice::<Option<TypeMeta>>(bytes) {
-        Ok(None) => return Err(DecodeError::Empty),
-        Ok(Some(meta)) => check_type(meta)?,
-        Err(e) => return Err(json_error(String::new(), &e)),
-    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let meta = serde_path_to_error::deserialize::<_, Option<TypeMeta>>(&mut de)
+        .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
+    de.end().map_err(|e| json_error(String::new(), &e))?;
+    check_type(meta.ok_or(DecodeError::Empty)?)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut unknown_fields = Vec::new();
     match decode_tracked(&mut de, &mut unknown_fields) {
@@ -228,8 +226,17 @@ fn push_path(path: &serde_ignored::Path, out: &mut String) {
     }
 }
 
+/// Drops serde_path_to_error's placeholders: "." for the root and "?" for a
+/// key it never learned (e.g. at end of input).
 fn normalize_path(path: String) -> String {
-    if path == "." { String::new() } else { path }
+    if path == "." {
+        return String::new();
+    }
+    if !path.split('.').any(|part| part == "?") {
+        return path;
+    }
+    let parts: Vec<&str> = path.split('.').filter(|part| *part != "?").collect();
+    parts.join(".")
 }
 
 /// Builds an `Invalid` error, moving the location and any path prefix that
@@ -244,10 +251,9 @@ fn invalid(
     if let (Some(l), Some(c)) = (line, column) {
         message = message.replacen(&format!(" at line {l} column {c}"), "", 1);
     }
-    if !path.is_empty() {
-        if let Some(rest) = message.strip_prefix(&format!("{path}: ")) {
-            message = rest.to_owned();
-        }
+    let prefix = format!("{path}: ");
+    if let Some(rest) = message.strip_prefix(&prefix).filter(|_| !path.is_empty()) {
+        message = rest.to_owned();
     }
     DecodeError::Invalid {
         path,
@@ -622,7 +628,8 @@ spec:
     fn syntax_errors() {
         let (path, msg, line, col) =
             invalid_parts(yaml("apiVersion: v1\nkind: Pod\nspec: [1\n").unwrap_err());
-        assert_eq!(path, "");
+        // the path is where the parser was when it gave up
+        assert_eq!(path, "spec");
         assert!(msg.starts_with("did not find expected ',' or ']'"), "{msg}");
         assert!(!msg.contains("at line 4"), "{msg}");
         assert_eq!(line, Some(4));
@@ -631,6 +638,9 @@ spec:
         let (path, msg, line, _) = invalid_parts(json("{\"apiVersion\": \"v1\",\n").unwrap_err());
         assert_eq!(path, "");
         assert_eq!(msg, "EOF while parsing a value");
+        assert_eq!(normalize_path("spec.?".into()), "spec");
+        assert_eq!(normalize_path(".".into()), "");
+        assert_eq!(normalize_path("a.b[0].c".into()), "a.b[0].c");
         assert_eq!(line, Some(2));
 
         let (_, msg, ..) =
@@ -651,8 +661,11 @@ spec:
         );
         let (_, msg, ..) = invalid_parts(json("\"Pod\"").unwrap_err());
         assert!(msg.starts_with("invalid type: string \"Pod\""), "{msg}");
-        let (path, ..) = invalid_parts(yaml("apiVersion: v1\nkind: [Pod]\n").unwrap_err());
-        assert_eq!(path, "");
+        let (path, msg, ..) = invalid_parts(yaml("apiVersion: v1\nkind: [Pod]\n").unwrap_err());
+        assert_eq!(path, "kind");
+        assert_eq!(msg, "invalid type: sequence, expected a string");
+        let (path, ..) = invalid_parts(json(r#"{"apiVersion": 1}"#).unwrap_err());
+        assert_eq!(path, "apiVersion");
     }
 
     #[test]
@@ -672,6 +685,8 @@ spec:
         for s in ["", "  \n", "null", "\u{feff}"] {
             assert_eq!(json(s).unwrap_err(), DecodeError::Empty, "{s:?}");
         }
+        let (_, msg, ..) = invalid_parts(json("null x").unwrap_err());
+        assert_eq!(msg, "trailing characters");
         assert_eq!(DecodeError::Empty.to_string(), "manifest is empty");
     }
 

@@ -125,18 +125,46 @@ impl tower_service::Service<http::Request<Body>> for UnixChannel {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let this = self.clone();
-        Box::pin(async move {
-            let mut sender = this.sender().await?;
-            if let Err(e) = sender.ready().await {
-                this.reset();
-                return Err(e.into());
+        Box::pin(async move { this.send(req).await.map_err(|e| this.unavailable(&e)) })
+    }
+}
+
+impl UnixChannel {
+    /// Sends one request. A request the connection never sent (it was closing, as when the
+    /// runtime just restarted) is sent once more on a fresh connection.
+    async fn send(
+        &self,
+        req: http::Request<Body>,
+    ) -> Result<http::Response<hyper::body::Incoming>, BoxError> {
+        let mut sender = self.sender().await?;
+        if sender.ready().await.is_err() {
+            self.reset();
+            sender = self.sender().await?;
+            sender.ready().await?;
+        }
+        match sender.try_send_request(req).await {
+            Ok(r) => Ok(r),
+            Err(mut e) => {
+                self.reset();
+                let Some(req) = e.take_message() else {
+                    return Err(e.into_error().into());
+                };
+                let mut sender = self.sender().await?;
+                sender.ready().await?;
+                Ok(sender
+                    .send_request(req)
+                    .await
+                    .inspect_err(|_| self.reset())?)
             }
-            sender.send_request(req).await.map_err(|e| {
-                if e.is_closed() || e.is_canceled() {
-                    this.reset();
-                }
-                e.into()
-            })
-        })
+        }
+    }
+
+    /// Transport failures become UNAVAILABLE, so callers can tell "runtime not reachable" from
+    /// an answer the runtime gave.
+    fn unavailable(&self, e: &BoxError) -> BoxError {
+        Box::new(tonic::Status::unavailable(format!(
+            "runtime at {} unreachable: {e}",
+            self.inner.path.display()
+        )))
     }
 }

@@ -46,15 +46,15 @@ impl CriError {
         matches!(self, CriError::Status { status, .. } if status.code() == tonic::Code::NotFound)
     }
 
-    /// True for errors that mean the runtime is not reachable at all.
+    /// True for errors that mean the runtime is not reachable or did not answer in time.
     pub fn is_unavailable(&self) -> bool {
         match self {
             CriError::Timeout { .. } => true,
             CriError::Status { status, .. } => {
                 matches!(
                     status.code(),
-                    tonic::Code::Unavailable | tonic::Code::Unknown
-                ) && status.message().contains("connect")
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                )
             }
             CriError::Endpoint(_) => false,
         }
