@@ -2,9 +2,11 @@
 //!
 //! Every second it lists the runtime (two calls), diffs the listing against the previous one and
 //! emits an event per container or sandbox that changed. Only pods with changes are inspected
-//! further, each under its own deadline and concurrently, so one pod whose inspection hangs can
-//! never stall the relist (upstream inspects serially and stalls past its 3-minute health
-//! threshold). Pods whose inspection failed are retried on the next relist.
+//! further, each in its own task under its own deadline. A relist waits for those inspections
+//! at most `RELIST_WAIT`; one still running then finishes (or times out) on its own while later
+//! relists go on, so a pod whose inspection hangs can never stall the relist (upstream inspects
+//! serially and stalls past its 3-minute health threshold). Pods whose inspection failed are
+//! retried on the next relist.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -21,6 +23,8 @@ pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Deadline of one pod's inspection.
 pub const INSPECT_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a relist waits for the inspections it started before it moves on.
+pub const RELIST_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -194,7 +198,10 @@ pub struct Pleg {
     last_ok: Cell<Option<Instant>>,
     started: Instant,
     prev: RefCell<HashMap<String, Seen>>,
-    retry: RefCell<HashSet<String>>,
+    /// Pods to inspect on the next relist (their last inspection failed).
+    retry: Rc<RefCell<HashSet<String>>>,
+    /// Pods with an inspection still running.
+    inflight: Rc<RefCell<HashSet<String>>>,
 }
 
 fn seen_of(p: &kuberuntime::ListedPod) -> Seen {
@@ -244,7 +251,8 @@ impl Pleg {
             last_ok: Cell::new(None),
             started: Instant::now(),
             prev: RefCell::default(),
-            retry: RefCell::default(),
+            retry: Rc::default(),
+            inflight: Rc::default(),
         }
     }
 
@@ -293,41 +301,44 @@ impl Pleg {
             }
         }
 
-        // Inspect changed pods concurrently, each under its own deadline.
-        let gone: Vec<String> = changed
-            .iter()
-            .filter(|u| !listing.pods.contains_key(*u))
-            .cloned()
-            .collect();
-        for uid in &gone {
-            self.cache.borrow_mut().remove(uid);
-            changed.remove(uid);
-        }
-        let inspections = changed.iter().map(|uid| {
-            let p = &listing.pods[uid];
-            async move {
-                (
-                    uid.clone(),
-                    rt::timeout(INSPECT_DEADLINE, self.rm.inspect(uid, p)).await,
-                )
+        // Inspect changed pods, each in its own task under its own deadline.
+        let mut listing = listing;
+        let mut tasks = Vec::new();
+        for uid in changed {
+            let Some(p) = listing.pods.remove(&uid) else {
+                self.cache.borrow_mut().remove(&uid);
+                continue;
+            };
+            if !self.inflight.borrow_mut().insert(uid.clone()) {
+                // Still inspecting it from an earlier relist: look again afterwards.
+                self.retry.borrow_mut().insert(uid);
+                continue;
             }
-        });
-        let mut inspected = 0;
-        for (uid, r) in kuberuntime::join_all(inspections).await {
-            match r {
-                Ok(Ok(st)) => {
-                    inspected += 1;
-                    let grace = grace_of(&listing.pods[&uid]);
-                    self.cache.borrow_mut().put(st, started, grace);
+            let (rm, cache) = (self.rm.clone(), self.cache.clone());
+            let (retry, inflight) = (self.retry.clone(), self.inflight.clone());
+            tasks.push(rt::spawn(async move {
+                let grace = grace_of(&p);
+                let r = rt::timeout(INSPECT_DEADLINE, rm.inspect(&uid, &p)).await;
+                match r
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+                {
+                    Ok(st) => cache.borrow_mut().put(st, started, grace),
+                    Err(e) => {
+                        log::warn!("pleg: inspecting pod {uid}: {e}");
+                        retry.borrow_mut().insert(uid.clone());
+                    }
                 }
-                Ok(Err(e)) => {
-                    log::warn!("pleg: inspecting pod {uid}: {e}");
-                    self.retry.borrow_mut().insert(uid);
-                }
-                Err(e) => {
-                    log::warn!("pleg: inspecting pod {uid}: {e}");
-                    self.retry.borrow_mut().insert(uid);
-                }
+                inflight.borrow_mut().remove(&uid);
+            }));
+        }
+        let inspected = tasks.len();
+        if rt::timeout(RELIST_WAIT, kuberuntime::join_all(tasks.iter_mut()))
+            .await
+            .is_err()
+        {
+            for t in tasks {
+                t.detach();
             }
         }
         *self.prev.borrow_mut() = now_seen;

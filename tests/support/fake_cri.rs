@@ -340,6 +340,11 @@ impl FakeCri {
         }
     }
 
+    /// Makes every ContainerStatus call for this container hang (until the client gives up).
+    pub fn hang_container_status(&self, id: &str) {
+        self.shared.state.borrow_mut().hung.insert(id.to_owned());
+    }
+
     /// Makes the next call of `method` fail with this gRPC status code and message, without
     /// touching the state. Queued: calling it twice fails the next two calls.
     pub fn fail_next(&self, method: &str, code: u32, message: &str) {
@@ -695,6 +700,14 @@ async fn handle(shared: Rc<Shared>, generation: u64, req: Request<Incoming>) -> 
     if let Some(d) = delay {
         rt::sleep(d).await;
     }
+    if method == "ContainerStatus"
+        && let Ok(frame) = decode_frame(&body)
+        && let Ok(r) = <v1::ContainerStatusRequest as prost::Message>::decode(frame)
+        && shared.state.borrow().hung.contains(&r.container_id)
+    {
+        // A container whose inspection never answers (a process stuck on a dead mount).
+        rt::sleep(Duration::from_secs(3600)).await;
+    }
     if shared.generation.get() != generation {
         // The fake was stopped meanwhile: a dead runtime does nothing more.
         return grpc_err(&err(code::UNAVAILABLE, "runtime stopped"));
@@ -827,6 +840,7 @@ struct State {
     exec: Option<ExecHandler>,
     // Test hooks.
     delays: HashMap<String, Duration>,
+    hung: std::collections::HashSet<String>,
     failures: HashMap<String, VecDeque<(u32, String)>>,
     calls: HashMap<String, usize>,
     cancelled: HashMap<String, usize>,
@@ -960,6 +974,7 @@ impl State {
             stop_exit_codes: HashMap::new(),
             exec: None,
             delays: HashMap::new(),
+            hung: std::collections::HashSet::new(),
             failures: HashMap::new(),
             calls: HashMap::new(),
             cancelled: HashMap::new(),

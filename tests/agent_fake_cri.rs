@@ -1,0 +1,215 @@
+//! The picolet binary against the in-process fake CRI runtime: failure modes a real containerd
+//! cannot be made to show on demand (a hung inspection, a registry that refuses pulls, a runtime
+//! that is not there yet).
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/fake_cri.rs"]
+mod fake_cri;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent::Agent;
+use fake_cri::{ContainerState, FakeCri, TempDir};
+use picolet::rt;
+
+const IMAGE: &str = "picolet.local/busybox:1";
+
+fn run<T>(fut: impl Future<Output = T>) -> T {
+    rt::block_on(Box::pin(fut))
+}
+
+fn pod_yaml(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  \
+         containers:\n  - name: main\n    image: {image}\n    command: [sleep, \"3600\"]\n"
+    )
+}
+
+/// Starts picolet off the executor's thread, so the fake keeps answering meanwhile.
+async fn start_agent(dir: &std::path::Path, endpoint: &str) -> Arc<Agent> {
+    let (dir, endpoint) = (dir.to_owned(), endpoint.to_owned());
+    Arc::new(rt::unblock(move || Agent::start(&dir, &endpoint)).await)
+}
+
+/// A JSON field of a pod from picolet's /pods, read off the executor's thread.
+async fn pod_field(
+    a: &Arc<Agent>,
+    pod: &str,
+    f: fn(&serde_json::Value) -> serde_json::Value,
+) -> serde_json::Value {
+    let (a, pod) = (a.clone(), pod.to_owned());
+    rt::unblock(move || a.pod(&pod).map(|p| f(&p)).unwrap_or_default()).await
+}
+
+fn phase(p: &serde_json::Value) -> serde_json::Value {
+    p["status"]["phase"].clone()
+}
+
+fn restarts(p: &serde_json::Value) -> serde_json::Value {
+    p["status"]["containerStatuses"][0]["restartCount"].clone()
+}
+
+fn waiting_reason(p: &serde_json::Value) -> serde_json::Value {
+    p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].clone()
+}
+
+/// Waits (without blocking the executor) until `cond` holds, or panics with picolet's log.
+async fn until(a: &Arc<Agent>, what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if cond().await {
+            return;
+        }
+        rt::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
+        a.log_text()
+    );
+}
+
+/// The fake's id of the running container of a pod (by the pod name label picolet sets).
+fn container_of(fake: &FakeCri, pod: &str) -> Option<String> {
+    let name = format!("{pod}-e2e-node");
+    fake.containers()
+        .into_iter()
+        .filter(|c| c.config.labels.get("io.kubernetes.pod.name") == Some(&name))
+        .filter(|c| c.state == ContainerState::ContainerRunning)
+        .map(|c| c.id)
+        .next()
+}
+
+#[test]
+fn a_hung_inspection_does_not_stall_other_pods() {
+    run(async {
+        let tmp = TempDir::new("hang");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        a.write_manifest("a.yaml", &pod_yaml("a", IMAGE));
+        a.write_manifest("b.yaml", &pod_yaml("b", IMAGE));
+        until(
+            &a,
+            "both pods running",
+            Duration::from_secs(30),
+            async || container_of(&fake, "a").is_some() && container_of(&fake, "b").is_some(),
+        )
+        .await;
+        let (ca, cb) = (
+            container_of(&fake, "a").unwrap(),
+            container_of(&fake, "b").unwrap(),
+        );
+
+        // Pod a's container dies and every status call about it hangs from now on.
+        fake.hang_container_status(&ca);
+        fake.exit_container(&ca, 1);
+        rt::sleep(Duration::from_millis(1500)).await; // a relist has started a's hung inspection
+
+        // Pod b's container dies: it must be restarted promptly, not after a's inspection ends.
+        let t0 = Instant::now();
+        fake.exit_container(&cb, 1);
+        until(
+            &a,
+            "pod b restarted while pod a's inspection hangs",
+            Duration::from_secs(8),
+            async || pod_field(&a, "b", restarts).await == 1,
+        )
+        .await;
+        eprintln!(
+            "pod b restarted {:?} after its container died",
+            t0.elapsed()
+        );
+        let healthy = {
+            let a = a.clone();
+            rt::unblock(move || a.get("/healthz")).await
+        };
+        assert_eq!(healthy.as_deref(), Some("ok"));
+        assert!(
+            container_of(&fake, "b").is_some_and(|c| c != cb),
+            "b runs a new container"
+        );
+    });
+}
+
+#[test]
+fn image_pull_failures_back_off_then_recover() {
+    run(async {
+        let tmp = TempDir::new("pull");
+        let fake = FakeCri::start(tmp.path());
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        let image = "registry.example/app:1.0";
+        a.write_manifest("app.yaml", &pod_yaml("app", image));
+
+        until(
+            &a,
+            "ErrImagePull or ImagePullBackOff",
+            Duration::from_secs(15),
+            async || {
+                let r = pod_field(&a, "app", waiting_reason).await;
+                r == "ErrImagePull" || r == "ImagePullBackOff"
+            },
+        )
+        .await;
+        until(
+            &a,
+            "ImagePullBackOff",
+            Duration::from_secs(15),
+            async || pod_field(&a, "app", waiting_reason).await == "ImagePullBackOff",
+        )
+        .await;
+        assert_eq!(pod_field(&a, "app", phase).await, "Pending");
+        let pulls = fake.calls("PullImage");
+        assert!(
+            (1..=2).contains(&pulls),
+            "{pulls} pulls: the retries must back off, not spin"
+        );
+
+        // The registry comes back: the next attempt after the backoff pulls and starts it.
+        fake.set_pullable(image);
+        until(
+            &a,
+            "the pod running after the image could be pulled",
+            Duration::from_secs(40),
+            async || pod_field(&a, "app", phase).await == "Running",
+        )
+        .await;
+        assert!(container_of(&fake, "app").is_some());
+    });
+}
+
+#[test]
+fn runtime_absent_at_start_then_appears() {
+    run(async {
+        let tmp = TempDir::new("late");
+        let cri_dir = tmp.path().to_owned();
+        let endpoint = format!("unix://{}", cri_dir.join("fake.sock").display());
+        let a = start_agent(&tmp.path().join("a"), &endpoint).await;
+        a.write_manifest("early.yaml", &pod_yaml("early", IMAGE));
+        rt::sleep(Duration::from_secs(3)).await;
+        let health = {
+            let a = a.clone();
+            rt::unblock(move || a.get("/healthz")).await
+        };
+        assert_eq!(
+            health.as_deref(),
+            Some("ok"),
+            "a missing runtime is not a PLEG failure yet"
+        );
+        assert_eq!(pod_field(&a, "early", phase).await, "Pending");
+
+        let fake = FakeCri::start(&cri_dir);
+        assert_eq!(fake.endpoint(), endpoint);
+        fake.add_image(IMAGE);
+        until(
+            &a,
+            "the pod running once the runtime is up",
+            Duration::from_secs(30),
+            async || pod_field(&a, "early", phase).await == "Running",
+        )
+        .await;
+        assert_eq!(fake.sandboxes().len(), 1, "exactly one sandbox");
+    });
+}
