@@ -241,6 +241,23 @@ fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
     }
 }
 
+/// Every flag picolet takes; each takes a value.
+const FLAGS: &[&str] = &[
+    "config",
+    "pod-manifest-path",
+    "container-runtime-endpoint",
+    "image-service-endpoint",
+    "runtime-request-timeout",
+    "root-dir",
+    "hostname-override",
+    "node-ip",
+    "healthz-port",
+    "healthz-bind-address",
+    "sync-frequency",
+    "file-check-frequency",
+    "v",
+];
+
 /// Parses the arguments (without the program name).
 pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
     if args.first().map(String::as_str) == Some("validate") {
@@ -264,6 +281,10 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         let Some(stripped) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
             return Err(OptionsError::Unexpected(a.clone()));
         };
+        let name = stripped.split_once('=').map_or(stripped, |(n, _)| n);
+        if !FLAGS.contains(&name) {
+            return Err(OptionsError::UnknownFlag(format!("--{name}")));
+        }
         let (name, value) = match stripped.split_once('=') {
             Some((n, v)) => (n.to_owned(), v.to_owned()),
             None => {
@@ -314,7 +335,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
                     .parse()
                     .map_err(|_| bad("-v", &v, "not a number from 0 to 10"))?
             }
-            _ => return Err(OptionsError::UnknownFlag(format!("--{name}"))),
+            _ => unreachable!("flag names are checked against FLAGS"),
         }
     }
     if o.sync_frequency.is_zero() {
@@ -380,9 +401,11 @@ mod tests {
 
     #[test]
     fn bad_flags_are_named() {
-        let e = parse(&args(&["--pod-manifest"])).unwrap_err().to_string();
-        assert!(e.contains("--pod-manifest"), "{e}");
+        let e = parse(&args(&["--pod-manifest-path"])).unwrap_err().to_string();
+        assert_eq!(e, "flag --pod-manifest-path needs a value");
         let e = parse(&args(&["--nope=1"])).unwrap_err().to_string();
+        assert_eq!(e, "unknown flag \"--nope\" (see --help)");
+        let e = parse(&args(&["--nope"])).unwrap_err().to_string();
         assert_eq!(e, "unknown flag \"--nope\" (see --help)");
         let e = parse(&args(&["--node-ip=300.1.1.1"]))
             .unwrap_err()

@@ -12,7 +12,7 @@
 //! a later picolet computes the same UIDs, so an upgrade never restarts static pods. The same
 //! value is written to the `kubernetes.io/config.hash` annotation.
 
-use crate::api::{Pod, PullPolicy, Toleration};
+use crate::api::{Pod, Toleration};
 use crate::hash;
 
 use super::{ANNOTATION_CONFIG_HASH, ANNOTATION_CONFIG_SEEN, ANNOTATION_CONFIG_SOURCE, Source};
@@ -49,12 +49,7 @@ pub fn apply_api_defaults(pod: &mut Pod) {
     s.dns_policy
         .get_or_insert_with(|| "ClusterFirst".to_owned());
     for c in s.init_containers.iter_mut().chain(s.containers.iter_mut()) {
-        if c.image_pull_policy.is_none() {
-            c.image_pull_policy = Some(match crate::kuberuntime::images::effective_policy(c) {
-                PullPolicy::Always => PullPolicy::Always,
-                p => p,
-            });
-        }
+        c.image_pull_policy = Some(crate::kuberuntime::images::effective_policy(c));
         c.termination_message_path
             .get_or_insert_with(|| "/dev/termination-log".to_owned());
         c.termination_message_policy
@@ -170,7 +165,7 @@ mod tests {
         .unwrap();
         apply_api_defaults(&mut p);
         let c = &p.spec.containers[0];
-        assert_eq!(c.image_pull_policy, Some(PullPolicy::Always));
+        assert_eq!(c.image_pull_policy, Some(crate::api::PullPolicy::Always));
         assert_eq!(c.ports[0].protocol.as_deref(), Some("TCP"));
         assert_eq!(c.resources.requests["cpu"].milli_value(), 500);
         assert_eq!(

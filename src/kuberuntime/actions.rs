@@ -77,6 +77,11 @@ fn sandbox_changed(pod: &Pod, st: &PodRuntimeStatus) -> (bool, u32, Option<Box<s
     (false, newest.attempt, Some(newest.id.clone()))
 }
 
+/// Whether the pod's newest sandbox is one containers can run in (the sync keeps it).
+pub fn sandbox_usable(pod: &Pod, st: &PodRuntimeStatus) -> bool {
+    !sandbox_changed(pod, st).0
+}
+
 /// Where the init containers stand: `Ok(None)` when all have succeeded (or app containers have
 /// already run), `Ok(Some(i))` for the next one to (re)start, `Err(())` while one is running.
 fn next_init(pod: &Pod, st: &PodRuntimeStatus) -> Result<Option<(usize, bool)>, ()> {

@@ -14,6 +14,7 @@ use crate::api::{
     RestartPolicy,
 };
 use crate::kubecontainer::{self as kc, PodRuntimeStatus, SandboxState};
+use crate::kuberuntime::actions;
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -74,7 +75,7 @@ pub fn generate(
     let app = conv.statuses(&pod.spec.containers, &prev.container_statuses, false);
 
     // A terminal phase is final: the API server's wins, then a computed one, then the previous.
-    let computed = get_phase(restart_policy(pod), &init, &app);
+    let computed = get_phase(actions::restart_policy(pod), &init, &app);
     let phase = match (terminal(&pod.status.phase), terminal(&prev.phase)) {
         (Some(api), _) => api,
         _ if is_terminal(computed) => computed,
@@ -111,10 +112,6 @@ pub fn generate(
         container_statuses: app,
         qos_class: qos.or_else(|| Some(crate::qos::qos_class(pod).as_str().to_owned())),
     }
-}
-
-fn restart_policy(pod: &Pod) -> RestartPolicy {
-    pod.spec.restart_policy.unwrap_or(RestartPolicy::Always)
 }
 
 fn is_terminal(phase: &str) -> bool {
@@ -370,16 +367,7 @@ impl Converter<'_> {
         if self.pod.metadata.deletion_timestamp.is_some() {
             return false;
         }
-        let Some(n) = newest else { return true };
-        match n.state {
-            kc::ContainerState::Running => false,
-            kc::ContainerState::Created | kc::ContainerState::Unknown => true,
-            kc::ContainerState::Exited => match restart_policy(self.pod) {
-                RestartPolicy::Always => true,
-                RestartPolicy::OnFailure => n.exit_code != 0,
-                RestartPolicy::Never => false,
-            },
-        }
+        actions::should_restart(actions::restart_policy(self.pod), newest)
     }
 
     fn any_app_container_created(&self) -> bool {
@@ -428,22 +416,9 @@ fn pod_ips(rt: &PodRuntimeStatus, prev: &PodStatus) -> Vec<PodIp> {
     }
 }
 
-/// Whether the pod has a sandbox that containers can start in (the kubelet's
-/// PodSandboxChanged returning false): exactly one ready sandbox, the newest, in the right
-/// network namespace, with an IP unless it uses the host network.
+/// Whether the pod has a sandbox that containers can start in: the one the sync would keep.
 fn sandbox_ready(pod: &Pod, rt: &PodRuntimeStatus) -> bool {
-    let Some(newest) = rt.sandboxes.first() else {
-        return false;
-    };
-    let ready = rt
-        .sandboxes
-        .iter()
-        .filter(|s| s.state == SandboxState::Ready)
-        .count();
-    ready == 1
-        && newest.state == SandboxState::Ready
-        && newest.host_network == pod.spec.host_network
-        && (pod.spec.host_network || newest.ip.is_some())
+    actions::sandbox_usable(pod, rt)
 }
 
 fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
