@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
-scripts/install-deps.sh --test
+scripts/install-deps.sh --cross
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -12,3 +12,7 @@ echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
+echo "== unit tests on armv7 (32-bit) under qemu"
+cargo test --locked --lib --target armv7-unknown-linux-gnueabihf
+echo "== aarch64 build"
+cargo build --locked --release --target aarch64-unknown-linux-gnu

@@ -401,7 +401,9 @@ mod tests {
 
     #[test]
     fn bad_flags_are_named() {
-        let e = parse(&args(&["--pod-manifest-path"])).unwrap_err().to_string();
+        let e = parse(&args(&["--pod-manifest-path"]))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "flag --pod-manifest-path needs a value");
         let e = parse(&args(&["--nope=1"])).unwrap_err().to_string();
         assert_eq!(e, "unknown flag \"--nope\" (see --help)");

@@ -171,8 +171,9 @@ impl PodWorkers {
         }
     }
 
-    /// Hands work to the pod's worker, starting one if needed.
-    pub fn dispatch(&self, work: Work) {
+    /// Hands work to the pod's worker, starting one if needed. Returns true when the work adds
+    /// one more report to come (false when it replaced, or lost to, work still waiting).
+    pub fn dispatch(&self, work: Work) -> bool {
         let uid = match &work {
             Work::Sync(p) => p.metadata.uid.clone(),
             Work::Terminate { uid, .. } => uid.clone(),
@@ -188,16 +189,19 @@ impl PodWorkers {
                 _task: task,
             }
         });
-        {
+        let added = {
             let mut slot = w.slot.borrow_mut();
+            let added = slot.is_none();
             let keep_terminate =
                 matches!(*slot, Some(Work::Terminate { .. })) && matches!(work, Work::Sync(_));
             if !keep_terminate {
                 *slot = Some(work);
             }
-        }
+            added
+        };
         // A full wake channel already means "look at the slot".
         let _ = w.wake.try_send(());
+        added
     }
 
     /// Forgets a worker whose pod is gone (its task ends with it).

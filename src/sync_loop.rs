@@ -95,8 +95,9 @@ impl Kubelet {
             Work::Sync(p) => p.metadata.uid.clone(),
             Work::Terminate { uid, .. } => uid.clone(),
         };
-        *self.in_flight.borrow_mut().entry(uid).or_default() += 1;
-        self.workers.dispatch(work);
+        if self.workers.dispatch(work) {
+            *self.in_flight.borrow_mut().entry(uid).or_default() += 1;
+        }
     }
 
     fn handle_update(&self, u: PodUpdate) {

@@ -230,6 +230,36 @@ mod tests {
     }
 
     #[test]
+    fn memory_empty_dir_is_a_sized_tmpfs_unmounted_on_cleanup() {
+        // Needs root, as the whole suite does (README): mounting tmpfs is the point of the test.
+        let root = tmp("mem");
+        let p = pod_with(vec![Volume {
+            name: "cache".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(crate::api::Quantity::parse("1Mi").unwrap()),
+            }),
+            ..Default::default()
+        }]);
+        let m = prepare(&root, &p).unwrap();
+        let path = m["cache"].clone();
+        assert!(is_mountpoint(&path), "tmpfs mounted at {}", path.display());
+        let fs = nix::sys::statfs::statfs(&path).unwrap();
+        assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
+        assert_eq!(
+            fs.blocks() * u64::try_from(fs.block_size()).unwrap(),
+            1 << 20
+        );
+        // Preparing again (every sync does) does not stack a second mount.
+        prepare(&root, &p).unwrap();
+        assert_eq!(mounts_under(&path).len(), 1);
+        cleanup(&root, "u1").unwrap();
+        assert!(mounts_under(&root).is_empty());
+        assert!(!pod_dir(&root, "u1").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
     fn host_path_types() {
         let root = tmp("hp");
         let hp = |path: &Path, t: &str| {
