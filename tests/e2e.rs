@@ -191,6 +191,20 @@ fn restart_policies_and_crash_backoff() {
         "third restart waited {g2:?}, want ~20 s"
     );
     assert!(saw_backoff, "CrashLoopBackOff was never reported");
+    // Container GC keeps one dead instance per container, and its log; the rest are removed.
+    let crash_uid = a.pod("crash").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let logs = a
+        .dir
+        .join(format!("logs/default_{}_{crash_uid}/main", full("crash")));
+    a.wait_for("dead containers and their logs collected", T, |_| {
+        let n_logs = std::fs::read_dir(&logs)
+            .map(|d| d.count())
+            .unwrap_or(usize::MAX);
+        containers_of(&c, "crash").len() <= 2 && n_logs <= 2
+    });
 
     assert_eq!(phase(&a, "never"), "Failed");
     assert_eq!(restarts(&a, "never"), 0);

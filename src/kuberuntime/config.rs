@@ -49,7 +49,12 @@ pub struct NodeContext {
 /// The pod's log directory, as the kubelet names it: `<podLogsDir>/<ns>_<name>_<uid>`.
 pub fn pod_log_dir(logs: &Path, pod: &Pod) -> PathBuf {
     let m = &pod.metadata;
-    logs.join(format!("{}_{}_{}", namespace(pod), m.name, m.uid))
+    log_dir_of(logs, namespace(pod), &m.name, &m.uid)
+}
+
+/// The same directory from the pod's identity alone (for pods known only to the runtime).
+pub fn log_dir_of(logs: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    logs.join(format!("{namespace}_{name}_{uid}"))
 }
 
 pub fn namespace(pod: &Pod) -> &str {

@@ -431,7 +431,8 @@ impl RuntimeManager {
                 out.fail(format!("killing container: {e}"));
             }
         }
-        if !a.create_sandbox && a.sandbox_id.is_none() {
+        // Nothing to start: no sandbox to use, or the pod has finished (its sandbox is stopped).
+        if !a.create_sandbox && (a.sandbox_id.is_none() || a.kill_pod) {
             return out;
         }
 
@@ -631,7 +632,9 @@ impl RuntimeManager {
             .join("containers")
             .join(container);
         fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let path = dir.join(format!("termination-log-{restart}"));
+        // Two files per container, alternating: the running instance's and the one dead instance
+        // container GC keeps (whose message the status still shows). Truncated on reuse.
+        let path = dir.join(format!("termination-log-{}", restart % 2));
         fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
         Ok(path)
     }
@@ -788,10 +791,7 @@ impl RuntimeManager {
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         if !name.is_empty() {
-            let logs = self
-                .node
-                .pod_logs_dir
-                .join(format!("{namespace}_{name}_{uid}"));
+            let logs = config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid);
             if let Err(e) = fs::remove_dir_all(&logs)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
@@ -818,10 +818,12 @@ impl RuntimeManager {
                 let req = v1::RemoveContainerRequest {
                     container_id: c.id.to_string(),
                 };
-                if let Err(e) = self.cri.remove_container(req).await
-                    && !e.is_not_found()
-                {
-                    log::warn!("removing dead container {}: {e}", c.id);
+                match self.cri.remove_container(req).await {
+                    Err(e) if !e.is_not_found() => {
+                        log::warn!("removing dead container {}: {e}", c.id)
+                    }
+                    // The runtime leaves the log file; a crash loop would fill the disk with them.
+                    _ => self.remove_log(st, c),
                 }
             }
         }
@@ -839,6 +841,16 @@ impl RuntimeManager {
             {
                 log::warn!("removing old sandbox {}: {e}", s.id);
             }
+        }
+    }
+
+    fn remove_log(&self, st: &PodRuntimeStatus, c: &ContainerStatus) {
+        let dir = config::log_dir_of(&self.node.pod_logs_dir, &st.namespace, &st.name, &st.uid);
+        let log = dir.join(&*c.name).join(format!("{}.log", c.restart_count));
+        if let Err(e) = fs::remove_file(&log)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            log::warn!("removing {}: {e}", log.display());
         }
     }
 
