@@ -34,6 +34,8 @@ pub enum ContainerState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerStatus {
     pub id: Box<str>,
+    /// The sandbox the container belongs to.
+    pub sandbox_id: Box<str>,
     pub name: Box<str>,
     pub state: ContainerState,
     pub created_at: i64,

@@ -115,6 +115,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 dir: manifest_dir,
                 node_name: kubelet.rm.node().node_name.clone(),
                 check_frequency: o.file_check_frequency,
+                store: Some(o.root_dir.join("static-pods")),
             },
             snap_tx,
             report.clone(),

@@ -97,7 +97,7 @@ pub fn diff(uid: &str, old: Option<&Seen>, new: Option<&Seen>) -> Vec<Event> {
 #[derive(Debug, Clone)]
 pub struct Cached {
     pub status: PodRuntimeStatus,
-    /// Unix nanos of the observation.
+    /// When it was observed ([`rt::mono_nanos`]).
     pub at: i64,
     /// Grace period the pod's containers were created with (for orphans without a spec).
     pub grace: i64,
@@ -202,6 +202,8 @@ pub struct Pleg {
     retry: Rc<RefCell<HashSet<String>>>,
     /// Pods with an inspection still running.
     inflight: Rc<RefCell<HashSet<String>>>,
+    /// Pods in the latest listing: a late inspection of a pod gone since is not cached.
+    listed: Rc<RefCell<HashSet<String>>>,
 }
 
 fn seen_of(p: &kuberuntime::ListedPod) -> Seen {
@@ -253,6 +255,7 @@ impl Pleg {
             prev: RefCell::default(),
             retry: Rc::default(),
             inflight: Rc::default(),
+            listed: Rc::default(),
         }
     }
 
@@ -276,8 +279,9 @@ impl Pleg {
 
     /// One relist: list, diff, inspect changed pods, update the cache, emit events.
     pub async fn relist(&self) -> Result<usize, crate::cri::CriError> {
-        let started = rt::now_nanos();
+        let started = rt::mono_nanos();
         let listing = self.rm.list().await?;
+        *self.listed.borrow_mut() = listing.pods.keys().cloned().collect();
         let now_seen: HashMap<String, Seen> = listing
             .pods
             .iter()
@@ -315,7 +319,11 @@ impl Pleg {
                 continue;
             }
             let (rm, cache) = (self.rm.clone(), self.cache.clone());
-            let (retry, inflight) = (self.retry.clone(), self.inflight.clone());
+            let (retry, inflight, listed) = (
+                self.retry.clone(),
+                self.inflight.clone(),
+                self.listed.clone(),
+            );
             tasks.push(rt::spawn(async move {
                 let grace = grace_of(&p);
                 let r = rt::timeout(INSPECT_DEADLINE, rm.inspect(&uid, &p)).await;
@@ -323,7 +331,10 @@ impl Pleg {
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()))
                 {
-                    Ok(st) => cache.borrow_mut().put(st, started, grace),
+                    Ok(st) if listed.borrow().contains(&uid) => {
+                        cache.borrow_mut().put(st, started, grace)
+                    }
+                    Ok(_) => {}
                     Err(e) => {
                         log::warn!("pleg: inspecting pod {uid}: {e}");
                         retry.borrow_mut().insert(uid.clone());

@@ -22,7 +22,13 @@ pub enum Work {
     /// Bring the pod to its spec.
     Sync(Rc<Pod>),
     /// Stop the pod and remove everything it left in the runtime and on disk.
-    Terminate { uid: String, grace: i64 },
+    Terminate {
+        uid: String,
+        grace: i64,
+        /// The pod's namespace and name, to find its logs when the runtime holds nothing.
+        namespace: String,
+        name: String,
+    },
 }
 
 /// What a worker reports back to the sync loop after each piece of work.
@@ -74,13 +80,13 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
             return Some(Duration::from_secs(2));
         }
     };
-    let at = rt::now_nanos();
+    let at = rt::mono_nanos();
     let outcome = sh.rm.sync_pod(pod, &st).await;
     for e in &outcome.errors {
         log::warn!("sync of pod {} ({uid}): {e}", pod.metadata.name);
     }
     // Observe again after acting, so status and cache show the result at once.
-    let after = rt::now_nanos();
+    let after = rt::mono_nanos();
     let fresh = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
         Ok(Ok(s)) => {
             sh.cache
@@ -99,23 +105,25 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
     outcome.retry_after
 }
 
-async fn terminate(sh: &Shared, uid: &str, grace: i64) -> bool {
-    let st = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
+async fn terminate(sh: &Shared, uid: &str, grace: i64, namespace: &str, name: &str) -> bool {
+    let mut st = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
         Ok(Ok(st)) => st,
         Ok(Err(e)) => {
-            log::warn!("terminating pod {uid}: inspecting: {e}");
+            log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
             return false;
         }
         Err(e) => {
-            log::warn!("terminating pod {uid}: inspecting: {e}");
+            log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
             return false;
         }
     };
+    if st.name.is_empty() {
+        // Nothing left in the runtime: the spec still names the logs and volumes to remove.
+        st.name = name.into();
+        st.namespace = namespace.into();
+    }
     if !st.sandboxes.is_empty() || !st.containers.is_empty() {
-        log::info!(
-            "stopping pod {} ({uid}) with grace period {grace}s",
-            st.name
-        );
+        log::info!("stopping pod {namespace}/{name} ({uid}) with grace period {grace}s");
     }
     match sh.rm.remove_pod(&st, grace).await {
         Ok(()) => {
@@ -124,10 +132,14 @@ async fn terminate(sh: &Shared, uid: &str, grace: i64) -> bool {
             true
         }
         Err(e) => {
-            log::warn!("terminating pod {} ({uid}): {e}", st.name);
+            log::warn!("terminating pod {namespace}/{name} ({uid}): {e}");
             false
         }
     }
+}
+
+fn terminate_waiting(slot: &RefCell<Option<Work>>) -> bool {
+    matches!(*slot.borrow(), Some(Work::Terminate { .. }))
 }
 
 async fn worker_loop(
@@ -136,29 +148,55 @@ async fn worker_loop(
     slot: Rc<RefCell<Option<Work>>>,
     wake: async_channel::Receiver<()>,
 ) {
-    while wake.recv().await.is_ok() {
-        let Some(work) = slot.borrow_mut().take() else {
+    loop {
+        let work = slot.borrow_mut().take();
+        let Some(work) = work else {
+            if wake.recv().await.is_err() {
+                return;
+            }
             continue;
         };
-        match work {
+        let done = match work {
             Work::Sync(pod) => {
-                let retry_after = sync(&sh, &pod).await;
-                let _ = sh
-                    .done
-                    .send(Done::Synced {
-                        uid: uid.clone(),
-                        retry_after,
-                    })
-                    .await;
+                // A termination sent meanwhile cancels the sync (a slow image pull, say), as
+                // upstream cancels a sync's context: the pod is going away anyway.
+                let cancelled = async {
+                    while wake.recv().await.is_ok() {
+                        if terminate_waiting(&slot) {
+                            return None;
+                        }
+                    }
+                    std::future::pending().await
+                };
+                let retry_after =
+                    futures_lite::future::or(async { Some(sync(&sh, &pod).await) }, cancelled)
+                        .await;
+                if retry_after.is_none() {
+                    log::info!(
+                        "sync of pod {} cancelled: the pod is being removed",
+                        pod.metadata.name
+                    );
+                }
+                Done::Synced {
+                    uid: uid.clone(),
+                    retry_after: retry_after.flatten(),
+                }
             }
-            Work::Terminate { grace, .. } => {
-                let msg = if terminate(&sh, &uid, grace).await {
+            Work::Terminate {
+                grace,
+                namespace,
+                name,
+                ..
+            } => {
+                if terminate(&sh, &uid, grace, &namespace, &name).await {
                     Done::Terminated { uid: uid.clone() }
                 } else {
                     Done::TerminateFailed { uid: uid.clone() }
-                };
-                let _ = sh.done.send(msg).await;
+                }
             }
+        };
+        if sh.done.send(done).await.is_err() {
+            return;
         }
     }
 }

@@ -47,6 +47,14 @@ pub fn now_nanos() -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
+/// Monotonic nanoseconds since the first call: orders observations even when the wall clock
+/// steps back (an edge board whose clock NTP corrects after boot).
+pub fn mono_nanos() -> i64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    i64::try_from(base.elapsed().as_nanos()).unwrap_or(i64::MAX)
+}
+
 pub async fn sleep(d: Duration) {
     async_io::Timer::after(d).await;
 }

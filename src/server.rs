@@ -77,7 +77,7 @@ pub fn route(k: &Kubelet, report: &Report, req: &Request<impl Sized>) -> Respons
                         .as_ref()
                         .map(|p| format!("{}/{}", p.metadata.namespace, p.metadata.name)),
                     uid: m.pod.as_ref().map(|p| p.metadata.uid.clone()),
-                    error: m.error.clone(),
+                    error: m.problem().map(str::to_owned),
                 })
                 .collect();
             json(&v)

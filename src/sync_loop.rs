@@ -44,14 +44,36 @@ pub struct Kubelet {
     pods: RefCell<HashMap<String, Rc<Pod>>>,
     /// When each pod is next due for a sync.
     due: RefCell<HashMap<String, Instant>>,
-    /// Pods being terminated, with their grace period.
-    terminating: RefCell<HashMap<String, i64>>,
+    /// Pods being terminated.
+    terminating: RefCell<HashMap<String, Term>>,
     /// Terminations to retry, and when.
     retry_terminate: RefCell<HashMap<String, Instant>>,
     /// Outstanding work items per pod.
     in_flight: RefCell<HashMap<String, usize>>,
+    /// Pods whose container GC is running.
+    collecting: Rc<RefCell<HashSet<String>>>,
     cfg: LoopConfig,
     last_loop: RefCell<Instant>,
+}
+
+/// A pod being terminated: what its worker needs, and its name so a pod of the same name can
+/// wait for it.
+#[derive(Debug, Clone)]
+struct Term {
+    grace: i64,
+    namespace: String,
+    name: String,
+}
+
+impl Term {
+    fn work(&self, uid: &str) -> Work {
+        Work::Terminate {
+            uid: uid.to_owned(),
+            grace: self.grace,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 /// One thing the loop woke up for.
@@ -85,6 +107,7 @@ impl Kubelet {
             terminating: RefCell::default(),
             retry_terminate: RefCell::default(),
             in_flight: RefCell::default(),
+            collecting: Rc::default(),
             cfg,
             last_loop: RefCell::new(Instant::now()),
         }
@@ -98,6 +121,53 @@ impl Kubelet {
         if self.workers.dispatch(work) {
             *self.in_flight.borrow_mut().entry(uid).or_default() += 1;
         }
+    }
+
+    /// Why a pod must not be synced yet, if it must not: until the runtime has been listed once,
+    /// and while another pod of the same namespace and name (an edited static pod's old version)
+    /// is still being terminated or still runs unowned, so the two never run at once (the new
+    /// one would find its host ports and files taken).
+    fn start_blocked(&self, pod: &Pod) -> Option<String> {
+        if !self.pleg.has_listed() {
+            return Some("waiting for the first runtime listing".into());
+        }
+        let (uid, ns, name) = (
+            &pod.metadata.uid,
+            &pod.metadata.namespace,
+            &pod.metadata.name,
+        );
+        let same = |u: &String, n: &str, nm: &str| u != uid && n == ns && nm == name;
+        if let Some((u, _)) = self
+            .terminating
+            .borrow()
+            .iter()
+            .find(|(u, t)| same(u, &t.namespace, &t.name))
+        {
+            return Some(format!(
+                "waiting for the previous pod {u} of the same name to stop"
+            ));
+        }
+        let pods = self.pods.borrow();
+        let cache = self.cache.borrow();
+        let orphan = cache.uids().into_iter().find(|u| {
+            !pods.contains_key(u)
+                && cache
+                    .get(u)
+                    .is_some_and(|c| same(u, &c.status.namespace, &c.status.name))
+        });
+        orphan.map(|u| format!("waiting for the unowned pod {u} of the same name to be removed"))
+    }
+
+    /// Dispatches a sync, or defers it to the next tick while the pod may not start.
+    fn sync(&self, pod: Rc<Pod>) {
+        if let Some(why) = self.start_blocked(&pod) {
+            log::debug!("pod {} not synced yet: {why}", pod.metadata.name);
+            self.due
+                .borrow_mut()
+                .insert(pod.metadata.uid.clone(), Instant::now());
+            return;
+        }
+        self.dispatch(Work::Sync(pod));
     }
 
     fn handle_update(&self, u: PodUpdate) {
@@ -127,7 +197,7 @@ impl Kubelet {
                     let pod = Rc::new(pod);
                     self.pods.borrow_mut().insert(uid.clone(), pod.clone());
                     if !self.terminating.borrow().contains_key(&uid) {
-                        self.dispatch(Work::Sync(pod));
+                        self.sync(pod);
                     }
                 }
                 Op::Reconcile => {
@@ -141,15 +211,21 @@ impl Kubelet {
                     );
                     self.pods.borrow_mut().remove(&uid);
                     self.due.borrow_mut().remove(&uid);
-                    self.terminate(uid, PodWorkers::grace_for(&pod));
+                    let m = &pod.metadata;
+                    let term = Term {
+                        grace: PodWorkers::grace_for(&pod),
+                        namespace: m.namespace.clone(),
+                        name: m.name.clone(),
+                    };
+                    self.terminate(uid, term);
                 }
             }
         }
     }
 
-    fn terminate(&self, uid: String, grace: i64) {
-        self.terminating.borrow_mut().insert(uid.clone(), grace);
-        self.dispatch(Work::Terminate { uid, grace });
+    fn terminate(&self, uid: String, term: Term) {
+        self.dispatch(term.work(&uid));
+        self.terminating.borrow_mut().insert(uid, term);
     }
 
     fn handle_done(&self, d: Done) {
@@ -173,7 +249,11 @@ impl Kubelet {
                     let after = retry_after
                         .unwrap_or(self.cfg.sync_frequency)
                         .min(self.cfg.sync_frequency);
-                    self.due.borrow_mut().insert(uid, Instant::now() + after);
+                    let now = Instant::now();
+                    let at = now
+                        .checked_add(after)
+                        .unwrap_or(now + Duration::from_secs(86_400));
+                    self.due.borrow_mut().insert(uid, at);
                 }
             }
             Done::Terminated { .. } => {
@@ -181,10 +261,11 @@ impl Kubelet {
                 if !self.in_flight.borrow().contains_key(&uid) {
                     self.workers.remove(&uid);
                 }
-                // The same pod may have come back meanwhile (a manifest restored).
+                // The same pod may have come back meanwhile (a manifest restored); pods of the
+                // same name waiting for this one start at the next tick.
                 let back = self.pods.borrow().get(&uid).cloned();
                 if let Some(p) = back {
-                    self.dispatch(Work::Sync(p));
+                    self.sync(p);
                 }
             }
             Done::TerminateFailed { .. } => {
@@ -203,7 +284,7 @@ impl Kubelet {
         if let Some(p) = pod
             && !self.terminating.borrow().contains_key(&e.uid)
         {
-            self.dispatch(Work::Sync(p));
+            self.sync(p);
         }
     }
 
@@ -219,8 +300,10 @@ impl Kubelet {
         for uid in due {
             self.due.borrow_mut().remove(&uid);
             let pod = self.pods.borrow().get(&uid).cloned();
-            if let Some(p) = pod {
-                self.dispatch(Work::Sync(p));
+            if let Some(p) = pod
+                && !self.terminating.borrow().contains_key(&uid)
+            {
+                self.sync(p);
             }
         }
         let retry: Vec<String> = self
@@ -232,9 +315,9 @@ impl Kubelet {
             .collect();
         for uid in retry {
             self.retry_terminate.borrow_mut().remove(&uid);
-            let grace = self.terminating.borrow().get(&uid).copied();
-            if let Some(g) = grace {
-                self.dispatch(Work::Terminate { uid, grace: g });
+            let work = self.terminating.borrow().get(&uid).map(|t| t.work(&uid));
+            if let Some(w) = work {
+                self.dispatch(w);
             }
         }
     }
@@ -251,18 +334,36 @@ impl Kubelet {
             if known.contains(uid) || self.terminating.borrow().contains_key(uid) {
                 continue;
             }
-            let grace = self.cache.borrow().get(uid).map_or(30, |c| c.grace);
-            log::info!("removing orphaned pod {uid} (no source defines it)");
-            self.terminate(uid.clone(), grace);
+            let term = self.cache.borrow().get(uid).map(|c| Term {
+                grace: c.grace,
+                namespace: c.status.namespace.to_string(),
+                name: c.status.name.to_string(),
+            });
+            if let Some(t) = term {
+                log::info!(
+                    "removing orphaned pod {}/{} ({uid}): no source defines it",
+                    t.namespace,
+                    t.name
+                );
+                self.terminate(uid.clone(), t);
+            }
         }
         for uid in &cached {
-            if !known.contains(uid) || self.in_flight.borrow().contains_key(uid) {
+            if !known.contains(uid)
+                || self.in_flight.borrow().contains_key(uid)
+                || self.collecting.borrow().contains(uid)
+            {
                 continue;
             }
             let st = self.cache.borrow().get(uid).map(|c| c.status.clone());
-            if let Some(st) = st.filter(needs_gc) {
-                let rm = self.rm.clone();
-                rt::spawn(async move { rm.gc_pod(&st).await }).detach();
+            if let Some(st) = st.filter(|st| !crate::kuberuntime::gc_plan(st).is_empty()) {
+                let (rm, collecting, uid) = (self.rm.clone(), self.collecting.clone(), uid.clone());
+                collecting.borrow_mut().insert(uid.clone());
+                rt::spawn(async move {
+                    rm.gc_pod(&st).await;
+                    collecting.borrow_mut().remove(&uid);
+                })
+                .detach();
             }
         }
         let root = self.rm.node().root_dir.clone();
@@ -270,11 +371,17 @@ impl Kubelet {
             let busy = known.contains(&dir)
                 || self.terminating.borrow().contains_key(&dir)
                 || self.cache.borrow().get(&dir).is_some();
-            if !busy {
+            if !busy && self.collecting.borrow_mut().insert(dir.clone()) {
                 log::info!("removing leftover directory of pod {dir}");
-                if let Err(e) = volume::cleanup(&root, &dir) {
-                    log::warn!("removing leftover directory of pod {dir}: {e}");
-                }
+                let (root, collecting) = (root.clone(), self.collecting.clone());
+                rt::spawn(async move {
+                    let d = dir.clone();
+                    if let Err(e) = rt::unblock(move || volume::cleanup(&root, &d)).await {
+                        log::warn!("removing leftover directory of pod {dir}: {e}");
+                    }
+                    collecting.borrow_mut().remove(&dir);
+                })
+                .detach();
             }
         }
         self.rm.gc_backoffs(rt::now_nanos());
@@ -362,77 +469,5 @@ impl Kubelet {
             return Err(format!("sync loop last ran {idle:?} ago"));
         }
         Ok(())
-    }
-}
-
-/// Whether a pod has dead containers or sandboxes worth collecting.
-fn needs_gc(st: &crate::kubecontainer::PodRuntimeStatus) -> bool {
-    use crate::kubecontainer::{ContainerState, SandboxState};
-    let mut names = HashSet::new();
-    let dup_dead = st
-        .containers
-        .iter()
-        .filter(|c| c.state == ContainerState::Exited || c.state == ContainerState::Unknown)
-        .any(|c| !names.insert(&c.name));
-    dup_dead
-        || st
-            .sandboxes
-            .iter()
-            .skip(1)
-            .any(|s| s.state == SandboxState::NotReady)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kubecontainer::{
-        ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState, SandboxStatus,
-    };
-
-    fn c(name: &str, state: ContainerState) -> ContainerStatus {
-        ContainerStatus {
-            id: "x".into(),
-            name: name.into(),
-            state,
-            created_at: 0,
-            started_at: 0,
-            finished_at: 0,
-            exit_code: 0,
-            image: "".into(),
-            image_ref: "".into(),
-            reason: "".into(),
-            message: "".into(),
-            hash: 0,
-            restart_count: 0,
-        }
-    }
-
-    fn sb(state: SandboxState) -> SandboxStatus {
-        SandboxStatus {
-            id: "s".into(),
-            attempt: 0,
-            state,
-            created_at: 0,
-            ip: None,
-            host_network: false,
-        }
-    }
-
-    #[test]
-    fn gc_needed_only_for_extra_dead_objects() {
-        let mut st = PodRuntimeStatus {
-            sandboxes: vec![sb(SandboxState::Ready)],
-            ..Default::default()
-        };
-        st.containers = vec![
-            c("a", ContainerState::Running),
-            c("a", ContainerState::Exited),
-        ];
-        assert!(!needs_gc(&st));
-        st.containers.push(c("a", ContainerState::Exited));
-        assert!(needs_gc(&st));
-        st.containers = vec![c("a", ContainerState::Exited)];
-        st.sandboxes.push(sb(SandboxState::NotReady));
-        assert!(needs_gc(&st));
     }
 }

@@ -165,6 +165,31 @@ pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volum
     Ok(out)
 }
 
+/// The host path of a volume mount's `subPath`, created as a directory when missing (as
+/// upstream does). Refused when it resolves outside the volume: a container could otherwise plant
+/// a symlink in its volume and have a host path of its choosing mounted at its next start.
+pub fn resolve_subpath(volume: &Path, sub: &str) -> Result<PathBuf, String> {
+    let path = volume.join(sub);
+    if !path.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&path)
+            .map_err(|e| format!("creating subPath {}: {e}", path.display()))?;
+    }
+    let base = fs::canonicalize(volume).map_err(|e| format!("{}: {e}", volume.display()))?;
+    let real = fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if real.starts_with(&base) {
+        Ok(real)
+    } else {
+        Err(format!(
+            "subPath {sub:?} resolves to {}, outside its volume {}",
+            real.display(),
+            base.display()
+        ))
+    }
+}
+
 /// Removes everything picolet keeps on disk for a pod, unmounting tmpfs volumes first.
 pub fn cleanup(root: &Path, uid: &str) -> io::Result<()> {
     let dir = pod_dir(root, uid);
@@ -256,6 +281,21 @@ mod tests {
         cleanup(&root, "u1").unwrap();
         assert!(mounts_under(&root).is_empty());
         assert!(!pod_dir(&root, "u1").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn subpaths_stay_inside_their_volume() {
+        let root = tmp("sub");
+        let vol = root.join("vol");
+        fs::create_dir_all(&vol).unwrap();
+        let made = resolve_subpath(&vol, "logs/app").unwrap();
+        assert!(made.is_dir() && made.ends_with("vol/logs/app"));
+        std::os::unix::fs::symlink("/", vol.join("escape")).unwrap();
+        let e = resolve_subpath(&vol, "escape").unwrap_err();
+        assert!(e.contains("outside its volume"), "{e}");
+        std::os::unix::fs::symlink("logs", vol.join("inside")).unwrap();
+        assert!(resolve_subpath(&vol, "inside/app").is_ok());
         fs::remove_dir_all(&root).unwrap();
     }
 

@@ -22,7 +22,7 @@ use crate::api::decode::{self, Format};
 use crate::api::validation;
 use crate::rt;
 
-use super::{Snapshot, Source, static_pod};
+use super::{Snapshot, Source, last_valid, static_pod};
 
 /// Files larger than this are refused, as upstream refuses them.
 pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
@@ -59,7 +59,30 @@ pub struct Manifest {
     pub pod: Option<Pod>,
     /// Why the file's current content is not used, if it is not.
     pub error: Option<String>,
+    /// Why its pod is not used: another file defines a pod of the same name (recomputed on
+    /// every scan, so it clears when the other file goes).
+    pub dup: Option<String>,
     stamp: Option<Stamp>,
+    /// UID of the pod whose content is saved as the last valid version.
+    saved_uid: Option<String>,
+}
+
+impl Manifest {
+    fn new(path: &Path) -> Manifest {
+        Manifest {
+            path: path.to_owned(),
+            pod: None,
+            error: None,
+            dup: None,
+            stamp: None,
+            saved_uid: None,
+        }
+    }
+
+    /// What keeps this file's newest content from running, if anything.
+    pub fn problem(&self) -> Option<&str> {
+        self.error.as_deref().or(self.dup.as_deref())
+    }
 }
 
 /// The file source's view, shared with the local API.
@@ -82,19 +105,7 @@ fn format_of(path: &Path) -> Format {
 /// Reads and checks one manifest; on success the pod carries its static identity. Each error
 /// line names the file, the field and the value.
 pub fn load(path: &Path, node_name: &str, seen: &str) -> Result<Pod, Vec<String>> {
-    let shown = path.display();
-    let one = |e: String| vec![e];
-    let f = fs::File::open(path).map_err(|e| one(format!("{shown}: {e}")))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| one(format!("{shown}: {e}")))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(one(format!(
-            "{shown}: file is larger than {MAX_MANIFEST_BYTES} bytes"
-        )));
-    }
-    parse(&bytes, format_of(path), path, node_name, seen)
+    parse(&read_limited(path)?, format_of(path), path, node_name, seen)
 }
 
 /// Decodes, validates and gives identity to a manifest's bytes.
@@ -133,19 +144,127 @@ pub fn parse(
 }
 
 /// The directory's manifests after one scan. Unchanged files are not re-read.
+/// One scan of the directory.
+struct Scanned {
+    manifests: BTreeMap<PathBuf, Manifest>,
+    /// False when the directory could not be read (the previous view was kept).
+    listed: bool,
+    /// True when a file changed while it was read: scan again soon.
+    unsettled: bool,
+}
+
+/// Reads, parses and checks one changed file. The content is read between two looks at the
+/// file's metadata; if they differ the file is being written, and nothing is concluded yet.
+fn refresh(
+    path: &Path,
+    st: Stamp,
+    prev: Option<Manifest>,
+    node_name: &str,
+    store: Option<&Path>,
+) -> (Manifest, bool) {
+    let shown = path.display();
+    let prev_pod = prev.as_ref().and_then(|p| p.pod.clone());
+    let saved_uid = prev.as_ref().and_then(|p| p.saved_uid.clone());
+    let read = read_limited(path);
+    if fs::metadata(path).map(|md| stamp(&md)).ok() != Some(st) {
+        let m = Manifest {
+            stamp: None,
+            ..prev.unwrap_or_else(|| Manifest::new(path))
+        };
+        return (m, true);
+    }
+    let seen = crate::api::time::now_rfc3339();
+    let parsed = read.and_then(|bytes| {
+        let pod = parse(&bytes, format_of(path), path, node_name, &seen)?;
+        Ok((pod, bytes))
+    });
+    let m = match parsed {
+        Ok((mut pod, bytes)) => {
+            // Same content as before: keep when it was first seen.
+            if let Some(old_seen) = prev_pod
+                .as_ref()
+                .filter(|p| p.metadata.uid == pod.metadata.uid)
+                .and_then(|p| p.metadata.annotations.get(super::ANNOTATION_CONFIG_SEEN))
+            {
+                pod.metadata
+                    .annotations
+                    .insert(super::ANNOTATION_CONFIG_SEEN.to_owned(), old_seen.clone());
+            }
+            let mut saved_uid = saved_uid;
+            if let Some(store) = store
+                && saved_uid.as_deref() != Some(pod.metadata.uid.as_str())
+            {
+                match last_valid::save(store, path, &String::from_utf8_lossy(&bytes)) {
+                    Ok(()) => saved_uid = Some(pod.metadata.uid.clone()),
+                    Err(e) => log::warn!(
+                        "{shown}: saving the last valid version under {}: {e}",
+                        store.display()
+                    ),
+                }
+            }
+            Manifest {
+                path: path.to_owned(),
+                pod: Some(pod),
+                error: None,
+                dup: None,
+                stamp: Some(st),
+                saved_uid,
+            }
+        }
+        Err(errors) => {
+            // Nothing valid in memory (picolet just started): fall back to the saved copy.
+            let restored = prev_pod
+                .is_none()
+                .then(|| store.and_then(|s| last_valid::load(s, path)))
+                .flatten();
+            let (pod, saved_uid) = match restored
+                .map(|c| parse(c.as_bytes(), format_of(path), path, node_name, &seen))
+            {
+                Some(Ok(p)) => {
+                    let uid = p.metadata.uid.clone();
+                    (Some(p), Some(uid))
+                }
+                _ => (prev_pod, saved_uid),
+            };
+            Manifest {
+                path: path.to_owned(),
+                pod,
+                error: Some(errors.join("; ")),
+                dup: None,
+                stamp: Some(st),
+                saved_uid,
+            }
+        }
+    };
+    (m, false)
+}
+
+/// The directory's manifests after one scan. Unchanged files are not re-read.
 fn scan(
     dir: &Path,
     node_name: &str,
+    store: Option<&Path>,
     mut old: BTreeMap<PathBuf, Manifest>,
-) -> BTreeMap<PathBuf, Manifest> {
+) -> Scanned {
     let mut out = BTreeMap::new();
+    let mut unsettled = false;
     let entries = match fs::read_dir(dir) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Scanned {
+                manifests: out,
+                listed: true,
+                unsettled,
+            };
+        }
         Err(e) => {
             log::error!("reading manifest directory {}: {e}", dir.display());
             // Keep what we had: an unreadable directory is not an empty one.
-            return old;
+            return Scanned {
+                manifests: old,
+                listed: false,
+                unsettled,
+            };
         }
     };
     for ent in entries.flatten() {
@@ -160,12 +279,11 @@ fn scan(
             Ok(md) if md.is_file() => md,
             Ok(_) => continue,
             Err(e) => {
-                let prev = old.remove(&path);
+                let prev = old.remove(&path).unwrap_or_else(|| Manifest::new(&path));
                 let m = Manifest {
-                    pod: prev.and_then(|p| p.pod),
                     error: Some(format!("{}: {e}", path.display())),
                     stamp: None,
-                    path: path.clone(),
+                    ..prev
                 };
                 out.insert(path, m);
                 continue;
@@ -177,37 +295,34 @@ fn scan(
             out.insert(path, p.clone());
             continue;
         }
-        let prev_pod = prev.and_then(|p| p.pod);
-        let seen = crate::api::time::now_rfc3339();
-        let m = match load(&path, node_name, &seen) {
-            Ok(mut pod) => {
-                // Same content as before: keep when it was first seen.
-                if let Some(old_seen) = prev_pod
-                    .as_ref()
-                    .filter(|p| p.metadata.uid == pod.metadata.uid)
-                    .and_then(|p| p.metadata.annotations.get(super::ANNOTATION_CONFIG_SEEN))
-                {
-                    pod.metadata
-                        .annotations
-                        .insert(super::ANNOTATION_CONFIG_SEEN.to_owned(), old_seen.clone());
-                }
-                Manifest {
-                    path: path.clone(),
-                    pod: Some(pod),
-                    error: None,
-                    stamp: Some(st),
-                }
-            }
-            Err(errors) => Manifest {
-                path: path.clone(),
-                pod: prev_pod,
-                error: Some(errors.join("; ")),
-                stamp: Some(st),
-            },
-        };
+        let (m, moving) = refresh(&path, st, prev, node_name, store);
+        unsettled |= moving;
         out.insert(path, m);
     }
-    out
+    if let Some(store) = store {
+        last_valid::prune(store, out.keys());
+    }
+    Scanned {
+        manifests: out,
+        listed: true,
+        unsettled,
+    }
+}
+
+fn read_limited(path: &Path) -> Result<Vec<u8>, Vec<String>> {
+    let shown = path.display();
+    let one = |e: String| vec![e];
+    let f = fs::File::open(path).map_err(|e| one(format!("{shown}: {e}")))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| one(format!("{shown}: {e}")))?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(one(format!(
+            "{shown}: file is larger than {MAX_MANIFEST_BYTES} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The pods of a scan. Two files naming the same pod: the first path wins and the other
@@ -216,10 +331,11 @@ fn pods_of(manifests: &mut BTreeMap<PathBuf, Manifest>) -> Vec<Pod> {
     let mut by_name: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
     let mut pods = Vec::new();
     for m in manifests.values_mut() {
+        m.dup = None;
         let Some(p) = &m.pod else { continue };
         let key = (p.metadata.namespace.clone(), p.metadata.name.clone());
         if let Some(first) = by_name.get(&key) {
-            m.error = Some(format!(
+            m.dup = Some(format!(
                 "{}: metadata.name: pod {}/{} is already defined by {}",
                 m.path.display(),
                 key.0,
@@ -241,12 +357,16 @@ pub struct FileSourceConfig {
     pub node_name: String,
     /// Full re-list period (the kubelet's `fileCheckFrequency`, 20 s).
     pub check_frequency: Duration,
+    /// Where the last valid version of each manifest is kept (none: in memory only).
+    pub store: Option<PathBuf>,
 }
 
 const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
 /// Events arriving this close together are handled in one scan.
 const DEBOUNCE: Duration = Duration::from_millis(10);
+/// Rescan delay after a file changed while it was read, or the directory could not be read.
+const UNSETTLED_RESCAN: Duration = Duration::from_millis(200);
 
 struct Watch {
     inotify: Inotify,
@@ -334,14 +454,15 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
             }
         }
 
-        let (dir, node) = (cfg.dir.clone(), cfg.node_name.clone());
+        let (dir, node, store) = (cfg.dir.clone(), cfg.node_name.clone(), cfg.store.clone());
         let old = std::mem::take(&mut manifests);
-        manifests = rt::unblock(move || scan(&dir, &node, old)).await;
+        let scanned = rt::unblock(move || scan(&dir, &node, store.as_deref(), old)).await;
+        manifests = scanned.manifests;
         let pods = pods_of(&mut manifests);
 
         let errors: BTreeMap<PathBuf, String> = manifests
             .values()
-            .filter_map(|m| Some((m.path.clone(), m.error.clone()?)))
+            .filter_map(|m| Some((m.path.clone(), m.problem()?.to_owned())))
             .collect();
         for (path, err) in &errors {
             if last_errors.get(path) != Some(err) {
@@ -371,7 +492,9 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
                 )
             })
             .collect();
-        if last_sent.as_ref() != Some(&key) {
+        // Until the directory could be listed once, say nothing: an empty first snapshot would
+        // mark the source seen and get every running static pod removed as an orphan.
+        if (scanned.listed || last_sent.is_some()) && last_sent.as_ref() != Some(&key) {
             if tx
                 .send(Snapshot {
                     source: Source::File,
@@ -387,6 +510,10 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
 
         // Wait for an event, the periodic re-list, or the next watch attempt.
         let mut wait = cfg.check_frequency;
+        if scanned.unsettled || !scanned.listed {
+            // A file was being written, or the directory could not be read: look again soon.
+            wait = wait.min(UNSETTLED_RESCAN);
+        }
         if w.is_none() {
             wait = wait.min(next_watch_try.saturating_duration_since(std::time::Instant::now()));
         }
@@ -413,6 +540,10 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scan_m(d: &Path, old: BTreeMap<PathBuf, Manifest>) -> BTreeMap<PathBuf, Manifest> {
+        scan(d, "node", None, old).manifests
+    }
 
     fn tmpdir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("picolet-file-{name}-{}", std::process::id()));
@@ -442,7 +573,7 @@ mod tests {
         let d = tmpdir("keep");
         let f = d.join("web.yaml");
         fs::write(&f, GOOD).unwrap();
-        let mut m = scan(&d, "node", BTreeMap::new());
+        let mut m = scan_m(&d, BTreeMap::new());
         let uid = m[&f].pod.as_ref().unwrap().metadata.uid.clone();
         assert_eq!(pods_of(&mut m).len(), 1);
         fs::write(
@@ -450,7 +581,7 @@ mod tests {
             "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: c}]}\n",
         )
         .unwrap();
-        let mut m = scan(&d, "node", m);
+        let mut m = scan_m(&d, m);
         let e = m[&f].error.clone().unwrap();
         assert!(e.contains("web.yaml") && e.contains("image"), "{e}");
         let pods = pods_of(&mut m);
@@ -460,11 +591,11 @@ mod tests {
             "the last valid version keeps running"
         );
         fs::write(&f, GOOD2).unwrap();
-        let mut m = scan(&d, "node", m);
+        let mut m = scan_m(&d, m);
         assert!(m[&f].error.is_none());
         assert_ne!(pods_of(&mut m)[0].metadata.uid, uid);
         fs::remove_file(&f).unwrap();
-        let mut m = scan(&d, "node", m);
+        let mut m = scan_m(&d, m);
         assert!(pods_of(&mut m).is_empty());
         fs::remove_dir_all(&d).unwrap();
     }
@@ -474,12 +605,12 @@ mod tests {
         let d = tmpdir("same");
         let f = d.join("web.yaml");
         fs::write(&f, GOOD).unwrap();
-        let m1 = scan(&d, "node", BTreeMap::new());
+        let m1 = scan_m(&d, BTreeMap::new());
         let p1 = m1[&f].pod.clone().unwrap();
         // Rewrite with identical content: re-read, same UID, same seen time.
         std::thread::sleep(Duration::from_millis(20));
         fs::write(&f, GOOD).unwrap();
-        let m2 = scan(&d, "node", m1);
+        let m2 = scan_m(&d, m1);
         let p2 = m2[&f].pod.clone().unwrap();
         assert_eq!(p1.metadata.uid, p2.metadata.uid);
         assert_eq!(p1.metadata.annotations, p2.metadata.annotations);
@@ -489,11 +620,11 @@ mod tests {
     #[test]
     fn missing_dir_is_empty_and_ignored_files_skipped() {
         let d = tmpdir("skip");
-        assert!(scan(&d.join("absent"), "node", BTreeMap::new()).is_empty());
+        assert!(scan_m(&d.join("absent"), BTreeMap::new()).is_empty());
         fs::write(d.join(".hidden.yaml"), GOOD).unwrap();
         fs::write(d.join("web.yaml.swp"), GOOD).unwrap();
         fs::create_dir(d.join("sub.yaml")).unwrap();
-        assert!(scan(&d, "node", BTreeMap::new()).is_empty());
+        assert!(scan_m(&d, BTreeMap::new()).is_empty());
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -505,9 +636,50 @@ mod tests {
         s.push('#');
         s.push_str(&"x".repeat(usize::try_from(MAX_MANIFEST_BYTES).unwrap()));
         fs::write(&f, s).unwrap();
-        let m = scan(&d, "node", BTreeMap::new());
+        let m = scan_m(&d, BTreeMap::new());
         assert!(m[&f].error.as_ref().unwrap().contains("larger than"));
         assert!(m[&f].pod.is_none());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn last_valid_version_survives_a_restart() {
+        let d = tmpdir("persist");
+        let store = d.join("store");
+        let manifests = d.join("m");
+        fs::create_dir_all(&manifests).unwrap();
+        let f = manifests.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let first = scan(&manifests, "node", Some(&store), BTreeMap::new()).manifests;
+        let uid = first[&f].pod.as_ref().unwrap().metadata.uid.clone();
+        // The file turns invalid while picolet is down; a fresh picolet still runs the old pod.
+        fs::write(
+            &f,
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec: {containers: []}\n",
+        )
+        .unwrap();
+        let mut restarted = scan(&manifests, "node", Some(&store), BTreeMap::new()).manifests;
+        assert!(restarted[&f].error.is_some());
+        let pods = pods_of(&mut restarted);
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].metadata.uid, uid);
+        // The file goes: so does its saved copy.
+        fs::remove_file(&f).unwrap();
+        scan(&manifests, "node", Some(&store), restarted);
+        assert_eq!(fs::read_dir(&store).unwrap().count(), 0);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn unreadable_directory_keeps_the_previous_view() {
+        let d = tmpdir("unreadable");
+        let f = d.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let m = scan_m(&d, BTreeMap::new());
+        // A file where the directory should be: read_dir fails with ENOTDIR, not NotFound.
+        let s = scan(&f, "node", None, m);
+        assert!(!s.listed);
+        assert_eq!(s.manifests.len(), 1);
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -516,17 +688,22 @@ mod tests {
         let d = tmpdir("dup");
         fs::write(d.join("a.yaml"), GOOD).unwrap();
         fs::write(d.join("b.yaml"), GOOD2).unwrap();
-        let mut m = scan(&d, "node", BTreeMap::new());
+        let mut m = scan_m(&d, BTreeMap::new());
         let pods = pods_of(&mut m);
         assert_eq!(pods.len(), 1);
         assert_eq!(pods[0].spec.containers[0].image, "busybox:1");
         assert!(
             m[&d.join("b.yaml")]
-                .error
-                .as_ref()
+                .problem()
                 .unwrap()
                 .contains("already defined")
         );
+        // The first file goes: the second one's pod runs and its error clears.
+        fs::remove_file(d.join("a.yaml")).unwrap();
+        let mut m = scan_m(&d, m);
+        let pods = pods_of(&mut m);
+        assert_eq!(pods[0].spec.containers[0].image, "busybox:2");
+        assert_eq!(m[&d.join("b.yaml")].problem(), None);
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -536,6 +713,7 @@ mod tests {
         let (tx, rx) = async_channel::unbounded();
         let report: Report = Rc::default();
         let cfg = FileSourceConfig {
+            store: None,
             dir: d.clone(),
             node_name: "n".into(),
             check_frequency: Duration::from_secs(600),

@@ -6,6 +6,7 @@
 //! every configured source has been seen, so a slow source never gets its pods killed.
 
 pub mod file;
+pub mod last_valid;
 pub mod static_pod;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -86,13 +86,13 @@ pub fn sandbox_usable(pod: &Pod, st: &PodRuntimeStatus) -> bool {
 /// already run), `Ok(Some(i))` for the next one to (re)start, `Err(())` while one is running.
 fn next_init(pod: &Pod, st: &PodRuntimeStatus) -> Result<Option<(usize, bool)>, ()> {
     let inits = &pod.spec.init_containers;
-    if inits.is_empty()
-        || pod
-            .spec
-            .containers
-            .iter()
-            .any(|c| st.latest(&c.name).is_some())
-    {
+    // A running app container proves the init containers ran (upstream's rule); an exited one
+    // may be left from a sandbox that died, whose successor must run them again.
+    let app_running = pod.spec.containers.iter().any(|c| {
+        st.latest(&c.name)
+            .is_some_and(|s| s.state == ContainerState::Running)
+    });
+    if inits.is_empty() || app_running {
         return Ok(None);
     }
     for (i, c) in inits.iter().enumerate() {
@@ -182,6 +182,14 @@ pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
     let mut keep = 0usize;
     for (i, c) in pod.spec.containers.iter().enumerate() {
         let s = st.latest(&c.name);
+        if let Some(u) = s.filter(|s| s.state == ContainerState::Unknown) {
+            // It may still run: stop it before a new instance starts.
+            a.containers_to_kill.push(Kill {
+                id: u.id.clone(),
+                name: u.name.clone(),
+                reason: "container is in unknown state, will be restarted".into(),
+            });
+        }
         match s {
             Some(s) if s.state == ContainerState::Running => {
                 let want = hashes.get(i).copied().unwrap_or(0);
@@ -260,6 +268,7 @@ mod tests {
             message: "".into(),
             hash: 1,
             restart_count: 0,
+            sandbox_id: "s".into(),
         }
     }
 
@@ -511,6 +520,30 @@ mod tests {
             compute(&pod(Never, &[], &["a"]), &st, &[1]).containers_to_start,
             vec![0]
         );
+    }
+
+    #[test]
+    fn inits_run_again_when_only_dead_app_containers_remain() {
+        // After a reboot: the new sandbox exists, the app container of the old one has exited.
+        let st = status(
+            vec![sandbox("s2", 1, SandboxState::Ready)],
+            vec![ctr("a", Exited, 137, 3)],
+        );
+        let a = compute(&pod(Always, &["i1"], &["a"]), &st, &[1]);
+        assert_eq!(a.next_init_container, Some(0));
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn unknown_container_is_killed_then_restarted() {
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("a", ContainerState::Unknown, 0, 5)],
+        );
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(&*a.containers_to_kill[0].id, "a-5");
     }
 
     #[test]

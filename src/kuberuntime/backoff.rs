@@ -44,7 +44,8 @@ impl Backoff {
             return None;
         }
         let end = since.saturating_add(nanos(delay));
-        (now < end).then(|| Duration::from_nanos(u64::try_from(end - now).unwrap_or(0)))
+        // Never more than the delay itself, even if the wall clock stepped back since `since`.
+        (now < end).then(|| Duration::from_nanos(u64::try_from(end - now).unwrap_or(0)).min(delay))
     }
 
     /// How long `key` stays blocked counted from its last recorded attempt (image pulls).
@@ -72,6 +73,11 @@ impl Backoff {
         let limit = nanos(self.max) * 2;
         self.entries
             .retain(|_, (_, last)| now.saturating_sub(*last) <= limit);
+    }
+
+    /// Forgets one key (an image that could be pulled after all).
+    pub fn forget(&mut self, key: &str) {
+        self.entries.remove(key);
     }
 
     /// Forgets every key starting with `prefix` (a pod that went away).
@@ -112,6 +118,11 @@ mod tests {
         );
         assert_eq!(b.remaining("k", 105 * S, 115 * S), None);
         assert_eq!(b.remaining("other", 105 * S, 106 * S), None);
+        // The wall clock stepped back an hour: still at most the delay.
+        assert_eq!(
+            b.remaining("k", 105 * S, 105 * S - 3600 * S),
+            Some(Duration::from_secs(10))
+        );
     }
 
     #[test]

@@ -65,11 +65,15 @@ pub fn namespace(pod: &Pod) -> &str {
     }
 }
 
+/// Longest grace period picolet asks for: a year. The runtime turns seconds into a nanosecond
+/// count, which larger values would overflow.
+pub const MAX_GRACE_PERIOD: i64 = 365 * 24 * 3600;
+
 pub fn grace_period(pod: &Pod) -> i64 {
     pod.spec
         .termination_grace_period_seconds
-        .unwrap_or(DEFAULT_GRACE_PERIOD)
-        .max(0)
+                .unwrap_or(DEFAULT_GRACE_PERIOD)
+        .clamp(0, MAX_GRACE_PERIOD)
 }
 
 fn ns_mode(host: bool, otherwise: v1::NamespaceMode) -> i32 {

@@ -15,6 +15,10 @@ pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminatio
 pub const TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
 
+/// Marks the sandboxes and containers picolet creates. picolet lists, adopts and cleans up only
+/// objects carrying it, so a kubelet sharing the same containerd keeps its pods.
+pub const MANAGED: &str = "io.picolet.managed";
+
 pub type Map = HashMap<String, String>;
 
 /// Labels on a pod sandbox: the pod's own labels plus its identity.
@@ -31,6 +35,7 @@ pub fn sandbox_labels(
     m.insert(POD_NAME.into(), name.into());
     m.insert(POD_NAMESPACE.into(), ns.into());
     m.insert(POD_UID.into(), uid.into());
+    m.insert(MANAGED.into(), "true".into());
     m
 }
 
@@ -40,6 +45,7 @@ pub fn container_labels(container: &str, name: &str, ns: &str, uid: &str) -> Map
     m.insert(POD_NAMESPACE.into(), ns.into());
     m.insert(POD_UID.into(), uid.into());
     m.insert(CONTAINER_NAME.into(), container.into());
+    m.insert(MANAGED.into(), "true".into());
     m
 }
 

@@ -48,12 +48,13 @@ impl SyncOutcome {
     }
     fn fail(&mut self, msg: String) {
         self.errors.push(msg);
-        self.retry(ERROR_RETRY);
     }
 }
 
-/// How soon a sync that failed is retried.
+/// How soon a sync that failed is retried: 2 s, doubling to 1 min while it keeps failing, so a
+/// pod that cannot start (a missing hostPath, a broken CNI) neither spins nor floods the log.
 const ERROR_RETRY: Duration = Duration::from_secs(2);
+const ERROR_RETRY_MAX: Duration = Duration::from_secs(60);
 /// Longest termination message read back from a container.
 const MAX_TERMINATION_MESSAGE: u64 = 4096;
 
@@ -134,7 +135,7 @@ fn termination_message(s: &v1::ContainerStatus) -> Option<String> {
     (!buf.is_empty()).then_some(buf)
 }
 
-fn container_from(s: &v1::ContainerStatus) -> ContainerStatus {
+fn container_from(s: &v1::ContainerStatus, sandbox_id: &str) -> ContainerStatus {
     let state = container_state(s.state);
     let mut message = s.message.clone();
     if state == ContainerState::Exited
@@ -156,6 +157,7 @@ fn container_from(s: &v1::ContainerStatus) -> ContainerStatus {
         message: message.into(),
         hash: labels::parse_hash(&s.annotations),
         restart_count: labels::parse_restart_count(&s.annotations),
+        sandbox_id: sandbox_id.into(),
     }
 }
 
@@ -175,6 +177,7 @@ fn listed_container(c: &v1::Container) -> ContainerStatus {
         message: "".into(),
         hash: labels::parse_hash(&c.annotations),
         restart_count: labels::parse_restart_count(&c.annotations),
+        sandbox_id: c.pod_sandbox_id.as_str().into(),
     }
 }
 
@@ -193,11 +196,13 @@ pub struct ListedPod {
 }
 
 impl Listing {
-    /// Groups sandboxes and containers by the pod UID label; objects without one are not
-    /// pods of a node agent and are left alone.
+    /// Groups picolet's sandboxes and containers by the pod UID label; objects without
+    /// picolet's mark (another node agent's, or not a pod's) are left alone.
     pub fn group(sandboxes: Vec<v1::PodSandbox>, containers: Vec<v1::Container>) -> Listing {
         let mut l = Listing::default();
-        for s in sandboxes {
+        let ours =
+            |l: &HashMap<String, String>| l.get(labels::MANAGED).is_some_and(|v| v == "true");
+        for s in sandboxes.into_iter().filter(|s| ours(&s.labels)) {
             let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
@@ -208,7 +213,7 @@ impl Listing {
             }
             p.sandboxes.push(s);
         }
-        for c in containers {
+        for c in containers.into_iter().filter(|c| ours(&c.labels)) {
             let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
                 continue;
             };
@@ -230,6 +235,7 @@ impl Listing {
 fn label_filter(uid: &str) -> HashMap<String, String> {
     let mut m = HashMap::new();
     m.insert(labels::POD_UID.to_owned(), uid.to_owned());
+    m.insert(labels::MANAGED.to_owned(), "true".to_owned());
     m
 }
 
@@ -238,6 +244,7 @@ pub struct RuntimeManager {
     node: NodeContext,
     restart_backoff: RefCell<Backoff>,
     pull_backoff: RefCell<Backoff>,
+    sync_backoff: RefCell<Backoff>,
     waiting: RefCell<HashMap<(String, String), Waiting>>,
 }
 
@@ -248,6 +255,7 @@ impl RuntimeManager {
             node,
             restart_backoff: RefCell::new(Backoff::container_restarts()),
             pull_backoff: RefCell::new(Backoff::container_restarts()),
+            sync_backoff: RefCell::new(Backoff::new(ERROR_RETRY, ERROR_RETRY_MAX)),
             waiting: RefCell::new(HashMap::new()),
         }
     }
@@ -357,7 +365,7 @@ impl RuntimeManager {
         for (listed, r) in st.containers.iter().zip(results) {
             match r {
                 Ok(resp) => match resp.status {
-                    Some(s) => out.push(container_from(&s)),
+                    Some(s) => out.push(container_from(&s, &listed.sandbox_id)),
                     None => out.push(listed.clone()),
                 },
                 Err(e) if e.is_not_found() => {}
@@ -401,6 +409,19 @@ impl RuntimeManager {
     /// Brings the runtime to the pod's spec, one step: level-triggered, so every sync
     /// recomputes what to do from the observed state.
     pub async fn sync_pod(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
+        let mut out = self.sync_pod_once(pod, st).await;
+        let key = pod.metadata.uid.as_str();
+        let mut b = self.sync_backoff.borrow_mut();
+        if out.errors.is_empty() {
+            b.forget(key);
+        } else {
+            b.next(key, rt::now_nanos());
+            out.retry(b.delay(key).unwrap_or(ERROR_RETRY));
+        }
+        out
+    }
+
+    async fn sync_pod_once(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
         let mut out = SyncOutcome::default();
         let uid = pod.metadata.uid.as_str();
         let hashes: Vec<u64> = pod.spec.containers.iter().map(container_hash).collect();
@@ -408,13 +429,24 @@ impl RuntimeManager {
         let grace = config::grace_period(pod);
 
         if a.kill_pod {
-            log::info!(
-                "stopping pod {} ({uid}) to recreate or finish it",
-                pod.metadata.name
-            );
+            let live = st.running().next().is_some()
+                || st.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            if live {
+                let why = if a.create_sandbox {
+                    "to recreate its sandbox"
+                } else {
+                    "it has finished"
+                };
+                log::info!("stopping pod {} ({uid}): {why}", pod.metadata.name);
+            }
             if let Err(e) = self.kill_pod(st, grace).await {
                 out.fail(format!("killing pod: {e}"));
                 return out;
+            }
+            if a.create_sandbox {
+                // Init containers run again in the new sandbox; their old instances would make
+                // the next sync believe they already did (upstream purges them too).
+                self.purge_init_containers(pod, st).await;
             }
         }
         let kills = a.containers_to_kill.iter().map(|k| {
@@ -430,6 +462,10 @@ impl RuntimeManager {
             if let Err(e) = r {
                 out.fail(format!("killing container: {e}"));
             }
+        }
+        if !out.errors.is_empty() {
+            // Never start a replacement while the old instance may still run.
+            return out;
         }
         // Nothing to start: no sandbox to use, or the pod has finished (its sandbox is stopped).
         if !a.create_sandbox && (a.sandbox_id.is_none() || a.kill_pod) {
@@ -565,6 +601,17 @@ impl RuntimeManager {
                 return;
             }
         };
+        for vm in &c.volume_mounts {
+            let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+            if let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name))
+                && let Err(e) = volume::resolve_subpath(base, sub)
+            {
+                let msg = format!("volume mount {:?}: {e}", vm.name);
+                self.set_waiting(uid, &c.name, "CreateContainerConfigError", msg.clone());
+                out.fail(msg);
+                return;
+            }
+        }
         let restart_count = prev.map_or(0, |p| p.restart_count.saturating_add(1));
         let tlog = match self.termination_log(uid, &c.name, restart_count) {
             Ok(p) => p,
@@ -687,7 +734,7 @@ impl RuntimeManager {
         };
         match self.cri.pull_image(req).await {
             Ok(r) => {
-                self.pull_backoff.borrow_mut().forget_prefix(image);
+                self.pull_backoff.borrow_mut().forget(image);
                 Ok(match self.image_id(image).await {
                     Ok(Some(id)) => id,
                     _ => r.image_ref,
@@ -789,6 +836,7 @@ impl RuntimeManager {
     pub fn forget(&self, uid: &str, name: &str, namespace: &str) {
         let uid_prefix = format!("{uid}/");
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
+        self.sync_backoff.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         if !name.is_empty() {
             let logs = config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid);
@@ -803,36 +851,20 @@ impl RuntimeManager {
         }
     }
 
-    /// Removes dead containers beyond the newest per name, and sandboxes that are neither the
-    /// newest nor ready and hold no container (the kubelet's container GC with
-    /// MaxPerPodContainer 1).
+    /// Carries out a [`gc_plan`].
     pub async fn gc_pod(&self, st: &PodRuntimeStatus) {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        for c in &st.containers {
-            if c.state == ContainerState::Running || c.state == ContainerState::Created {
-                continue;
-            }
-            let n = seen.entry(&c.name).or_default();
-            *n += 1;
-            if *n > 1 {
-                let req = v1::RemoveContainerRequest {
-                    container_id: c.id.to_string(),
-                };
-                match self.cri.remove_container(req).await {
-                    Err(e) if !e.is_not_found() => {
-                        log::warn!("removing dead container {}: {e}", c.id)
-                    }
-                    // The runtime leaves the log file; a crash loop would fill the disk with them.
-                    _ => self.remove_log(st, c),
-                }
+        let plan = gc_plan(st);
+        for c in plan.containers {
+            let req = v1::RemoveContainerRequest {
+                container_id: c.id.to_string(),
+            };
+            match self.cri.remove_container(req).await {
+                Err(e) if !e.is_not_found() => log::warn!("removing dead container {}: {e}", c.id),
+                // The runtime leaves the log file; a crash loop would fill the disk with them.
+                _ => self.remove_log(st, c),
             }
         }
-        for s in st
-            .sandboxes
-            .iter()
-            .skip(1)
-            .filter(|s| s.state == SandboxState::NotReady)
-        {
+        for s in plan.sandboxes {
             let req = v1::RemovePodSandboxRequest {
                 pod_sandbox_id: s.id.to_string(),
             };
@@ -840,6 +872,23 @@ impl RuntimeManager {
                 && !e.is_not_found()
             {
                 log::warn!("removing old sandbox {}: {e}", s.id);
+            }
+        }
+    }
+
+    async fn purge_init_containers(&self, pod: &Pod, st: &PodRuntimeStatus) {
+        let inits = &pod.spec.init_containers;
+        for c in st
+            .containers
+            .iter()
+            .filter(|c| inits.iter().any(|i| *i.name == *c.name))
+        {
+            let req = v1::RemoveContainerRequest {
+                container_id: c.id.to_string(),
+            };
+            match self.cri.remove_container(req).await {
+                Err(e) if !e.is_not_found() => log::warn!("removing init container {}: {e}", c.id),
+                _ => self.remove_log(st, c),
             }
         }
     }
@@ -857,7 +906,45 @@ impl RuntimeManager {
     pub fn gc_backoffs(&self, now: i64) {
         self.restart_backoff.borrow_mut().gc(now);
         self.pull_backoff.borrow_mut().gc(now);
+        self.sync_backoff.borrow_mut().gc(now);
     }
+}
+
+/// What container GC removes from a pod (the kubelet's GC with MaxPerPodContainer 1).
+#[derive(Debug, Default, PartialEq)]
+pub struct GcPlan<'a> {
+    /// Instances that are not running, beyond the newest one per container name.
+    pub containers: Vec<&'a ContainerStatus>,
+    /// Sandboxes that are not ready, not the newest, and hold no container that stays: removing
+    /// a sandbox removes its containers, so one still holding a kept instance stays too.
+    pub sandboxes: Vec<&'a SandboxStatus>,
+}
+
+impl GcPlan<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty() && self.sandboxes.is_empty()
+    }
+}
+
+/// Plans container GC for a pod whose containers are listed newest first.
+pub fn gc_plan(st: &PodRuntimeStatus) -> GcPlan<'_> {
+    let mut plan = GcPlan::default();
+    let mut kept_dead: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut kept_sandboxes: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for c in &st.containers {
+        if c.state == ContainerState::Running || kept_dead.insert(&c.name) {
+            kept_sandboxes.insert(&c.sandbox_id);
+        } else {
+            plan.containers.push(c);
+        }
+    }
+    plan.sandboxes = st
+        .sandboxes
+        .iter()
+        .skip(1)
+        .filter(|s| s.state == SandboxState::NotReady && !kept_sandboxes.contains(&*s.id))
+        .collect();
+    plan
 }
 
 struct StartContext<'a> {
@@ -919,6 +1006,87 @@ mod tests {
         let mut c = a.clone();
         c.command = vec!["sleep".into(), "1".into()];
         assert_ne!(container_hash(&a), container_hash(&c));
+    }
+
+    fn ctr(id: &str, name: &str, sandbox: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            sandbox_id: sandbox.into(),
+            name: name.into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            image: "".into(),
+            image_ref: "".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        }
+    }
+
+    fn sb(id: &str, state: SandboxState) -> SandboxStatus {
+        SandboxStatus {
+            id: id.into(),
+            attempt: 0,
+            state,
+            created_at: 0,
+            ip: None,
+            host_network: false,
+        }
+    }
+
+    fn ids<T>(v: &[&T], f: impl Fn(&T) -> &str) -> Vec<String> {
+        v.iter().map(|x| f(x).to_owned()).collect()
+    }
+
+    #[test]
+    fn gc_keeps_newest_dead_instance_and_the_sandboxes_holding_kept_ones() {
+        use ContainerState::{Created, Exited, Running};
+        let st = PodRuntimeStatus {
+            sandboxes: vec![
+                sb("s3", SandboxState::Ready),
+                sb("s2", SandboxState::NotReady),
+                sb("s1", SandboxState::NotReady),
+            ],
+            containers: vec![
+                ctr("a4", "a", "s3", Running),
+                ctr("a3", "a", "s3", Exited),
+                ctr("a2", "a", "s2", Exited),
+                ctr("b2", "b", "s2", Exited),
+                ctr("b1", "b", "s1", Created),
+                ctr("a1", "a", "s1", Exited),
+            ],
+            ..Default::default()
+        };
+        let plan = gc_plan(&st);
+        assert_eq!(ids(&plan.containers, |c| &c.id), vec!["a2", "b1", "a1"]);
+        // s2 still holds b2, the newest dead instance of b: removing it would lose b's history.
+        assert_eq!(ids(&plan.sandboxes, |s| &s.id), vec!["s1"]);
+    }
+
+    #[test]
+    fn gc_has_nothing_to_do_for_a_tidy_pod() {
+        use ContainerState::{Exited, Running};
+        let st = PodRuntimeStatus {
+            sandboxes: vec![
+                sb("s2", SandboxState::Ready),
+                sb("s1", SandboxState::NotReady),
+            ],
+            containers: vec![ctr("a2", "a", "s2", Running), ctr("a1", "a", "s1", Exited)],
+            ..Default::default()
+        };
+        assert!(gc_plan(&st).is_empty());
+        let never = PodRuntimeStatus {
+            sandboxes: vec![sb("s1", SandboxState::NotReady)],
+            ..Default::default()
+        };
+        assert!(
+            gc_plan(&never).is_empty(),
+            "the newest sandbox always stays"
+        );
     }
 
     #[test]

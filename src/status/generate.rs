@@ -600,6 +600,7 @@ mod tests {
             message: "".into(),
             hash: 1,
             restart_count: restarts,
+            sandbox_id: "s".into(),
         }
     }
 
