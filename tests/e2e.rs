@@ -274,6 +274,61 @@ fn init_containers_run_in_order() {
         vec!["one", "two"],
         "init containers ran in order, once each"
     );
+
+    // The sandbox dies (as after a reboot): a new one is made and the init containers run again,
+    // in order, before the app container starts anew.
+    let sandbox = sandboxes_of(&c, "init").into_iter().next().unwrap();
+    c.ctr(&["tasks", "kill", "-s", "SIGKILL", &sandbox]);
+    let log1 = a
+        .dir
+        .join(format!("logs/default_{}_{uid}/main/1.log", full("init")));
+    a.wait_for(
+        "main restarted after the init containers ran again",
+        T,
+        |_| std::fs::read_to_string(&log1).is_ok_and(|l| l.lines().count() >= 4),
+    );
+    let text = std::fs::read_to_string(&log1).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(lines, vec!["one", "two", "one", "two"]);
+    a.wait_for("the pod running again", T, |a| {
+        phase(a, "init") == "Running"
+    });
+}
+
+#[test]
+fn an_edited_host_network_pod_waits_for_its_old_version() {
+    let d = test_dir("hostnet");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    // Both versions serve the same host port: overlapping, the new one could not bind it.
+    let srv = |v: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: srv\nspec:\n  hostNetwork: true\n  \
+             terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
+             command: [httpd, -f, -p, \"127.0.0.1:18931\", -h, /{v}]\n"
+        )
+    };
+    a.write_manifest("srv.yaml", &srv("bin"));
+    a.wait_for("v1 serving", T, |a| phase(a, "srv") == "Running");
+    let v1 = running_of(&c, "srv");
+    a.write_manifest("srv.yaml", &srv("etc"));
+    a.wait_for("v2 running in place of v1", T, |a| {
+        let now = running_of(&c, "srv");
+        now.len() == 1 && now.is_disjoint(&v1) && phase(a, "srv") == "Running"
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        restarts(&a, "srv"),
+        0,
+        "v2 never had to retry: v1 had released the port first"
+    );
+    assert_eq!(running_of(&c, "srv").len(), 1);
+    assert!(
+        a.log_text().contains("waiting for the previous pod") || a.log_text().contains("same name")
+    );
 }
 
 #[test]
@@ -294,11 +349,6 @@ fn picolet_restarts_adopt_running_pods() {
     let tasks_before: BTreeSet<String> = c.running_task_ids().into_iter().collect();
 
     // SIGKILL and start again: nothing is restarted or recreated.
-    a.kill9();
-    assert_eq!(
-        c.running_task_ids().into_iter().collect::<BTreeSet<_>>(),
-        tasks_before
-    );
     a.restart();
     a.wait_for("the pods to be reported again", T, |a| {
         phase(a, "one") == "Running" && phase(a, "two") == "Running"
@@ -325,13 +375,24 @@ fn picolet_restarts_adopt_running_pods() {
         tasks_before
     );
 
+    // A manifest broken while picolet was down: the last valid version keeps running.
+    a.write_manifest(
+        "one.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: one\nspec:\n  containers: []\n",
+    );
     // A manifest removed while picolet was down: its pod is cleaned up once picolet is back.
     a.remove_manifest("two.yaml");
     a.restart();
     a.wait_for("the orphaned pod to be removed", T, |_| {
         containers_of(&c, "two").is_empty() && sandboxes_of(&c, "two").is_empty()
     });
-    assert_eq!(running_of(&c, "one").len(), 1);
+    let one_running = running_of(&c, "one");
+    assert_eq!(one_running.len(), 1);
+    assert!(
+        tasks_before.is_superset(&one_running),
+        "pod one kept its container through the restart"
+    );
+    assert!(a.manifests_report().to_string().contains("one.yaml"));
 }
 
 #[test]
