@@ -72,7 +72,7 @@ pub const MAX_GRACE_PERIOD: i64 = 365 * 24 * 3600;
 pub fn grace_period(pod: &Pod) -> i64 {
     pod.spec
         .termination_grace_period_seconds
-                .unwrap_or(DEFAULT_GRACE_PERIOD)
+        .unwrap_or(DEFAULT_GRACE_PERIOD)
         .clamp(0, MAX_GRACE_PERIOD)
 }
 
