@@ -11,7 +11,8 @@
 #
 # Environment:
 #   BENCH_SECONDS           sampling window of step 3 (default 60)
-#   BENCH_BASELINE_SECONDS  window with picolet paused (default 20; 0 skips it)
+#   BENCH_BASELINE_SECONDS  window with picolet paused (default: BENCH_SECONDS; 0 skips it).
+#                           Keep it over 30 s: the shims wake every 30 s by themselves.
 #   BENCH_DIR               scratch directory (default /tmp/pbench; keep it short: unix sockets)
 #   BENCH_SKIP_CROSS=1      skip the aarch64/armv7 builds
 #
@@ -23,7 +24,7 @@ REPO=$(pwd -P)
 
 DIR=${BENCH_DIR:-/tmp/pbench}
 SECONDS_WINDOW=${BENCH_SECONDS:-60}
-BASELINE_SECONDS=${BENCH_BASELINE_SECONDS:-20}
+BASELINE_SECONDS=${BENCH_BASELINE_SECONDS:-$SECONDS_WINDOW}
 WORK=$DIR/pl # picolet's config, manifests, root dir, logs
 NODE=bench-node
 STATIC_PODS=10
@@ -87,10 +88,14 @@ stop_tree() {
     wait "$pid" 2>/dev/null || true
 }
 
+# The script's own stdout/stderr, for the trap: it may run while a redirected command is waited
+# for (run_child ... >FILE), and its messages belong on the terminal, not in FILE.
+exec 3>&1 4>&2
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     set +e
+    exec 1>&3 2>&4
     if [[ -n $CHILD_PID ]]; then
         stop_tree "$CHILD_PID"
     fi
@@ -112,7 +117,7 @@ trap 'exit 143' TERM
 # at once (the trap then stops the command by PID).
 run_child() {
     local rc=0
-    "$@" &
+    "$@" 3>&- 4>&- &
     CHILD_PID=$!
     wait "$CHILD_PID" || rc=$?
     CHILD_PID=
@@ -125,8 +130,10 @@ HELPER=$WORK/bench_helper.py
 write_helper() {
     cat >"$HELPER" <<'PY'
 """Helpers of scripts/bench.sh: polling picolet's local API and sampling /proc. Prints figures."""
+import calendar
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -341,7 +348,32 @@ def ctr_task_status(sock, pid):
     return "not listed"
 
 
-def cmd_latency(port, manifests, runs, node, sock, image, raw_ms, picolet_pid):
+LOG_LINE = re.compile(r"^[IWEDF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) ")
+LOG_STEPS = (("added", "adding pod"), ("sandbox", "creating sandbox"), ("started", "started container"))
+
+
+def log_times(log, full, t_wall):
+    """Seconds after t_wall at which picolet logged each step for pod `full` (klog lines, UTC)."""
+    year = time.gmtime(t_wall).tm_year
+    name = re.compile(r"(?<![\w.-])%s(?![\w.-])" % re.escape(full))
+    out = {}
+    try:
+        lines = open(log, errors="replace").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = LOG_LINE.match(line)
+        if not m or not name.search(line):
+            continue
+        mo, d, h, mi, se, us = (int(x) for x in m.groups())
+        t = calendar.timegm((year, mo, d, h, mi, se, 0, 0, 0)) + us / 1e6 - t_wall
+        for key, text in LOG_STEPS:
+            if key not in out and text in line and t > -1:
+                out[key] = t
+    return out
+
+
+def cmd_latency(port, manifests, runs, node, sock, image, raw_ms, picolet_pid, log):
     port, runs, pp = int(port), int(runs), int(picolet_pid)
     raw = float(raw_ms) if raw_ms not in ("", "n/a") else None
     rows = []
@@ -353,6 +385,7 @@ def cmd_latency(port, manifests, runs, node, sock, image, raw_ms, picolet_pid):
         tmp = os.path.join(manifests, ".%s.yaml.tmp" % name)
         with open(tmp, "w") as f:
             f.write(MANIFEST % (name, image))
+        t_wall = time.time()
         t0 = time.monotonic()
         os.rename(tmp, os.path.join(manifests, name + ".yaml"))
         seen = execd = api = None
@@ -390,7 +423,7 @@ def cmd_latency(port, manifests, runs, node, sock, image, raw_ms, picolet_pid):
         task = ctr_task_status(sock, pid) if pid else "-"
         f = lambda v: "%.1f ms" % (v * 1000) if v is not None else "timeout"
         print("  %-4d %-16s %14s %18s %18s  %s" % (i + 1, full, f(seen), f(execd), f(api), task))
-        rows.append((seen, execd, api))
+        rows.append((seen, execd, api, full, t_wall))
         time.sleep(2)
     med = lambda k: statistics.median([r[k] for r in rows if r[k] is not None]) if any(r[k] is not None for r in rows) else None
     m_seen, m_exec, m_api = med(0), med(1), med(2)
@@ -405,7 +438,39 @@ def cmd_latency(port, manifests, runs, node, sock, image, raw_ms, picolet_pid):
             print("  picolet's overhead to running in /pods:      %.1f ms (%.2fx the raw CRI time)"
                   % (m_api * 1000 - raw, m_api * 1000 / raw))
     vals = tuple("%.1f" % (v * 1000) if v is not None else "n/a" for v in (m_seen, m_exec, m_api))
+    # Where the time goes, from picolet's own log lines (default verbosity logs these three).
+    steps = [log_times(log, full, tw) for (_, _, _, full, tw) in rows]
+    print("  from picolet's log (%s), ms after the rename:" % log)
+    print("  %-4s %-16s %12s %22s %26s %14s" % ("run", "pod", "pod added", "sandbox call begins", "StartContainer returned", "CRI sequence"))
+    for i, (st, row) in enumerate(zip(steps, rows)):
+        seq = st["started"] - st["sandbox"] if "started" in st and "sandbox" in st else None
+        print("  %-4d %-16s %12s %22s %26s %14s" % (i + 1, row[3], f(st.get("added")), f(st.get("sandbox")), f(st.get("started")), f(seq)))
+    med_of = lambda xs: statistics.median(xs) if xs else None
+    m_added = med_of([st["added"] for st in steps if "added" in st])
+    m_sb = med_of([st["sandbox"] for st in steps if "sandbox" in st])
+    m_seq = med_of([st["started"] - st["sandbox"] for st in steps if "started" in st and "sandbox" in st])
+    print("  %-4s %-16s %12s %22s %26s %14s" % ("med", "", f(m_added), f(m_sb), "", f(m_seq)))
+    print("  (CRI sequence: RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer, StartContainer as picolet")
+    print("   runs them, with 10+ pods running; compare with the raw median sum above)")
     print("RESULT latency_median_ms seen=%s process=%s api_running=%s raw_cri=%s" % (vals + (raw_ms or "n/a",)))
+
+
+def cmd_wait_stopped(sock, timeout):
+    """Polls ctr every 0.5 s until no task of the k8s.io namespace is RUNNING."""
+    t0 = time.monotonic()
+    n = -1
+    while time.monotonic() - t0 < float(timeout):
+        try:
+            out = subprocess.run(["ctr", "-a", sock, "-n", "k8s.io", "tasks", "ls"], capture_output=True,
+                                 text=True, timeout=10).stdout
+            n = sum(1 for line in out.splitlines()[1:] if line.split()[2:3] == ["RUNNING"])
+        except (OSError, subprocess.SubprocessError):
+            n = -1
+        if n == 0:
+            print("%.1f s" % (time.monotonic() - t0))
+            return
+        time.sleep(0.5)
+    print("timeout: %s tasks still RUNNING after %s s" % (n, timeout))
 
 
 def cmd_leftovers(scratch):
@@ -537,7 +602,7 @@ done
 section "2. Raw CRI call times and PLEG relist cost (cargo bench --bench cri)"
 loadavg
 CONTAINERD_STARTED=1
-SOCK=$(bash "$SCRATCH" start "$DIR" 2>"$WORK/scratch-start.log" | tail -n 1) ||
+SOCK=$(bash "$SCRATCH" start "$DIR" 2>"$WORK/scratch-start.log" 3>&- 4>&- | tail -n 1) ||
     { cat "$WORK/scratch-start.log" >&2; die "starting the scratch containerd failed"; }
 CONTAINERD_PID=$(<"$DIR/containerd.pid")
 say "  scratch containerd: pid $CONTAINERD_PID, socket $SOCK"
@@ -562,7 +627,7 @@ podLogsDir: $WORK/logs
 healthzPort: $PORT
 EOF
 "$REPO/target/release/picolet" --config "$WORK/config.yaml" --root-dir "$WORK/kubelet" \
-    --hostname-override "$NODE" </dev/null >"$WORK/picolet.log" 2>&1 &
+    --hostname-override "$NODE" </dev/null >"$WORK/picolet.log" 2>&1 3>&- 4>&- &
 PICOLET_PID=$!
 say "  picolet: pid $PICOLET_PID, API http://127.0.0.1:$PORT, log $WORK/picolet.log (default verbosity)"
 run_child helper wait-api "$PORT" "$PICOLET_PID" 20 || { tail -n 20 "$WORK/picolet.log" >&2; die "picolet did not start"; }
@@ -595,16 +660,17 @@ say "  seen in /pods:     the pod is listed by picolet's API (file noticed and a
 say "  process exec'd:    a new 'sleep 3600' process exists (runc has started the task: containerd's RUNNING)"
 say "  running in /pods:  picolet's API shows the container state 'running'"
 say "  ctr task:          containerd's task status of that process, read once afterwards with ctr"
-run_child helper latency "$PORT" "$WORK/manifests" "$LATENCY_RUNS" "$NODE" "$SOCK" "$IMAGE" "$RAW_CRI_MS" "$PICOLET_PID"
+run_child helper latency "$PORT" "$WORK/manifests" "$LATENCY_RUNS" "$NODE" "$SOCK" "$IMAGE" "$RAW_CRI_MS" "$PICOLET_PID" "$WORK/picolet.log"
 
 # ---------------------------------------------------------------- teardown
 
 section "Teardown"
 rm -f -- "$WORK"/manifests/*.yaml
 run_child helper wait-gone "$PORT" "static-,lat-" 120 >"$WORK/gone.txt"
-gone=$(<"$WORK/gone.txt")
-say "  manifests deleted -> all $((STATIC_PODS + LATENCY_RUNS)) pods gone from /pods: $gone s (terminationGracePeriodSeconds: 1)"
-say "  containers left in containerd: $(ctr -a "$SOCK" -n k8s.io containers ls -q | wc -l)"
+say "  manifests deleted -> all $((STATIC_PODS + LATENCY_RUNS)) pods gone from /pods: $(<"$WORK/gone.txt") s"
+run_child helper wait-stopped "$SOCK" 120 >"$WORK/stopped.txt"
+say "  manifests deleted -> no task RUNNING in containerd (ctr, polled every 0.5 s): $(<"$WORK/stopped.txt") (terminationGracePeriodSeconds: 1; sleep as PID 1 ignores SIGTERM)"
+say "  containers and sandboxes still listed by containerd: $(ctr -a "$SOCK" -n k8s.io containers ls -q | wc -l)"
 kill -TERM "$PICOLET_PID"
 for ((i = 0; i < 150; i++)); do
     if ! kill -0 "$PICOLET_PID" 2>/dev/null || [[ $(cut -d' ' -f3 "/proc/$PICOLET_PID/stat" 2>/dev/null) == Z ]]; then

@@ -756,9 +756,8 @@ fn reconnects_after_a_runtime_restart() {
 }
 
 /// A call issued in the same executor tick as the restart, before the client's connection task
-/// has run: the cached connection is dead, but the client does not know yet. hyper fails the
-/// request with `Canceled` ("connection closed") before any of it was sent, so it would be safe
-/// to dial again and retry once; the client does not, and this first call fails.
+/// has run: the cached connection is dead, but the client does not know yet. hyper hands the
+/// unsent request back, and the client sends it once more on a fresh connection.
 #[test]
 fn call_right_after_restart() {
     run(async {
@@ -821,10 +820,9 @@ fn a_stopped_runtime_fails_fast_and_recovers() {
     });
 }
 
-/// Every error of a runtime that went away should be `is_unavailable()`. The first call after
-/// the runtime died, on the stale connection, fails with tonic code UNKNOWN and message
-/// "operation was canceled" (source: hyper::Error(Canceled, "connection closed")): hyper's
-/// Display leaves out the cause, so the message lacks "connect" and `is_unavailable()` says no.
+/// Every error of a runtime that went away is `is_unavailable()`, including the first call on
+/// the stale connection: the channel reports transport failures as UNAVAILABLE rather than
+/// leaving tonic to turn them into UNKNOWN.
 #[test]
 fn errors_of_a_vanished_runtime_are_unavailable() {
     run(async {
