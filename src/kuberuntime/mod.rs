@@ -828,27 +828,33 @@ impl RuntimeManager {
                 _ => {}
             }
         }
-        self.forget(&st.uid, &st.name, &st.namespace);
+        self.forget(&st.uid, &st.name, &st.namespace).await;
         Ok(())
     }
 
     /// Drops local state of a pod that is gone from the runtime.
-    pub fn forget(&self, uid: &str, name: &str, namespace: &str) {
+    /// Large emptyDirs on slow flash take a while to delete: that happens off the executor
+    /// thread, so PLEG, syncs and the local API never wait for it.
+    pub async fn forget(&self, uid: &str, name: &str, namespace: &str) {
         let uid_prefix = format!("{uid}/");
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
         self.sync_backoff.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
-        if !name.is_empty() {
-            let logs = config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid);
-            if let Err(e) = fs::remove_dir_all(&logs)
+        let logs = (!name.is_empty())
+            .then(|| config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid));
+        let (root, uid) = (self.node.root_dir.clone(), uid.to_owned());
+        rt::unblock(move || {
+            if let Some(logs) = logs
+                && let Err(e) = fs::remove_dir_all(&logs)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
                 log::warn!("removing {}: {e}", logs.display());
             }
-        }
-        if let Err(e) = volume::cleanup(&self.node.root_dir, uid) {
-            log::warn!("removing volumes of pod {uid}: {e}");
-        }
+            if let Err(e) = volume::cleanup(&root, &uid) {
+                log::warn!("removing volumes of pod {uid}: {e}");
+            }
+        })
+        .await;
     }
 
     /// Carries out a [`gc_plan`].
