@@ -213,3 +213,94 @@ fn runtime_absent_at_start_then_appears() {
         assert_eq!(fake.sandboxes().len(), 1, "exactly one sandbox");
     });
 }
+
+#[test]
+fn removing_a_pod_cancels_its_slow_sync() {
+    run(async {
+        let tmp = TempDir::new("cancel");
+        let fake = FakeCri::start(tmp.path());
+        let image = "registry.example/slow:1";
+        fake.set_pullable(image);
+        fake.set_delay("PullImage", Duration::from_secs(60));
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        a.write_manifest("slow.yaml", &pod_yaml("slow", image));
+        until(
+            &a,
+            "the pull to start",
+            Duration::from_secs(15),
+            async || fake.calls("PullImage") == 1,
+        )
+        .await;
+
+        // The manifest goes while the pull hangs: the pod must go now, not after the pull.
+        let t0 = Instant::now();
+        a.remove_manifest("slow.yaml");
+        until(
+            &a,
+            "the sandbox removed",
+            Duration::from_secs(15),
+            async || fake.sandboxes().is_empty() && pod_field(&a, "slow", phase).await.is_null(),
+        )
+        .await;
+        eprintln!("removed {:?} after the manifest went", t0.elapsed());
+        assert!(
+            fake.containers().is_empty(),
+            "no container was created for a removed pod"
+        );
+        assert_eq!(fake.cancelled("PullImage"), 1, "the pull was abandoned");
+    });
+}
+
+#[test]
+fn a_pod_removed_and_restored_runs_again() {
+    run(async {
+        let tmp = TempDir::new("back");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        let yaml = pod_yaml("back", IMAGE);
+        a.write_manifest("back.yaml", &yaml);
+        until(&a, "the pod running", Duration::from_secs(30), async || {
+            container_of(&fake, "back").is_some()
+        })
+        .await;
+        let first = container_of(&fake, "back").unwrap();
+
+        // Removed, and put back (same content, same UID) while it is still being stopped: it is
+        // stopped completely, then runs again.
+        fake.set_delay("StopContainer", Duration::from_secs(2));
+        a.remove_manifest("back.yaml");
+        until(
+            &a,
+            "the pod gone from /pods",
+            Duration::from_secs(10),
+            async || pod_field(&a, "back", phase).await.is_null(),
+        )
+        .await;
+        a.write_manifest("back.yaml", &yaml);
+        until(
+            &a,
+            "the restored pod running in a new container",
+            Duration::from_secs(30),
+            async || {
+                container_of(&fake, "back").is_some_and(|c| c != first)
+                    && pod_field(&a, "back", phase).await == "Running"
+            },
+        )
+        .await;
+        rt::sleep(Duration::from_secs(2)).await;
+        let ready = fake
+            .sandboxes()
+            .into_iter()
+            .filter(|s| s.state == fake_cri::PodSandboxState::SandboxReady)
+            .count();
+        assert_eq!(ready, 1, "exactly one live sandbox");
+        assert_eq!(
+            fake.containers()
+                .into_iter()
+                .filter(|c| c.state == ContainerState::ContainerRunning)
+                .count(),
+            1
+        );
+    });
+}
