@@ -24,6 +24,8 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Validate(files)) => {
+            // Unknown fields are warnings: they go to stderr, the errors to stdout.
+            picolet::logger::init(0);
             let errors = picolet::validate(&files);
             for e in &errors {
                 println!("{e}");

@@ -49,13 +49,14 @@ const LABEL_VALUE: &str = "must be empty or at most 63 characters, only alphanum
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 /// Env `fieldRef` paths picolet can fill in.
-pub const SUPPORTED_FIELD_PATHS: [&str; 6] = [
+pub const SUPPORTED_FIELD_PATHS: [&str; 7] = [
     "metadata.name",
     "metadata.namespace",
     "metadata.uid",
     "status.podIP",
     "status.hostIP",
     "spec.nodeName",
+    "spec.serviceAccountName",
 ];
 
 /// Validates a decoded pod; an empty result means it is acceptable.
@@ -1399,7 +1400,7 @@ mod tests {
             "metadata.labels",
             "metadata.annotations['a']",
             "status.podIPs",
-            "spec.serviceAccountName",
+            "spec.serviceAccount",
             "bogus",
         ] {
             c0(&mut p).env = vec![var(None, field(path))];

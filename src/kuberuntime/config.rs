@@ -242,6 +242,7 @@ pub fn container_config(
         namespace: ns,
         uid: &m.uid,
         node_name: &node.node_name,
+        service_account: pod.spec.service_account_name.as_deref().unwrap_or_default(),
         pod_ip: i.pod_ip,
         host_ip: &node.node_ip,
     };

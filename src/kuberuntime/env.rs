@@ -12,6 +12,7 @@ pub struct PodFields<'a> {
     pub namespace: &'a str,
     pub uid: &'a str,
     pub node_name: &'a str,
+    pub service_account: &'a str,
     pub pod_ip: &'a str,
     pub host_ip: &'a str,
 }
@@ -23,6 +24,7 @@ impl PodFields<'_> {
             "metadata.namespace" => self.namespace,
             "metadata.uid" => self.uid,
             "spec.nodeName" => self.node_name,
+            "spec.serviceAccountName" => self.service_account,
             "status.podIP" => self.pod_ip,
             "status.hostIP" => self.host_ip,
             _ => return None,
@@ -157,6 +159,8 @@ mod tests {
             pod_ip: "10.1.2.3",
             ..Default::default()
         };
+        assert_eq!(f.get("spec.serviceAccountName"), Some(""));
+        assert_eq!(f.get("metadata.labels"), None);
         let e = resolve(&c, &f);
         assert_eq!(e[0], ("POD".into(), "web".into()));
         assert_eq!(e[2].1, "hi web at 10.1.2.3");
