@@ -69,49 +69,46 @@ const INSPECT_DEADLINE: Duration = Duration::from_secs(30);
 
 async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
     let uid = pod.metadata.uid.as_str();
-    let st = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
-        Ok(Ok(st)) => st,
-        Ok(Err(e)) => {
-            log::warn!("sync of pod {} ({uid}): inspecting: {e}", pod.metadata.name);
-            return Some(Duration::from_secs(2));
-        }
+    let at = rt::mono_nanos();
+    let st = match inspect(sh, uid).await {
+        Ok(st) => st,
         Err(e) => {
             log::warn!("sync of pod {} ({uid}): inspecting: {e}", pod.metadata.name);
             return Some(Duration::from_secs(2));
         }
     };
-    let at = rt::mono_nanos();
     let outcome = sh.rm.sync_pod(pod, &st).await;
     for e in &outcome.errors {
         log::warn!("sync of pod {} ({uid}): {e}", pod.metadata.name);
     }
-    // Observe again after acting, so status and cache show the result at once.
+    // After acting, observe again so status and cache show the result at once.
     let after = rt::mono_nanos();
-    let fresh = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
-        Ok(Ok(s)) => {
-            sh.cache
-                .borrow_mut()
-                .put(s.clone(), after, Some(grace_period(pod)));
-            s
+    let (fresh, seen_at) = if outcome.acted {
+        match inspect(sh, uid).await {
+            Ok(s) => (s, after),
+            Err(_) => (st, at),
         }
-        _ => {
-            sh.cache
-                .borrow_mut()
-                .put(st.clone(), at, Some(grace_period(pod)));
-            st
-        }
+    } else {
+        (st, at)
     };
     sh.status.update(pod, &fresh, &sh.rm);
+    sh.cache
+        .borrow_mut()
+        .put(fresh, seen_at, Some(grace_period(pod)));
     outcome.retry_after
 }
 
+/// The pod's runtime status, under the inspection deadline.
+async fn inspect(sh: &Shared, uid: &str) -> Result<crate::kubecontainer::PodRuntimeStatus, String> {
+    match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 async fn terminate(sh: &Shared, uid: &str, grace: i64, namespace: &str, name: &str) -> bool {
-    let mut st = match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
-        Ok(Ok(st)) => st,
-        Ok(Err(e)) => {
-            log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
-            return false;
-        }
+    let mut st = match inspect(sh, uid).await {
+        Ok(st) => st,
         Err(e) => {
             log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
             return false;

@@ -40,6 +40,8 @@ pub struct SyncOutcome {
     pub retry_after: Option<Duration>,
     /// Errors met on the way, for the log.
     pub errors: Vec<String>,
+    /// Whether the sync asked the runtime to change anything.
+    pub acted: bool,
 }
 
 impl SyncOutcome {
@@ -431,6 +433,7 @@ impl RuntimeManager {
         if a.kill_pod {
             let live = st.running().next().is_some()
                 || st.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            out.acted |= live;
             if live {
                 let why = if a.create_sandbox {
                     "to recreate its sandbox"
@@ -449,6 +452,7 @@ impl RuntimeManager {
                 self.purge_init_containers(pod, st).await;
             }
         }
+        out.acted |= !a.containers_to_kill.is_empty();
         let kills = a.containers_to_kill.iter().map(|k| {
             log::info!(
                 "killing container {} of pod {}: {}",
@@ -484,6 +488,7 @@ impl RuntimeManager {
         };
         let sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
         let (sandbox_id, pod_ip) = if a.create_sandbox {
+            out.acted = true;
             match self.run_sandbox(pod, &sandbox_cfg).await {
                 Ok(x) => x,
                 Err(e) => {
@@ -639,6 +644,7 @@ impl RuntimeManager {
                 termination_log: Some(&tlog),
             },
         );
+        out.acted = true;
         let req = v1::CreateContainerRequest {
             pod_sandbox_id: ctx.sandbox_id.to_owned(),
             config: Some(cfg),
