@@ -6,7 +6,7 @@
 //! listing; the watch is retried with backoff (1 s doubling to 20 s) until it appears.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -143,7 +143,6 @@ pub fn parse(
     Ok(pod)
 }
 
-/// The directory's manifests after one scan. Unchanged files are not re-read.
 /// One scan of the directory.
 struct Scanned {
     manifests: BTreeMap<PathBuf, Manifest>,
@@ -169,7 +168,7 @@ fn refresh(
     if fs::metadata(path).map(|md| stamp(&md)).ok() != Some(st) {
         let m = Manifest {
             stamp: None,
-            ..prev.unwrap_or_else(|| Manifest::new(path))
+            ..fallback(prev, path, node_name, store)
         };
         return (m, true);
     }
@@ -211,32 +210,46 @@ fn refresh(
                 saved_uid,
             }
         }
-        Err(errors) => {
-            // Nothing valid in memory (picolet just started): fall back to the saved copy.
-            let restored = prev_pod
-                .is_none()
-                .then(|| store.and_then(|s| last_valid::load(s, path)))
-                .flatten();
-            let (pod, saved_uid) = match restored
-                .map(|c| parse(c.as_bytes(), format_of(path), path, node_name, &seen))
-            {
-                Some(Ok(p)) => {
-                    let uid = p.metadata.uid.clone();
-                    (Some(p), Some(uid))
-                }
-                _ => (prev_pod, saved_uid),
-            };
-            Manifest {
-                path: path.to_owned(),
-                pod,
-                error: Some(errors.join("; ")),
-                dup: None,
-                stamp: Some(st),
-                saved_uid,
-            }
-        }
+        Err(errors) => Manifest {
+            error: Some(errors.join("; ")),
+            stamp: Some(st),
+            ..fallback(prev, path, node_name, store)
+        },
     };
     (m, false)
+}
+
+/// What a file whose current content cannot be used still stands for: its previous pod, or,
+/// when there is none in memory (picolet just started), the saved last valid version.
+fn fallback(
+    prev: Option<Manifest>,
+    path: &Path,
+    node_name: &str,
+    store: Option<&Path>,
+) -> Manifest {
+    let prev = prev.unwrap_or_else(|| Manifest::new(path));
+    if prev.pod.is_some() {
+        return prev;
+    }
+    let Some(content) = store.and_then(|s| last_valid::load(s, path)) else {
+        return prev;
+    };
+    let seen = crate::api::time::now_rfc3339();
+    match parse(content.as_bytes(), format_of(path), path, node_name, &seen) {
+        Ok(pod) => {
+            log::warn!(
+                "{}: using its last valid version (pod {})",
+                path.display(),
+                pod.metadata.name
+            );
+            Manifest {
+                saved_uid: Some(pod.metadata.uid.clone()),
+                pod: Some(pod),
+                ..prev
+            }
+        }
+        Err(_) => prev,
+    }
 }
 
 /// The directory's manifests after one scan. Unchanged files are not re-read.
@@ -251,6 +264,9 @@ fn scan(
     let entries = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(store) = store {
+                last_valid::prune(store, out.keys());
+            }
             return Scanned {
                 manifests: out,
                 listed: true,
@@ -267,7 +283,19 @@ fn scan(
             };
         }
     };
-    for ent in entries.flatten() {
+    for ent in entries {
+        let ent = match ent {
+            Ok(ent) => ent,
+            Err(e) => {
+                // A listing cut short is not a complete one: keep what we had.
+                log::error!("reading manifest directory {}: {e}", dir.display());
+                return Scanned {
+                    manifests: old.into_iter().chain(out).collect(),
+                    listed: false,
+                    unsettled,
+                };
+            }
+        };
         let name = ent.file_name();
         let Some(name) = name.to_str() else { continue };
         if !is_manifest_name(name) {
@@ -279,7 +307,10 @@ fn scan(
             Ok(md) if md.is_file() => md,
             Ok(_) => continue,
             Err(e) => {
-                let prev = old.remove(&path).unwrap_or_else(|| Manifest::new(&path));
+                // New to us (picolet just started): look again soon, it may be about to appear.
+                let prev = old.remove(&path);
+                unsettled |= prev.is_none();
+                let prev = fallback(prev, &path, node_name, store);
                 let m = Manifest {
                     error: Some(format!("{}: {e}", path.display())),
                     stamp: None,
@@ -325,12 +356,18 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, Vec<String>> {
     Ok(bytes)
 }
 
-/// The pods of a scan. Two files naming the same pod: the first path wins and the other
-/// reports an error.
-fn pods_of(manifests: &mut BTreeMap<PathBuf, Manifest>) -> Vec<Pod> {
+/// The pods of a scan, with the paths they come from. Two files naming the same pod: the one
+/// whose pod runs already (in `running`) wins, else the first path; the other reports an error.
+fn pick(
+    manifests: &mut BTreeMap<PathBuf, Manifest>,
+    running: &BTreeSet<PathBuf>,
+) -> (Vec<Pod>, BTreeSet<PathBuf>) {
     let mut by_name: BTreeMap<(String, String), PathBuf> = BTreeMap::new();
     let mut pods = Vec::new();
-    for m in manifests.values_mut() {
+    let (first, rest): (Vec<_>, Vec<_>) = manifests
+        .values_mut()
+        .partition(|m| running.contains(&m.path));
+    for m in first.into_iter().chain(rest) {
         m.dup = None;
         let Some(p) = &m.pod else { continue };
         let key = (p.metadata.namespace.clone(), p.metadata.name.clone());
@@ -347,7 +384,12 @@ fn pods_of(manifests: &mut BTreeMap<PathBuf, Manifest>) -> Vec<Pod> {
         by_name.insert(key, m.path.clone());
         pods.push(p.clone());
     }
-    pods
+    (pods, by_name.into_values().collect())
+}
+
+#[cfg(test)]
+fn pods_of(manifests: &mut BTreeMap<PathBuf, Manifest>) -> Vec<Pod> {
+    pick(manifests, &BTreeSet::new()).0
 }
 
 /// Settings of the file source.
@@ -367,6 +409,8 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
 const DEBOUNCE: Duration = Duration::from_millis(10);
 /// Rescan delay after a file changed while it was read, or the directory could not be read.
 const UNSETTLED_RESCAN: Duration = Duration::from_millis(200);
+/// Unsettled scans the first snapshot waits for (10 × 200 ms).
+const FIRST_SNAPSHOT_PATIENCE: u32 = 10;
 
 struct Watch {
     inotify: Inotify,
@@ -433,6 +477,8 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
     let mut retry = WATCH_RETRY_MIN;
     let mut next_watch_try = std::time::Instant::now();
     let mut last_errors: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let mut running: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut unsettled_scans = 0u32;
     loop {
         if w.is_none() && std::time::Instant::now() >= next_watch_try {
             match watch(&cfg.dir) {
@@ -458,7 +504,8 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
         let old = std::mem::take(&mut manifests);
         let scanned = rt::unblock(move || scan(&dir, &node, store.as_deref(), old)).await;
         manifests = scanned.manifests;
-        let pods = pods_of(&mut manifests);
+        let (pods, now_running) = pick(&mut manifests, &running);
+        running = now_running;
 
         let errors: BTreeMap<PathBuf, String> = manifests
             .values()
@@ -494,7 +541,16 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
             .collect();
         // Until the directory could be listed once, say nothing: an empty first snapshot would
         // mark the source seen and get every running static pod removed as an orphan.
-        if (scanned.listed || last_sent.is_some()) && last_sent.as_ref() != Some(&key) {
+        // The first snapshot also waits (a little) for files still being written or not yet
+        // readable, so their pods are in it; a file that stays broken does not hold up the rest.
+        unsettled_scans = if scanned.unsettled {
+            unsettled_scans + 1
+        } else {
+            0
+        };
+        let first_ok =
+            scanned.listed && (!scanned.unsettled || unsettled_scans > FIRST_SNAPSHOT_PATIENCE);
+        if (first_ok || last_sent.is_some()) && last_sent.as_ref() != Some(&key) {
             if tx
                 .send(Snapshot {
                     source: Source::File,
@@ -671,6 +727,30 @@ mod tests {
     }
 
     #[test]
+    fn dangling_symlink_at_startup_uses_the_saved_version() {
+        // A manifest linked from a filesystem not mounted yet at boot.
+        let d = tmpdir("dangling");
+        let (store, manifests) = (d.join("store"), d.join("m"));
+        fs::create_dir_all(&manifests).unwrap();
+        let f = manifests.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let uid = scan(&manifests, "node", Some(&store), BTreeMap::new()).manifests[&f]
+            .pod
+            .as_ref()
+            .unwrap()
+            .metadata
+            .uid
+            .clone();
+        fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(d.join("not-mounted/web.yaml"), &f).unwrap();
+        let s = scan(&manifests, "node", Some(&store), BTreeMap::new());
+        assert!(s.unsettled, "looked at again soon");
+        assert_eq!(s.manifests[&f].pod.as_ref().unwrap().metadata.uid, uid);
+        assert!(s.manifests[&f].error.is_some());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn unreadable_directory_keeps_the_previous_view() {
         let d = tmpdir("unreadable");
         let f = d.join("web.yaml");
@@ -704,6 +784,14 @@ mod tests {
         let pods = pods_of(&mut m);
         assert_eq!(pods[0].spec.containers[0].image, "busybox:2");
         assert_eq!(m[&d.join("b.yaml")].problem(), None);
+        // A new file naming the running pod does not displace it, even sorting first.
+        fs::write(d.join("0.yaml"), GOOD).unwrap();
+        let mut m = scan_m(&d, m);
+        let running = BTreeSet::from([d.join("b.yaml")]);
+        let (pods, winners) = pick(&mut m, &running);
+        assert_eq!(pods[0].spec.containers[0].image, "busybox:2");
+        assert_eq!(winners, running);
+        assert!(m[&d.join("0.yaml")].problem().unwrap().contains("b.yaml"));
         fs::remove_dir_all(&d).unwrap();
     }
 
