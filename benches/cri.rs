@@ -360,6 +360,7 @@ async fn start_container(
             hash: kuberuntime::container_hash(container),
             pod_ip: "",
             volumes: &volumes,
+            subpaths: &HashMap::new(),
             termination_log: None,
         },
     );

@@ -305,6 +305,21 @@ impl Pleg {
             }
         }
 
+        // A pod seen for the first time is cached at once from the listing alone (its full
+        // inspection, when done, supersedes it), so the start gate, orphan cleanup and
+        // directory cleanup know about it even while its inspection is slow or failing.
+        {
+            let mut cache = self.cache.borrow_mut();
+            for (uid, p) in &listing.pods {
+                if cache.get(uid).is_none() {
+                    cache.put(
+                        RuntimeManager::shallow_status(uid, p),
+                        started - 1,
+                        grace_of(p),
+                    );
+                }
+            }
+        }
         // Inspect changed pods, each in its own task under its own deadline.
         let mut listing = listing;
         let mut tasks = Vec::new();

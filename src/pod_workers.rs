@@ -122,17 +122,26 @@ async fn terminate(sh: &Shared, uid: &str, grace: i64, namespace: &str, name: &s
     if !st.sandboxes.is_empty() || !st.containers.is_empty() {
         log::info!("stopping pod {namespace}/{name} ({uid}) with grace period {grace}s");
     }
-    match sh.rm.remove_pod(&st, grace).await {
-        Ok(()) => {
-            sh.cache.borrow_mut().remove(uid);
-            sh.status.remove(uid);
-            true
+    if let Err(e) = sh.rm.remove_pod(&st, grace).await {
+        log::warn!("terminating pod {namespace}/{name} ({uid}): {e}");
+        return false;
+    }
+    // A sync cancelled in the middle of a runtime call may have had the runtime create an
+    // object after the inspection above: look once more, so "terminated" means nothing is left.
+    match inspect(sh, uid).await {
+        Ok(left) if left.sandboxes.is_empty() && left.containers.is_empty() => {}
+        Ok(_) => {
+            log::info!("pod {namespace}/{name} ({uid}) left objects behind; removing them too");
+            return false;
         }
         Err(e) => {
-            log::warn!("terminating pod {namespace}/{name} ({uid}): {e}");
-            false
+            log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
+            return false;
         }
     }
+    sh.cache.borrow_mut().remove(uid);
+    sh.status.remove(uid);
+    true
 }
 
 fn terminate_waiting(slot: &RefCell<Option<Work>>) -> bool {

@@ -131,6 +131,9 @@ impl Kubelet {
         if !self.pleg.has_listed() {
             return Some("waiting for the first runtime listing".into());
         }
+        if self.collecting.borrow().contains(&pod.metadata.uid) {
+            return Some("waiting for the cleanup of its directory or dead containers".into());
+        }
         let (uid, ns, name) = (
             &pod.metadata.uid,
             &pod.metadata.namespace,
@@ -253,14 +256,12 @@ impl Kubelet {
                     let at = now
                         .checked_add(after)
                         .unwrap_or(now + Duration::from_secs(86_400));
-                    self.due.borrow_mut().insert(uid, at);
+                    self.due.borrow_mut().insert(uid.clone(), at);
                 }
             }
             Done::Terminated { .. } => {
                 self.terminating.borrow_mut().remove(&uid);
-                if !self.in_flight.borrow().contains_key(&uid) {
-                    self.workers.remove(&uid);
-                }
+                self.retry_terminate.borrow_mut().remove(&uid);
                 // The same pod may have come back meanwhile (a manifest restored); pods of the
                 // same name waiting for this one start at the next tick.
                 let back = self.pods.borrow().get(&uid).cloned();
@@ -271,8 +272,15 @@ impl Kubelet {
             Done::TerminateFailed { .. } => {
                 self.retry_terminate
                     .borrow_mut()
-                    .insert(uid, Instant::now() + TERMINATE_RETRY);
+                    .insert(uid.clone(), Instant::now() + TERMINATE_RETRY);
             }
+        }
+        // A worker with nothing queued for a pod that is gone ends here.
+        let idle = !self.in_flight.borrow().contains_key(&uid);
+        let gone =
+            !self.pods.borrow().contains_key(&uid) && !self.terminating.borrow().contains_key(&uid);
+        if idle && gone {
+            self.workers.remove(&uid);
         }
     }
 

@@ -168,8 +168,28 @@ pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volum
 /// The host path of a volume mount's `subPath`, created as a directory when missing (as
 /// upstream does). Refused when it resolves outside the volume: a container could otherwise plant
 /// a symlink in its volume and have a host path of its choosing mounted at its next start.
+///
+/// The part that exists is checked before anything is created, and the whole path again after,
+/// and the caller mounts the resolved path. A container swapping in a symlink between this check
+/// and the runtime's bind mount is not prevented (upstream closes that window with bind mounts
+/// through file descriptors).
 pub fn resolve_subpath(volume: &Path, sub: &str) -> Result<PathBuf, String> {
+    let base = fs::canonicalize(volume).map_err(|e| format!("{}: {e}", volume.display()))?;
+    let inside = |p: &Path| -> Result<PathBuf, String> {
+        let real = fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if real.starts_with(&base) {
+            Ok(real)
+        } else {
+            Err(format!(
+                "subPath {sub:?} resolves to {}, outside its volume {}",
+                real.display(),
+                base.display()
+            ))
+        }
+    };
     let path = volume.join(sub);
+    let existing = path.ancestors().find(|a| a.exists()).unwrap_or(volume);
+    inside(existing)?;
     if !path.exists() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -177,17 +197,7 @@ pub fn resolve_subpath(volume: &Path, sub: &str) -> Result<PathBuf, String> {
             .create(&path)
             .map_err(|e| format!("creating subPath {}: {e}", path.display()))?;
     }
-    let base = fs::canonicalize(volume).map_err(|e| format!("{}: {e}", volume.display()))?;
-    let real = fs::canonicalize(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if real.starts_with(&base) {
-        Ok(real)
-    } else {
-        Err(format!(
-            "subPath {sub:?} resolves to {}, outside its volume {}",
-            real.display(),
-            base.display()
-        ))
-    }
+    inside(&path)
 }
 
 /// Removes everything picolet keeps on disk for a pod, unmounting tmpfs volumes first.
@@ -294,6 +304,11 @@ mod tests {
         std::os::unix::fs::symlink("/", vol.join("escape")).unwrap();
         let e = resolve_subpath(&vol, "escape").unwrap_err();
         assert!(e.contains("outside its volume"), "{e}");
+        // Nothing is created outside the volume before the refusal.
+        std::os::unix::fs::symlink(&root, vol.join("up")).unwrap();
+        let e = resolve_subpath(&vol, "up/planted/x").unwrap_err();
+        assert!(e.contains("outside its volume"), "{e}");
+        assert!(!root.join("planted").exists());
         std::os::unix::fs::symlink("logs", vol.join("inside")).unwrap();
         assert!(resolve_subpath(&vol, "inside/app").is_ok());
         fs::remove_dir_all(&root).unwrap();

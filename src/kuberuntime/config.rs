@@ -207,6 +207,8 @@ pub struct ContainerInputs<'a> {
     pub pod_ip: &'a str,
     /// Volume name → host path.
     pub volumes: &'a HashMap<String, PathBuf>,
+    /// Resolved host paths of the mounts with a `subPath`, by mount path.
+    pub subpaths: &'a HashMap<String, PathBuf>,
     /// Host file backing the termination message.
     pub termination_log: Option<&'a Path>,
 }
@@ -255,7 +257,11 @@ pub fn container_config(
         .filter_map(|vm| {
             let host = i.volumes.get(&vm.name)?;
             let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                Some(sub) => host.join(sub),
+                Some(sub) => i
+                    .subpaths
+                    .get(&vm.mount_path)
+                    .cloned()
+                    .unwrap_or_else(|| host.join(sub)),
                 None => host.clone(),
             };
             let propagation = match vm.mount_propagation.as_deref() {
@@ -532,6 +538,7 @@ mod tests {
                 hash: 0xabc,
                 pod_ip: "10.0.0.9",
                 volumes: &vols,
+                subpaths: &HashMap::new(),
                 termination_log: Some(&log),
             },
         );

@@ -449,7 +449,11 @@ impl RuntimeManager {
             if a.create_sandbox {
                 // Init containers run again in the new sandbox; their old instances would make
                 // the next sync believe they already did (upstream purges them too).
-                self.purge_init_containers(pod, st).await;
+                out.acted = true;
+                if let Err(e) = self.purge_init_containers(pod, st).await {
+                    out.fail(format!("removing old init containers: {e}"));
+                    return out;
+                }
             }
         }
         out.acted |= !a.containers_to_kill.is_empty();
@@ -606,15 +610,22 @@ impl RuntimeManager {
                 return;
             }
         };
+        let mut subpaths = HashMap::new();
         for vm in &c.volume_mounts {
             let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
-            if let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name))
-                && let Err(e) = volume::resolve_subpath(base, sub)
-            {
-                let msg = format!("volume mount {:?}: {e}", vm.name);
-                self.set_waiting(uid, &c.name, "CreateContainerConfigError", msg.clone());
-                out.fail(msg);
-                return;
+            let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name)) else {
+                continue;
+            };
+            match volume::resolve_subpath(base, sub) {
+                Ok(p) => {
+                    subpaths.insert(vm.mount_path.clone(), p);
+                }
+                Err(e) => {
+                    let msg = format!("volume mount {:?}: {e}", vm.name);
+                    self.set_waiting(uid, &c.name, "CreateContainerConfigError", msg.clone());
+                    out.fail(msg);
+                    return;
+                }
             }
         }
         let restart_count = prev.map_or(0, |p| p.restart_count.saturating_add(1));
@@ -641,6 +652,7 @@ impl RuntimeManager {
                 hash,
                 pod_ip: ctx.pod_ip,
                 volumes: ctx.volumes,
+                subpaths: &subpaths,
                 termination_log: Some(&tlog),
             },
         );
@@ -888,7 +900,11 @@ impl RuntimeManager {
         }
     }
 
-    async fn purge_init_containers(&self, pod: &Pod, st: &PodRuntimeStatus) {
+    async fn purge_init_containers(
+        &self,
+        pod: &Pod,
+        st: &PodRuntimeStatus,
+    ) -> Result<(), CriError> {
         let inits = &pod.spec.init_containers;
         for c in st
             .containers
@@ -899,10 +915,11 @@ impl RuntimeManager {
                 container_id: c.id.to_string(),
             };
             match self.cri.remove_container(req).await {
-                Err(e) if !e.is_not_found() => log::warn!("removing init container {}: {e}", c.id),
+                Err(e) if !e.is_not_found() => return Err(e),
                 _ => self.remove_log(st, c),
             }
         }
+        Ok(())
     }
 
     fn remove_log(&self, st: &PodRuntimeStatus, c: &ContainerStatus) {
