@@ -31,6 +31,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 echo "== starting a scratch containerd in $DIR"
+# Each demo starts from nothing: what an earlier run left there is stopped and removed.
+scripts/scratch-containerd.sh stop "$DIR" >/dev/null 2>&1 || true
+rm -rf "$DIR"
 sock=$(scripts/scratch-containerd.sh start "$DIR" | tail -n 1)
 mkdir -p "$DIR/manifests"
 cp examples/*.yaml examples/*.json "$DIR/manifests/"

@@ -304,3 +304,42 @@ fn a_pod_removed_and_restored_runs_again() {
         );
     });
 }
+
+#[test]
+fn a_sandbox_without_picolets_mark_is_adopted_by_its_pod() {
+    run(async {
+        let tmp = TempDir::new("unmarked");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        // The pod as picolet will see it (same path, node name and so the same UID).
+        let agent_dir = tmp.path().join("a");
+        let manifest = agent_dir.join("manifests/old.yaml");
+        std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+        std::fs::write(&manifest, pod_yaml("old", IMAGE)).unwrap();
+        let pod = picolet::config::file::load(&manifest, "e2e-node", "").unwrap();
+        // Its sandbox, created earlier by something that did not mark it.
+        let cri =
+            picolet::cri::Cri::new(&fake.endpoint(), None, picolet::cri::Deadlines::default())
+                .unwrap();
+        let node = picolet::kuberuntime::NodeContext::default();
+        let mut cfg = picolet::kuberuntime::config::sandbox_config(&pod, &node, 0);
+        cfg.labels.remove(picolet::kuberuntime::labels::MANAGED);
+        let req = picolet::cri::v1::RunPodSandboxRequest {
+            config: Some(cfg),
+            runtime_handler: String::new(),
+        };
+        let old = cri.run_pod_sandbox(req).await.unwrap().pod_sandbox_id;
+
+        let a = start_agent(&agent_dir, &fake.endpoint()).await;
+        until(&a, "the pod running", Duration::from_secs(30), async || {
+            pod_field(&a, "old", phase).await == "Running"
+        })
+        .await;
+        let sandboxes = fake.sandboxes();
+        assert_eq!(sandboxes.len(), 1, "adopted, not duplicated");
+        assert_eq!(sandboxes[0].id, old);
+        let c = fake.containers();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].sandbox_id, old);
+    });
+}

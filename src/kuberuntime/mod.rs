@@ -198,12 +198,18 @@ pub struct ListedPod {
 }
 
 impl Listing {
-    /// Groups picolet's sandboxes and containers by the pod UID label; objects without
-    /// picolet's mark (another node agent's, or not a pod's) are left alone.
-    pub fn group(sandboxes: Vec<v1::PodSandbox>, containers: Vec<v1::Container>) -> Listing {
+    /// Groups sandboxes and containers by the pod UID label. With `marked_only`, objects
+    /// without picolet's mark (another node agent's) are left out; objects without a pod UID
+    /// label (not a pod's) always are.
+    pub fn group(
+        sandboxes: Vec<v1::PodSandbox>,
+        containers: Vec<v1::Container>,
+        marked_only: bool,
+    ) -> Listing {
         let mut l = Listing::default();
-        let ours =
-            |l: &HashMap<String, String>| l.get(labels::MANAGED).is_some_and(|v| v == "true");
+        let ours = |l: &HashMap<String, String>| {
+            !marked_only || l.get(labels::MANAGED).is_some_and(|v| v == "true")
+        };
         for s in sandboxes.into_iter().filter(|s| ours(&s.labels)) {
             let Some(uid) = s.labels.get(labels::POD_UID).cloned() else {
                 continue;
@@ -237,7 +243,6 @@ impl Listing {
 fn label_filter(uid: &str) -> HashMap<String, String> {
     let mut m = HashMap::new();
     m.insert(labels::POD_UID.to_owned(), uid.to_owned());
-    m.insert(labels::MANAGED.to_owned(), "true".to_owned());
     m
 }
 
@@ -306,7 +311,7 @@ impl RuntimeManager {
             .list_containers(v1::ListContainersRequest::default())
             .await?
             .containers;
-        Ok(Listing::group(sbs, cs))
+        Ok(Listing::group(sbs, cs, true))
     }
 
     /// A quick view of a listed pod without any per-object calls.
@@ -401,7 +406,9 @@ impl RuntimeManager {
             })
             .await?
             .containers;
-        let p = Listing::group(sandboxes, containers)
+        // Everything carrying the UID of a pod picolet runs is that pod's, marked or not (an
+        // earlier picolet may have created it without the mark): it is adopted, or cleaned up.
+        let p = Listing::group(sandboxes, containers, false)
             .pods
             .remove(uid)
             .unwrap_or_default();
