@@ -252,21 +252,4 @@ impl PodWorkers {
     pub fn remove(&self, uid: &str) {
         self.workers.borrow_mut().remove(uid);
     }
-
-    pub fn has(&self, uid: &str) -> bool {
-        self.workers.borrow().contains_key(uid)
-    }
-
-    pub fn len(&self) -> usize {
-        self.workers.borrow().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.workers.borrow().is_empty()
-    }
-
-    /// The grace period to terminate a pod with.
-    pub fn grace_for(pod: &Pod) -> i64 {
-        grace_period(pod)
-    }
 }

@@ -41,10 +41,7 @@ pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
 
 /// Wall-clock time in unix nanoseconds, the unit the CRI uses for timestamps.
 pub fn now_nanos() -> i64 {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+    crate::api::time::unix_nanos_now()
 }
 
 /// Monotonic nanoseconds since the first call: orders observations even when the wall clock

@@ -216,7 +216,7 @@ impl Kubelet {
                     self.due.borrow_mut().remove(&uid);
                     let m = &pod.metadata;
                     let term = Term {
-                        grace: PodWorkers::grace_for(&pod),
+                        grace: crate::kuberuntime::config::grace_period(&pod),
                         namespace: m.namespace.clone(),
                         name: m.name.clone(),
                     };

@@ -136,10 +136,13 @@ pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volum
             out.insert(v.name.clone(), path);
         } else if let Some(ed) = &v.empty_dir {
             let path = empty_dir_path(root, uid, &v.name);
-            mkdir_all(&v.name, &path, 0o750)?;
-            // emptyDir is world-writable, as upstream makes it, so non-root containers can use it.
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o777))
-                .map_err(io_err(&v.name, &path))?;
+            // Every sync prepares volumes: only a missing directory costs more than one stat.
+            if !path.is_dir() {
+                mkdir_all(&v.name, &path, 0o750)?;
+                // World-writable, as upstream makes it, so non-root containers can use it.
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o777))
+                    .map_err(io_err(&v.name, &path))?;
+            }
             if ed.medium.as_deref() == Some("Memory") && !is_mountpoint(&path) {
                 let size = ed.size_limit.as_ref().map(|q| q.value()).filter(|&s| s > 0);
                 let data = match size {

@@ -55,10 +55,6 @@ impl UnixChannel {
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     fn live_sender(&self) -> Option<SendRequest<Body>> {
         let s = self.inner.sender.borrow();
         s.as_ref().filter(|s| !s.is_closed()).cloned()

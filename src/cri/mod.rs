@@ -158,10 +158,6 @@ impl Cri {
         })
     }
 
-    pub fn deadlines(&self) -> Deadlines {
-        self.deadlines
-    }
-
     rpc!(runtime.version(v1::VersionRequest) -> v1::VersionResponse, request);
     rpc!(runtime.status(v1::StatusRequest) -> v1::StatusResponse, request);
     rpc!(runtime.run_pod_sandbox(v1::RunPodSandboxRequest) -> v1::RunPodSandboxResponse, request);

@@ -267,10 +267,6 @@ impl RuntimeManager {
         }
     }
 
-    pub fn cri(&self) -> &Cri {
-        &self.cri
-    }
-
     pub fn node(&self) -> &NodeContext {
         &self.node
     }
