@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Installs what picolet's demo and tests need on a Debian/Ubuntu machine (run as root):
 # a real containerd with runc and the CNI plugins, busybox for the offline test image,
-# and the tools the checks use. Safe to run again: installed packages are skipped.
+# and the tools the checks use. With --cross: the cross C toolchains with their C libraries,
+# qemu-user and the Rust targets, then a check that each target links and runs a trivial
+# program, so a missing piece is named here rather than deep inside the suite.
+# Safe to run again: installed packages are skipped.
 set -euo pipefail
 
 pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3)
 cross=false
 for arg in "$@"; do
     case "$arg" in
-        --cross) cross=true; pkgs+=(gcc-arm-linux-gnueabihf gcc-aarch64-linux-gnu qemu-user-static) ;;
+        --cross)
+            cross=true
+            # The libc6-dev-*-cross packages hold crt1.o/crti.o and libc for the linker; the
+            # gcc-* packages only recommend them, and this script installs without recommends.
+            pkgs+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
+                gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static) ;;
         *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -35,7 +43,30 @@ for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 if $cross; then
-    for t in armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu; do
+    targets=(armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu)
+    for t in "${targets[@]}"; do
         rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    done
+    # Link and run a trivial program per target with the linker and runner of
+    # .cargo/config.toml: proves the C runtime, libc and qemu are all there.
+    root=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+    probe=$(mktemp -d)
+    trap 'rm -rf "$probe"' EXIT
+    mkdir -p "$probe/src" "$probe/.cargo"
+    cp "$root/.cargo/config.toml" "$probe/.cargo/"
+    printf '[package]\nname = "link-probe"\nversion = "0.0.0"\nedition = "2021"\n[workspace]\n' \
+        >"$probe/Cargo.toml"
+    echo 'fn main() { println!("ok {}", std::env::consts::ARCH); }' >"$probe/src/main.rs"
+    for t in "${targets[@]}"; do
+        if ! out=$(cd "$probe" && cargo run -q --offline --target "$t" 2>&1); then
+            echo "install-deps: a trivial program for $t does not link or run:" >&2
+            echo "$out" | tail -n 5 >&2
+            case "$t" in
+                armv7*) echo "install-deps: check gcc-arm-linux-gnueabihf, libc6-dev-armhf-cross, qemu-user-static" >&2 ;;
+                aarch64*) echo "install-deps: check gcc-aarch64-linux-gnu, libc6-dev-arm64-cross, qemu-user-static" >&2 ;;
+            esac
+            exit 1
+        fi
+        echo "install-deps: $t links and runs ($out)" >&2
     done
 fi
