@@ -2,12 +2,16 @@
 //! [`channel::UnixChannel`] with a deadline on every call.
 
 pub mod channel;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
+pub mod service;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use channel::UnixChannel;
+pub use service::{Call, ImageService, RuntimeService};
 
 /// Messages and clients generated from `proto/runtime.proto`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, reason = "generated code")]
@@ -211,6 +215,104 @@ impl Cri {
             timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
         };
         call("exec_sync", d, c.exec_sync(request(req, d))).await
+    }
+}
+
+impl RuntimeService for Cri {
+    fn version(&self) -> Call<'_, v1::VersionResponse> {
+        Box::pin(Cri::version(self, v1::VersionRequest::default()))
+    }
+    fn run_pod_sandbox(
+        &self,
+        req: v1::RunPodSandboxRequest,
+    ) -> Call<'_, v1::RunPodSandboxResponse> {
+        Box::pin(Cri::run_pod_sandbox(self, req))
+    }
+    fn stop_pod_sandbox(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_owned(),
+        };
+        Box::pin(async move { Cri::stop_pod_sandbox(self, req).await.map(drop) })
+    }
+    fn remove_pod_sandbox(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_owned(),
+        };
+        Box::pin(async move { Cri::remove_pod_sandbox(self, req).await.map(drop) })
+    }
+    fn pod_sandbox_status(&self, id: &str) -> Call<'_, v1::PodSandboxStatusResponse> {
+        let req = v1::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_owned(),
+            verbose: false,
+        };
+        Box::pin(Cri::pod_sandbox_status(self, req))
+    }
+    fn list_pod_sandbox(
+        &self,
+        filter: Option<v1::PodSandboxFilter>,
+    ) -> Call<'_, Vec<v1::PodSandbox>> {
+        let req = v1::ListPodSandboxRequest { filter };
+        Box::pin(async move { Ok(Cri::list_pod_sandbox(self, req).await?.items) })
+    }
+    fn create_container(
+        &self,
+        req: v1::CreateContainerRequest,
+    ) -> Call<'_, v1::CreateContainerResponse> {
+        Box::pin(Cri::create_container(self, req))
+    }
+    fn start_container(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::StartContainerRequest {
+            container_id: id.to_owned(),
+        };
+        Box::pin(async move { Cri::start_container(self, req).await.map(drop) })
+    }
+    fn stop_container(&self, id: &str, grace_secs: i64) -> Call<'_, ()> {
+        let id = id.to_owned();
+        Box::pin(async move { Cri::stop_container(self, &id, grace_secs).await })
+    }
+    fn remove_container(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::RemoveContainerRequest {
+            container_id: id.to_owned(),
+        };
+        Box::pin(async move { Cri::remove_container(self, req).await.map(drop) })
+    }
+    fn list_containers(&self, filter: Option<v1::ContainerFilter>) -> Call<'_, Vec<v1::Container>> {
+        let req = v1::ListContainersRequest { filter };
+        Box::pin(async move { Ok(Cri::list_containers(self, req).await?.containers) })
+    }
+    fn container_status(&self, id: &str) -> Call<'_, v1::ContainerStatusResponse> {
+        let req = v1::ContainerStatusRequest {
+            container_id: id.to_owned(),
+            verbose: false,
+        };
+        Box::pin(Cri::container_status(self, req))
+    }
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Call<'_, v1::ExecSyncResponse> {
+        let id = id.to_owned();
+        Box::pin(async move { Cri::exec_sync(self, &id, cmd, timeout).await })
+    }
+}
+
+impl ImageService for Cri {
+    fn image_status(&self, image: &str) -> Call<'_, Option<v1::Image>> {
+        let req = v1::ImageStatusRequest {
+            image: service::image_spec(image),
+            verbose: false,
+        };
+        Box::pin(async move { Ok(Cri::image_status(self, req).await?.image) })
+    }
+    fn pull_image(&self, image: &str) -> Call<'_, String> {
+        let req = v1::PullImageRequest {
+            image: service::image_spec(image),
+            auth: None,
+            sandbox_config: None,
+        };
+        Box::pin(async move { Ok(Cri::pull_image(self, req).await?.image_ref) })
     }
 }
 
