@@ -388,7 +388,8 @@ async fn start_container(
 async fn pleg_scenario(ctx: &Ctx, containers: usize) -> Result<(), String> {
     println!();
     println!("  -- {containers} containers ({PODS} pods)");
-    let rm = Rc::new(RuntimeManager::new(ctx.cri.clone(), ctx.node.clone()));
+    let cri = Rc::new(ctx.cri.clone());
+    let rm = Rc::new(RuntimeManager::new(cri.clone(), cri, ctx.node.clone()));
     let cache = Rc::new(RefCell::new(Cache::default()));
     let (tx, rx) = async_channel::unbounded();
     let pleg = Pleg::new(rm, cache.clone(), tx);

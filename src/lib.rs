@@ -73,19 +73,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
 
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
-        match cri.version(cri::v1::VersionRequest::default()).await {
+        let cri = Rc::new(cri);
+        let rm = Rc::new(kuberuntime::RuntimeManager::new(cri.clone(), cri, node));
+        match rm.version().await {
             Ok(v) => {
-                log::info!(
-                    "runtime {} {} (CRI {})",
-                    v.runtime_name,
-                    v.runtime_version,
-                    v.runtime_api_version
-                );
-                status.set_runtime_name(&v.runtime_name);
+                log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
+                status.set_runtime_name(&v.name);
             }
             Err(e) => log::warn!("runtime not reachable yet (picolet keeps retrying): {e}"),
         }
-        let rm = Rc::new(kuberuntime::RuntimeManager::new(cri, node));
         let cache = Rc::new(RefCell::new(pleg::Cache::default()));
         let (snap_tx, snap_rx) = async_channel::unbounded();
         let (ev_tx, ev_rx) = async_channel::unbounded();

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::kubecontainer::{ContainerState, PodRuntimeStatus, SandboxState};
-use crate::kuberuntime::{self, RuntimeManager, labels};
+use crate::kuberuntime::{self, ListedPod, RuntimeManager};
 use crate::rt;
 
 /// The kubelet's relist period.
@@ -206,38 +206,19 @@ pub struct Pleg {
     listed: Rc<RefCell<HashSet<String>>>,
 }
 
-fn seen_of(p: &kuberuntime::ListedPod) -> Seen {
-    let ready = crate::cri::v1::PodSandboxState::SandboxReady as i32;
+fn seen_of(p: &ListedPod) -> Seen {
     Seen {
         sandboxes: p
             .sandboxes
             .iter()
-            .map(|s| {
-                (
-                    s.id.clone(),
-                    if s.state == ready {
-                        SandboxState::Ready
-                    } else {
-                        SandboxState::NotReady
-                    },
-                )
-            })
+            .map(|s| (s.id.to_string(), s.state))
             .collect(),
         containers: p
             .containers
             .iter()
-            .map(|c| (c.id.clone(), kuberuntime::container_state(c.state)))
+            .map(|c| (c.id.to_string(), c.state))
             .collect(),
     }
-}
-
-fn grace_of(p: &kuberuntime::ListedPod) -> Option<i64> {
-    p.containers.iter().find_map(|c| {
-        c.annotations
-            .get(labels::TERMINATION_GRACE_PERIOD)?
-            .parse()
-            .ok()
-    })
 }
 
 impl Pleg {
@@ -312,11 +293,7 @@ impl Pleg {
             let mut cache = self.cache.borrow_mut();
             for (uid, p) in &listing.pods {
                 if cache.get(uid).is_none() {
-                    cache.put(
-                        RuntimeManager::shallow_status(uid, p),
-                        started - 1,
-                        grace_of(p),
-                    );
+                    cache.put(RuntimeManager::shallow_status(uid, p), started - 1, p.grace);
                 }
             }
         }
@@ -340,7 +317,7 @@ impl Pleg {
                 self.listed.clone(),
             );
             tasks.push(rt::spawn(async move {
-                let grace = grace_of(&p);
+                let grace = p.grace;
                 let r = rt::timeout(INSPECT_DEADLINE, rm.inspect(&uid, &p)).await;
                 match r
                     .map_err(|e| e.to_string())

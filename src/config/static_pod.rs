@@ -49,7 +49,7 @@ pub fn apply_api_defaults(pod: &mut Pod) {
     s.dns_policy
         .get_or_insert_with(|| "ClusterFirst".to_owned());
     for c in s.init_containers.iter_mut().chain(s.containers.iter_mut()) {
-        c.image_pull_policy = Some(crate::kuberuntime::images::effective_policy(c));
+        c.image_pull_policy = Some(crate::kuberuntime::image::effective_policy(c));
         c.termination_message_path
             .get_or_insert_with(|| "/dev/termination-log".to_owned());
         c.termination_message_policy

@@ -1,6 +1,13 @@
-//! Image pull policy: whether a container's image must be pulled before it starts.
+//! Images: the pull policy (whether a container's image must be pulled before it starts) and
+//! making sure the image is there, with the pull backoff.
+
+use std::time::Duration;
 
 use crate::api::{Container, PullPolicy};
+use crate::cri::CriError;
+
+use super::error::{ImageFailure, SyncError};
+use super::manager::{ERROR_RETRY, RuntimeManager};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -39,6 +46,77 @@ pub fn decide(c: &Container, present: bool) -> Decision {
         (PullPolicy::IfNotPresent, true) | (PullPolicy::Never, true) => Decision::Use,
         (PullPolicy::IfNotPresent, false) => Decision::Pull,
         (PullPolicy::Never, false) => Decision::NeverPull,
+    }
+}
+
+impl RuntimeManager {
+    /// Makes sure the container's image is present, by its pull policy; returns the image id.
+    pub(super) async fn ensure_image(
+        &self,
+        c: &Container,
+        now: i64,
+    ) -> Result<String, ImageFailure> {
+        let image = c.image.as_str();
+        let container = || c.name.to_string();
+        let present = self.image_id(image).await.map_err(|e| ImageFailure {
+            error: SyncError::ImagePull {
+                container: container(),
+                message: format!("checking image {image:?}: {e}"),
+            },
+            retry_after: ERROR_RETRY,
+        })?;
+        match decide(c, present.is_some()) {
+            Decision::Use => return Ok(present.unwrap_or_default()),
+            Decision::NeverPull => {
+                return Err(ImageFailure {
+                    error: SyncError::ImageNeverPull {
+                        container: container(),
+                        image: image.to_owned(),
+                    },
+                    retry_after: Duration::from_secs(10),
+                });
+            }
+            Decision::Pull => {}
+        }
+        if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(image, now) {
+            return Err(ImageFailure {
+                error: SyncError::ImagePullBackOff {
+                    container: container(),
+                    image: image.to_owned(),
+                },
+                retry_after: rem,
+            });
+        }
+        log::info!("pulling image {image}");
+        match self.images.pull_image(image).await {
+            Ok(image_ref) => {
+                self.pull_backoff.borrow_mut().forget(image);
+                Ok(match self.image_id(image).await {
+                    Ok(Some(id)) => id,
+                    _ => image_ref,
+                })
+            }
+            Err(e) => {
+                let mut b = self.pull_backoff.borrow_mut();
+                b.next(image, now);
+                Err(ImageFailure {
+                    error: SyncError::ImagePull {
+                        container: container(),
+                        message: format!("failed to pull image {image:?}: {e}"),
+                    },
+                    retry_after: b.delay(image).unwrap_or(Duration::from_secs(10)),
+                })
+            }
+        }
+    }
+
+    async fn image_id(&self, image: &str) -> Result<Option<String>, CriError> {
+        Ok(self
+            .images
+            .image_status(image)
+            .await?
+            .map(|i| i.id)
+            .filter(|id| !id.is_empty()))
     }
 }
 

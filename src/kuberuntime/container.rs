@@ -1,0 +1,268 @@
+//! Containers: starting one (image, backoff, config, create, start), its spec hash, stopping
+//! and removing init containers, and the files it leaves on the node.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+
+use crate::api::{Container, Pod};
+use crate::cri::{CriError, v1};
+use crate::hash;
+use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus};
+use crate::rt;
+use crate::volume;
+
+use super::config;
+use super::error::SyncError;
+use super::manager::{RuntimeManager, SyncOutcome, termination_log_dir};
+
+/// Hash of a container's spec, recorded on the container so a changed spec is noticed.
+///
+/// Fields at their default (false, empty, absent) are left out before hashing, so a later
+/// picolet that knows more fields hashes an unchanged container the same and does not restart it.
+pub fn container_hash(c: &Container) -> u64 {
+    fn prune(v: serde_json::Value) -> Option<serde_json::Value> {
+        use serde_json::Value;
+        match v {
+            Value::Null | Value::Bool(false) => None,
+            Value::String(s) if s.is_empty() => None,
+            Value::Array(a) => {
+                let a: Vec<Value> = a
+                    .into_iter()
+                    .map(|x| prune(x).unwrap_or(Value::Null))
+                    .collect();
+                (!a.is_empty()).then_some(Value::Array(a))
+            }
+            Value::Object(o) => {
+                let o: serde_json::Map<String, Value> = o
+                    .into_iter()
+                    .filter_map(|(k, v)| prune(v).map(|v| (k, v)))
+                    .collect();
+                (!o.is_empty()).then_some(Value::Object(o))
+            }
+            v => Some(v),
+        }
+    }
+    let v = serde_json::to_value(c)
+        .ok()
+        .and_then(prune)
+        .unwrap_or_default();
+    hash::fnv1a64(&[hash::canonical_json(&v).as_bytes()])
+}
+
+fn backoff_key(uid: &str, container: &str) -> String {
+    format!("{uid}/{container}")
+}
+
+/// What starting a container needs from its pod's sync.
+pub(super) struct StartContext<'a> {
+    pub pod: &'a Pod,
+    pub st: &'a PodRuntimeStatus,
+    pub sandbox_id: &'a str,
+    pub sandbox_cfg: &'a v1::PodSandboxConfig,
+    pub pod_ip: &'a str,
+    pub volumes: &'a HashMap<String, PathBuf>,
+}
+
+impl RuntimeManager {
+    pub(super) async fn start_container(
+        &self,
+        ctx: &StartContext<'_>,
+        c: &Container,
+        hash: u64,
+        out: &mut SyncOutcome,
+    ) {
+        let pod = ctx.pod;
+        let uid = pod.metadata.uid.as_str();
+        let prev = ctx.st.latest(&c.name);
+        let now = rt::now_nanos();
+        let key = backoff_key(uid, &c.name);
+        if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
+            let mut b = self.restart_backoff.borrow_mut();
+            if let Some(rem) = b.remaining(&key, p.finished_at, now) {
+                let delay = b.delay(&key).unwrap_or_default();
+                drop(b);
+                self.set_waiting(
+                    uid,
+                    &c.name,
+                    "CrashLoopBackOff",
+                    format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({uid})",
+                        delay.as_secs(),
+                        c.name,
+                        pod.metadata.name,
+                        config::namespace(pod)
+                    ),
+                );
+                out.retry(rem);
+                return;
+            }
+            b.next(&key, now);
+        }
+
+        let image_ref = match self.ensure_image(c, now).await {
+            Ok(r) => r,
+            Err(f) => {
+                self.wait_on(uid, &f.error);
+                out.fail(f.error);
+                out.retry(f.retry_after);
+                return;
+            }
+        };
+        let config_error = |message: String| SyncError::CreateContainerConfig {
+            container: c.name.to_string(),
+            message,
+        };
+        let mut subpaths = HashMap::new();
+        for vm in &c.volume_mounts {
+            let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+            let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name)) else {
+                continue;
+            };
+            match volume::resolve_subpath(base, sub) {
+                Ok(p) => {
+                    subpaths.insert(vm.mount_path.clone(), p);
+                }
+                Err(e) => {
+                    let e = config_error(format!("volume mount {:?}: {e}", vm.name));
+                    self.wait_on(uid, &e);
+                    out.fail(e);
+                    return;
+                }
+            }
+        }
+        let restart_count = prev.map_or(0, |p| p.restart_count.saturating_add(1));
+        let files = {
+            let tdir = termination_log_dir(&self.node.root_dir, uid, &c.name);
+            let logs = config::pod_log_dir(&self.node.pod_logs_dir, pod).join(&c.name);
+            rt::unblock(move || prepare_files(&tdir, &logs, restart_count)).await
+        };
+        let tlog = match files {
+            Ok(p) => p,
+            Err(e) => {
+                let e = config_error(e);
+                self.wait_on(uid, &e);
+                out.fail(e);
+                return;
+            }
+        };
+        let cfg = config::container_config(
+            pod,
+            &self.node,
+            &config::ContainerInputs {
+                container: c,
+                image_ref: &image_ref,
+                restart_count,
+                hash,
+                pod_ip: ctx.pod_ip,
+                volumes: ctx.volumes,
+                subpaths: &subpaths,
+                termination_log: Some(&tlog),
+            },
+        );
+        out.acted = true;
+        let req = v1::CreateContainerRequest {
+            pod_sandbox_id: ctx.sandbox_id.to_owned(),
+            config: Some(cfg),
+            sandbox_config: Some(ctx.sandbox_cfg.clone()),
+        };
+        let id = match self.runtime.create_container(req).await {
+            Ok(r) => r.container_id,
+            Err(source) => {
+                let e = SyncError::CreateContainer {
+                    container: c.name.to_string(),
+                    source,
+                };
+                self.wait_on(uid, &e);
+                out.fail(e);
+                return;
+            }
+        };
+        match self.runtime.start_container(&id).await {
+            Ok(()) => {
+                log::info!(
+                    "started container {} of pod {} (restart {restart_count})",
+                    c.name,
+                    pod.metadata.name
+                );
+                self.clear_waiting(uid, &c.name);
+            }
+            Err(source) => {
+                let e = SyncError::RunContainer {
+                    container: c.name.to_string(),
+                    source,
+                };
+                self.wait_on(uid, &e);
+                out.fail(e);
+            }
+        }
+    }
+
+    pub(super) async fn purge_init_containers(
+        &self,
+        pod: &Pod,
+        st: &PodRuntimeStatus,
+    ) -> Result<(), CriError> {
+        let inits = &pod.spec.init_containers;
+        for c in st
+            .containers
+            .iter()
+            .filter(|c| inits.iter().any(|i| *i.name == *c.name))
+        {
+            match self.runtime.remove_container(&c.id).await {
+                Err(e) if !e.is_not_found() => return Err(e),
+                _ => self.remove_log(st, c),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn remove_log(&self, st: &PodRuntimeStatus, c: &ContainerStatus) {
+        let dir = config::log_dir_of(&self.node.pod_logs_dir, &st.namespace, &st.name, &st.uid);
+        let log = dir.join(&*c.name).join(format!("{}.log", c.restart_count));
+        if let Err(e) = fs::remove_file(&log)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            log::warn!("removing {}: {e}", log.display());
+        }
+    }
+}
+
+/// Makes a container's files on the node: its log directory, and its termination message file
+/// (returned). Two message files per container alternate: the running instance's and the one
+/// dead instance container GC keeps (whose message the status still shows); truncated on reuse.
+fn prepare_files(
+    termination_dir: &std::path::Path,
+    logs: &std::path::Path,
+    restart: u32,
+) -> Result<PathBuf, String> {
+    for d in [termination_dir, logs] {
+        fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+    }
+    let path = termination_dir.join(format!("termination-log-{}", restart % 2));
+    fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_hash_ignores_default_fields_but_sees_changes() {
+        let a = Container {
+            name: "c".into(),
+            image: "busybox:1".into(),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.tty = false;
+        b.stdin = false;
+        assert_eq!(container_hash(&a), container_hash(&b));
+        b.image = "busybox:2".into();
+        assert_ne!(container_hash(&a), container_hash(&b));
+        let mut c = a.clone();
+        c.command = vec!["sleep".into(), "1".into()];
+        assert_ne!(container_hash(&a), container_hash(&c));
+    }
+}

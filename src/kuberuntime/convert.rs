@@ -1,0 +1,187 @@
+//! The edge of the runtime seam: CRI messages become `kubecontainer` types here, and nowhere
+//! else. Everything past the runtime manager (PLEG, status, pod workers, the loop) sees only
+//! what this module returns.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::cri::v1;
+use crate::kubecontainer::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
+
+use super::labels;
+
+/// The runtime-neutral state of a CRI container state value.
+pub(crate) fn container_state(s: i32) -> ContainerState {
+    match v1::ContainerState::try_from(s) {
+        Ok(v1::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(v1::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(v1::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sandbox_state(s: i32) -> SandboxState {
+    if s == v1::PodSandboxState::SandboxReady as i32 {
+        SandboxState::Ready
+    } else {
+        SandboxState::NotReady
+    }
+}
+
+pub(crate) fn sandbox_from(s: &v1::PodSandbox) -> SandboxStatus {
+    SandboxStatus {
+        id: s.id.as_str().into(),
+        attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
+        state: sandbox_state(s.state),
+        created_at: s.created_at,
+        ip: None,
+        host_network: false,
+    }
+}
+
+/// Fills a sandbox's network view from its status: the pod IP, and whether it shares the
+/// node's network namespace.
+pub(crate) fn apply_sandbox_status(sb: &mut SandboxStatus, s: &v1::PodSandboxStatus) {
+    let ip = s
+        .network
+        .as_ref()
+        .map(|n| n.ip.as_str())
+        .filter(|ip| !ip.is_empty());
+    sb.ip = ip.map(Into::into);
+    sb.host_network = s
+        .linux
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .and_then(|n| n.options.as_ref())
+        .is_some_and(|o| o.network == v1::NamespaceMode::Node as i32);
+}
+
+/// A container as listed, before inspection (enough for the PLEG to diff).
+fn listed_container(c: &v1::Container) -> ContainerStatus {
+    ContainerStatus {
+        id: c.id.as_str().into(),
+        name: c.metadata.as_ref().map_or("", |m| m.name.as_str()).into(),
+        state: container_state(c.state),
+        created_at: c.created_at,
+        started_at: 0,
+        finished_at: 0,
+        exit_code: 0,
+        image: c.image.as_ref().map_or("", |i| i.image.as_str()).into(),
+        image_ref: c.image_ref.as_str().into(),
+        reason: "".into(),
+        message: "".into(),
+        hash: labels::parse_hash(&c.annotations),
+        restart_count: labels::parse_restart_count(&c.annotations),
+        sandbox_id: c.pod_sandbox_id.as_str().into(),
+    }
+}
+
+/// An inspected container, and the host file of its termination message when it has exited
+/// and has one (read off the executor thread by the caller).
+pub(crate) fn container_from(
+    s: &v1::ContainerStatus,
+    sandbox_id: &str,
+) -> (ContainerStatus, Option<PathBuf>) {
+    let state = container_state(s.state);
+    let message_file = (state == ContainerState::Exited)
+        .then(|| {
+            let path = s.annotations.get(labels::TERMINATION_MESSAGE_PATH)?;
+            let m = s.mounts.iter().find(|m| &m.container_path == path)?;
+            Some(PathBuf::from(&m.host_path))
+        })
+        .flatten();
+    let c = ContainerStatus {
+        id: s.id.as_str().into(),
+        name: s.metadata.as_ref().map_or("", |m| m.name.as_str()).into(),
+        state,
+        created_at: s.created_at,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+        exit_code: s.exit_code,
+        image: s.image.as_ref().map_or("", |i| i.image.as_str()).into(),
+        image_ref: s.image_ref.as_str().into(),
+        reason: s.reason.as_str().into(),
+        message: s.message.as_str().into(),
+        hash: labels::parse_hash(&s.annotations),
+        restart_count: labels::parse_restart_count(&s.annotations),
+        sandbox_id: sandbox_id.into(),
+    };
+    (c, message_file)
+}
+
+/// One listing of the whole runtime, grouped by pod UID.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub pods: HashMap<String, ListedPod>,
+}
+
+/// What a listing shows of one pod, in runtime-neutral terms.
+#[derive(Debug, Default, Clone)]
+pub struct ListedPod {
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: Vec<SandboxStatus>,
+    pub containers: Vec<ContainerStatus>,
+    /// The grace period the pod's containers were created with, if they carry one (what an
+    /// orphan without a spec is stopped with).
+    pub grace: Option<i64>,
+}
+
+impl Listing {
+    /// Groups sandboxes and containers by the pod UID label. With `marked_only`, objects
+    /// without picolet's mark (another node agent's) are left out; objects without a pod UID
+    /// label (not a pod's) always are.
+    pub(crate) fn group(
+        sandboxes: Vec<v1::PodSandbox>,
+        containers: Vec<v1::Container>,
+        marked_only: bool,
+    ) -> Listing {
+        let mut l = Listing::default();
+        let ours = |l: &HashMap<String, String>| {
+            !marked_only || l.get(labels::MANAGED).is_some_and(|v| v == "true")
+        };
+        for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
+            let Some(uid) = s.labels.get(labels::POD_UID) else {
+                continue;
+            };
+            let p = l.pods.entry(uid.clone()).or_default();
+            if let Some(m) = &s.metadata {
+                p.name.clone_from(&m.name);
+                p.namespace.clone_from(&m.namespace);
+            }
+            p.sandboxes.push(sandbox_from(s));
+        }
+        for c in containers.iter().filter(|c| ours(&c.labels)) {
+            let Some(uid) = c.labels.get(labels::POD_UID) else {
+                continue;
+            };
+            let p = l.pods.entry(uid.clone()).or_default();
+            if p.name.is_empty() {
+                p.name = c.labels.get(labels::POD_NAME).cloned().unwrap_or_default();
+                p.namespace = c
+                    .labels
+                    .get(labels::POD_NAMESPACE)
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            if p.grace.is_none() {
+                p.grace = c
+                    .annotations
+                    .get(labels::TERMINATION_GRACE_PERIOD)
+                    .and_then(|g| g.parse().ok());
+            }
+            p.containers.push(listed_container(c));
+        }
+        for p in l.pods.values_mut() {
+            p.sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+            p.containers
+                .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        }
+        l
+    }
+}
+
+/// A label selector for every object of one pod.
+pub(crate) fn pod_selector(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(labels::POD_UID.to_owned(), uid.to_owned())])
+}

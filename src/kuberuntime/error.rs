@@ -1,0 +1,154 @@
+//! Why a pod sync failed, with the kubelet's reason for each kind of failure: the reason a
+//! container's `state.waiting` shows, and what the log and (later) events say.
+
+use std::time::Duration;
+
+use crate::cri::CriError;
+
+/// One failure of a pod sync.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The image could not be pulled (or checked).
+    #[error("{message}")]
+    ImagePull { container: String, message: String },
+    /// A pull failed recently and its backoff has not run out.
+    #[error("back-off pulling image {image:?}")]
+    ImagePullBackOff { container: String, image: String },
+    /// The image is missing and the pull policy is Never.
+    #[error("container image {image:?} is not present with pull policy of Never")]
+    ImageNeverPull { container: String, image: String },
+    /// The container's configuration cannot be built (a bad subPath, its log or termination
+    /// message file cannot be made).
+    #[error("container {container}: {message}")]
+    CreateContainerConfig { container: String, message: String },
+    /// The runtime refused to create the container.
+    #[error("creating container {container}: {source}")]
+    CreateContainer {
+        container: String,
+        #[source]
+        source: CriError,
+    },
+    /// The runtime created the container but could not start it.
+    #[error("starting container {container}: {source}")]
+    RunContainer {
+        container: String,
+        #[source]
+        source: CriError,
+    },
+    /// The pod's volumes could not be prepared: every container waits in ContainerCreating.
+    #[error("preparing volumes: {0}")]
+    Volumes(String),
+    /// The sandbox could not be created (or its status read).
+    #[error("creating pod sandbox: {0}")]
+    CreatePodSandbox(String),
+    /// A running container or the sandbox could not be stopped.
+    #[error("killing pod: {0}")]
+    KillPod(#[source] CriError),
+    #[error("killing container {container}: {source}")]
+    KillContainer {
+        container: String,
+        #[source]
+        source: CriError,
+    },
+    /// Init containers of an old sandbox could not be removed before a new one starts.
+    #[error("removing old init containers: {0}")]
+    PurgeInitContainers(#[source] CriError),
+}
+
+impl SyncError {
+    /// The kubelet's reason for this failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SyncError::ImagePull { .. } => "ErrImagePull",
+            SyncError::ImagePullBackOff { .. } => "ImagePullBackOff",
+            SyncError::ImageNeverPull { .. } => "ErrImageNeverPull",
+            SyncError::CreateContainerConfig { .. } => "CreateContainerConfigError",
+            SyncError::CreateContainer { .. } => "CreateContainerError",
+            SyncError::RunContainer { .. } => "RunContainerError",
+            // Upstream shows a pod whose volumes are not ready as still creating.
+            SyncError::Volumes(_) => "ContainerCreating",
+            SyncError::CreatePodSandbox(_) => "CreatePodSandboxError",
+            SyncError::KillPod(_) => "KillPodSandboxError",
+            SyncError::KillContainer { .. } => "KillContainerError",
+            SyncError::PurgeInitContainers(_) => "KillContainerError",
+        }
+    }
+
+    /// The container this failure keeps waiting, if it is about one container.
+    pub fn container(&self) -> Option<&str> {
+        match self {
+            SyncError::ImagePull { container, .. }
+            | SyncError::ImagePullBackOff { container, .. }
+            | SyncError::ImageNeverPull { container, .. }
+            | SyncError::CreateContainerConfig { container, .. }
+            | SyncError::CreateContainer { container, .. }
+            | SyncError::RunContainer { container, .. } => Some(container),
+            _ => None,
+        }
+    }
+}
+
+/// An image failure and when to try again.
+#[derive(Debug)]
+pub(crate) struct ImageFailure {
+    pub error: SyncError,
+    pub retry_after: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_the_kubelets() {
+        let c = || "app".to_owned();
+        let cases = [
+            (
+                SyncError::ImagePull {
+                    container: c(),
+                    message: "x".into(),
+                },
+                "ErrImagePull",
+            ),
+            (
+                SyncError::ImagePullBackOff {
+                    container: c(),
+                    image: "i".into(),
+                },
+                "ImagePullBackOff",
+            ),
+            (
+                SyncError::ImageNeverPull {
+                    container: c(),
+                    image: "i".into(),
+                },
+                "ErrImageNeverPull",
+            ),
+            (
+                SyncError::CreateContainerConfig {
+                    container: c(),
+                    message: "m".into(),
+                },
+                "CreateContainerConfigError",
+            ),
+            (
+                SyncError::CreatePodSandbox("x".into()),
+                "CreatePodSandboxError",
+            ),
+            (SyncError::Volumes("x".into()), "ContainerCreating"),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.reason(), want, "{e}");
+        }
+        let e = SyncError::ImageNeverPull {
+            container: c(),
+            image: "busybox".into(),
+        };
+        assert_eq!(e.container(), Some("app"));
+        assert_eq!(
+            e.to_string(),
+            "container image \"busybox\" is not present with pull policy of Never"
+        );
+        assert_eq!(SyncError::Volumes("x".into()).container(), None);
+    }
+}

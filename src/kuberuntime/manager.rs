@@ -1,0 +1,411 @@
+//! The runtime manager: inspects pods in the runtime and carries out the actions that bring them
+//! to their spec, through the runtime seam.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::api::Pod;
+use crate::cri::{CriError, ImageService, RuntimeService, v1};
+use crate::kubecontainer::{PodRuntimeStatus, SandboxState};
+use crate::rt;
+use crate::volume;
+
+use super::backoff::Backoff;
+use super::container::{StartContext, container_hash};
+use super::convert::{self, ListedPod, Listing};
+use super::error::SyncError;
+use super::{actions, config, join_all};
+
+pub use super::config::NodeContext;
+
+/// Why a container is not running, as shown in its `state.waiting`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+/// The result of one pod sync.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    /// Sync again after this long (a backoff ends, or an error should be retried).
+    pub retry_after: Option<Duration>,
+    /// What failed on the way.
+    pub errors: Vec<SyncError>,
+    /// Whether the sync asked the runtime to change anything.
+    pub acted: bool,
+}
+
+impl SyncOutcome {
+    pub(super) fn retry(&mut self, d: Duration) {
+        self.retry_after = Some(self.retry_after.map_or(d, |r| r.min(d)));
+    }
+    pub(super) fn fail(&mut self, e: SyncError) {
+        self.errors.push(e);
+    }
+}
+
+/// How soon a sync that failed is retried: 2 s, doubling to 1 min while it keeps failing, so a
+/// pod that cannot start (a missing hostPath, a broken CNI) neither spins nor floods the log.
+pub(super) const ERROR_RETRY: Duration = Duration::from_secs(2);
+const ERROR_RETRY_MAX: Duration = Duration::from_secs(60);
+/// Longest termination message read back from a container.
+const MAX_TERMINATION_MESSAGE: u64 = 4096;
+
+/// What the runtime says about itself.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeVersion {
+    pub name: String,
+    pub version: String,
+    pub api_version: String,
+}
+
+pub struct RuntimeManager {
+    pub(super) runtime: Rc<dyn RuntimeService>,
+    pub(super) images: Rc<dyn ImageService>,
+    pub(super) node: NodeContext,
+    pub(super) restart_backoff: RefCell<Backoff>,
+    pub(super) pull_backoff: RefCell<Backoff>,
+    sync_backoff: RefCell<Backoff>,
+    waiting: RefCell<HashMap<(String, String), Waiting>>,
+}
+
+impl RuntimeManager {
+    pub fn new(
+        runtime: Rc<dyn RuntimeService>,
+        images: Rc<dyn ImageService>,
+        node: NodeContext,
+    ) -> Self {
+        RuntimeManager {
+            runtime,
+            images,
+            node,
+            restart_backoff: RefCell::new(Backoff::container_restarts()),
+            pull_backoff: RefCell::new(Backoff::container_restarts()),
+            sync_backoff: RefCell::new(Backoff::new(ERROR_RETRY, ERROR_RETRY_MAX)),
+            waiting: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub fn node(&self) -> &NodeContext {
+        &self.node
+    }
+
+    pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
+        let v = self.runtime.version().await?;
+        Ok(RuntimeVersion {
+            name: v.runtime_name,
+            version: v.runtime_version,
+            api_version: v.runtime_api_version,
+        })
+    }
+
+    /// Why a container of a pod is waiting, if a sync recorded a reason.
+    pub fn waiting(&self, uid: &str, container: &str) -> Option<Waiting> {
+        self.waiting
+            .borrow()
+            .get(&(uid.to_owned(), container.to_owned()))
+            .cloned()
+    }
+
+    pub(super) fn set_waiting(&self, uid: &str, container: &str, reason: &str, message: String) {
+        self.waiting.borrow_mut().insert(
+            (uid.to_owned(), container.to_owned()),
+            Waiting {
+                reason: reason.to_owned(),
+                message,
+            },
+        );
+    }
+
+    /// Records a failure as the waiting reason of the container it is about.
+    pub(super) fn wait_on(&self, uid: &str, e: &SyncError) {
+        if let Some(c) = e.container() {
+            self.set_waiting(uid, c, e.reason(), e.to_string());
+        }
+    }
+
+    pub(super) fn clear_waiting(&self, uid: &str, container: &str) {
+        self.waiting
+            .borrow_mut()
+            .remove(&(uid.to_owned(), container.to_owned()));
+    }
+
+    /// Lists every sandbox and container in the runtime (two calls), grouped by pod UID.
+    pub async fn list(&self) -> Result<Listing, CriError> {
+        let sbs = self.runtime.list_pod_sandbox(None).await?;
+        let cs = self.runtime.list_containers(None).await?;
+        Ok(Listing::group(sbs, cs, true))
+    }
+
+    /// A quick view of a listed pod without any per-object calls.
+    pub fn shallow_status(uid: &str, p: &ListedPod) -> PodRuntimeStatus {
+        PodRuntimeStatus {
+            uid: uid.into(),
+            name: p.name.as_str().into(),
+            namespace: p.namespace.as_str().into(),
+            sandboxes: p.sandboxes.clone(),
+            containers: p.containers.clone(),
+        }
+    }
+
+    /// Full status of one listed pod: the newest sandbox's network and every container's
+    /// status, fetched concurrently; termination messages are read off the executor thread.
+    pub async fn inspect(&self, uid: &str, p: &ListedPod) -> Result<PodRuntimeStatus, CriError> {
+        let mut st = Self::shallow_status(uid, p);
+        if let Some(newest) = st.sandboxes.first_mut() {
+            match self.runtime.pod_sandbox_status(&newest.id).await {
+                Ok(r) => {
+                    if let Some(s) = r.status {
+                        convert::apply_sandbox_status(newest, &s);
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let futs = st
+            .containers
+            .iter()
+            .map(|c| self.runtime.container_status(&c.id));
+        let results = join_all(futs).await;
+        let mut out = Vec::with_capacity(results.len());
+        let mut messages = Vec::new();
+        for (listed, r) in st.containers.iter().zip(results) {
+            match r {
+                Ok(resp) => match resp.status {
+                    Some(s) => {
+                        let (c, file) = convert::container_from(&s, &listed.sandbox_id);
+                        if let Some(f) = file {
+                            messages.push((out.len(), f));
+                        }
+                        out.push(c);
+                    }
+                    None => out.push(listed.clone()),
+                },
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !messages.is_empty() {
+            let read = rt::unblock(move || {
+                messages
+                    .into_iter()
+                    .filter_map(|(i, f)| read_termination_message(&f).map(|m| (i, m)))
+                    .collect::<Vec<_>>()
+            })
+            .await;
+            for (i, m) in read {
+                out[i].message = m.into();
+            }
+        }
+        st.containers = out;
+        Ok(st)
+    }
+
+    /// Full status of one pod, listing only its own objects.
+    pub async fn pod_status(&self, uid: &str) -> Result<PodRuntimeStatus, CriError> {
+        let sandboxes = self
+            .runtime
+            .list_pod_sandbox(Some(v1::PodSandboxFilter {
+                label_selector: convert::pod_selector(uid),
+                ..Default::default()
+            }))
+            .await?;
+        let containers = self
+            .runtime
+            .list_containers(Some(v1::ContainerFilter {
+                label_selector: convert::pod_selector(uid),
+                ..Default::default()
+            }))
+            .await?;
+        // Everything carrying the UID of a pod picolet runs is that pod's, marked or not (an
+        // earlier picolet may have created it without the mark): it is adopted, or cleaned up.
+        let p = Listing::group(sandboxes, containers, false)
+            .pods
+            .remove(uid)
+            .unwrap_or_default();
+        self.inspect(uid, &p).await
+    }
+
+    /// Brings the runtime to the pod's spec, one step: level-triggered, so every sync
+    /// recomputes what to do from the observed state.
+    pub async fn sync_pod(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
+        let mut out = self.sync_pod_once(pod, st).await;
+        let key = pod.metadata.uid.as_str();
+        let mut b = self.sync_backoff.borrow_mut();
+        if out.errors.is_empty() {
+            b.forget(key);
+        } else {
+            b.next(key, rt::now_nanos());
+            out.retry(b.delay(key).unwrap_or(ERROR_RETRY));
+        }
+        out
+    }
+
+    async fn sync_pod_once(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
+        let mut out = SyncOutcome::default();
+        let uid = pod.metadata.uid.as_str();
+        let hashes: Vec<u64> = pod.spec.containers.iter().map(container_hash).collect();
+        let a = actions::compute(pod, st, &hashes);
+        let grace = config::grace_period(pod);
+
+        if a.kill_pod {
+            let live = st.running().next().is_some()
+                || st.sandboxes.iter().any(|s| s.state == SandboxState::Ready);
+            out.acted |= live;
+            if live {
+                let why = if a.create_sandbox {
+                    "to recreate its sandbox"
+                } else {
+                    "it has finished"
+                };
+                log::info!("stopping pod {} ({uid}): {why}", pod.metadata.name);
+            }
+            if let Err(e) = self.kill_pod(st, grace).await {
+                out.fail(SyncError::KillPod(e));
+                return out;
+            }
+            if a.create_sandbox {
+                // Init containers run again in the new sandbox; their old instances would make
+                // the next sync believe they already did (upstream purges them too).
+                out.acted = true;
+                if let Err(e) = self.purge_init_containers(pod, st).await {
+                    out.fail(SyncError::PurgeInitContainers(e));
+                    return out;
+                }
+            }
+        }
+        out.acted |= !a.containers_to_kill.is_empty();
+        let kills = a.containers_to_kill.iter().map(|k| async move {
+            log::info!(
+                "killing container {} of pod {}: {}",
+                k.name,
+                pod.metadata.name,
+                k.reason
+            );
+            self.stop_container(&k.id, grace)
+                .await
+                .map_err(|source| SyncError::KillContainer {
+                    container: k.name.to_string(),
+                    source,
+                })
+        });
+        for r in join_all(kills).await {
+            if let Err(e) = r {
+                out.fail(e);
+            }
+        }
+        if !out.errors.is_empty() {
+            // Never start a replacement while the old instance may still run.
+            return out;
+        }
+        // Nothing to start: no sandbox to use, or the pod has finished (its sandbox is stopped).
+        if !a.create_sandbox && (a.sandbox_id.is_none() || a.kill_pod) {
+            return out;
+        }
+
+        let volumes = {
+            let (root, p) = (self.node.root_dir.clone(), pod.clone());
+            match rt::unblock(move || volume::prepare(&root, &p)).await {
+                Ok(v) => v,
+                Err(e) => {
+                    let e = SyncError::Volumes(e.to_string());
+                    for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
+                        self.set_waiting(uid, &c.name, e.reason(), e.to_string());
+                    }
+                    out.fail(e);
+                    return out;
+                }
+            }
+        };
+        let sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
+        let (sandbox_id, pod_ip) = if a.create_sandbox {
+            out.acted = true;
+            match self.run_sandbox(pod, &sandbox_cfg).await {
+                Ok(x) => x,
+                Err(e) => {
+                    out.fail(SyncError::CreatePodSandbox(e));
+                    return out;
+                }
+            }
+        } else {
+            let id = a.sandbox_id.clone().unwrap_or_default().to_string();
+            (id, st.ip().unwrap_or_default().to_owned())
+        };
+
+        let ctx = StartContext {
+            pod,
+            st,
+            sandbox_id: &sandbox_id,
+            sandbox_cfg: &sandbox_cfg,
+            pod_ip: &pod_ip,
+            volumes: &volumes,
+        };
+        if let Some(i) = a.next_init_container {
+            let c = &pod.spec.init_containers[i];
+            self.start_container(&ctx, c, container_hash(c), &mut out)
+                .await;
+            return out;
+        }
+        for &i in &a.containers_to_start {
+            let c = &pod.spec.containers[i];
+            self.start_container(&ctx, c, hashes[i], &mut out).await;
+        }
+        out
+    }
+
+    /// Drops local state of a pod that is gone from the runtime.
+    /// Large emptyDirs on slow flash take a while to delete: that happens off the executor
+    /// thread, so PLEG, syncs and the local API never wait for it.
+    pub async fn forget(&self, uid: &str, name: &str, namespace: &str) {
+        let uid_prefix = format!("{uid}/");
+        self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
+        self.sync_backoff.borrow_mut().forget(uid);
+        self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
+        let logs = (!name.is_empty())
+            .then(|| config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid));
+        let (root, uid) = (self.node.root_dir.clone(), uid.to_owned());
+        rt::unblock(move || {
+            if let Some(logs) = logs
+                && let Err(e) = fs::remove_dir_all(&logs)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                log::warn!("removing {}: {e}", logs.display());
+            }
+            if let Err(e) = volume::cleanup(&root, &uid) {
+                log::warn!("removing volumes of pod {uid}: {e}");
+            }
+        })
+        .await;
+    }
+
+    pub fn gc_backoffs(&self, now: i64) {
+        self.restart_backoff.borrow_mut().gc(now);
+        self.pull_backoff.borrow_mut().gc(now);
+        self.sync_backoff.borrow_mut().gc(now);
+    }
+}
+
+/// Reads the termination message a container left in its mounted file.
+fn read_termination_message(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = String::new();
+    fs::File::open(path)
+        .ok()?
+        .take(MAX_TERMINATION_MESSAGE)
+        .read_to_string(&mut buf)
+        .ok()?;
+    (!buf.is_empty()).then_some(buf)
+}
+
+/// Where a container's termination message file lives on the node.
+pub(super) fn termination_log_dir(root: &std::path::Path, uid: &str, container: &str) -> PathBuf {
+    volume::pod_dir(root, uid)
+        .join("containers")
+        .join(container)
+}
