@@ -12,6 +12,7 @@ pub mod logger;
 pub mod node;
 pub mod options;
 pub mod pleg;
+pub mod pod_manager;
 pub mod pod_workers;
 pub mod qos;
 pub mod rt;

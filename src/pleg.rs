@@ -232,7 +232,7 @@ impl Pleg {
             cache,
             events,
             last_ok: Cell::new(None),
-            started: Instant::now(),
+            started: rt::now(),
             prev: RefCell::default(),
             retry: Rc::default(),
             inflight: Rc::default(),
@@ -243,7 +243,7 @@ impl Pleg {
     /// Healthy while the last successful relist (or the start) is under the threshold old.
     pub fn healthy(&self) -> Result<(), String> {
         let since = self.last_ok.get().unwrap_or(self.started);
-        let age = since.elapsed();
+        let age = rt::now().saturating_duration_since(since);
         if age > RELIST_THRESHOLD {
             Err(format!(
                 "pleg was last seen active {age:?} ago; threshold is {RELIST_THRESHOLD:?}"
@@ -345,7 +345,7 @@ impl Pleg {
             }
         }
         *self.prev.borrow_mut() = now_seen;
-        self.last_ok.set(Some(Instant::now()));
+        self.last_ok.set(Some(rt::now()));
         for e in events {
             log::debug!("pleg: {:?} {} in pod {}", e.kind, e.id, e.uid);
             if self.events.send(e).await.is_err() {
@@ -359,7 +359,7 @@ impl Pleg {
     pub async fn run(self: Rc<Self>, period: Duration) {
         let mut failing = false;
         loop {
-            let t0 = Instant::now();
+            let t0 = rt::now();
             match self.relist().await {
                 Ok(_) => {
                     if failing {
@@ -374,7 +374,7 @@ impl Pleg {
                     failing = true;
                 }
             }
-            rt::sleep(period.saturating_sub(t0.elapsed())).await;
+            rt::sleep(period.saturating_sub(rt::now() - t0)).await;
         }
     }
 }

@@ -31,6 +31,16 @@ pub enum Work {
     },
 }
 
+impl Work {
+    /// The pod the work is for.
+    pub fn uid(&self) -> &str {
+        match self {
+            Work::Sync(p) => &p.metadata.uid,
+            Work::Terminate { uid, .. } => uid,
+        }
+    }
+}
+
 /// What a worker reports back to the sync loop after each piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
@@ -79,7 +89,11 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
     };
     let outcome = sh.rm.sync_pod(pod, &st).await;
     for e in &outcome.errors {
-        log::warn!("sync of pod {} ({uid}): {e}", pod.metadata.name);
+        log::warn!(
+            "sync of pod {} ({uid}): {}: {e}",
+            pod.metadata.name,
+            e.reason()
+        );
     }
     // After acting, observe again so status and cache show the result at once.
     let after = rt::mono_nanos();
@@ -91,7 +105,8 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
     } else {
         (st, at)
     };
-    sh.status.update(pod, &fresh, &sh.rm);
+    let waiting = |name: &str| sh.rm.waiting(uid, name).map(|w| (w.reason, w.message));
+    sh.status.update(pod, &fresh, waiting);
     sh.cache
         .borrow_mut()
         .put(fresh, seen_at, Some(grace_period(pod)));
@@ -218,10 +233,7 @@ impl PodWorkers {
     /// Hands work to the pod's worker, starting one if needed. Returns true when the work adds
     /// one more report to come (false when it replaced, or lost to, work still waiting).
     pub fn dispatch(&self, work: Work) -> bool {
-        let uid = match &work {
-            Work::Sync(p) => p.metadata.uid.clone(),
-            Work::Terminate { uid, .. } => uid.clone(),
-        };
+        let uid = work.uid().to_owned();
         let mut workers = self.workers.borrow_mut();
         let w = workers.entry(uid.clone()).or_insert_with(|| {
             let slot = Rc::new(RefCell::new(None));

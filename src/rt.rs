@@ -39,21 +39,177 @@ pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
     smol::unblock(f).await
 }
 
-/// Wall-clock time in unix nanoseconds, the unit the CRI uses for timestamps.
-pub fn now_nanos() -> i64 {
-    crate::api::time::unix_nanos_now()
+// -------------------------------------------------------------------------------------------
+// The clock
+// -------------------------------------------------------------------------------------------
+//
+// Every timing decision (sync due times, backoffs, PLEG health, the file re-list, GC, probes and
+// leases later) reads time and sleeps through the functions below, never through `Instant`,
+// `SystemTime` or async-io timers directly. A test installs a [`FakeClock`] on its thread and
+// moves time by hand: the same code then runs in milliseconds, with no sleeping.
+
+thread_local! {
+    static FAKE: std::cell::RefCell<Option<std::rc::Rc<FakeState>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
-/// Monotonic nanoseconds since the first call: orders observations even when the wall clock
+fn fake() -> Option<std::rc::Rc<FakeState>> {
+    FAKE.with(|f| f.borrow().clone())
+}
+
+/// Monotonic time: what deadlines and periods are measured in.
+pub fn now() -> Instant {
+    match fake() {
+        Some(f) => f.base_mono + f.offset.get(),
+        None => Instant::now(),
+    }
+}
+
+/// Wall-clock time in unix nanoseconds, the unit the CRI uses for timestamps.
+pub fn now_nanos() -> i64 {
+    match fake() {
+        Some(f) => {
+            let off = i64::try_from(f.offset.get().as_nanos()).unwrap_or(i64::MAX);
+            f.base_wall.saturating_add(off)
+        }
+        None => crate::api::time::unix_nanos_now(),
+    }
+}
+
+/// Monotonic nanoseconds since a fixed point: orders observations even when the wall clock
 /// steps back (an edge board whose clock NTP corrects after boot).
 pub fn mono_nanos() -> i64 {
     static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     let base = *BASE.get_or_init(Instant::now);
-    i64::try_from(base.elapsed().as_nanos()).unwrap_or(i64::MAX)
+    i64::try_from(now().saturating_duration_since(base).as_nanos()).unwrap_or(i64::MAX)
 }
 
 pub async fn sleep(d: Duration) {
-    async_io::Timer::after(d).await;
+    sleep_until(now().checked_add(d).unwrap_or_else(far_future)).await;
+}
+
+fn far_future() -> Instant {
+    now() + Duration::from_secs(86_400 * 365)
+}
+
+pub async fn sleep_until(deadline: Instant) {
+    match fake() {
+        Some(f) => FakeSleep { clock: f, deadline }.await,
+        None => {
+            async_io::Timer::at(deadline).await;
+        }
+    }
+}
+
+/// Ticks every `period`, the first one a period from now. A tick that comes late (the loop was
+/// busy) does not make the next ones bunch up: they stay a period apart.
+#[derive(Debug)]
+pub struct Interval {
+    period: Duration,
+    next: Instant,
+}
+
+pub fn interval(period: Duration) -> Interval {
+    Interval {
+        period,
+        next: now() + period,
+    }
+}
+
+impl Interval {
+    pub async fn tick(&mut self) {
+        sleep_until(self.next).await;
+        let now = now();
+        self.next += self.period;
+        if self.next <= now {
+            self.next = now + self.period;
+        }
+    }
+}
+
+struct FakeState {
+    base_mono: Instant,
+    base_wall: i64,
+    offset: std::cell::Cell<Duration>,
+    sleepers: std::cell::RefCell<Vec<(Instant, std::task::Waker)>>,
+}
+
+struct FakeSleep {
+    clock: std::rc::Rc<FakeState>,
+    deadline: Instant,
+}
+
+impl Future for FakeSleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let c = &self.clock;
+        if c.base_mono + c.offset.get() >= self.deadline {
+            return Poll::Ready(());
+        }
+        c.sleepers
+            .borrow_mut()
+            .push((self.deadline, cx.waker().clone()));
+        Poll::Pending
+    }
+}
+
+/// A clock that moves only when told, for tests; installed on the current thread, it replaces
+/// the real one for everything on that thread (the executor's tasks included).
+#[derive(Clone)]
+pub struct FakeClock(std::rc::Rc<FakeState>);
+
+impl std::fmt::Debug for FakeClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeClock")
+            .field("elapsed", &self.0.offset.get())
+            .finish()
+    }
+}
+
+impl FakeClock {
+    /// Installs a fake clock on this thread, starting at the real time, and returns its handle.
+    pub fn install() -> FakeClock {
+        let st = std::rc::Rc::new(FakeState {
+            base_mono: Instant::now(),
+            base_wall: crate::api::time::unix_nanos_now(),
+            offset: std::cell::Cell::new(Duration::ZERO),
+            sleepers: std::cell::RefCell::default(),
+        });
+        FAKE.with(|f| *f.borrow_mut() = Some(st.clone()));
+        FakeClock(st)
+    }
+
+    /// Moves time forward and wakes every sleeper whose deadline has come.
+    pub fn advance(&self, d: Duration) {
+        let st = &self.0;
+        st.offset.set(st.offset.get() + d);
+        let now = st.base_mono + st.offset.get();
+        let due: Vec<std::task::Waker> = {
+            let mut sl = st.sleepers.borrow_mut();
+            let (due, keep): (Vec<_>, Vec<_>) = sl.drain(..).partition(|(t, _)| *t <= now);
+            *sl = keep;
+            due.into_iter().map(|(_, w)| w).collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// How far the clock has been moved.
+    pub fn elapsed(&self) -> Duration {
+        self.0.offset.get()
+    }
+}
+
+/// Lets every task that can run, run: yields to the executor many times, with short real
+/// pauses so work handed to the blocking pool comes back. For tests driven by a fake clock.
+pub async fn settle() {
+    for _ in 0..4 {
+        for _ in 0..64 {
+            futures_lite::future::yield_now().await;
+        }
+        async_io::Timer::after(Duration::from_millis(2)).await;
+    }
 }
 
 /// The error of [`timeout`]: the deadline passed first.
@@ -174,6 +330,65 @@ mod tests {
             sleep(Duration::from_secs(30)),
         ));
         assert_eq!(r, Err(Elapsed(Duration::from_millis(20))));
+    }
+
+    #[test]
+    fn fake_clock_wakes_sleepers_when_advanced() {
+        let clock = FakeClock::install();
+        let t0 = now();
+        let w0 = now_nanos();
+        block_on(async {
+            let done = std::rc::Rc::new(std::cell::Cell::new(false));
+            let d = done.clone();
+            let task = spawn(async move {
+                sleep(Duration::from_secs(30)).await;
+                d.set(true);
+            });
+            settle().await;
+            assert!(!done.get(), "asleep before the clock moves");
+            clock.advance(Duration::from_secs(29));
+            settle().await;
+            assert!(!done.get(), "asleep 1 s before its deadline");
+            clock.advance(Duration::from_secs(1));
+            task.await;
+            assert!(done.get());
+        });
+        assert_eq!(now() - t0, Duration::from_secs(30));
+        assert_eq!(now_nanos() - w0, 30_000_000_000);
+    }
+
+    #[test]
+    fn fake_clock_drives_timeouts_and_intervals() {
+        let clock = FakeClock::install();
+        block_on(async {
+            let t = spawn(timeout(
+                Duration::from_secs(10),
+                std::future::pending::<()>(),
+            ));
+            settle().await;
+            clock.advance(Duration::from_secs(10));
+            assert_eq!(t.await, Err(Elapsed(Duration::from_secs(10))));
+
+            let ticks = std::rc::Rc::new(std::cell::Cell::new(0u32));
+            let n = ticks.clone();
+            let _t = spawn(async move {
+                let mut iv = interval(Duration::from_secs(2));
+                loop {
+                    iv.tick().await;
+                    n.set(n.get() + 1);
+                }
+            });
+            settle().await;
+            for _ in 0..5 {
+                clock.advance(Duration::from_secs(1));
+                settle().await;
+            }
+            assert_eq!(ticks.get(), 2, "ticks at 2 s and 4 s");
+            // A late tick does not bunch up the next ones.
+            clock.advance(Duration::from_secs(11));
+            settle().await;
+            assert_eq!(ticks.get(), 3);
+        });
     }
 
     #[test]

@@ -475,12 +475,12 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
     let mut last_sent: Option<Vec<(String, String)>> = None;
     let mut w: Option<Watch> = None;
     let mut retry = WATCH_RETRY_MIN;
-    let mut next_watch_try = std::time::Instant::now();
+    let mut next_watch_try = rt::now();
     let mut last_errors: BTreeMap<PathBuf, String> = BTreeMap::new();
     let mut running: BTreeSet<PathBuf> = BTreeSet::new();
     let mut unsettled_scans = 0u32;
     loop {
-        if w.is_none() && std::time::Instant::now() >= next_watch_try {
+        if w.is_none() && rt::now() >= next_watch_try {
             match watch(&cfg.dir) {
                 Ok(x) => {
                     log::debug!("watching {}", cfg.dir.display());
@@ -494,7 +494,7 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
                             cfg.dir.display()
                         );
                     }
-                    next_watch_try = std::time::Instant::now() + retry;
+                    next_watch_try = rt::now() + retry;
                     retry = (retry * 2).min(WATCH_RETRY_MAX);
                 }
             }
@@ -571,7 +571,7 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
             wait = wait.min(UNSETTLED_RESCAN);
         }
         if w.is_none() {
-            wait = wait.min(next_watch_try.saturating_duration_since(std::time::Instant::now()));
+            wait = wait.min(next_watch_try.saturating_duration_since(rt::now()));
         }
         match w.as_mut() {
             Some(watch) => {
@@ -584,7 +584,7 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
                     if !drain(watch) {
                         log::info!("manifest directory {} went away", cfg.dir.display());
                         w = None;
-                        next_watch_try = std::time::Instant::now();
+                        next_watch_try = rt::now();
                     }
                 }
             }

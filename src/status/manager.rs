@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use crate::api::{Pod, PodStatus};
 use crate::kubecontainer::PodRuntimeStatus;
-use crate::kuberuntime::RuntimeManager;
 use crate::rt;
 
 use super::generate;
@@ -37,10 +36,15 @@ impl StatusManager {
         }
     }
 
-    /// Regenerates a pod's status from what the runtime reports.
-    pub fn update(&self, pod: &Pod, rt_status: &PodRuntimeStatus, rm: &RuntimeManager) {
+    /// Regenerates a pod's status from what the runtime reports and, for containers that are
+    /// not running, why they wait (reason, message), if a sync recorded it.
+    pub fn update(
+        &self,
+        pod: &Pod,
+        rt_status: &PodRuntimeStatus,
+        waiting: impl Fn(&str) -> Option<(String, String)>,
+    ) {
         let uid = pod.metadata.uid.as_str();
-        let waiting = |name: &str| rm.waiting(uid, name).map(|w| (w.reason, w.message));
         let new = {
             let old = self.statuses.borrow();
             generate::generate(

@@ -1,0 +1,204 @@
+//! The sync loop: one task selecting over source snapshots, PLEG events, worker reports, the
+//! 1 s sync tick and the 2 s housekeeping tick. Every decision is made by the pure
+//! [`state::LoopState::step`]; this module only turns wake-ups into its inputs and carries out
+//! the commands it returns. All runtime calls happen in the pod workers or in spawned tasks, so
+//! the loop itself never waits on the runtime or the disk.
+
+mod housekeeping;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::api::{ListMeta, Pod, PodList};
+use crate::config::{Mux, Snapshot};
+use crate::kubecontainer::PodRuntimeStatus;
+use crate::kuberuntime::RuntimeManager;
+use crate::pleg::{self, Cache, Pleg};
+use crate::pod_workers::{Done, PodWorkers};
+use crate::rt;
+use crate::status::manager::StatusManager;
+use crate::volume;
+
+pub use state::{Command, Input, LoopConfig, LoopState, View};
+
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+
+/// The node agent's state as the loop and the local API see it.
+pub struct Kubelet {
+    pub rm: Rc<RuntimeManager>,
+    pub cache: Rc<RefCell<Cache>>,
+    pub status: Rc<StatusManager>,
+    pub pleg: Rc<Pleg>,
+    workers: PodWorkers,
+    state: RefCell<LoopState>,
+    last_loop: RefCell<Instant>,
+}
+
+impl Kubelet {
+    pub fn new(
+        rm: Rc<RuntimeManager>,
+        cache: Rc<RefCell<Cache>>,
+        status: Rc<StatusManager>,
+        pleg: Rc<Pleg>,
+        workers: PodWorkers,
+        mux: Mux,
+        cfg: LoopConfig,
+    ) -> Self {
+        Kubelet {
+            rm,
+            cache,
+            status,
+            pleg,
+            workers,
+            state: RefCell::new(LoopState::new(mux, cfg)),
+            last_loop: RefCell::new(rt::now()),
+        }
+    }
+
+    /// Feeds one input to the state and carries out what it decides.
+    fn feed(&self, input: Input, internal: &async_channel::Sender<Input>) {
+        let commands = {
+            let cache = self.cache.borrow();
+            let view = View {
+                listed: self.pleg.has_listed(),
+                cache: &cache,
+            };
+            self.state.borrow_mut().step(input, rt::now(), view)
+        };
+        for c in commands {
+            self.execute(c, internal);
+        }
+    }
+
+    fn execute(&self, c: Command, internal: &async_channel::Sender<Input>) {
+        match c {
+            Command::Dispatch(work) => {
+                let uid = work.uid().to_owned();
+                let adds = self.workers.dispatch(work);
+                self.state.borrow_mut().dispatched(&uid, adds);
+            }
+            Command::ReportPending(pod) => {
+                if self.status.get(&pod.metadata.uid).is_none() {
+                    let empty = PodRuntimeStatus {
+                        uid: pod.metadata.uid.as_str().into(),
+                        ..Default::default()
+                    };
+                    self.status.update(&pod, &empty, |_| None);
+                }
+            }
+            Command::EndWorker(uid) => self.workers.remove(&uid),
+            Command::CollectGarbage(st) => {
+                let (rm, tx) = (self.rm.clone(), internal.clone());
+                rt::spawn(async move {
+                    rm.gc_pod(&st).await;
+                    let _ = tx.send(Input::Collected(st.uid.to_string())).await;
+                })
+                .detach();
+            }
+            Command::RemovePodDir(uid) => {
+                let (root, tx) = (self.rm.node().root_dir.clone(), internal.clone());
+                rt::spawn(async move {
+                    let u = uid.clone();
+                    if let Err(e) = rt::unblock(move || volume::cleanup(&root, &u)).await {
+                        log::warn!("removing leftover directory of pod {uid}: {e}");
+                    }
+                    let _ = tx.send(Input::Collected(uid)).await;
+                })
+                .detach();
+            }
+            Command::ExpireBackoffs => self.rm.gc_backoffs(rt::now_nanos()),
+        }
+    }
+
+    /// Runs the loop until the sources' channel closes.
+    pub async fn run(
+        self: Rc<Self>,
+        sources: async_channel::Receiver<Snapshot>,
+        events: async_channel::Receiver<pleg::Event>,
+        done: async_channel::Receiver<Done>,
+    ) {
+        let (internal, internal_rx) = async_channel::unbounded();
+        // The pod-directory scan reads the disk: it runs on the blocking pool, and its result
+        // arrives as the housekeeping input.
+        let _housekeeping = {
+            let (root, tx) = (self.rm.node().root_dir.clone(), internal.clone());
+            rt::spawn(async move {
+                let mut tick = rt::interval(HOUSEKEEPING_PERIOD);
+                loop {
+                    tick.tick().await;
+                    let r = root.clone();
+                    let pod_dirs = rt::unblock(move || volume::pod_dirs(&r)).await;
+                    if tx.send(Input::Housekeeping { pod_dirs }).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let mut sync_tick = rt::interval(SYNC_TICK);
+        loop {
+            *self.last_loop.borrow_mut() = rt::now();
+            use futures_lite::future::or;
+            let input = or(
+                async { sources.recv().await.ok().map(Input::Snapshot) },
+                or(
+                    async { done.recv().await.ok().map(Input::Done) },
+                    or(
+                        async { events.recv().await.ok().map(Input::Pleg) },
+                        or(async { internal_rx.recv().await.ok() }, async {
+                            sync_tick.tick().await;
+                            Some(Input::Tick)
+                        }),
+                    ),
+                ),
+            )
+            .await;
+            match input {
+                Some(i) => self.feed(i, &internal),
+                None => return,
+            }
+        }
+    }
+
+    /// The desired pods with their latest status, as the kubelet's `/pods` serves them.
+    pub fn pod_list(&self) -> PodList {
+        let mut items: Vec<Pod> = self
+            .state
+            .borrow()
+            .pods
+            .pods()
+            .map(|p| {
+                let mut p = (**p).clone();
+                if let Some(s) = self.status.get(&p.metadata.uid) {
+                    p.status = s;
+                }
+                p
+            })
+            .collect();
+        items.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        PodList {
+            api_version: "v1".into(),
+            kind: "PodList".into(),
+            metadata: ListMeta::default(),
+            items,
+        }
+    }
+
+    /// Health as `/healthz` reports it: the PLEG relists and the loop turns.
+    pub fn healthz(&self) -> Result<(), String> {
+        self.pleg.healthy()?;
+        let idle = rt::now().saturating_duration_since(*self.last_loop.borrow());
+        if idle > pleg::RELIST_THRESHOLD {
+            return Err(format!("sync loop last ran {idle:?} ago"));
+        }
+        Ok(())
+    }
+}

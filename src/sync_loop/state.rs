@@ -1,0 +1,339 @@
+//! The loop's state as plain data, advanced by one pure function: `LoopState::step(input, now,
+//! view) -> commands`. It decides which pod gets synced or terminated and when, and holds the
+//! start gate; it calls nothing. The loop (`super`) feeds it inputs and carries out the
+//! commands, so every decision here is unit-tested without a runtime or a timer.
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::api::Pod;
+use crate::config::{Mux, Op, Snapshot};
+use crate::kubecontainer::PodRuntimeStatus;
+use crate::pleg::{self, Cache};
+use crate::pod_manager::PodManager;
+use crate::pod_workers::{Done, Work};
+
+use super::housekeeping;
+
+/// Retry delay of a termination that failed (runtime down, say).
+pub const TERMINATE_RETRY: Duration = Duration::from_secs(2);
+
+/// What the loop woke up for.
+#[derive(Debug)]
+pub enum Input {
+    /// A source's full view of its pods.
+    Snapshot(Snapshot),
+    Pleg(pleg::Event),
+    /// A worker finished a piece of work.
+    Done(Done),
+    /// The 1 s sync tick: pods whose time has come.
+    Tick,
+    /// The housekeeping tick, with the pod directories found under the root directory.
+    Housekeeping {
+        pod_dirs: Vec<String>,
+    },
+    /// Garbage collection of a pod, or the removal of a leftover directory, has ended.
+    Collected(String),
+}
+
+/// What the step reads of the world besides its own state.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The runtime has been listed once.
+    pub listed: bool,
+    pub cache: &'a Cache,
+}
+
+/// What the loop must do.
+#[derive(Debug)]
+pub enum Command {
+    /// Hand work to the pod's worker; the loop reports back whether it will produce a report
+    /// ([`LoopState::dispatched`]).
+    Dispatch(Work),
+    /// A pod was just added: report it Pending until its first sync says more.
+    ReportPending(Rc<Pod>),
+    /// The pod is gone and its worker idle: end the worker.
+    EndWorker(String),
+    /// Remove the dead containers and old sandboxes of a pod.
+    CollectGarbage(PodRuntimeStatus),
+    /// Remove the directory of a pod that no longer exists.
+    RemovePodDir(String),
+    /// Forget restart and pull backoffs that have expired.
+    ExpireBackoffs,
+}
+
+/// A pod being terminated: what its worker needs, and its name so a pod of the same name can
+/// wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Term {
+    pub grace: i64,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Term {
+    fn work(&self, uid: &str) -> Work {
+        Work::Terminate {
+            uid: uid.to_owned(),
+            grace: self.grace,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// Settings of the loop.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Full resync period of every pod (the kubelet's `syncFrequency`, 1 min).
+    pub sync_frequency: Duration,
+}
+
+#[derive(Debug)]
+pub struct LoopState {
+    pub(super) mux: Mux,
+    /// The desired pods.
+    pub pods: PodManager,
+    /// When each pod is next due for a sync.
+    pub(super) due: HashMap<String, Instant>,
+    /// Pods being terminated.
+    pub(super) terminating: HashMap<String, Term>,
+    /// Terminations to retry, and when.
+    pub(super) retry_terminate: HashMap<String, Instant>,
+    /// Reports to come per pod (work handed to its worker and not yet reported).
+    pub(super) in_flight: HashMap<String, usize>,
+    /// Pods (or leftover directories) whose garbage collection runs.
+    pub(super) collecting: HashSet<String>,
+    cfg: LoopConfig,
+}
+
+impl LoopState {
+    pub fn new(mux: Mux, cfg: LoopConfig) -> Self {
+        LoopState {
+            mux,
+            pods: PodManager::default(),
+            due: HashMap::new(),
+            terminating: HashMap::new(),
+            retry_terminate: HashMap::new(),
+            in_flight: HashMap::new(),
+            collecting: HashSet::new(),
+            cfg,
+        }
+    }
+
+    /// Advances the state by one input.
+    pub fn step(&mut self, input: Input, now: Instant, view: View<'_>) -> Vec<Command> {
+        let mut out = Vec::new();
+        match input {
+            Input::Snapshot(snap) => {
+                for u in self.mux.merge(snap) {
+                    for pod in u.pods {
+                        self.update(u.op, u.source.as_str(), pod, now, view, &mut out);
+                    }
+                }
+            }
+            Input::Pleg(e) => {
+                if e.kind != pleg::EventType::ContainerRemoved
+                    && !self.terminating.contains_key(&e.uid)
+                    && let Some(p) = self.pods.get(&e.uid).cloned()
+                {
+                    self.sync(p, now, view, &mut out);
+                }
+            }
+            Input::Done(d) => self.done(d, now, view, &mut out),
+            Input::Tick => self.tick(now, view, &mut out),
+            Input::Housekeeping { pod_dirs } => {
+                if self.mux.all_sources_seen() && view.listed {
+                    housekeeping::plan(self, view.cache, &pod_dirs, &mut out);
+                }
+            }
+            Input::Collected(uid) => {
+                self.collecting.remove(&uid);
+            }
+        }
+        out
+    }
+
+    /// Records whether dispatched work will produce a report (it may only have replaced work
+    /// still waiting in the worker's mailbox).
+    pub fn dispatched(&mut self, uid: &str, adds_report: bool) {
+        if adds_report {
+            *self.in_flight.entry(uid.to_owned()).or_default() += 1;
+        }
+    }
+
+    fn update(
+        &mut self,
+        op: Op,
+        source: &str,
+        pod: Pod,
+        now: Instant,
+        view: View<'_>,
+        out: &mut Vec<Command>,
+    ) {
+        let uid = pod.metadata.uid.clone();
+        match op {
+            Op::Add | Op::Update => {
+                log::info!(
+                    "{} pod {}/{} ({uid}) from {source}",
+                    if op == Op::Add { "adding" } else { "updating" },
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                );
+                let pod = Rc::new(pod);
+                if op == Op::Add {
+                    out.push(Command::ReportPending(pod.clone()));
+                }
+                self.pods.upsert(pod.clone());
+                if !self.terminating.contains_key(&uid) {
+                    self.sync(pod, now, view, out);
+                }
+            }
+            Op::Reconcile => self.pods.upsert(Rc::new(pod)),
+            Op::Remove => {
+                log::info!(
+                    "removing pod {}/{} ({uid})",
+                    pod.metadata.namespace,
+                    pod.metadata.name
+                );
+                self.pods.remove(&uid);
+                self.due.remove(&uid);
+                let term = Term {
+                    grace: crate::kuberuntime::config::grace_period(&pod),
+                    namespace: pod.metadata.namespace.clone(),
+                    name: pod.metadata.name.clone(),
+                };
+                self.terminate(uid, term, out);
+            }
+        }
+    }
+
+    pub(super) fn terminate(&mut self, uid: String, term: Term, out: &mut Vec<Command>) {
+        out.push(Command::Dispatch(term.work(&uid)));
+        self.terminating.insert(uid, term);
+    }
+
+    /// Why a pod must not be synced yet, if it must not: until the runtime has been listed once,
+    /// and while another pod of the same namespace and name (an edited static pod's old version)
+    /// is still being terminated or still runs unowned, so the two never run at once (the new
+    /// one would find its host ports and files taken).
+    pub fn start_blocked(&self, pod: &Pod, view: View<'_>) -> Option<String> {
+        if !view.listed {
+            return Some("waiting for the first runtime listing".into());
+        }
+        if self.collecting.contains(&pod.metadata.uid) {
+            return Some("waiting for the cleanup of its directory or dead containers".into());
+        }
+        let (uid, ns, name) = (
+            &pod.metadata.uid,
+            &pod.metadata.namespace,
+            &pod.metadata.name,
+        );
+        let same = |u: &String, n: &str, nm: &str| u != uid && n == ns && nm == name;
+        if let Some((u, _)) = self
+            .terminating
+            .iter()
+            .find(|(u, t)| same(u, &t.namespace, &t.name))
+        {
+            return Some(format!(
+                "waiting for the previous pod {u} of the same name to stop"
+            ));
+        }
+        let cache = view.cache;
+        let orphan = cache.uids().into_iter().find(|u| {
+            !self.pods.contains(u)
+                && cache
+                    .get(u)
+                    .is_some_and(|c| same(u, &c.status.namespace, &c.status.name))
+        });
+        orphan.map(|u| format!("waiting for the unowned pod {u} of the same name to be removed"))
+    }
+
+    /// Dispatches a sync, or defers it to the next tick while the pod may not start.
+    fn sync(&mut self, pod: Rc<Pod>, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
+        if let Some(why) = self.start_blocked(&pod, view) {
+            log::debug!("pod {} not synced yet: {why}", pod.metadata.name);
+            self.due.insert(pod.metadata.uid.clone(), now);
+            return;
+        }
+        out.push(Command::Dispatch(Work::Sync(pod)));
+    }
+
+    fn done(&mut self, d: Done, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
+        let uid = match &d {
+            Done::Synced { uid, .. } | Done::Terminated { uid } | Done::TerminateFailed { uid } => {
+                uid.clone()
+            }
+        };
+        if let Some(n) = self.in_flight.get_mut(&uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.in_flight.remove(&uid);
+            }
+        }
+        match d {
+            Done::Synced { retry_after, .. } => {
+                if self.pods.contains(&uid) {
+                    let after = retry_after
+                        .unwrap_or(self.cfg.sync_frequency)
+                        .min(self.cfg.sync_frequency);
+                    let at = now
+                        .checked_add(after)
+                        .unwrap_or(now + Duration::from_secs(86_400));
+                    self.due.insert(uid.clone(), at);
+                }
+            }
+            Done::Terminated { .. } => {
+                self.terminating.remove(&uid);
+                self.retry_terminate.remove(&uid);
+                // The same pod may have come back meanwhile (a manifest restored); pods of the
+                // same name waiting for this one start at the next tick.
+                if let Some(p) = self.pods.get(&uid).cloned() {
+                    self.sync(p, now, view, out);
+                }
+            }
+            Done::TerminateFailed { .. } => {
+                self.retry_terminate
+                    .insert(uid.clone(), now + TERMINATE_RETRY);
+            }
+        }
+        // A worker with nothing queued for a pod that is gone ends here.
+        let idle = !self.in_flight.contains_key(&uid);
+        let gone = !self.pods.contains(&uid) && !self.terminating.contains_key(&uid);
+        if idle && gone {
+            out.push(Command::EndWorker(uid));
+        }
+    }
+
+    fn tick(&mut self, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
+        let mut due: Vec<String> = self
+            .due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        due.sort();
+        for uid in due {
+            self.due.remove(&uid);
+            if !self.terminating.contains_key(&uid)
+                && let Some(p) = self.pods.get(&uid).cloned()
+            {
+                self.sync(p, now, view, out);
+            }
+        }
+        let mut retry: Vec<String> = self
+            .retry_terminate
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        retry.sort();
+        for uid in retry {
+            self.retry_terminate.remove(&uid);
+            if let Some(t) = self.terminating.get(&uid) {
+                out.push(Command::Dispatch(t.work(&uid)));
+            }
+        }
+    }
+}
