@@ -1,1 +1,550 @@
+//! The loop's decisions, first as the pure step alone, then end to end inside the process: the
+//! real loop, pod workers, PLEG and runtime manager against the in-process fake runtime, with a
+//! fake clock. Scenarios that take tens of seconds against the binary run here in milliseconds.
 
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::*;
+use crate::api::Pod;
+use crate::config::{Mux, Snapshot, Source};
+use crate::cri::fake::{ContainerState, FakeRuntime, PodSandboxState};
+use crate::kuberuntime::NodeContext;
+use crate::pleg::{Cache, Pleg};
+use crate::pod_workers::{self, Done, PodWorkers, Work};
+use crate::rt::{self, FakeClock};
+use crate::status::manager::StatusManager;
+
+const IMAGE: &str = "picolet.local/busybox:1";
+
+fn pod(uid: &str, name: &str, command: &str) -> Pod {
+    let v = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", command]}]
+        }
+    });
+    let mut p: Pod = serde_json::from_value(v).unwrap();
+    crate::config::static_pod::apply_api_defaults(&mut p);
+    p
+}
+
+fn snapshot(pods: Vec<Pod>) -> Snapshot {
+    Snapshot {
+        source: Source::File,
+        pods,
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// The step alone
+// -------------------------------------------------------------------------------------------
+
+fn new_state() -> LoopState {
+    LoopState::new(
+        Mux::new(&[Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+        },
+    )
+}
+
+fn syncs(cmds: &[Command]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Dispatch(Work::Sync(p)) => Some(p.metadata.uid.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn terminations(cmds: &[Command]) -> Vec<String> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Dispatch(Work::Terminate { uid, .. }) => Some(uid.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Steps with the report bookkeeping the loop does for dispatched work.
+fn step(st: &mut LoopState, i: Input, now: std::time::Instant, view: View<'_>) -> Vec<Command> {
+    let cmds = st.step(i, now, view);
+    for c in &cmds {
+        if let Command::Dispatch(w) = c {
+            st.dispatched(w.uid(), true);
+        }
+    }
+    cmds
+}
+
+#[test]
+fn nothing_syncs_before_the_first_listing() {
+    let cache = Cache::default();
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    let unlisted = View {
+        listed: false,
+        cache: &cache,
+    };
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("a", "web", "x")])),
+        t0,
+        unlisted,
+    );
+    assert!(syncs(&cmds).is_empty());
+    assert!(matches!(cmds[0], Command::ReportPending(_)));
+    assert!(syncs(&step(&mut st, Input::Tick, t0, unlisted)).is_empty());
+    let listed = View {
+        listed: true,
+        cache: &cache,
+    };
+    assert_eq!(syncs(&step(&mut st, Input::Tick, t0, listed)), vec!["a"]);
+}
+
+#[test]
+fn an_edited_pod_waits_until_its_old_version_is_gone() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("a", "web", "v1")])),
+        t0,
+        view,
+    );
+    assert_eq!(syncs(&cmds), vec!["a"]);
+    step(
+        &mut st,
+        Input::Done(Done::Synced {
+            uid: "a".into(),
+            retry_after: None,
+        }),
+        t0,
+        view,
+    );
+    // Edited: a new UID under the same name.
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("b", "web", "v2")])),
+        t0,
+        view,
+    );
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    assert!(syncs(&cmds).is_empty(), "b must wait for a");
+    let reason = st.start_blocked(st.pods.get("b").unwrap(), view);
+    assert!(reason.unwrap().contains("previous pod a"));
+    for s in 1..5 {
+        let later = t0 + Duration::from_secs(s);
+        assert!(syncs(&step(&mut st, Input::Tick, later, view)).is_empty());
+    }
+    // A failed termination is retried 2 s later; b still waits.
+    let t5 = t0 + Duration::from_secs(5);
+    step(
+        &mut st,
+        Input::Done(Done::TerminateFailed { uid: "a".into() }),
+        t5,
+        view,
+    );
+    assert!(
+        terminations(&step(
+            &mut st,
+            Input::Tick,
+            t5 + Duration::from_secs(1),
+            view
+        ))
+        .is_empty()
+    );
+    let cmds = step(&mut st, Input::Tick, t5 + Duration::from_secs(2), view);
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    assert!(syncs(&cmds).is_empty());
+    let t8 = t0 + Duration::from_secs(8);
+    let cmds = step(
+        &mut st,
+        Input::Done(Done::Terminated { uid: "a".into() }),
+        t8,
+        view,
+    );
+    assert!(
+        cmds.iter()
+            .any(|c| matches!(c, Command::EndWorker(u) if u == "a")),
+        "a's worker ends once a is gone"
+    );
+    assert_eq!(syncs(&step(&mut st, Input::Tick, t8, view)), vec!["b"]);
+}
+
+#[test]
+fn synced_pods_come_due_again_by_their_retry_or_the_sync_frequency() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("a", "a", "x"), pod("b", "b", "x")])),
+        t0,
+        view,
+    );
+    let done = |uid: &str, r: Option<u64>| {
+        Input::Done(Done::Synced {
+            uid: uid.into(),
+            retry_after: r.map(Duration::from_secs),
+        })
+    };
+    step(&mut st, done("a", Some(10)), t0, view);
+    step(&mut st, done("b", Some(3600)), t0, view);
+    let at = |s| t0 + Duration::from_secs(s);
+    assert!(syncs(&step(&mut st, Input::Tick, at(9), view)).is_empty());
+    assert_eq!(syncs(&step(&mut st, Input::Tick, at(10), view)), vec!["a"]);
+    // A retry beyond the sync frequency is capped by it.
+    assert!(syncs(&step(&mut st, Input::Tick, at(59), view)).is_empty());
+    assert_eq!(syncs(&step(&mut st, Input::Tick, at(60), view)), vec!["b"]);
+}
+
+#[test]
+fn housekeeping_waits_for_the_sources_and_the_runtime_then_removes_orphans() {
+    let mut cache = Cache::default();
+    cache.put(
+        crate::kubecontainer::PodRuntimeStatus {
+            uid: "orphan".into(),
+            name: "old".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+        0,
+        Some(7),
+    );
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    let listed = View {
+        listed: true,
+        cache: &cache,
+    };
+    let hk = || Input::Housekeeping {
+        pod_dirs: vec!["orphan".into(), "stray".into()],
+    };
+    // No source seen yet: nothing is an orphan.
+    assert!(step(&mut st, hk(), t0, listed).is_empty());
+    step(&mut st, Input::Snapshot(snapshot(vec![])), t0, listed);
+    let unlisted = View {
+        listed: false,
+        cache: &cache,
+    };
+    assert!(step(&mut st, hk(), t0, unlisted).is_empty());
+    let cmds = step(&mut st, hk(), t0, listed);
+    assert!(cmds.iter().any(|c| matches!(
+        c,
+        Command::Dispatch(Work::Terminate { uid, grace: 7, .. }) if uid == "orphan"
+    )));
+    // The directory of a pod the runtime still holds stays; a stray one goes, once.
+    let dirs: Vec<&str> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::RemovePodDir(d) => Some(d.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dirs, vec!["stray"]);
+    let again = step(&mut st, hk(), t0, listed);
+    assert!(!again.iter().any(|c| matches!(c, Command::RemovePodDir(_))));
+    assert!(terminations(&again).is_empty(), "already terminating");
+    step(&mut st, Input::Collected("stray".into()), t0, listed);
+    let third = step(&mut st, hk(), t0, listed);
+    assert!(
+        third
+            .iter()
+            .any(|c| matches!(c, Command::RemovePodDir(d) if d == "stray"))
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// The loop, workers, PLEG and runtime manager in process
+// -------------------------------------------------------------------------------------------
+
+struct Harness {
+    clock: FakeClock,
+    fake: FakeRuntime,
+    kubelet: Rc<Kubelet>,
+    src: async_channel::Sender<Snapshot>,
+    dir: PathBuf,
+    _tasks: Vec<rt::Task<()>>,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn harness(tag: &str) -> Harness {
+    let clock = FakeClock::install();
+    let dir = std::env::temp_dir().join(format!("picolet-loop-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fake = FakeRuntime::new();
+    fake.add_image(IMAGE);
+    let node = NodeContext {
+        node_name: "node".into(),
+        node_ip: "192.0.2.1".into(),
+        pod_logs_dir: dir.join("logs"),
+        root_dir: dir.join("root"),
+        ..Default::default()
+    };
+    let rt_svc = Rc::new(fake.clone());
+    let rm = Rc::new(crate::kuberuntime::RuntimeManager::new(
+        rt_svc.clone(),
+        rt_svc,
+        node,
+    ));
+    let cache = Rc::new(RefCell::new(Cache::default()));
+    let status = Rc::new(StatusManager::new("192.0.2.1"));
+    let (src_tx, src_rx) = async_channel::unbounded();
+    let (ev_tx, ev_rx) = async_channel::unbounded();
+    let (done_tx, done_rx) = async_channel::unbounded();
+    let pleg = Rc::new(Pleg::new(rm.clone(), cache.clone(), ev_tx));
+    let workers = PodWorkers::new(Rc::new(pod_workers::Shared {
+        rm: rm.clone(),
+        cache: cache.clone(),
+        status: status.clone(),
+        done: done_tx,
+    }));
+    let kubelet = Rc::new(Kubelet::new(
+        rm,
+        cache,
+        status,
+        pleg.clone(),
+        workers,
+        Mux::new(&[Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+        },
+    ));
+    let tasks = vec![
+        rt::spawn(pleg.run(crate::pleg::RELIST_PERIOD)),
+        rt::spawn(kubelet.clone().run(src_rx, ev_rx, done_rx)),
+    ];
+    Harness {
+        clock,
+        fake,
+        kubelet,
+        src: src_tx,
+        dir,
+        _tasks: tasks,
+    }
+}
+
+impl Harness {
+    async fn set_pods(&self, pods: Vec<Pod>) {
+        self.src.send(snapshot(pods)).await.unwrap();
+        rt::settle().await;
+    }
+
+    /// Moves the clock a second at a time, letting everything run after each step.
+    async fn run_for(&self, secs: u64) {
+        for _ in 0..secs {
+            self.clock.advance(Duration::from_secs(1));
+            rt::settle().await;
+        }
+    }
+
+    /// Runs second by second until `cond` holds; panics after `limit` seconds of fake time.
+    async fn until(&self, what: &str, limit: u64, cond: impl Fn(&Self) -> bool) -> u64 {
+        for s in 0..=limit {
+            if cond(self) {
+                return s;
+            }
+            self.run_for(1).await;
+        }
+        panic!(
+            "{what}: not reached after {limit} s of fake time; runtime: {:?}",
+            self.fake.containers()
+        );
+    }
+
+    fn running(&self, uid: &str) -> usize {
+        self.fake
+            .containers()
+            .iter()
+            .filter(|c| {
+                c.state == ContainerState::ContainerRunning
+                    && c.config
+                        .labels
+                        .get("io.kubernetes.pod.uid")
+                        .map(String::as_str)
+                        == Some(uid)
+            })
+            .count()
+    }
+
+    fn sandboxes(&self, uid: &str) -> usize {
+        self.fake
+            .sandboxes()
+            .iter()
+            .filter(|s| s.metadata().uid == uid)
+            .count()
+    }
+
+    fn phase(&self, uid: &str) -> String {
+        self.kubelet
+            .status
+            .get(uid)
+            .and_then(|s| s.phase)
+            .map(|p| p.to_string())
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_pod_runs_and_a_crashed_container_restarts_after_its_backoff() {
+    rt::block_on(async {
+        let h = harness("restart");
+        h.set_pods(vec![pod("a", "web", "sleep 3600")]).await;
+        // The PLEG lists the runtime as it starts, so the pod starts without waiting a tick.
+        let t = h.until("a running", 5, |h| h.running("a") == 1).await;
+        assert_eq!(t, 0, "started {t} s late");
+        let newest = |h: &Harness| {
+            let mut cs = h.fake.containers();
+            cs.sort_by_key(|c| c.created_at);
+            cs.pop().unwrap()
+        };
+        // The first crash restarts at once, as upstream; the next one waits the 10 s backoff.
+        h.fake.exit_container(&newest(&h).id, 1);
+        let t = h.until("first restart", 5, |h| h.running("a") == 1).await;
+        assert!(t <= 2, "first restart {t} s after the crash");
+        h.fake.exit_container(&newest(&h).id, 1);
+        h.run_for(5).await;
+        assert_eq!(h.running("a"), 0, "backing off");
+        assert!(
+            h.kubelet.pod_list().items[0].status.container_statuses[0]
+                .state
+                .waiting
+                .as_ref()
+                .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        );
+        let t = h.until("second restart", 10, |h| h.running("a") == 1).await;
+        assert!(
+            (3..=7).contains(&t),
+            "second restart {t} s after the 5 s already passed"
+        );
+        assert_eq!(h.phase("a"), "Running");
+    });
+}
+
+#[test]
+fn an_edited_pod_never_runs_beside_its_old_version() {
+    rt::block_on(async {
+        let h = harness("edit");
+        h.set_pods(vec![pod("a", "web", "sleep 3600")]).await;
+        h.until("a running", 5, |h| h.running("a") == 1).await;
+        // Stopping a takes 4 s of fake time.
+        h.fake.set_delay("StopContainer", Duration::from_secs(4));
+        h.set_pods(vec![pod("b", "web", "sleep 7200")]).await;
+        for _ in 0..20 {
+            assert!(
+                h.running("a") == 0 || h.running("b") == 0,
+                "both versions ran at once"
+            );
+            h.run_for(1).await;
+            if h.running("b") == 1 {
+                break;
+            }
+        }
+        assert_eq!(h.running("b"), 1, "b started after a was gone");
+        assert_eq!(h.sandboxes("a"), 0, "a removed from the runtime");
+    });
+}
+
+#[test]
+fn removing_a_pod_cancels_its_sync_stuck_in_a_pull() {
+    rt::block_on(async {
+        let h = harness("cancel");
+        let mut p = pod("a", "web", "sleep 3600");
+        p.spec.containers[0].image = "registry.example/slow:1".into();
+        h.fake.set_pullable("registry.example/slow:1");
+        h.fake.set_delay("PullImage", Duration::from_secs(3600));
+        h.set_pods(vec![p]).await;
+        h.until("pull started", 5, |h| h.fake.calls("PullImage") == 1)
+            .await;
+        h.set_pods(vec![]).await;
+        h.until("a gone", 10, |h| h.sandboxes("a") == 0).await;
+        assert_eq!(h.fake.containers().len(), 0, "no container was created");
+        assert!(h.kubelet.pod_list().items.is_empty());
+    });
+}
+
+#[test]
+fn a_pod_restored_while_it_is_stopping_runs_again_once_stopped() {
+    rt::block_on(async {
+        let h = harness("restore");
+        let p = pod("a", "web", "sleep 3600");
+        h.set_pods(vec![p.clone()]).await;
+        h.until("a running", 5, |h| h.running("a") == 1).await;
+        h.fake.set_delay("StopContainer", Duration::from_secs(3));
+        h.set_pods(vec![]).await;
+        h.run_for(1).await;
+        h.set_pods(vec![p]).await;
+        let first = h.fake.containers()[0].id.clone();
+        h.until("a replaced", 10, |h| {
+            h.running("a") == 1 && h.fake.container(&first).is_none()
+        })
+        .await;
+        let ready = h
+            .fake
+            .sandboxes()
+            .iter()
+            .filter(|s| s.state == PodSandboxState::SandboxReady)
+            .count();
+        assert_eq!(ready, 1, "one live sandbox");
+        assert_eq!(h.kubelet.pod_list().items.len(), 1);
+    });
+}
+
+#[test]
+fn a_hung_inspection_does_not_delay_another_pods_restart() {
+    rt::block_on(async {
+        let h = harness("hung");
+        h.set_pods(vec![
+            pod("a", "stuck", "sleep 3600"),
+            pod("b", "crash", "sleep 3600"),
+        ])
+        .await;
+        h.until("both running", 5, |h| {
+            h.running("a") == 1 && h.running("b") == 1
+        })
+        .await;
+        let id_of = |uid: &str| {
+            h.fake
+                .containers()
+                .into_iter()
+                .find(|c| {
+                    c.config
+                        .labels
+                        .get("io.kubernetes.pod.uid")
+                        .map(String::as_str)
+                        == Some(uid)
+                })
+                .unwrap()
+                .id
+        };
+        let (a, b) = (id_of("a"), id_of("b"));
+        h.fake.hang_container_status(&a);
+        // a's container changes, so every relist wants to inspect it, and it never answers.
+        h.fake.exit_container(&a, 0);
+        h.fake.exit_container(&b, 1);
+        // b's first restart comes after its 10 s backoff, hung inspections or not.
+        let t = h.until("b restarted", 20, |h| h.running("b") == 1).await;
+        assert!(t <= 13, "b restarted {t} s after it died");
+        assert!(h.kubelet.healthz().is_ok(), "{:?}", h.kubelet.healthz());
+    });
+}
