@@ -10,6 +10,14 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
+echo "== each feature combination builds without warnings"
+for features in "--no-default-features" "--no-default-features --features file-source" \
+    "--no-default-features --features local-api"; do
+    echo "-- $features"
+    # Library and binary only: the tests enable the default features again.
+    # shellcheck disable=SC2086
+    cargo clippy --locked --lib --bins $features -- -D warnings
+done
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
 echo "== unit tests on armv7 (32-bit) under qemu"

@@ -5,30 +5,31 @@
 pub mod api;
 pub mod config;
 pub mod cri;
-pub mod hash;
-pub mod kubecontainer;
+pub(crate) mod hash;
+pub(crate) mod kubecontainer;
 pub mod kuberuntime;
 pub mod logger;
 pub mod node;
 pub mod options;
 pub mod pleg;
-pub mod pod_manager;
-pub mod pod_workers;
-pub mod qos;
+pub(crate) mod pod_manager;
+pub(crate) mod pod_workers;
+pub(crate) mod qos;
 pub mod rt;
-pub mod server;
-pub mod status;
-pub mod sync_loop;
-pub mod volume;
+#[cfg(feature = "local-api")]
+pub(crate) mod server;
+pub(crate) mod status;
+pub(crate) mod sync_loop;
+pub(crate) mod volume;
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::rc::Rc;
 
 use config::{Mux, Source};
 use options::Options;
 
 /// Checks manifests as the file source would; returns one line per error.
+#[cfg(feature = "file-source")]
 pub fn validate(files: &[std::path::PathBuf]) -> Vec<String> {
     let mut errors = Vec::new();
     for f in files {
@@ -43,6 +44,11 @@ pub fn validate(files: &[std::path::PathBuf]) -> Vec<String> {
 pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String> {
     for w in &o.config_warnings {
         log::warn!("{w}");
+    }
+    if !cfg!(feature = "file-source") {
+        return Err(
+            "this picolet was built without a pod source (cargo feature file-source)".into(),
+        );
     }
     let Some(manifest_dir) = o.pod_manifest_path.clone() else {
         return Err(
@@ -106,7 +112,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 sync_frequency: o.sync_frequency,
             },
         ));
+        #[cfg(feature = "file-source")]
         let report: config::file::Report = Rc::default();
+        #[cfg(feature = "file-source")]
         let _file = rt::spawn(config::file::run(
             config::file::FileSourceConfig {
                 dir: manifest_dir,
@@ -117,12 +125,20 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             snap_tx,
             report.clone(),
         ));
+        #[cfg(not(feature = "file-source"))]
+        drop((manifest_dir, snap_tx));
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
+        #[cfg(feature = "local-api")]
         let _server = if o.healthz_port != 0 {
-            let addr = SocketAddr::new(o.healthz_bind_address, o.healthz_port);
+            let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
             let l = server::bind(addr).map_err(|e| e.to_string())?;
             log::info!("local API on http://{addr}");
-            Some(rt::spawn(server::serve(l, kubelet.clone(), report)))
+            Some(rt::spawn(server::serve(
+                l,
+                kubelet.clone(),
+                #[cfg(feature = "file-source")]
+                report,
+            )))
         } else {
             None
         };

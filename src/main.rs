@@ -23,6 +23,12 @@ fn main() -> ExitCode {
             println!("picolet {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;
         }
+        #[cfg(not(feature = "file-source"))]
+        Ok(Command::Validate(_)) => {
+            eprintln!("picolet: validate needs the file source (cargo feature file-source)");
+            return ExitCode::from(2);
+        }
+        #[cfg(feature = "file-source")]
         Ok(Command::Validate(files)) => {
             // Unknown fields are warnings: they go to stderr, the errors to stdout.
             picolet::logger::init(0);

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 
+#[cfg(feature = "file-source")]
 use crate::config::file::Report;
 use crate::rt;
 use crate::sync_loop::Kubelet;
@@ -35,6 +36,7 @@ fn json(v: &impl serde::Serialize) -> Response<Body> {
     }
 }
 
+#[cfg(feature = "file-source")]
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ManifestView {
@@ -48,7 +50,11 @@ struct ManifestView {
 }
 
 /// Answers one request (pure over the agent's state, so it is tested without sockets).
-pub fn route(k: &Kubelet, report: &Report, req: &Request<impl Sized>) -> Response<Body> {
+pub fn route(
+    k: &Kubelet,
+    #[cfg(feature = "file-source")] report: &Report,
+    req: &Request<impl Sized>,
+) -> Response<Body> {
     if req.method() != hyper::Method::GET {
         return reply(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -66,6 +72,7 @@ pub fn route(k: &Kubelet, report: &Report, req: &Request<impl Sized>) -> Respons
             ),
         },
         "/pods" | "/pods/" => json(&k.pod_list()),
+        #[cfg(feature = "file-source")]
         "/manifests" => {
             let v: Vec<ManifestView> = report
                 .borrow()
@@ -93,7 +100,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<smol::Async<TcpListener>> {
 }
 
 /// Serves the local API forever.
-pub async fn serve(listener: smol::Async<TcpListener>, k: Rc<Kubelet>, report: Report) {
+pub async fn serve(
+    listener: smol::Async<TcpListener>,
+    k: Rc<Kubelet>,
+    #[cfg(feature = "file-source")] report: Report,
+) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -103,10 +114,17 @@ pub async fn serve(listener: smol::Async<TcpListener>, k: Rc<Kubelet>, report: R
                 continue;
             }
         };
-        let (k, report) = (k.clone(), report.clone());
+        let k = k.clone();
+        #[cfg(feature = "file-source")]
+        let report = report.clone();
         rt::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = route(&k, &report, &req);
+                let resp = route(
+                    &k,
+                    #[cfg(feature = "file-source")]
+                    &report,
+                    &req,
+                );
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()

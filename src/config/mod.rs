@@ -5,7 +5,9 @@
 //! for the sync loop. A source counts as seen after its first snapshot; orphan cleanup waits until
 //! every configured source has been seen, so a slow source never gets its pods killed.
 
+#[cfg(feature = "file-source")]
 pub mod file;
+#[cfg(feature = "file-source")]
 pub mod last_valid;
 pub mod static_pod;
 

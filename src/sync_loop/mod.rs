@@ -14,7 +14,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::api::{ListMeta, Pod, PodList};
 use crate::config::{Mux, Snapshot};
 use crate::kubecontainer::PodRuntimeStatus;
 use crate::kuberuntime::RuntimeManager;
@@ -166,7 +165,9 @@ impl Kubelet {
     }
 
     /// The desired pods with their latest status, as the kubelet's `/pods` serves them.
-    pub fn pod_list(&self) -> PodList {
+    #[cfg(any(test, feature = "local-api"))]
+    pub fn pod_list(&self) -> crate::api::PodList {
+        use crate::api::{ListMeta, Pod, PodList};
         let mut items: Vec<Pod> = self
             .state
             .borrow()
@@ -193,6 +194,7 @@ impl Kubelet {
     }
 
     /// Health as `/healthz` reports it: the PLEG relists and the loop turns.
+    #[cfg(any(test, feature = "local-api"))]
     pub fn healthz(&self) -> Result<(), String> {
         self.pleg.healthy()?;
         let idle = rt::now().saturating_duration_since(*self.last_loop.borrow());
