@@ -265,3 +265,80 @@ impl PodWorkers {
         self.workers.borrow_mut().remove(uid);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+    use crate::kuberuntime::NodeContext;
+    use crate::rt::FakeClock;
+
+    fn pod(uid: &str, image: &str) -> Rc<Pod> {
+        let v = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": uid},
+            "spec": {"containers": [{"name": "c", "image": image}]}
+        });
+        Rc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn work_coalesces_and_a_termination_wins_and_cancels_the_sync() {
+        let clock = FakeClock::install();
+        let dir = std::env::temp_dir().join(format!("picolet-workers-{}", std::process::id()));
+        rt::block_on(async {
+            let fake = FakeRuntime::new();
+            // Every pull takes an hour: the first sync hangs in it.
+            fake.set_pullable("slow:1");
+            fake.set_delay("PullImage", Duration::from_secs(3600));
+            let svc = Rc::new(fake.clone());
+            let node = NodeContext {
+                root_dir: dir.join("root"),
+                pod_logs_dir: dir.join("logs"),
+                ..Default::default()
+            };
+            let (done_tx, done_rx) = async_channel::unbounded();
+            let workers = PodWorkers::new(Rc::new(Shared {
+                rm: Rc::new(RuntimeManager::new(svc.clone(), svc, node)),
+                cache: Rc::default(),
+                status: Rc::new(StatusManager::new("192.0.2.1")),
+                done: done_tx,
+            }));
+            assert!(workers.dispatch(Work::Sync(pod("u", "slow:1"))));
+            rt::settle().await;
+            assert_eq!(fake.calls("PullImage"), 1, "the first sync is pulling");
+            // While it pulls, newer work waits in the one slot, replacing older work.
+            assert!(workers.dispatch(Work::Sync(pod("u", "slow:1"))));
+            assert!(
+                !workers.dispatch(Work::Sync(pod("u", "slow:1"))),
+                "replaced"
+            );
+            let term = Work::Terminate {
+                uid: "u".into(),
+                grace: 1,
+                namespace: "default".into(),
+                name: "p".into(),
+            };
+            assert!(!workers.dispatch(term), "replaces the waiting sync");
+            assert!(
+                !workers.dispatch(Work::Sync(pod("u", "slow:1"))),
+                "a sync never replaces a termination"
+            );
+            // The termination cancels the pull in progress: two reports, no more pulls.
+            let first = done_rx.recv().await.unwrap();
+            assert_eq!(
+                first,
+                Done::Synced {
+                    uid: "u".into(),
+                    retry_after: None
+                }
+            );
+            let second = done_rx.recv().await.unwrap();
+            assert_eq!(second, Done::Terminated { uid: "u".into() });
+            rt::settle().await;
+            assert!(done_rx.is_empty());
+            assert_eq!(fake.calls("PullImage"), 1);
+            assert_eq!(clock.elapsed(), Duration::ZERO, "no time had to pass");
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
