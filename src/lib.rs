@@ -3,6 +3,8 @@
 //! `ARCHITECTURE.md` at the repository root maps the modules; `run` wires them.
 
 pub mod api;
+#[cfg(feature = "apiserver")]
+pub mod apiclient;
 pub mod config;
 pub mod cri;
 pub(crate) mod hash;

@@ -5,6 +5,8 @@
 //! for the sync loop. A source counts as seen after its first snapshot; orphan cleanup waits until
 //! every configured source has been seen, so a slow source never gets its pods killed.
 
+#[cfg(feature = "apiserver")]
+pub mod api;
 #[cfg(feature = "file-source")]
 pub mod file;
 #[cfg(feature = "file-source")]

@@ -1,0 +1,258 @@
+//! The apiserver client (feature `apiserver`): blocking HTTP/1.1 over rustls (ring), always
+//! called off the executor thread (`rt::unblock`, or a thread of its own for a watch), so a slow
+//! or vanished apiserver never stalls the loop.
+//!
+//! Identity is what the kubeconfig gives: a client certificate (`system:node:<name>` in group
+//! `system:nodes` for a node) or a bearer token. Responses are read with a size cap; an error
+//! carries the apiserver's `Status` (code, reason, message), so callers tell 404, 409, 410 and 403
+//! apart.
+
+pub mod kubeconfig;
+
+use std::io::Read;
+use std::time::Duration;
+
+use kubeconfig::{Connection, Credentials};
+
+/// Largest response body read into memory (a list of one node's pods is far smaller).
+pub const MAX_BODY: u64 = 32 << 20;
+
+/// Deadlines of ordinary calls; watches set their own.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The apiserver answered with an error status.
+    #[error("{method} {path}: {code} {reason}: {message}")]
+    Status {
+        method: &'static str,
+        path: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// No answer: connection refused, reset, TLS failure, timeout.
+    #[error("{method} {path}: {message}")]
+    Transport {
+        method: &'static str,
+        path: String,
+        message: String,
+    },
+    /// An answer that is not what the API returns.
+    #[error("{what}: {message}")]
+    Decode { what: String, message: String },
+}
+
+impl ApiError {
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+    /// The resourceVersion asked for is too old: list again.
+    pub fn is_gone(&self) -> bool {
+        self.code() == Some(410)
+    }
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self.code(), Some(401 | 403))
+    }
+    pub fn is_transport(&self) -> bool {
+        matches!(self, ApiError::Transport { .. })
+    }
+    pub(crate) fn decode(what: impl Into<String>, e: impl std::fmt::Display) -> ApiError {
+        ApiError::Decode {
+            what: what.into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The parts of a `Status` object an error needs.
+#[derive(Debug, Default, serde::Deserialize)]
+struct StatusBody {
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// A connection to one apiserver; cheap to clone (one connection pool).
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    server: String,
+    credentials: Credentials,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .finish()
+    }
+}
+
+fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, String> {
+    use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig, TlsProvider, parse_pem};
+    let certs_of = |pem: &[u8], what: &str| -> Result<Vec<_>, String> {
+        let certs: Vec<_> = parse_pem(pem)
+            .filter_map(|i| match i {
+                Ok(PemItem::Certificate(c)) => Some(Ok(c)),
+                Ok(_) => None,
+                Err(e) => Some(Err(format!("{what}: {e}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        if certs.is_empty() {
+            return Err(format!("{what}: no PEM certificate found"));
+        }
+        Ok(certs)
+    };
+    let mut b = TlsConfig::builder().provider(TlsProvider::Rustls);
+    if let Some(ca) = &conn.ca {
+        b = b.root_certs(RootCerts::new_with_certs(&certs_of(
+            &ca.0,
+            "certificate-authority",
+        )?));
+    }
+    if conn.insecure_skip_tls_verify {
+        log::warn!(
+            "insecure-skip-tls-verify is set: the apiserver at {} is not verified",
+            conn.server
+        );
+        b = b.disable_verification(true);
+    }
+    if let Some(name) = &conn.tls_server_name {
+        log::warn!("tls-server-name {name:?} is not supported; the server URL's host is checked");
+    }
+    if let Credentials::ClientCert { cert, key } = &conn.credentials {
+        let chain = certs_of(&cert.0, "client-certificate")?;
+        let key = parse_pem(&key.0)
+            .find_map(|i| match i {
+                Ok(PemItem::PrivateKey(k)) => Some(k),
+                _ => None,
+            })
+            .ok_or("client-key: no PEM private key (EC, RSA or PKCS#8) found")?;
+        b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+    }
+    Ok(b.build())
+}
+
+impl Client {
+    pub fn new(conn: &Connection) -> Result<Client, String> {
+        let config = ureq::Agent::config_builder()
+            .tls_config(tls(conn)?)
+            .http_status_as_error(false)
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
+            .max_idle_connections_per_host(2)
+            .build();
+        Ok(Client {
+            agent: ureq::Agent::new_with_config(config),
+            server: conn.server.clone(),
+            credentials: conn.credentials.clone(),
+        })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    fn send(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        timeout: Option<Duration>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ApiError> {
+        let transport = |message: String| ApiError::Transport {
+            method,
+            path: path.to_owned(),
+            message,
+        };
+        let mut req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.server))
+            .header("Accept", "application/json");
+        if let Some(token) = kubeconfig::bearer(&self.credentials).map_err(transport)? {
+            req = req.header("Authorization", format!("Bearer {token}"));
+        }
+        let (ct, bytes) = body.unwrap_or(("application/json", Vec::new()));
+        if method != "GET" {
+            req = req.header("Content-Type", ct);
+        }
+        let req = req.body(bytes).map_err(|e| transport(e.to_string()))?;
+        let req = self
+            .agent
+            .configure_request(req)
+            .timeout_global(timeout)
+            .build();
+        let resp = self.agent.run(req).map_err(|e| transport(e.to_string()))?;
+        let code = resp.status().as_u16();
+        if (200..300).contains(&code) {
+            return Ok(resp);
+        }
+        let text = resp
+            .into_body()
+            .with_config()
+            .limit(1 << 20)
+            .read_to_vec()
+            .unwrap_or_default();
+        let st: StatusBody = serde_json::from_slice(&text).unwrap_or_default();
+        Err(ApiError::Status {
+            method,
+            path: path.to_owned(),
+            code,
+            reason: st.reason,
+            message: if st.message.is_empty() {
+                String::from_utf8_lossy(&text).chars().take(300).collect()
+            } else {
+                st.message
+            },
+        })
+    }
+
+    /// One call; returns the body (at most [`MAX_BODY`] bytes).
+    pub fn call(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<Vec<u8>, ApiError> {
+        let resp = self.send(method, path, body, Some(CALL_TIMEOUT))?;
+        resp.into_body()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| ApiError::Transport {
+                method,
+                path: path.to_owned(),
+                message: format!("reading the response: {e}"),
+            })
+    }
+
+    /// `call` with a JSON body, decoding a JSON answer.
+    pub fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<T, ApiError> {
+        let bytes = self.call(method, path, body)?;
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::decode(format!("{method} {path}"), e))
+    }
+
+    /// A long request whose body is read as it arrives (a watch). `idle` bounds the whole
+    /// request: the server is asked to end the watch before it (`timeoutSeconds`).
+    pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
+        let resp = self.send("GET", path, None, Some(idle))?;
+        Ok(resp.into_body().into_reader())
+    }
+}

@@ -1,0 +1,422 @@
+//! The apiserver pod source (feature `apiserver`): the pods bound to this node
+//! (`spec.nodeName=<node>`), listed once, then watched from the list's resourceVersion with
+//! bookmarks on. Every change hands the mux a full snapshot, source `api`, as the file source
+//! does.
+//!
+//! Fleet behaviour: a watch that breaks resumes from the last resourceVersion it saw (bookmarks
+//! keep it fresh), so a short outage costs one watch request, not a list; only 410 Gone lists
+//! again. Reconnects wait a random time up to a doubling cap ("full jitter", 1 s to 30 s), so a
+//! fleet whose apiserver restarts comes back spread out instead of in one storm; watch lengths
+//! are randomised (5 to 10 min) so their renewals spread too. `--apiserver-poll-interval`
+//! replaces the watch with a plain list every interval, for links whose middleboxes cut long
+//! connections.
+//!
+//! The network work runs on a thread of its own (a watch blocks in a read for minutes); the
+//! executor only receives snapshots.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::time::Duration;
+
+use crate::api::{Pod, PodList};
+use crate::apiclient::{ApiError, Client};
+
+use super::{ANNOTATION_CONFIG_SOURCE, Snapshot, Source};
+
+/// Longest line of a watch stream (one event: a pod is at most ~1.5 MB in etcd).
+const MAX_EVENT: usize = 4 << 20;
+const BACKOFF_BASE: Duration = Duration::from_millis(1000);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+const WATCH_MIN: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone)]
+pub struct ApiSourceConfig {
+    pub node_name: String,
+    /// List every this long instead of watching.
+    pub poll_interval: Option<Duration>,
+}
+
+/// The node's pods as the API shows them: pure, fed by lists and watch events.
+#[derive(Debug, Default)]
+pub struct PodSet {
+    pods: BTreeMap<String, Pod>,
+    /// The resourceVersion to resume a watch from.
+    pub resource_version: String,
+}
+
+/// What a watch event asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The set changed: hand the mux a new snapshot.
+    Changed,
+    /// Nothing to tell (a bookmark, or an event about a pod that is not ours).
+    Unchanged,
+    /// The watch's resourceVersion is too old: list again.
+    Gone,
+    /// The server sent an error event.
+    Error(String),
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct WatchEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    object: serde_json::Value,
+}
+
+impl PodSet {
+    /// Replaces the set with a full list.
+    pub fn replace(&mut self, list: PodList) {
+        self.pods = list
+            .items
+            .into_iter()
+            .map(|p| (p.metadata.uid.clone(), p))
+            .collect();
+        self.resource_version = list.metadata.resource_version.unwrap_or_default();
+    }
+
+    /// Applies one line of a watch stream.
+    pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
+        let ev: WatchEvent =
+            serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
+        let rv_of = |o: &serde_json::Value| {
+            o.pointer("/metadata/resourceVersion")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        match ev.kind.as_str() {
+            "BOOKMARK" => {
+                if let Some(rv) = rv_of(&ev.object) {
+                    self.resource_version = rv;
+                }
+                Ok(Applied::Unchanged)
+            }
+            "ERROR" => {
+                let code = ev.object.get("code").and_then(|c| c.as_u64());
+                let msg = ev
+                    .object
+                    .get("message")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("")
+                    .to_owned();
+                if code == Some(410) {
+                    Ok(Applied::Gone)
+                } else {
+                    Ok(Applied::Error(msg))
+                }
+            }
+            kind @ ("ADDED" | "MODIFIED" | "DELETED") => {
+                if let Some(rv) = rv_of(&ev.object) {
+                    self.resource_version = rv;
+                }
+                let pod: Pod = serde_json::from_value(ev.object)
+                    .map_err(|e| format!("watch event {kind}: pod: {e}"))?;
+                let uid = pod.metadata.uid.clone();
+                let changed = if kind == "DELETED" {
+                    self.pods.remove(&uid).is_some()
+                } else if self.pods.get(&uid) == Some(&pod) {
+                    false
+                } else {
+                    self.pods.insert(uid, pod);
+                    true
+                };
+                Ok(if changed {
+                    Applied::Changed
+                } else {
+                    Applied::Unchanged
+                })
+            }
+            other => Err(format!("watch event of unknown type {other:?}")),
+        }
+    }
+
+    /// The pods to run: those not being deleted, marked as coming from the API.
+    pub fn snapshot(&self) -> Snapshot {
+        let pods = self
+            .pods
+            .values()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .cloned()
+            .map(|mut p| {
+                p.metadata
+                    .annotations
+                    .insert(ANNOTATION_CONFIG_SOURCE.into(), Source::Api.as_str().into());
+                p
+            })
+            .collect();
+        Snapshot {
+            source: Source::Api,
+            pods,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+}
+
+/// A small random source for jitter (splitmix64), seeded per process and node.
+#[derive(Debug, Clone)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    pub fn new(seed: &str) -> Jitter {
+        let t = u64::try_from(crate::rt::now_nanos()).unwrap_or(0);
+        Jitter(crate::hash::fnv1a64(&[seed.as_bytes()]) ^ t ^ u64::from(std::process::id()))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A duration uniformly in `[0, max)`.
+    pub fn below(&mut self, max: Duration) -> Duration {
+        let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX).max(1);
+        Duration::from_millis(self.next() % ms)
+    }
+}
+
+/// Full-jitter exponential backoff: the n-th consecutive failure waits a random time below
+/// `min(cap, base * 2^n)`.
+pub fn backoff_delay(failures: u32, jitter: &mut Jitter) -> Duration {
+    let window = BACKOFF_BASE
+        .checked_mul(1u32 << failures.min(16))
+        .unwrap_or(BACKOFF_CAP)
+        .min(BACKOFF_CAP);
+    jitter.below(window)
+}
+
+fn pods_path(node: &str, query: &str) -> String {
+    format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}{query}")
+}
+
+/// Reads a watch stream line by line, applying each event; returns how the stream ended.
+fn read_watch(
+    body: impl Read,
+    set: &mut PodSet,
+    emit: &mut dyn FnMut(&PodSet) -> bool,
+) -> Result<Applied, String> {
+    let mut r = BufReader::new(body);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut r)
+            .take(MAX_EVENT as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading the watch: {e}"))?;
+        if n == 0 {
+            return Ok(Applied::Unchanged);
+        }
+        if line.len() > MAX_EVENT {
+            return Err(format!("watch event larger than {MAX_EVENT} bytes"));
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match set.apply(&line)? {
+            Applied::Changed => {
+                if !emit(set) {
+                    return Ok(Applied::Unchanged);
+                }
+            }
+            Applied::Unchanged => {}
+            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
+        }
+    }
+}
+
+/// Runs the source on the calling thread until the receiver of `tx` goes away.
+pub fn run_blocking(client: Client, cfg: ApiSourceConfig, tx: async_channel::Sender<Snapshot>) {
+    let mut jitter = Jitter::new(&cfg.node_name);
+    let mut set = PodSet::default();
+    let mut listed = false;
+    let mut failures = 0u32;
+    let mut forbidden_told = false;
+    let mut emit = |set: &PodSet| tx.send_blocking(set.snapshot()).is_ok();
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        let result: Result<(), ApiError> = (|| {
+            if !listed || cfg.poll_interval.is_some() {
+                let list: PodList = client.json("GET", &pods_path(&cfg.node_name, ""), None)?;
+                set.replace(list);
+                listed = true;
+                log::debug!(
+                    "api source: listed {} pods at {}",
+                    set.len(),
+                    set.resource_version
+                );
+                emit(&set);
+                if let Some(every) = cfg.poll_interval {
+                    std::thread::sleep(every);
+                    return Ok(());
+                }
+            }
+            let length = WATCH_MIN + jitter.below(WATCH_MIN);
+            let q = format!(
+                "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
+                set.resource_version,
+                length.as_secs()
+            );
+            let body = client.stream(
+                &pods_path(&cfg.node_name, &q),
+                length + Duration::from_secs(30),
+            )?;
+            failures = 0;
+            match read_watch(body, &mut set, &mut emit) {
+                Ok(Applied::Gone) => {
+                    log::info!(
+                        "api source: resourceVersion {} expired; listing again",
+                        set.resource_version
+                    );
+                    listed = false;
+                    Ok(())
+                }
+                Ok(Applied::Error(m)) => Err(ApiError::decode("watch", m)),
+                Ok(_) => Ok(()),
+                Err(e) => Err(ApiError::decode("watch", e)),
+            }
+        })();
+        match result {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => listed = false,
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let wait = backoff_delay(failures, &mut jitter);
+                if e.is_forbidden() {
+                    if !forbidden_told {
+                        log::error!(
+                            "api source: the apiserver refuses this node's pods ({e}); check that \
+                             the kubeconfig's identity is system:node:{} in group system:nodes",
+                            cfg.node_name
+                        );
+                        forbidden_told = true;
+                    }
+                } else {
+                    log::warn!("api source: {e}; retrying in {wait:?}");
+                }
+                std::thread::sleep(wait);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str, uid: &str, rv: &str, extra: &str) -> Vec<u8> {
+        format!(
+            r#"{{"type":"{kind}","object":{{"kind":"Pod","metadata":{{"name":"p-{uid}","namespace":"default","uid":"{uid}","resourceVersion":"{rv}"{extra}}},"spec":{{"nodeName":"n","containers":[{{"name":"c","image":"busybox"}}]}}}}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn list_then_events_track_pods_and_the_resource_version() {
+        let mut s = PodSet::default();
+        let list: PodList = serde_json::from_str(
+            r#"{"metadata":{"resourceVersion":"10"},"items":[{"metadata":{"name":"a","namespace":"default","uid":"a","resourceVersion":"9"},"spec":{"containers":[]}}]}"#,
+        )
+        .unwrap();
+        s.replace(list);
+        assert_eq!((s.len(), s.resource_version.as_str()), (1, "10"));
+        assert_eq!(
+            s.apply(&ev("ADDED", "b", "11", "")).unwrap(),
+            Applied::Changed
+        );
+        assert_eq!(
+            s.apply(&ev("MODIFIED", "b", "12", "")).unwrap(),
+            Applied::Changed
+        );
+        // The same object again (a re-sent event) changes nothing.
+        assert_eq!(
+            s.apply(&ev("MODIFIED", "b", "12", "")).unwrap(),
+            Applied::Unchanged
+        );
+        let bm =
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"40"}}}"#;
+        assert_eq!(s.apply(bm).unwrap(), Applied::Unchanged);
+        assert_eq!(s.resource_version, "40");
+        // Being deleted: still known, no longer run.
+        let deleting = r#","deletionTimestamp":"2026-01-01T00:00:00Z""#;
+        assert_eq!(
+            s.apply(&ev("MODIFIED", "a", "41", deleting)).unwrap(),
+            Applied::Changed
+        );
+        let snap = s.snapshot();
+        assert_eq!(snap.source, Source::Api);
+        let names: Vec<&str> = snap.pods.iter().map(|p| p.metadata.name.as_str()).collect();
+        assert_eq!(names, vec!["p-b"]);
+        assert_eq!(
+            snap.pods[0].metadata.annotations[ANNOTATION_CONFIG_SOURCE],
+            "api"
+        );
+        assert_eq!(
+            s.apply(&ev("DELETED", "a", "42", "")).unwrap(),
+            Applied::Changed
+        );
+        assert_eq!(
+            s.apply(&ev("DELETED", "a", "43", "")).unwrap(),
+            Applied::Unchanged
+        );
+        assert_eq!(s.len(), 1);
+        let gone = br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version"}}"#;
+        assert_eq!(s.apply(gone).unwrap(), Applied::Gone);
+        assert!(
+            s.apply(b"{not json")
+                .unwrap_err()
+                .starts_with("watch event: ")
+        );
+    }
+
+    #[test]
+    fn a_watch_stream_is_read_line_by_line_until_it_ends() {
+        let mut s = PodSet::default();
+        let mut stream = Vec::new();
+        for (k, u, rv) in [
+            ("ADDED", "x", "1"),
+            ("ADDED", "y", "2"),
+            ("DELETED", "x", "3"),
+        ] {
+            stream.extend(ev(k, u, rv, ""));
+            stream.extend(b"\n\n");
+        }
+        let mut seen = Vec::new();
+        let end = read_watch(&stream[..], &mut s, &mut |set| {
+            seen.push(set.len());
+            true
+        })
+        .unwrap();
+        assert_eq!(end, Applied::Unchanged);
+        assert_eq!(seen, vec![1, 2, 1]);
+        assert_eq!(s.resource_version, "3");
+        // An oversized line is refused, not buffered without end.
+        let huge = vec![b'x'; MAX_EVENT + 10];
+        assert!(read_watch(&huge[..], &mut s, &mut |_| true).is_err());
+    }
+
+    #[test]
+    fn backoff_is_jittered_below_a_doubling_cap() {
+        let mut j = Jitter::new("node-a");
+        for failures in 0..10 {
+            let cap = BACKOFF_BASE
+                .checked_mul(1 << failures)
+                .unwrap()
+                .min(BACKOFF_CAP);
+            for _ in 0..50 {
+                assert!(backoff_delay(failures, &mut j) < cap);
+            }
+        }
+        // Two nodes do not wait the same times.
+        let (mut a, mut b) = (Jitter(1), Jitter(2));
+        let da: Vec<_> = (0..5).map(|_| backoff_delay(5, &mut a)).collect();
+        let db: Vec<_> = (0..5).map(|_| backoff_delay(5, &mut b)).collect();
+        assert_ne!(da, db);
+    }
+}
