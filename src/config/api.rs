@@ -153,6 +153,10 @@ impl PodSet {
     pub fn len(&self) -> usize {
         self.pods.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
 }
 
 /// A small random source for jitter (splitmix64), seeded per process and node.
@@ -165,7 +169,7 @@ impl Jitter {
         Jitter(crate::hash::fnv1a64(&[seed.as_bytes()]) ^ t ^ u64::from(std::process::id()))
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -176,7 +180,7 @@ impl Jitter {
     /// A duration uniformly in `[0, max)`.
     pub fn below(&mut self, max: Duration) -> Duration {
         let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX).max(1);
-        Duration::from_millis(self.next() % ms)
+        Duration::from_millis(self.next_u64() % ms)
     }
 }
 
