@@ -12,7 +12,8 @@ echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== each feature combination builds without warnings"
 for features in "--no-default-features" "--no-default-features --features file-source" \
-    "--no-default-features --features local-api"; do
+    "--no-default-features --features local-api" "--no-default-features --features apiserver" \
+    "--no-default-features --features file-source,local-api"; do
     echo "-- $features"
     # Library and binary only: the tests enable the default features again.
     # shellcheck disable=SC2086

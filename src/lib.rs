@@ -5,6 +5,8 @@
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
+#[cfg(feature = "apiserver")]
+pub(crate) mod cluster;
 pub mod config;
 pub mod cri;
 pub(crate) mod hash;
@@ -42,28 +44,70 @@ pub fn validate(files: &[std::path::PathBuf]) -> Vec<String> {
     errors
 }
 
+/// The pod sources the options ask for, checked against what this build has.
+struct Sources {
+    manifests: Option<std::path::PathBuf>,
+    #[cfg(feature = "apiserver")]
+    apiserver: Option<apiclient::Client>,
+}
+
+fn sources(o: &Options) -> Result<Sources, String> {
+    let manifests = o.pod_manifest_path.clone();
+    if manifests.is_some() && !cfg!(feature = "file-source") {
+        return Err("--pod-manifest-path: this picolet was built without the file source".into());
+    }
+    #[cfg(feature = "apiserver")]
+    let apiserver = match &o.kubeconfig {
+        Some(path) => {
+            let conn = apiclient::kubeconfig::load(path)?;
+            Some(
+                apiclient::Client::new(&conn)
+                    .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "apiserver"))]
+    if o.kubeconfig.is_some() {
+        return Err("--kubeconfig: this picolet was built without the apiserver client".into());
+    }
+    let s = Sources {
+        manifests,
+        #[cfg(feature = "apiserver")]
+        apiserver,
+    };
+    #[cfg(feature = "apiserver")]
+    let any = s.manifests.is_some() || s.apiserver.is_some();
+    #[cfg(not(feature = "apiserver"))]
+    let any = s.manifests.is_some();
+    if !any {
+        return Err(
+            "no pod source configured: set --pod-manifest-path (or staticPodPath in \
+                    --config) and/or --kubeconfig"
+                .into(),
+        );
+    }
+    Ok(s)
+}
+
 /// Runs the agent until SIGTERM or SIGINT; pods keep running after it exits.
 pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String> {
     for w in &o.config_warnings {
         log::warn!("{w}");
     }
-    if !cfg!(feature = "file-source") {
-        return Err(
-            "this picolet was built without a pod source (cargo feature file-source)".into(),
-        );
-    }
-    let Some(manifest_dir) = o.pod_manifest_path.clone() else {
-        return Err(
-            "no pod source configured: set --pod-manifest-path or staticPodPath in --config".into(),
-        );
-    };
+    let src = sources(&o)?;
     let node = node::detect(&o)?;
     log::info!(
-        "picolet {} starting: node {:?}, address {}, manifests {}, runtime {}",
+        "picolet {} starting: node {:?}, address {}, manifests {}, apiserver {}, runtime {}",
         env!("CARGO_PKG_VERSION"),
         node.node_name,
         node.node_ip,
-        manifest_dir.display(),
+        src.manifests
+            .as_ref()
+            .map_or("none".into(), |m| m.display().to_string()),
+        o.kubeconfig
+            .as_ref()
+            .map_or("none".into(), |k| k.display().to_string()),
         o.container_runtime_endpoint
     );
     std::fs::create_dir_all(&o.root_dir)
@@ -84,13 +128,17 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
         let cri = Rc::new(cri);
         let rm = Rc::new(kuberuntime::RuntimeManager::new(cri.clone(), cri, node));
-        match rm.version().await {
+        let runtime_version = match rm.version().await {
             Ok(v) => {
                 log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
                 status.set_runtime_name(&v.name);
+                format!("{}://{}", v.name, v.version)
             }
-            Err(e) => log::warn!("runtime not reachable yet (picolet keeps retrying): {e}"),
-        }
+            Err(e) => {
+                log::warn!("runtime not reachable yet (picolet keeps retrying): {e}");
+                String::new()
+            }
+        };
         let cache = Rc::new(RefCell::new(pleg::Cache::default()));
         let (snap_tx, snap_rx) = async_channel::unbounded();
         let (ev_tx, ev_rx) = async_channel::unbounded();
@@ -103,32 +151,73 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             done: done_tx,
         });
         let workers = pod_workers::PodWorkers::new(shared);
+        let mut expected = Vec::new();
+        if src.manifests.is_some() {
+            expected.push(Source::File);
+        }
+        #[cfg(feature = "apiserver")]
+        if src.apiserver.is_some() {
+            expected.push(Source::Api);
+        }
         let kubelet = Rc::new(sync_loop::Kubelet::new(
             rm,
             cache,
             status,
             pleg.clone(),
             workers,
-            Mux::new(&[Source::File]),
+            Mux::new(&expected),
             sync_loop::LoopConfig {
                 sync_frequency: o.sync_frequency,
             },
         ));
+        let node_name = kubelet.rm.node().node_name.clone();
         #[cfg(feature = "file-source")]
         let report: config::file::Report = Rc::default();
         #[cfg(feature = "file-source")]
-        let _file = rt::spawn(config::file::run(
-            config::file::FileSourceConfig {
-                dir: manifest_dir,
-                node_name: kubelet.rm.node().node_name.clone(),
-                check_frequency: o.file_check_frequency,
-                store: Some(o.root_dir.join("static-pods")),
-            },
-            snap_tx,
-            report.clone(),
-        ));
-        #[cfg(not(feature = "file-source"))]
-        drop((manifest_dir, snap_tx));
+        let _file = src.manifests.clone().map(|dir| {
+            rt::spawn(config::file::run(
+                config::file::FileSourceConfig {
+                    dir,
+                    node_name: node_name.clone(),
+                    check_frequency: o.file_check_frequency,
+                    store: Some(o.root_dir.join("static-pods")),
+                },
+                snap_tx.clone(),
+                report.clone(),
+            ))
+        });
+        #[cfg(feature = "apiserver")]
+        let _cluster = src.apiserver.clone().map(|client| {
+            let cfg = config::api::ApiSourceConfig {
+                node_name: node_name.clone(),
+                poll_interval: o.apiserver_poll_interval,
+            };
+            let (c, tx) = (client.clone(), snap_tx.clone());
+            std::thread::Builder::new()
+                .name("api-source".into())
+                .spawn(move || config::api::run_blocking(c, cfg, tx))
+                .map_err(|e| format!("starting the api source thread: {e}"))?;
+            let rmn = kubelet.rm.node();
+            let facts = cluster::node::gather(
+                &node_name,
+                &rmn.node_ip,
+                rmn.memory_bytes,
+                &o.root_dir,
+                &runtime_version,
+                &o.node_labels,
+                &o.register_with_taints,
+            );
+            Ok::<_, String>([
+                rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
+                rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
+                rt::spawn(cluster::run_pod_status(client, kubelet.clone())),
+            ])
+        });
+        #[cfg(feature = "apiserver")]
+        let _cluster = _cluster.transpose()?;
+        #[cfg(not(feature = "apiserver"))]
+        let _ = (&runtime_version, &node_name);
+        drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         #[cfg(feature = "local-api")]
         let _server = if o.healthz_port != 0 {

@@ -11,7 +11,8 @@ pub const USAGE: &str = "\
 usage: picolet [flags]
        picolet validate FILE...
 
-Runs static pods from a manifest directory on a CRI runtime (containerd).
+Runs static pods from a manifest directory, and the pods an apiserver binds to the node,
+on a CRI runtime (containerd).
 
 flags:
   --pod-manifest-path PATH           directory of static pod manifests
@@ -26,6 +27,11 @@ flags:
   --healthz-bind-address IP          local API address (default 127.0.0.1)
   --sync-frequency DUR               full resync period of each pod (default 1m0s)
   --file-check-frequency DUR         manifest directory re-list period (default 20s)
+  --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
+                                     system:node:<name>); without it, static pods only
+  --apiserver-poll-interval DUR      list the node's pods this often instead of watching
+  --node-labels k=v,...              labels to register the Node with
+  --register-with-taints k=v:Effect,...  taints to register the Node with
   -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
   --version                          print the version and exit
   -h, --help                         print this help and exit
@@ -73,6 +79,14 @@ pub struct Options {
     pub sync_frequency: Duration,
     pub file_check_frequency: Duration,
     pub verbosity: u8,
+    /// kubeconfig of the apiserver to join; none: static pods only.
+    pub kubeconfig: Option<PathBuf>,
+    /// List the node's pods every this long instead of watching them.
+    pub apiserver_poll_interval: Option<Duration>,
+    /// Labels the Node is registered with (`--node-labels k=v,...`).
+    pub node_labels: Vec<(String, String)>,
+    /// Taints the Node is registered with (`--register-with-taints k=v:Effect,...`).
+    pub register_with_taints: Vec<Taint>,
     /// Unknown configuration fields, to be logged once the logger runs.
     pub config_warnings: Vec<String>,
 }
@@ -93,9 +107,59 @@ impl Default for Options {
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
             verbosity: 0,
+            kubeconfig: None,
+            apiserver_poll_interval: None,
+            node_labels: Vec::new(),
+            register_with_taints: Vec::new(),
             config_warnings: Vec::new(),
         }
     }
+}
+
+/// A node taint, as `--register-with-taints` gives it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    pub effect: String,
+}
+
+/// `key=value:Effect` or `key:Effect`, comma-separated.
+pub fn parse_taints(s: &str) -> Result<Vec<Taint>, String> {
+    s.split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let (kv, effect) = t
+                .rsplit_once(':')
+                .ok_or_else(|| format!("{t:?}: expected key=value:Effect"))?;
+            if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                return Err(format!(
+                    "{t:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+                ));
+            }
+            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+            if key.is_empty() {
+                return Err(format!("{t:?}: empty key"));
+            }
+            Ok(Taint {
+                key: key.to_owned(),
+                value: value.to_owned(),
+                effect: effect.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// `k=v,k2=v2`.
+pub fn parse_labels(s: &str) -> Result<Vec<(String, String)>, String> {
+    s.split(',')
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => Err(format!("{l:?}: expected key=value")),
+        })
+        .collect()
 }
 
 /// Parses a Go duration ("20s", "1m30s", "500ms", "2h", "1.5s").
@@ -255,6 +319,10 @@ const FLAGS: &[&str] = &[
     "healthz-bind-address",
     "sync-frequency",
     "file-check-frequency",
+    "kubeconfig",
+    "apiserver-poll-interval",
+    "node-labels",
+    "register-with-taints",
     "v",
 ];
 
@@ -313,6 +381,15 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
                 o.runtime_request_timeout = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
             }
             "root-dir" => o.root_dir = PathBuf::from(v),
+            "kubeconfig" => o.kubeconfig = Some(PathBuf::from(v)),
+            "apiserver-poll-interval" => {
+                let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
+                o.apiserver_poll_interval = (!d.is_zero()).then_some(d);
+            }
+            "node-labels" => o.node_labels = parse_labels(&v).map_err(|r| bad(&flag, &v, r))?,
+            "register-with-taints" => {
+                o.register_with_taints = parse_taints(&v).map_err(|r| bad(&flag, &v, r))?
+            }
             "hostname-override" => o.hostname_override = Some(v),
             "node-ip" => {
                 o.node_ip = Some(v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?)

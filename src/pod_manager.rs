@@ -29,7 +29,7 @@ impl PodManager {
         self.by_uid.contains_key(uid)
     }
 
-    #[cfg(any(test, feature = "local-api"))]
+    #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
     pub fn pods(&self) -> impl Iterator<Item = &Rc<Pod>> {
         self.by_uid.values()
     }

@@ -20,6 +20,14 @@ pub fn rfc3339(unix_nanos: i64) -> String {
     )
 }
 
+/// Formats as Kubernetes `metav1.MicroTime` does: UTC with six fractional digits
+/// ("2024-05-01T12:34:56.123456Z"), the format of a Lease's renewTime.
+pub fn rfc3339_micro(unix_nanos: i64) -> String {
+    let base = rfc3339(unix_nanos);
+    let micros = unix_nanos.rem_euclid(NANOS_PER_SEC) / 1000;
+    format!("{}.{micros:06}Z", &base[..base.len() - 1])
+}
+
 /// Current wall-clock time in nanoseconds since the Unix epoch, saturating
 /// at the `i64` range (years 1677..2262).
 pub fn unix_nanos_now() -> i64 {
@@ -71,6 +79,15 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn micro_time() {
+        assert_eq!(
+            rfc3339_micro(1_700_000_000 * NANOS_PER_SEC + 123_456_789),
+            "2023-11-14T22:13:20.123456Z"
+        );
+        assert_eq!(rfc3339_micro(0), "1970-01-01T00:00:00.000000Z");
+    }
 
     const S: i64 = NANOS_PER_SEC;
 

@@ -60,6 +60,14 @@ impl StatusManager {
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
 
+    /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
+    pub fn seed(&self, uid: &str, status: &PodStatus) {
+        self.statuses
+            .borrow_mut()
+            .entry(uid.to_owned())
+            .or_insert_with(|| status.clone());
+    }
+
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
         self.statuses.borrow().get(uid).cloned()
     }

@@ -83,7 +83,11 @@ impl Kubelet {
                 self.state.borrow_mut().dispatched(&uid, adds);
             }
             Command::ReportPending(pod) => {
-                if self.status.get(&pod.metadata.uid).is_none() {
+                if pod.status.phase.is_some() {
+                    // A pod from the apiserver already has a status: it is where the status
+                    // continues from (after a restart, nothing is re-posted that did not change).
+                    self.status.seed(&pod.metadata.uid, &pod.status);
+                } else if self.status.get(&pod.metadata.uid).is_none() {
                     let empty = PodRuntimeStatus {
                         uid: pod.metadata.uid.as_str().into(),
                         ..Default::default()
@@ -193,8 +197,34 @@ impl Kubelet {
         }
     }
 
+    /// The status of each pod that came from the apiserver: picolet's, and the apiserver's.
+    #[cfg(feature = "apiserver")]
+    pub fn api_pod_statuses(&self) -> Vec<crate::cluster::PodStatusView> {
+        let api = crate::config::Source::Api.as_str();
+        self.state
+            .borrow()
+            .pods
+            .pods()
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+                    .is_some_and(|s| s == api)
+            })
+            .filter_map(|p| {
+                Some(crate::cluster::PodStatusView {
+                    uid: p.metadata.uid.clone(),
+                    namespace: p.metadata.namespace.clone(),
+                    name: p.metadata.name.clone(),
+                    current: self.status.get(&p.metadata.uid)?,
+                    in_api: p.status.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// Health as `/healthz` reports it: the PLEG relists and the loop turns.
-    #[cfg(any(test, feature = "local-api"))]
+    #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
     pub fn healthz(&self) -> Result<(), String> {
         self.pleg.healthy()?;
         let idle = rt::now().saturating_duration_since(*self.last_loop.borrow());
