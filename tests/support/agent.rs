@@ -16,6 +16,7 @@ pub struct Agent {
     pub port: u16,
     pub log: PathBuf,
     endpoint: String,
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -29,6 +30,11 @@ fn free_port() -> u16 {
 impl Agent {
     /// Starts picolet with its manifest directory, root dir and pod logs under `dir`.
     pub fn start(dir: &Path, endpoint: &str) -> Agent {
+        Agent::start_with(dir, endpoint, &[])
+    }
+
+    /// Starts picolet with more flags (`--kubeconfig`, ...).
+    pub fn start_with(dir: &Path, endpoint: &str, extra: &[String]) -> Agent {
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).unwrap();
         let mut a = Agent {
@@ -37,6 +43,7 @@ impl Agent {
             port: free_port(),
             log: dir.join("picolet.log"),
             endpoint: endpoint.to_owned(),
+            extra: extra.to_vec(),
             child: None,
         };
         a.spawn();
@@ -70,6 +77,7 @@ impl Agent {
             .arg("--hostname-override")
             .arg("e2e-node")
             .arg("-v=4")
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

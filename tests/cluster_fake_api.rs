@@ -1,0 +1,327 @@
+//! The picolet binary joined to a fake apiserver, with the fake CRI runtime: the cluster paths a
+//! real apiserver cannot be made to show on demand (every watch dropped at once, 410 Gone, 403,
+//! the apiserver gone and back). The end-to-end cluster tests run a real kube-apiserver.
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
+#[path = "support/fake_cri.rs"]
+mod fake_cri;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent::Agent;
+use fake_apiserver::FakeApi;
+use fake_cri::{ContainerState, FakeCri, TempDir};
+use picolet::rt;
+use serde_json::json;
+
+const IMAGE: &str = "picolet.local/busybox:1";
+const NODE: &str = "e2e-node";
+
+fn run<T>(fut: impl Future<Output = T>) -> T {
+    rt::block_on(Box::pin(fut))
+}
+
+async fn start(dir: &std::path::Path, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
+    std::fs::create_dir_all(dir).unwrap();
+    let kc = api.kubeconfig(dir);
+    let (dir, endpoint) = (dir.to_owned(), fake.endpoint());
+    let args = vec!["--kubeconfig".to_owned(), kc.display().to_string()];
+    Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await)
+}
+
+async fn until(a: &Arc<Agent>, what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if cond() {
+            return;
+        }
+        rt::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
+        a.log_text()
+    );
+}
+
+fn api_pod(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", "3600"]}]
+        }
+    })
+}
+
+fn running(fake: &FakeCri, pod: &str) -> usize {
+    fake.containers()
+        .iter()
+        .filter(|c| {
+            c.config
+                .labels
+                .get("io.kubernetes.pod.name")
+                .map(String::as_str)
+                == Some(pod)
+        })
+        .filter(|c| c.state == ContainerState::ContainerRunning)
+        .count()
+}
+
+#[test]
+fn registers_renews_runs_api_pods_and_reports_their_status() {
+    run(async {
+        let tmp = TempDir::new("api");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+
+        until(&a, "the node registered", Duration::from_secs(10), || {
+            api.get(&format!("nodes/{NODE}")).is_some()
+        })
+        .await;
+        let node = api.get(&format!("nodes/{NODE}")).unwrap();
+        assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], NODE);
+        until(
+            &a,
+            "the node status posted Ready",
+            Duration::from_secs(15),
+            || {
+                api.get(&format!("nodes/{NODE}")).is_some_and(|n| {
+                    n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+            },
+        )
+        .await;
+        let lease_key = format!("leases/kube-node-lease/{NODE}");
+        until(&a, "the lease created", Duration::from_secs(10), || {
+            api.get(&lease_key).is_some()
+        })
+        .await;
+        let first = api.get(&lease_key).unwrap()["spec"]["renewTime"].clone();
+        until(&a, "the lease renewed", Duration::from_secs(15), || {
+            api.get(&lease_key).unwrap()["spec"]["renewTime"] != first
+        })
+        .await;
+        assert_eq!(
+            api.get(&lease_key).unwrap()["spec"]["leaseDurationSeconds"],
+            40
+        );
+
+        api.create_pod(api_pod("web"));
+        until(&a, "the API pod running", Duration::from_secs(10), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        until(
+            &a,
+            "its status Running in the API",
+            Duration::from_secs(10),
+            || {
+                api.get("pods/default/web").is_some_and(|p| {
+                    p["status"]["phase"] == "Running"
+                        && p["status"]["containerStatuses"][0]["ready"] == true
+                })
+            },
+        )
+        .await;
+        // Status is patched once it changed, not every second.
+        let patches = api.count("PATCH", "/api/v1/namespaces/default/pods/web/status");
+        rt::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            api.count("PATCH", "/api/v1/namespaces/default/pods/web/status"),
+            patches,
+            "no patch while nothing changed"
+        );
+
+        api.delete_pod("default", "web");
+        until(
+            &a,
+            "the deleted pod stopped",
+            Duration::from_secs(10),
+            || fake.sandboxes().is_empty() && fake.containers().is_empty(),
+        )
+        .await;
+    });
+}
+
+#[test]
+fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
+    run(async {
+        let tmp = TempDir::new("watch");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        api.create_pod(api_pod("one"));
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        until(&a, "pod one running", Duration::from_secs(10), || {
+            running(&fake, "one") == 1
+        })
+        .await;
+        let lists = || {
+            api.requests()
+                .iter()
+                .filter(|(m, p)| {
+                    m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
+                })
+                .count()
+        };
+        let watches = || {
+            api.count(
+                "GET",
+                "/api/v1/pods?fieldSelector=spec.nodeName%3De2e-node&watch=true",
+            )
+        };
+        assert_eq!(lists(), 1);
+        let w0 = watches();
+
+        // Every watch cut (an apiserver restart, a middlebox): resumed from the last
+        // resourceVersion, no new list; and a pod created meanwhile still arrives.
+        api.drop_watches();
+        api.create_pod(api_pod("two"));
+        until(
+            &a,
+            "pod two running after the watch came back",
+            Duration::from_secs(40),
+            || running(&fake, "two") == 1,
+        )
+        .await;
+        until(&a, "a new watch", Duration::from_secs(40), || {
+            watches() > w0
+        })
+        .await;
+        assert_eq!(lists(), 1, "a broken watch resumes; it does not list again");
+        let resumed = api
+            .requests()
+            .into_iter()
+            .filter(|(_, p)| p.contains("watch=true"))
+            .next_back()
+            .unwrap()
+            .1;
+        assert!(
+            !resumed.contains("resourceVersion=&"),
+            "resumed from a version: {resumed}"
+        );
+
+        // History compacted: the resumed watch gets 410 Gone and lists once more.
+        api.compact();
+        api.drop_watches();
+        until(&a, "a new list after 410", Duration::from_secs(40), || {
+            lists() == 2
+        })
+        .await;
+        api.create_pod(api_pod("three"));
+        until(&a, "pod three running", Duration::from_secs(10), || {
+            running(&fake, "three") == 1
+        })
+        .await;
+        assert_eq!(
+            running(&fake, "one") + running(&fake, "two"),
+            2,
+            "nothing restarted"
+        );
+        let restarts: usize = fake
+            .containers()
+            .iter()
+            .filter(|c| {
+                c.config
+                    .labels
+                    .get("io.kubernetes.pod.name")
+                    .map(String::as_str)
+                    == Some("one")
+            })
+            .count();
+        assert_eq!(restarts, 1, "pod one was never recreated");
+    });
+}
+
+#[test]
+fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
+    run(async {
+        let tmp = TempDir::new("down");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        api.create_pod(api_pod("web"));
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        until(&a, "web running", Duration::from_secs(10), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        until(
+            &a,
+            "web Running in the API",
+            Duration::from_secs(10),
+            || {
+                api.get("pods/default/web")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        api.set_down(true);
+        // The container dies while the apiserver is away: restarted offline.
+        let id = fake
+            .containers()
+            .into_iter()
+            .find(|c| c.state == ContainerState::ContainerRunning)
+            .unwrap()
+            .id;
+        fake.exit_container(&id, 1);
+        until(&a, "web restarted offline", Duration::from_secs(10), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        rt::sleep(Duration::from_secs(2)).await;
+        let healthy = {
+            let a = a.clone();
+            rt::unblock(move || a.get("/healthz")).await
+        };
+        assert_eq!(
+            healthy.as_deref(),
+            Some("ok"),
+            "healthy while the apiserver is down"
+        );
+        api.set_down(false);
+        until(
+            &a,
+            "the restart count reaches the API",
+            Duration::from_secs(40),
+            || {
+                api.get("pods/default/web")
+                    .is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
+            },
+        )
+        .await;
+    });
+}
+
+#[test]
+fn a_forbidden_identity_is_reported_clearly() {
+    run(async {
+        let tmp = TempDir::new("403");
+        let fake = FakeCri::start(tmp.path());
+        let api = FakeApi::start();
+        api.forbid("/api/v1/pods");
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        until(&a, "a clear error", Duration::from_secs(10), || {
+            a.log_text()
+                .contains("the apiserver refuses this node's pods")
+        })
+        .await;
+        rt::sleep(Duration::from_secs(3)).await;
+        let said = a.log_text().matches("refuses this node's pods").count();
+        assert_eq!(said, 1, "said once, not in a loop");
+        let lists = api.count("GET", "/api/v1/pods?");
+        assert!(lists <= 4, "retries back off: {lists} lists in ~4 s");
+    });
+}

@@ -1,0 +1,438 @@
+//! A fake kube-apiserver on loopback (plain HTTP, std threads), for what a real one cannot be
+//! made to do on command: drop every watch, answer 410 Gone, refuse with 403, stall. It keeps
+//! Nodes, Leases and Pods as JSON with one resourceVersion counter and an event log, and speaks
+//! the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=`), watch
+//! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
+//! get, update, merge-patch (status subresource with a UID precondition), delete. It is not a
+//! substitute for the real apiserver: the end-to-end cluster tests run one.
+//!
+//! Include it with `#[path = "support/fake_apiserver.rs"] mod fake_apiserver;`.
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    /// Key ("nodes/n", "leases/kube-node-lease/n", "pods/ns/name") to object.
+    objects: BTreeMap<String, Value>,
+    /// (resourceVersion, type, object) of every pod change.
+    pod_events: Vec<(u64, &'static str, Value)>,
+    /// Watches asking for a resourceVersion below this get 410 Gone.
+    compacted_below: u64,
+    /// Every request: (method, path with query).
+    requests: Vec<(String, String)>,
+    /// Bumped to end every open watch.
+    watch_generation: u64,
+    /// Requests whose path starts with one of these get 403.
+    forbidden: Vec<String>,
+    /// While set, requests are refused at once (the apiserver is "down").
+    down: bool,
+}
+
+#[derive(Clone)]
+pub struct FakeApi {
+    pub port: u16,
+    state: Arc<(Mutex<State>, Condvar)>,
+    stop: Arc<AtomicBool>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message})
+}
+
+fn merge(into: &mut Value, patch: &Value) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                if v.is_null() {
+                    a.remove(k);
+                } else {
+                    merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
+fn query(path: &str) -> (String, BTreeMap<String, String>) {
+    let (p, q) = path.split_once('?').unwrap_or((path, ""));
+    let q = q
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=")))
+        .collect();
+    (p.to_owned(), q)
+}
+
+impl FakeApi {
+    pub fn start() -> FakeApi {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind fake apiserver");
+        let port = l.local_addr().unwrap().port();
+        let api = FakeApi {
+            port,
+            state: Arc::new((Mutex::new(State::default()), Condvar::new())),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let a = api.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                if a.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let a = a.clone();
+                std::thread::spawn(move || a.serve(conn));
+            }
+        });
+        api
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A kubeconfig for this server with a bearer token.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let p = dir.join("kubeconfig");
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 users:\n- name: node\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    \
+                 cluster: fake\n    user: node\ncurrent-context: fake\n",
+                self.url()
+            ),
+        )
+        .unwrap();
+        p
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let (m, cv) = &*self.state;
+        let r = f(&mut m.lock().unwrap());
+        cv.notify_all();
+        r
+    }
+
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.with(|s| s.objects.get(key).cloned())
+    }
+
+    /// Requests seen so far whose method and path start as given.
+    pub fn count(&self, method: &str, path_prefix: &str) -> usize {
+        self.with(|s| {
+            s.requests
+                .iter()
+                .filter(|(m, p)| m == method && p.starts_with(path_prefix))
+                .count()
+        })
+    }
+
+    pub fn requests(&self) -> Vec<(String, String)> {
+        self.with(|s| s.requests.clone())
+    }
+
+    /// Creates a pod (as a scheduler's binding would leave it) and records the event.
+    pub fn create_pod(&self, mut pod: Value) {
+        self.with(|s| {
+            s.rv += 1;
+            let ns = pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned();
+            let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+            pod["metadata"]["namespace"] = json!(ns);
+            pod["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+            if pod["metadata"]["uid"].is_null() {
+                pod["metadata"]["uid"] = json!(format!("uid-{name}-{}", s.rv));
+            }
+            s.objects.insert(format!("pods/{ns}/{name}"), pod.clone());
+            let rv = s.rv;
+            s.pod_events.push((rv, "ADDED", pod));
+        });
+    }
+
+    /// Deletes a pod at once (grace 0) and records the event.
+    pub fn delete_pod(&self, ns: &str, name: &str) {
+        self.with(|s| {
+            if let Some(mut p) = s.objects.remove(&format!("pods/{ns}/{name}")) {
+                s.rv += 1;
+                p["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                let rv = s.rv;
+                s.pod_events.push((rv, "DELETED", p));
+            }
+        });
+    }
+
+    /// Ends every open watch, as an apiserver restart or a middlebox does.
+    pub fn drop_watches(&self) {
+        self.with(|s| s.watch_generation += 1);
+    }
+
+    /// Forgets history: watches from older resourceVersions get 410 Gone.
+    pub fn compact(&self) {
+        self.with(|s| s.compacted_below = s.rv + 1);
+    }
+
+    pub fn forbid(&self, path_prefix: &str) {
+        self.with(|s| s.forbidden.push(path_prefix.to_owned()));
+    }
+
+    /// Takes the server down (every request fails at once) or back up.
+    pub fn set_down(&self, down: bool) {
+        self.with(|s| {
+            s.down = down;
+            s.watch_generation += 1;
+        });
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.drop_watches();
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+
+    fn serve(&self, conn: TcpStream) {
+        let mut r = BufReader::new(conn.try_clone().unwrap());
+        let mut w = conn;
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let mut parts = line.split_whitespace();
+            let (method, path) = (
+                parts.next().unwrap_or("").to_owned(),
+                parts.next().unwrap_or("").to_owned(),
+            );
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                if h == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = h.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            if r.read_exact(&mut body).is_err() {
+                return;
+            }
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let down = self.with(|s| {
+                s.requests.push((method.clone(), path.clone()));
+                s.down
+            });
+            if down {
+                return; // connection closed without an answer
+            }
+            let (p, q) = query(&path);
+            if q.get("watch").is_some_and(|v| v == "true") {
+                self.watch(&mut w, &q);
+                return;
+            }
+            let (code, v) = self.handle(&method, &p, &q, body);
+            let text = serde_json::to_vec(&v).unwrap();
+            let head = format!(
+                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                text.len()
+            );
+            if w.write_all(head.as_bytes())
+                .and_then(|_| w.write_all(&text))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn handle(
+        &self,
+        method: &str,
+        p: &str,
+        q: &BTreeMap<String, String>,
+        body: Value,
+    ) -> (u16, Value) {
+        self.with(|s| {
+            if s.forbidden.iter().any(|f| p.starts_with(f.as_str())) {
+                return (403, status(403, "Forbidden", "forbidden by the fake"));
+            }
+            let segs: Vec<&str> = p.trim_start_matches('/').split('/').collect();
+            let key = match segs.as_slice() {
+                ["api", "v1", "nodes"] => "nodes".to_owned(),
+                ["api", "v1", "nodes", n] | ["api", "v1", "nodes", n, "status"] => format!("nodes/{n}"),
+                ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => format!("leases/{ns}"),
+                ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", n] => format!("leases/{ns}/{n}"),
+                ["api", "v1", "pods"] => "pods".to_owned(),
+                ["api", "v1", "namespaces", ns, "pods", n] | ["api", "v1", "namespaces", ns, "pods", n, "status"] => {
+                    format!("pods/{ns}/{n}")
+                }
+                _ => return (404, status(404, "NotFound", &format!("no route {p}"))),
+            };
+            match (method, key.as_str()) {
+                ("GET", "pods") => {
+                    let node = q.get("fieldSelector").and_then(|f| f.strip_prefix("spec.nodeName=")).unwrap_or("");
+                    let items: Vec<Value> = s
+                        .objects
+                        .iter()
+                        .filter(|(k, v)| k.starts_with("pods/") && v["spec"]["nodeName"] == node)
+                        .map(|(_, v)| v.clone())
+                        .collect();
+                    (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("POST", "nodes") | ("POST", _) if key == "nodes" || key.starts_with("leases/") => {
+                    let name = body["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                    let k = if key == "nodes" { format!("nodes/{name}") } else { format!("{key}/{name}") };
+                    if s.objects.contains_key(&k) {
+                        return (409, status(409, "AlreadyExists", &format!("{k} already exists")));
+                    }
+                    s.rv += 1;
+                    let mut o = body;
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    o["metadata"]["uid"] = json!(format!("uid-{name}"));
+                    s.objects.insert(k, o.clone());
+                    (201, o)
+                }
+                ("GET", k) => match s.objects.get(k) {
+                    Some(o) => (200, o.clone()),
+                    None => (404, status(404, "NotFound", &format!("{k} not found"))),
+                },
+                ("PUT", k) => {
+                    let Some(cur) = s.objects.get(k) else {
+                        return (404, status(404, "NotFound", &format!("{k} not found")));
+                    };
+                    if body["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"] {
+                        return (409, status(409, "Conflict", "the object has been modified"));
+                    }
+                    s.rv += 1;
+                    let mut o = body;
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    s.objects.insert(k.to_owned(), o.clone());
+                    (200, o)
+                }
+                ("PATCH", k) => {
+                    let rv = s.rv + 1;
+                    let Some(cur) = s.objects.get_mut(k) else {
+                        return (404, status(404, "NotFound", &format!("{k} not found")));
+                    };
+                    if let Some(uid) = body["metadata"]["uid"].as_str()
+                        && cur["metadata"]["uid"] != uid
+                    {
+                        return (409, status(409, "Conflict", "Precondition failed: UID in precondition does not match"));
+                    }
+                    let mut patch = body;
+                    if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.remove("uid");
+                    }
+                    merge(cur, &patch);
+                    cur["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    let o = cur.clone();
+                    s.rv = rv;
+                    if k.starts_with("pods/") {
+                        s.pod_events.push((rv, "MODIFIED", o.clone()));
+                    }
+                    (200, o)
+                }
+                _ => (405, status(405, "MethodNotAllowed", method)),
+            }
+        })
+    }
+
+    fn watch(&self, w: &mut TcpStream, q: &BTreeMap<String, String>) {
+        let from: u64 = q
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let node = q
+            .get("fieldSelector")
+            .and_then(|f| f.strip_prefix("spec.nodeName="))
+            .unwrap_or("")
+            .to_owned();
+        let limit = Duration::from_secs(
+            q.get("timeoutSeconds")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(300),
+        );
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        if w.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let send = |w: &mut TcpStream, v: &Value| {
+            let mut line = serde_json::to_vec(v).unwrap();
+            line.push(b'\n');
+            write!(w, "{:x}\r\n", line.len())
+                .and_then(|_| w.write_all(&line))
+                .and_then(|_| w.write_all(b"\r\n"))
+                .and_then(|_| w.flush())
+                .is_ok()
+        };
+        let (m, cv) = &*self.state;
+        let mut g = m.lock().unwrap();
+        if from != 0 && from < g.compacted_below {
+            drop(g);
+            send(
+                w,
+                &json!({"type": "ERROR", "object": status(410, "Expired", "too old resource version")}),
+            );
+            let _ = w.write_all(b"0\r\n\r\n");
+            return;
+        }
+        let generation = g.watch_generation;
+        let mut sent = from;
+        let t0 = Instant::now();
+        loop {
+            if g.watch_generation != generation || self.stop.load(Ordering::SeqCst) {
+                // Dropped: no clean end of the chunked body, as a cut connection.
+                drop(g);
+                let _ = w.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            let news: Vec<(u64, &str, Value)> = g
+                .pod_events
+                .iter()
+                .filter(|(rv, _, o)| *rv > sent && o["spec"]["nodeName"] == node.as_str())
+                .map(|(rv, t, o)| (*rv, *t, o.clone()))
+                .collect();
+            let last = g.rv;
+            drop(g);
+            for (rv, t, o) in news {
+                if !send(w, &json!({"type": t, "object": o})) {
+                    return;
+                }
+                sent = sent.max(rv);
+            }
+            if last > sent {
+                // Other objects moved the counter: a bookmark keeps the watcher current.
+                if !send(
+                    w,
+                    &json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": last.to_string()}}}),
+                ) {
+                    return;
+                }
+                sent = last;
+            }
+            g = m.lock().unwrap();
+            if t0.elapsed() >= limit {
+                drop(g);
+                let _ = w.write_all(b"0\r\n\r\n");
+                return;
+            }
+            g = cv.wait_timeout(g, Duration::from_millis(200)).unwrap().0;
+        }
+    }
+}
