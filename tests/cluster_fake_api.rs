@@ -204,8 +204,7 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
         let resumed = api
             .requests()
             .into_iter()
-            .filter(|(_, p)| p.contains("watch=true"))
-            .next_back()
+            .rfind(|(_, p)| p.contains("watch=true"))
             .unwrap()
             .1;
         assert!(
@@ -214,8 +213,7 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
         );
 
         // History compacted: the resumed watch gets 410 Gone and lists once more.
-        api.compact();
-        api.drop_watches();
+        api.compact_and_drop_watches();
         until(&a, "a new list after 410", Duration::from_secs(40), || {
             lists() == 2
         })
@@ -242,6 +240,34 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
             })
             .count();
         assert_eq!(restarts, 1, "pod one was never recreated");
+    });
+}
+
+#[test]
+fn a_watch_that_keeps_expiring_backs_off_instead_of_listing_in_a_loop() {
+    run(async {
+        let tmp = TempDir::new("storm");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        api.create_pod(api_pod("one"));
+        api.expire_every_watch();
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        until(&a, "pod one running", Duration::from_secs(10), || {
+            running(&fake, "one") == 1
+        })
+        .await;
+        rt::sleep(Duration::from_secs(6)).await;
+        let lists = api
+            .requests()
+            .iter()
+            .filter(|(m, p)| {
+                m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
+            })
+            .count();
+        // Backoff windows of 1, 2, 4 s: at most a handful of lists, never hundreds.
+        assert!(lists <= 6, "{lists} lists in ~6 s");
+        assert!(lists >= 2, "it does keep trying: {lists}");
     });
 }
 

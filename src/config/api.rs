@@ -245,51 +245,20 @@ pub fn run_blocking(client: Client, cfg: ApiSourceConfig, tx: async_channel::Sen
         if tx.is_closed() {
             return;
         }
-        let result: Result<(), ApiError> = (|| {
-            if !listed || cfg.poll_interval.is_some() {
-                let list: PodList = client.json("GET", &pods_path(&cfg.node_name, ""), None)?;
-                set.replace(list);
-                listed = true;
-                log::debug!(
-                    "api source: listed {} pods at {}",
-                    set.len(),
-                    set.resource_version
-                );
-                emit(&set);
-                if let Some(every) = cfg.poll_interval {
-                    std::thread::sleep(every);
-                    return Ok(());
-                }
-            }
-            let length = WATCH_MIN + jitter.below(WATCH_MIN);
-            let q = format!(
-                "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
-                set.resource_version,
-                length.as_secs()
-            );
-            let body = client.stream(
-                &pods_path(&cfg.node_name, &q),
-                length + Duration::from_secs(30),
-            )?;
-            failures = 0;
-            match read_watch(body, &mut set, &mut emit) {
-                Ok(Applied::Gone) => {
-                    log::info!(
-                        "api source: resourceVersion {} expired; listing again",
-                        set.resource_version
-                    );
-                    listed = false;
-                    Ok(())
-                }
-                Ok(Applied::Error(m)) => Err(ApiError::decode("watch", m)),
-                Ok(_) => Ok(()),
-                Err(e) => Err(ApiError::decode("watch", e)),
-            }
-        })();
+        let result = watch_round(&client, &cfg, &mut set, &mut listed, &mut jitter, &mut emit);
         match result {
-            Ok(()) => {}
-            Err(e) if e.is_gone() => listed = false,
+            // A watch that delivered events, or ended by its own timeout.
+            Ok(true) => failures = 0,
+            // Nothing came through (410 right after a list, say): back off as for an error,
+            // so an apiserver whose cache lags never meets a tight list loop.
+            Ok(false) => {
+                failures = failures.saturating_add(1);
+                std::thread::sleep(backoff_delay(failures, &mut jitter));
+            }
             Err(e) => {
+                if e.is_gone() {
+                    listed = false;
+                }
                 failures = failures.saturating_add(1);
                 let wait = backoff_delay(failures, &mut jitter);
                 if e.is_forbidden() {
@@ -307,6 +276,57 @@ pub fn run_blocking(client: Client, cfg: ApiSourceConfig, tx: async_channel::Sen
                 std::thread::sleep(wait);
             }
         }
+    }
+}
+
+/// One list (when needed) and one watch. `Ok(true)` when the round made progress.
+fn watch_round(
+    client: &Client,
+    cfg: &ApiSourceConfig,
+    set: &mut PodSet,
+    listed: &mut bool,
+    jitter: &mut Jitter,
+    emit: &mut dyn FnMut(&PodSet) -> bool,
+) -> Result<bool, ApiError> {
+    if !*listed || cfg.poll_interval.is_some() {
+        let list: PodList = client.json("GET", &pods_path(&cfg.node_name, ""), None)?;
+        set.replace(list);
+        *listed = true;
+        log::debug!(
+            "api source: listed {} pods at {}",
+            set.len(),
+            set.resource_version
+        );
+        emit(set);
+        if let Some(every) = cfg.poll_interval {
+            std::thread::sleep(every);
+            return Ok(true);
+        }
+    }
+    let length = WATCH_MIN + jitter.below(WATCH_MIN);
+    let q = format!(
+        "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
+        set.resource_version,
+        length.as_secs()
+    );
+    let started = set.resource_version.clone();
+    let body = client.stream(
+        &pods_path(&cfg.node_name, &q),
+        length + Duration::from_secs(30),
+    )?;
+    match read_watch(body, set, emit) {
+        Ok(Applied::Gone) => {
+            log::info!(
+                "api source: resourceVersion {} expired; listing again",
+                set.resource_version
+            );
+            *listed = false;
+            // Progress only if the watch moved on before it expired.
+            Ok(set.resource_version != started)
+        }
+        Ok(Applied::Error(m)) => Err(ApiError::decode("watch", m)),
+        Ok(_) => Ok(true),
+        Err(e) => Err(ApiError::decode("watch", e)),
     }
 }
 

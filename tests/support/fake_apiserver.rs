@@ -178,9 +178,21 @@ impl FakeApi {
         self.with(|s| s.watch_generation += 1);
     }
 
-    /// Forgets history: watches from older resourceVersions get 410 Gone.
-    pub fn compact(&self) {
-        self.with(|s| s.compacted_below = s.rv + 1);
+    /// Other objects change and history is compacted up to now, while every watch drops (an
+    /// apiserver restart after a compaction): watchers resuming from what they last saw get 410
+    /// Gone; the version a new list returns is watchable.
+    pub fn compact_and_drop_watches(&self) {
+        self.with(|s| {
+            s.rv += 1;
+            s.compacted_below = s.rv;
+            s.watch_generation += 1;
+        });
+    }
+
+    /// Every watch gets 410 Gone, even from the version a list just returned (an apiserver whose
+    /// watch cache lags behind its lists).
+    pub fn expire_every_watch(&self) {
+        self.with(|s| s.compacted_below = u64::MAX);
     }
 
     pub fn forbid(&self, path_prefix: &str) {
