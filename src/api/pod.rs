@@ -66,6 +66,8 @@ pub struct ObjectMeta {
     pub creation_timestamp: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion_grace_period_seconds: Option<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
 }

@@ -208,6 +208,23 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
     let mut tick = rt::interval(POD_STATUS_PERIOD);
     loop {
         tick.tick().await;
+        for (uid, ns, name) in kubelet.take_finalizable() {
+            // Nothing of it runs any more: delete it for good, only if it is still this pod.
+            let body = json!({
+                "kind": "DeleteOptions", "apiVersion": "v1",
+                "gracePeriodSeconds": 0,
+                "preconditions": {"uid": uid},
+            });
+            let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
+            match call(&client, "DELETE", path, Some(body)).await {
+                Ok(_) => log::info!("pod {ns}/{name} ({uid}) stopped and deleted"),
+                Err(e) if e.is_not_found() || e.is_conflict() => {}
+                Err(e) => {
+                    log::warn!("deleting pod {ns}/{name}: {e}");
+                    kubelet.retry_finalize(uid, ns, name);
+                }
+            }
+        }
         let pending = kubelet.api_pod_statuses();
         sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
         for p in pending {

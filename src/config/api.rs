@@ -130,12 +130,12 @@ impl PodSet {
         }
     }
 
-    /// The pods to run: those not being deleted, marked as coming from the API.
+    /// The node's pods, marked as coming from the API. Pods being deleted are in it: the loop
+    /// stops them with their deletion's grace period, then they are deleted for good.
     pub fn snapshot(&self) -> Snapshot {
         let pods = self
             .pods
             .values()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
             .cloned()
             .map(|mut p| {
                 p.metadata
@@ -367,8 +367,9 @@ mod tests {
             br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"40"}}}"#;
         assert_eq!(s.apply(bm).unwrap(), Applied::Unchanged);
         assert_eq!(s.resource_version, "40");
-        // Being deleted: still known, no longer run.
-        let deleting = r#","deletionTimestamp":"2026-01-01T00:00:00Z""#;
+        // Being deleted: still in the snapshot, with its deletion's grace period.
+        let deleting =
+            r#","deletionTimestamp":"2026-01-01T00:00:00Z","deletionGracePeriodSeconds":3"#;
         assert_eq!(
             s.apply(&ev("MODIFIED", "a", "41", deleting)).unwrap(),
             Applied::Changed
@@ -376,7 +377,8 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!(snap.source, Source::Api);
         let names: Vec<&str> = snap.pods.iter().map(|p| p.metadata.name.as_str()).collect();
-        assert_eq!(names, vec!["p-b"]);
+        assert_eq!(names, vec!["p-a", "p-b"]);
+        assert_eq!(snap.pods[0].metadata.deletion_grace_period_seconds, Some(3));
         assert_eq!(
             snap.pods[0].metadata.annotations[ANNOTATION_CONFIG_SOURCE],
             "api"

@@ -70,8 +70,10 @@ pub fn namespace(pod: &Pod) -> &str {
 pub const MAX_GRACE_PERIOD: i64 = 365 * 24 * 3600;
 
 pub fn grace_period(pod: &Pod) -> i64 {
-    pod.spec
-        .termination_grace_period_seconds
+    // A pod being deleted through the API stops within the grace period of its deletion.
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or(pod.spec.termination_grace_period_seconds)
         .unwrap_or(DEFAULT_GRACE_PERIOD)
         .clamp(0, MAX_GRACE_PERIOD)
 }

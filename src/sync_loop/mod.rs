@@ -223,6 +223,26 @@ impl Kubelet {
             .collect()
     }
 
+    /// API pods stopped after their deletion: (uid, namespace, name), handed out once each.
+    #[cfg(feature = "apiserver")]
+    pub fn take_finalizable(&self) -> Vec<(String, String, String)> {
+        self.state
+            .borrow_mut()
+            .finalizable
+            .drain()
+            .map(|(uid, (ns, name))| (uid, ns, name))
+            .collect()
+    }
+
+    /// Hands a pod back whose final deletion failed, to be tried again.
+    #[cfg(feature = "apiserver")]
+    pub fn retry_finalize(&self, uid: String, namespace: String, name: String) {
+        self.state
+            .borrow_mut()
+            .finalizable
+            .insert(uid, (namespace, name));
+    }
+
     /// Health as `/healthz` reports it: the PLEG relists and the loop turns.
     #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
     pub fn healthz(&self) -> Result<(), String> {

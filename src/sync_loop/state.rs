@@ -105,6 +105,11 @@ pub struct LoopState {
     pub(super) in_flight: HashMap<String, usize>,
     /// Pods (or leftover directories) whose garbage collection runs.
     pub(super) collecting: HashSet<String>,
+    /// API pods being deleted, by UID: (namespace, name). Once stopped, they are finalized:
+    /// deleted from the apiserver for good.
+    deleting: HashMap<String, (String, String)>,
+    /// API pods stopped after their deletion, to be deleted from the apiserver.
+    pub finalizable: HashMap<String, (String, String)>,
     cfg: LoopConfig,
 }
 
@@ -118,6 +123,8 @@ impl LoopState {
             retry_terminate: HashMap::new(),
             in_flight: HashMap::new(),
             collecting: HashSet::new(),
+            deleting: HashMap::new(),
+            finalizable: HashMap::new(),
             cfg,
         }
     }
@@ -174,6 +181,27 @@ impl LoopState {
     ) {
         let uid = pod.metadata.uid.clone();
         match op {
+            Op::Add | Op::Update if pod.metadata.deletion_timestamp.is_some() => {
+                // Deleted through the API: stopped with its deletion's grace period, never run
+                // again, then deleted for good.
+                log::info!(
+                    "pod {}/{} ({uid}) is being deleted",
+                    pod.metadata.namespace,
+                    pod.metadata.name
+                );
+                self.pods.remove(&uid);
+                self.due.remove(&uid);
+                self.deleting.insert(
+                    uid.clone(),
+                    (pod.metadata.namespace.clone(), pod.metadata.name.clone()),
+                );
+                let term = Term {
+                    grace: crate::kuberuntime::config::grace_period(&pod),
+                    namespace: pod.metadata.namespace.clone(),
+                    name: pod.metadata.name.clone(),
+                };
+                self.terminate(uid, term, out);
+            }
             Op::Add | Op::Update => {
                 log::info!(
                     "{} pod {}/{} ({uid}) from {source}",
@@ -199,6 +227,12 @@ impl LoopState {
                 );
                 self.pods.remove(&uid);
                 self.due.remove(&uid);
+                if self.finalizable.contains_key(&uid) || self.deleting.contains_key(&uid) {
+                    // Gone from the apiserver after picolet stopped it: nothing left to do but
+                    // make sure nothing runs.
+                    self.deleting.remove(&uid);
+                    self.finalizable.remove(&uid);
+                }
                 let term = Term {
                     grace: crate::kuberuntime::config::grace_period(&pod),
                     namespace: pod.metadata.namespace.clone(),
@@ -287,6 +321,9 @@ impl LoopState {
             Done::Terminated { .. } => {
                 self.terminating.remove(&uid);
                 self.retry_terminate.remove(&uid);
+                if let Some(who) = self.deleting.remove(&uid) {
+                    self.finalizable.insert(uid.clone(), who);
+                }
                 // The same pod may have come back meanwhile (a manifest restored); pods of the
                 // same name waiting for this one start at the next tick.
                 if let Some(p) = self.pods.get(&uid).cloned() {

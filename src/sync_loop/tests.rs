@@ -269,6 +269,57 @@ fn housekeeping_waits_for_the_sources_and_the_runtime_then_removes_orphans() {
     );
 }
 
+#[test]
+fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = LoopState::new(
+        Mux::new(&[Source::Api]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let api = |pods: Vec<Pod>| {
+        Input::Snapshot(Snapshot {
+            source: Source::Api,
+            pods,
+        })
+    };
+    let p = pod("a", "web", "x");
+    assert_eq!(
+        syncs(&step(&mut st, api(vec![p.clone()]), t0, view)),
+        vec!["a"]
+    );
+    let mut deleting = p.clone();
+    deleting.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+    deleting.metadata.deletion_grace_period_seconds = Some(2);
+    let cmds = step(&mut st, api(vec![deleting.clone()]), t0, view);
+    assert!(cmds.iter().any(|c| matches!(
+        c,
+        Command::Dispatch(Work::Terminate { uid, grace: 2, .. }) if uid == "a"
+    )));
+    assert!(!st.pods.contains("a"), "no longer desired");
+    assert!(st.finalizable.is_empty(), "not before it stopped");
+    let cmds = step(
+        &mut st,
+        Input::Done(Done::Terminated { uid: "a".into() }),
+        t0,
+        view,
+    );
+    assert!(syncs(&cmds).is_empty(), "never run again");
+    assert_eq!(
+        st.finalizable.get("a"),
+        Some(&("default".to_owned(), "web".to_owned()))
+    );
+    // Gone from the apiserver afterwards: nothing left to finalize.
+    step(&mut st, api(vec![]), t0, view);
+    assert!(st.finalizable.is_empty());
+}
+
 // -------------------------------------------------------------------------------------------
 // The loop, workers, PLEG and runtime manager in process
 // -------------------------------------------------------------------------------------------

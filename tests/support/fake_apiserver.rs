@@ -173,6 +173,22 @@ impl FakeApi {
         });
     }
 
+    /// Starts a graceful deletion, as `kubectl delete pod` does: the pod gets a deletionTimestamp
+    /// and stays until the node agent deletes it with grace 0.
+    pub fn mark_deleting(&self, ns: &str, name: &str, grace: i64) {
+        self.with(|s| {
+            s.rv += 1;
+            let rv = s.rv;
+            if let Some(p) = s.objects.get_mut(&format!("pods/{ns}/{name}")) {
+                p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+                p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+                p["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let o = p.clone();
+                s.pod_events.push((rv, "MODIFIED", o));
+            }
+        });
+    }
+
     /// Ends every open watch, as an apiserver restart or a middlebox does.
     pub fn drop_watches(&self) {
         self.with(|s| s.watch_generation += 1);
@@ -358,6 +374,25 @@ impl FakeApi {
                     if k.starts_with("pods/") {
                         s.pod_events.push((rv, "MODIFIED", o.clone()));
                     }
+                    (200, o)
+                }
+                ("DELETE", k) if k.starts_with("pods/") => {
+                    let Some(cur) = s.objects.get(k) else {
+                        return (404, status(404, "NotFound", &format!("{k} not found")));
+                    };
+                    if let Some(uid) = body["preconditions"]["uid"].as_str()
+                        && cur["metadata"]["uid"] != uid
+                    {
+                        return (409, status(409, "Conflict", "Precondition failed: UID in precondition does not match"));
+                    }
+                    if body["gracePeriodSeconds"] != 0 {
+                        return (422, status(422, "Invalid", "the fake only deletes with grace 0"));
+                    }
+                    let mut o = s.objects.remove(k).unwrap();
+                    s.rv += 1;
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    let rv = s.rv;
+                    s.pod_events.push((rv, "DELETED", o.clone()));
                     (200, o)
                 }
                 _ => (405, status(405, "MethodNotAllowed", method)),
