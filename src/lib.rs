@@ -193,9 +193,11 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 poll_interval: o.apiserver_poll_interval,
             };
             let (c, tx) = (client.clone(), snap_tx.clone());
+            let mirrors = config::api::Mirrors::default();
+            let m = mirrors.clone();
             std::thread::Builder::new()
                 .name("api-source".into())
-                .spawn(move || config::api::run_blocking(c, cfg, tx))
+                .spawn(move || config::api::run_blocking(c, cfg, tx, m))
                 .map_err(|e| format!("starting the api source thread: {e}"))?;
             let rmn = kubelet.rm.node();
             let facts = cluster::node::gather(
@@ -210,7 +212,13 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             Ok::<_, String>([
                 rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
                 rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
-                rt::spawn(cluster::run_pod_status(client, kubelet.clone())),
+                rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),
+                rt::spawn(cluster::run_mirrors(
+                    client,
+                    kubelet.clone(),
+                    mirrors,
+                    node_name.clone(),
+                )),
             ])
         });
         #[cfg(feature = "apiserver")]

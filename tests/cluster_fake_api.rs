@@ -351,3 +351,82 @@ fn a_forbidden_identity_is_reported_clearly() {
         assert!(lists <= 4, "retries back off: {lists} lists in ~4 s");
     });
 }
+
+#[test]
+fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
+    run(async {
+        let tmp = TempDir::new("mirror");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        let manifest = |cmd: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
+                 image: {IMAGE}\n    command: [sleep, \"{cmd}\"]\n"
+            )
+        };
+        a.write_manifest("st.yaml", &manifest("3600"));
+        let mirror = || {
+            api.pods_with_annotation("kubernetes.io/config.mirror")
+                .into_iter()
+                .next()
+        };
+        until(
+            &a,
+            "the mirror pod created",
+            Duration::from_secs(15),
+            || mirror().is_some(),
+        )
+        .await;
+        let m = mirror().unwrap();
+        assert_eq!(m["metadata"]["name"], "st-e2e-node");
+        assert_eq!(m["spec"]["nodeName"], NODE);
+        assert_eq!(m["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(m["metadata"]["ownerReferences"][0]["uid"], "uid-e2e-node");
+        until(
+            &a,
+            "the static pod's status on its mirror",
+            Duration::from_secs(15),
+            || mirror().is_some_and(|m| m["status"]["phase"] == "Running"),
+        )
+        .await;
+        assert_eq!(
+            running(&fake, "st-e2e-node"),
+            1,
+            "the mirror pod is not run as a pod"
+        );
+
+        // Deleted by someone: it comes back.
+        api.delete_pod("default", "st-e2e-node");
+        until(
+            &a,
+            "the mirror pod recreated",
+            Duration::from_secs(15),
+            || mirror().is_some(),
+        )
+        .await;
+        let hash =
+            mirror().unwrap()["metadata"]["annotations"]["kubernetes.io/config.mirror"].clone();
+
+        // The static pod edited: its mirror is replaced by one with the new hash.
+        a.write_manifest("st.yaml", &manifest("7200"));
+        until(
+            &a,
+            "the mirror pod replaced",
+            Duration::from_secs(20),
+            || {
+                mirror().is_some_and(|m| {
+                    m["metadata"]["annotations"]["kubernetes.io/config.mirror"] != hash
+                })
+            },
+        )
+        .await;
+        assert_eq!(
+            api.pods_with_annotation("kubernetes.io/config.mirror")
+                .len(),
+            1
+        );
+        assert_eq!(running(&fake, "st-e2e-node"), 1);
+    });
+}

@@ -15,10 +15,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::api::PodStatus;
 use crate::api::time::{rfc3339, rfc3339_micro};
+use crate::api::{Pod, PodStatus};
 use crate::apiclient::{ApiError, Client};
 use crate::config::api::{Jitter, backoff_delay};
+use crate::config::api::{MirrorPod, Mirrors};
+use crate::config::{ANNOTATION_CONFIG_HASH, ANNOTATION_CONFIG_MIRROR};
 use crate::rt;
 use crate::sync_loop::Kubelet;
 
@@ -247,6 +249,177 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
     }
 }
 
+/// How often mirror pods are compared with the static pods.
+pub const MIRROR_PERIOD: Duration = Duration::from_secs(2);
+
+/// The mirror pod body for a static pod: a copy bound to the node, marked with the static pod's
+/// hash and owned by the Node (NodeRestriction requires that owner).
+pub fn mirror_object(pod: &Pod, node_name: &str, node_uid: &str) -> Value {
+    let mut p = pod.clone();
+    p.status = PodStatus::default();
+    p.metadata.uid.clear();
+    p.metadata.resource_version = None;
+    let hash = p
+        .metadata
+        .annotations
+        .get(ANNOTATION_CONFIG_HASH)
+        .cloned()
+        .unwrap_or_default();
+    p.metadata
+        .annotations
+        .insert(ANNOTATION_CONFIG_MIRROR.into(), hash);
+    p.metadata.owner_references = vec![crate::api::OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node_name.into(),
+        uid: node_uid.into(),
+        controller: Some(true),
+        ..Default::default()
+    }];
+    let mut v = serde_json::to_value(&p).unwrap_or_default();
+    v["apiVersion"] = json!("v1");
+    v["kind"] = json!("Pod");
+    v
+}
+
+/// What the mirror manager must do to make the mirror pods match the static pods (pure).
+#[derive(Debug, PartialEq)]
+pub enum MirrorAction {
+    Create(Rc<Pod>),
+    /// Delete a mirror pod (its static pod changed or is gone), with its UID as precondition.
+    Delete {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+pub fn plan_mirrors(static_pods: &[Rc<Pod>], mirrors: &[MirrorPod]) -> Vec<MirrorAction> {
+    let mut out = Vec::new();
+    for m in mirrors.iter().filter(|m| !m.deleting) {
+        let wanted = static_pods
+            .iter()
+            .find(|p| p.metadata.namespace == m.namespace && p.metadata.name == m.name);
+        let current = wanted
+            .is_some_and(|p| p.metadata.annotations.get(ANNOTATION_CONFIG_HASH) == Some(&m.hash));
+        if !current {
+            out.push(MirrorAction::Delete {
+                namespace: m.namespace.clone(),
+                name: m.name.clone(),
+                uid: m.uid.clone(),
+            });
+        }
+    }
+    for p in static_pods {
+        let exists = mirrors
+            .iter()
+            .any(|m| m.namespace == p.metadata.namespace && m.name == p.metadata.name);
+        if !exists {
+            out.push(MirrorAction::Create(p.clone()));
+        }
+    }
+    out
+}
+
+/// Keeps a mirror pod in the apiserver for each static pod: created when missing (also after
+/// someone deletes it), replaced when the static pod changes, deleted when the static pod is
+/// gone; the static pod's status is published on it.
+pub async fn run_mirrors(
+    client: Client,
+    kubelet: Rc<Kubelet>,
+    mirrors: Mirrors,
+    node_name: String,
+) {
+    let mut node_uid = String::new();
+    let mut refused: HashMap<(String, String), u32> = HashMap::new();
+    let mut sent: HashMap<String, PodStatus> = HashMap::new();
+    let mut tick = rt::interval(MIRROR_PERIOD);
+    loop {
+        tick.tick().await;
+        // Not before the API source has listed: an unknown set is not an empty one.
+        let Some(seen) = mirrors.lock().ok().and_then(|m| m.clone()) else {
+            continue;
+        };
+        if node_uid.is_empty() {
+            match call(&client, "GET", format!("/api/v1/nodes/{node_name}"), None).await {
+                Ok(n) => node_uid = n["metadata"]["uid"].as_str().unwrap_or("").to_owned(),
+                Err(_) => continue,
+            }
+        }
+        let statics = kubelet.static_pods();
+        for action in plan_mirrors(&statics, &seen) {
+            match action {
+                MirrorAction::Create(p) => {
+                    let key = (p.metadata.namespace.clone(), p.metadata.name.clone());
+                    let n = refused.entry(key.clone()).or_default();
+                    // A refused mirror pod is tried again on a doubling number of rounds.
+                    if *n > 0 && !n.is_power_of_two() {
+                        *n += 1;
+                        continue;
+                    }
+                    let path = format!("/api/v1/namespaces/{}/pods", key.0);
+                    let body = mirror_object(&p, &node_name, &node_uid);
+                    match call(&client, "POST", path, Some(body)).await {
+                        Ok(_) => {
+                            refused.remove(&key);
+                            log::info!("created mirror pod {}/{}", key.0, key.1);
+                        }
+                        Err(e) if e.is_conflict() => {}
+                        Err(e) => {
+                            if *refused.entry(key.clone()).or_default() == 0 {
+                                log::warn!("creating mirror pod {}/{}: {e}", key.0, key.1);
+                            }
+                            *refused.entry(key).or_default() += 1;
+                        }
+                    }
+                }
+                MirrorAction::Delete {
+                    namespace,
+                    name,
+                    uid,
+                } => {
+                    let body = json!({
+                        "kind": "DeleteOptions", "apiVersion": "v1",
+                        "gracePeriodSeconds": 0,
+                        "preconditions": {"uid": uid},
+                    });
+                    let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+                    match call(&client, "DELETE", path, Some(body)).await {
+                        Ok(_) => log::info!("deleted outdated mirror pod {namespace}/{name}"),
+                        Err(e) if e.is_not_found() || e.is_conflict() => {}
+                        Err(e) => log::warn!("deleting mirror pod {namespace}/{name}: {e}"),
+                    }
+                }
+            }
+        }
+        // The static pods' statuses, published on their mirror pods.
+        sent.retain(|uid, _| seen.iter().any(|m| &m.uid == uid));
+        for m in seen.iter().filter(|m| !m.deleting) {
+            let Some(p) = statics.iter().find(|p| {
+                p.metadata.namespace == m.namespace
+                    && p.metadata.name == m.name
+                    && p.metadata.annotations.get(ANNOTATION_CONFIG_HASH) == Some(&m.hash)
+            }) else {
+                continue;
+            };
+            let Some(status) = kubelet.status.get(&p.metadata.uid) else {
+                continue;
+            };
+            if status == m.status || sent.get(&m.uid) == Some(&status) {
+                continue;
+            }
+            let path = format!("/api/v1/namespaces/{}/pods/{}/status", m.namespace, m.name);
+            let body = json!({"metadata": {"uid": m.uid}, "status": status});
+            match call(&client, "PATCH", path, Some(body)).await {
+                Ok(_) => {
+                    sent.insert(m.uid.clone(), status);
+                }
+                Err(e) => log::debug!("mirror pod {}/{} status: {e}", m.namespace, m.name),
+            }
+        }
+    }
+}
+
 /// One API pod's status as picolet sees it and as the apiserver holds it.
 #[derive(Debug)]
 pub struct PodStatusView {
@@ -255,4 +428,77 @@ pub struct PodStatusView {
     pub name: String,
     pub current: PodStatus,
     pub in_api: PodStatus,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn static_pod(name: &str, hash: &str) -> Rc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.name = name.into();
+        p.metadata.namespace = "kube-system".into();
+        p.metadata.uid = hash.into();
+        p.metadata
+            .annotations
+            .insert(ANNOTATION_CONFIG_HASH.into(), hash.into());
+        Rc::new(p)
+    }
+
+    fn mirror(name: &str, hash: &str, uid: &str) -> MirrorPod {
+        MirrorPod {
+            namespace: "kube-system".into(),
+            name: name.into(),
+            uid: uid.into(),
+            hash: hash.into(),
+            status: PodStatus::default(),
+            deleting: false,
+        }
+    }
+
+    #[test]
+    fn mirrors_are_created_replaced_and_removed() {
+        let statics = vec![static_pod("etcd-n", "h1"), static_pod("api-n", "h2")];
+        // None yet: both created.
+        let plan = plan_mirrors(&statics, &[]);
+        assert_eq!(plan.len(), 2);
+        assert!(plan.iter().all(|a| matches!(a, MirrorAction::Create(_))));
+        // Current: nothing to do.
+        let current = vec![mirror("etcd-n", "h1", "m1"), mirror("api-n", "h2", "m2")];
+        assert!(plan_mirrors(&statics, &current).is_empty());
+        // api-n's manifest changed (new hash): its mirror goes, a new one comes once it is gone;
+        // a mirror without a static pod goes too.
+        let edited = vec![static_pod("etcd-n", "h1"), static_pod("api-n", "h3")];
+        let mut seen = current.clone();
+        seen.push(mirror("old-n", "h0", "m0"));
+        let plan = plan_mirrors(&edited, &seen);
+        let deletes: Vec<&str> = plan
+            .iter()
+            .filter_map(|a| match a {
+                MirrorAction::Delete { uid, .. } => Some(uid.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deletes, vec!["m2", "m0"]);
+        assert!(!plan.iter().any(|a| matches!(a, MirrorAction::Create(_))));
+        // A mirror being deleted is left to finish.
+        let mut going = mirror("api-n", "h2", "m2");
+        going.deleting = true;
+        assert!(plan_mirrors(&edited, &[mirror("etcd-n", "h1", "m1"), going]).is_empty());
+    }
+
+    #[test]
+    fn mirror_object_is_owned_by_the_node_and_marked() {
+        let p = static_pod("etcd-n", "h1");
+        let v = mirror_object(&p, "n", "node-uid");
+        assert_eq!(v["metadata"]["annotations"][ANNOTATION_CONFIG_MIRROR], "h1");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Node");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+        assert!(
+            v["metadata"].get("uid").is_none(),
+            "the apiserver gives it its own UID"
+        );
+        assert_eq!(v["kind"], "Pod");
+    }
 }

@@ -21,7 +21,28 @@ use std::time::Duration;
 use crate::api::{Pod, PodList};
 use crate::apiclient::{ApiError, Client};
 
-use super::{ANNOTATION_CONFIG_SOURCE, Snapshot, Source};
+use super::{ANNOTATION_CONFIG_MIRROR, ANNOTATION_CONFIG_SOURCE, Snapshot, Source};
+
+/// A mirror pod the apiserver holds for one of this node's static pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MirrorPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The static pod's hash it mirrors (`kubernetes.io/config.mirror`).
+    pub hash: String,
+    pub status: crate::api::PodStatus,
+    pub deleting: bool,
+}
+
+/// The mirror pods last seen, shared with the mirror manager.
+pub type Mirrors = std::sync::Arc<std::sync::Mutex<Option<Vec<MirrorPod>>>>;
+
+fn is_mirror(p: &Pod) -> bool {
+    p.metadata
+        .annotations
+        .contains_key(ANNOTATION_CONFIG_MIRROR)
+}
 
 /// Longest line of a watch stream (one event: a pod is at most ~1.5 MB in etcd).
 const MAX_EVENT: usize = 4 << 20;
@@ -133,9 +154,11 @@ impl PodSet {
     /// The node's pods, marked as coming from the API. Pods being deleted are in it: the loop
     /// stops them with their deletion's grace period, then they are deleted for good.
     pub fn snapshot(&self) -> Snapshot {
+        // Mirror pods are the apiserver's view of static pods: never run as pods of their own.
         let pods = self
             .pods
             .values()
+            .filter(|p| !is_mirror(p))
             .cloned()
             .map(|mut p| {
                 p.metadata
@@ -148,6 +171,22 @@ impl PodSet {
             source: Source::Api,
             pods,
         }
+    }
+
+    /// The mirror pods among the node's pods.
+    pub fn mirrors(&self) -> Vec<MirrorPod> {
+        self.pods
+            .values()
+            .filter(|p| is_mirror(p))
+            .map(|p| MirrorPod {
+                namespace: p.metadata.namespace.clone(),
+                name: p.metadata.name.clone(),
+                uid: p.metadata.uid.clone(),
+                hash: p.metadata.annotations[ANNOTATION_CONFIG_MIRROR].clone(),
+                status: p.status.clone(),
+                deleting: p.metadata.deletion_timestamp.is_some(),
+            })
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -234,13 +273,23 @@ fn read_watch(
 }
 
 /// Runs the source on the calling thread until the receiver of `tx` goes away.
-pub fn run_blocking(client: Client, cfg: ApiSourceConfig, tx: async_channel::Sender<Snapshot>) {
+pub fn run_blocking(
+    client: Client,
+    cfg: ApiSourceConfig,
+    tx: async_channel::Sender<Snapshot>,
+    mirrors: Mirrors,
+) {
     let mut jitter = Jitter::new(&cfg.node_name);
     let mut set = PodSet::default();
     let mut listed = false;
     let mut failures = 0u32;
     let mut forbidden_told = false;
-    let mut emit = |set: &PodSet| tx.send_blocking(set.snapshot()).is_ok();
+    let mut emit = |set: &PodSet| {
+        if let Ok(mut m) = mirrors.lock() {
+            *m = Some(set.mirrors());
+        }
+        tx.send_blocking(set.snapshot()).is_ok()
+    };
     loop {
         if tx.is_closed() {
             return;

@@ -223,6 +223,27 @@ impl Kubelet {
             .collect()
     }
 
+    /// The static pods (from the manifest directory), for their mirror pods.
+    #[cfg(feature = "apiserver")]
+    pub fn static_pods(&self) -> Vec<Rc<crate::api::Pod>> {
+        let file = crate::config::Source::File.as_str();
+        let mut v: Vec<_> = self
+            .state
+            .borrow()
+            .pods
+            .pods()
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+                    .is_some_and(|s| s == file)
+            })
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        v
+    }
+
     /// API pods stopped after their deletion: (uid, namespace, name), handed out once each.
     #[cfg(feature = "apiserver")]
     pub fn take_finalizable(&self) -> Vec<(String, String, String)> {

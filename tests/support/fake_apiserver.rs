@@ -189,6 +189,19 @@ impl FakeApi {
         });
     }
 
+    /// The pods in a namespace whose annotations hold `key`.
+    pub fn pods_with_annotation(&self, key: &str) -> Vec<Value> {
+        self.with(|s| {
+            s.objects
+                .iter()
+                .filter(|(k, v)| {
+                    k.starts_with("pods/") && !v["metadata"]["annotations"][key].is_null()
+                })
+                .map(|(_, v)| v.clone())
+                .collect()
+        })
+    }
+
     /// Ends every open watch, as an apiserver restart or a middlebox does.
     pub fn drop_watches(&self) {
         self.with(|s| s.watch_generation += 1);
@@ -307,6 +320,7 @@ impl FakeApi {
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => format!("leases/{ns}"),
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", n] => format!("leases/{ns}/{n}"),
                 ["api", "v1", "pods"] => "pods".to_owned(),
+                ["api", "v1", "namespaces", ns, "pods"] => format!("newpod/{ns}"),
                 ["api", "v1", "namespaces", ns, "pods", n] | ["api", "v1", "namespaces", ns, "pods", n, "status"] => {
                     format!("pods/{ns}/{n}")
                 }
@@ -334,6 +348,23 @@ impl FakeApi {
                     o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
                     o["metadata"]["uid"] = json!(format!("uid-{name}"));
                     s.objects.insert(k, o.clone());
+                    (201, o)
+                }
+                ("POST", k) if k.starts_with("newpod/") => {
+                    let ns = &k["newpod/".len()..];
+                    let name = body["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                    let key = format!("pods/{ns}/{name}");
+                    if s.objects.contains_key(&key) {
+                        return (409, status(409, "AlreadyExists", &format!("{key} already exists")));
+                    }
+                    s.rv += 1;
+                    let mut o = body;
+                    o["metadata"]["namespace"] = json!(ns);
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    o["metadata"]["uid"] = json!(format!("uid-{name}-{}", s.rv));
+                    s.objects.insert(key, o.clone());
+                    let rv = s.rv;
+                    s.pod_events.push((rv, "ADDED", o.clone()));
                     (201, o)
                 }
                 ("GET", k) => match s.objects.get(k) {
