@@ -5,6 +5,8 @@
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
+#[cfg(any(feature = "file-source", feature = "apiserver"))]
+pub(crate) mod atomic_file;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
 pub mod config;
@@ -191,6 +193,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             let cfg = config::api::ApiSourceConfig {
                 node_name: node_name.clone(),
                 poll_interval: o.apiserver_poll_interval,
+                checkpoint: Some(o.root_dir.join("checkpoints").join("pods.json")),
             };
             let (c, tx) = (client.clone(), snap_tx.clone());
             let mirrors = config::api::Mirrors::default();

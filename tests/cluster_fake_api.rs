@@ -430,3 +430,112 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
         assert_eq!(running(&fake, "st-e2e-node"), 1);
     });
 }
+
+#[test]
+fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles() {
+    run(async {
+        let tmp = TempDir::new("offline");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        api.create_pod(api_pod("keep"));
+        api.create_pod(api_pod("gone"));
+        let a = start(&tmp.path().join("a"), &fake, &api).await;
+        until(
+            &a,
+            "both running with their status in the API",
+            Duration::from_secs(15),
+            || {
+                ["keep", "gone"].iter().all(|n| {
+                    running(&fake, n) == 1
+                        && api
+                            .get(&format!("pods/default/{n}"))
+                            .is_some_and(|p| p["status"]["phase"] == "Running")
+                })
+            },
+        )
+        .await;
+        let before: Vec<String> = fake.containers().into_iter().map(|c| c.id).collect();
+
+        // picolet dies, the apiserver goes away, and a pod is deleted meanwhile.
+        let mut agent = Arc::try_unwrap(a).ok().expect("one owner");
+        agent.kill9();
+        api.set_down(true);
+        api.delete_pod("default", "gone");
+        let a = Arc::new(
+            rt::unblock(move || {
+                agent.restart();
+                agent
+            })
+            .await,
+        );
+        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
+            a.log_text().contains("running 2 pods from the checkpoint")
+        })
+        .await;
+        rt::sleep(Duration::from_secs(3)).await;
+        let after: Vec<String> = fake.containers().into_iter().map(|c| c.id).collect();
+        assert_eq!(before, after, "running containers adopted, none restarted");
+
+        // A container exits while offline: restarted with what the checkpoint holds.
+        let keep = fake
+            .containers()
+            .into_iter()
+            .find(|c| {
+                c.config
+                    .labels
+                    .get("io.kubernetes.pod.name")
+                    .map(String::as_str)
+                    == Some("keep")
+            })
+            .unwrap()
+            .id;
+        fake.exit_container(&keep, 1);
+        until(
+            &a,
+            "keep restarted offline",
+            Duration::from_secs(10),
+            || running(&fake, "keep") == 1,
+        )
+        .await;
+
+        // The link returns: the pod deleted meanwhile goes, keep's restart reaches the API.
+        let patches = api.count("PATCH", "/api/v1/namespaces/default/pods/");
+        api.set_down(false);
+        until(&a, "gone removed", Duration::from_secs(40), || {
+            running(&fake, "gone") == 0
+        })
+        .await;
+        until(
+            &a,
+            "keep's restart count in the API",
+            Duration::from_secs(20),
+            || {
+                api.get("pods/default/keep")
+                    .is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
+            },
+        )
+        .await;
+        let sent: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|(m, p)| m == "PATCH" && p.starts_with("/api/v1/namespaces/default/pods/"))
+            .skip(patches)
+            .map(|(_, p)| p)
+            .collect();
+        // keep's new status, and at most one attempt for the pod deleted meanwhile (404) before
+        // the relist removes it.
+        assert_eq!(
+            sent[0], "/api/v1/namespaces/default/pods/keep/status",
+            "{sent:?}"
+        );
+        assert!(
+            sent.len() <= 2,
+            "nothing re-posted that did not change: {sent:?}"
+        );
+        assert!(
+            std::fs::read(tmp.path().join("a/kubelet/checkpoints/pods.json")).is_ok(),
+            "checkpoint under --root-dir"
+        );
+    });
+}

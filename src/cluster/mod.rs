@@ -230,16 +230,19 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
         let pending = kubelet.api_pod_statuses();
         sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
         for p in pending {
-            if p.current == p.in_api || sent.get(&p.uid) == Some(&p.current) {
+            if same_but_times(&p.current, &p.in_api) || sent.get(&p.uid) == Some(&p.current) {
                 continue;
             }
             let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
             let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
             match call(&client, "PATCH", path, Some(body)).await {
+                // Gone from the apiserver: the source will tell the loop; no point in retrying.
                 Ok(_) => {
                     sent.insert(p.uid, p.current);
                 }
-                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_not_found() => {
+                    sent.insert(p.uid, p.current);
+                }
                 Err(e) => {
                     sent.remove(&p.uid);
                     log::debug!("patching the status of pod {}/{}: {e}", p.namespace, p.name);
@@ -420,6 +423,22 @@ pub async fn run_mirrors(
     }
 }
 
+/// Whether two statuses say the same apart from when conditions last changed and when the pod
+/// started: a restarted picolet regenerates those, and must not re-post every pod for them.
+pub fn same_but_times(a: &PodStatus, b: &PodStatus) -> bool {
+    fn strip(s: &PodStatus) -> PodStatus {
+        let mut s = s.clone();
+        s.start_time = None;
+        for c in &mut s.conditions {
+            c.last_transition_time = None;
+            c.last_probe_time = None;
+        }
+        s.conditions.sort_by(|x, y| x.type_.cmp(&y.type_));
+        s
+    }
+    strip(a) == strip(b)
+}
+
 /// One API pod's status as picolet sees it and as the apiserver holds it.
 #[derive(Debug)]
 pub struct PodStatusView {
@@ -485,6 +504,34 @@ mod tests {
         let mut going = mirror("api-n", "h2", "m2");
         going.deleting = true;
         assert!(plan_mirrors(&edited, &[mirror("etcd-n", "h1", "m1"), going]).is_empty());
+    }
+
+    #[test]
+    fn statuses_differing_only_in_times_are_the_same() {
+        let cond = |t: &str, at: &str| crate::api::PodCondition {
+            type_: t.into(),
+            status: "True".into(),
+            last_transition_time: Some(at.into()),
+            ..Default::default()
+        };
+        let a = PodStatus {
+            phase: Some("Running".into()),
+            start_time: Some("2026-01-01T00:00:00Z".into()),
+            conditions: vec![
+                cond("Ready", "2026-01-01T00:00:01Z"),
+                cond("Initialized", "x"),
+            ],
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.start_time = Some("2026-01-02T00:00:00Z".into());
+        b.conditions = vec![
+            cond("Initialized", "y"),
+            cond("Ready", "2026-01-02T00:00:01Z"),
+        ];
+        assert!(same_but_times(&a, &b));
+        b.phase = Some("Failed".into());
+        assert!(!same_but_times(&a, &b));
     }
 
     #[test]

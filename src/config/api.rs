@@ -55,6 +55,8 @@ pub struct ApiSourceConfig {
     pub node_name: String,
     /// List every this long instead of watching.
     pub poll_interval: Option<Duration>,
+    /// Where the node's API pods are checkpointed (`<root-dir>/checkpoints/pods.json`).
+    pub checkpoint: Option<std::path::PathBuf>,
 }
 
 /// The node's pods as the API shows them: pure, fed by lists and watch events.
@@ -198,6 +200,80 @@ impl PodSet {
     }
 }
 
+/// Largest checkpoint written or read (a node's pods are far smaller).
+const MAX_CHECKPOINT: usize = 16 << 20;
+
+/// The checkpoint: the node's API pods as last seen, without their status (which changes often
+/// and is the apiserver's to keep), so a picolet that starts while the apiserver is unreachable
+/// runs them at once. A missing file means "unknown"; a file with no pods means "known empty".
+/// No resourceVersion: it moves with every status change, and a restarted picolet lists anyway.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    pods: Vec<Pod>,
+}
+
+impl PodSet {
+    /// The checkpoint bytes of the current set.
+    fn checkpoint(&self) -> Vec<u8> {
+        let pods = self
+            .pods
+            .values()
+            .map(|p| {
+                let mut p = p.clone();
+                p.status = Default::default();
+                p.metadata.resource_version = None;
+                p
+            })
+            .collect();
+        serde_json::to_vec(&Checkpoint { pods }).unwrap_or_default()
+    }
+}
+
+/// Reads a checkpoint: `Ok(None)` when there is none (unknown), an error naming the file when it
+/// is unreadable (it is then ignored: better to wait for the apiserver than run a guess).
+pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    if bytes.len() > MAX_CHECKPOINT {
+        return Err(format!(
+            "{}: larger than {MAX_CHECKPOINT} bytes",
+            path.display()
+        ));
+    }
+    let c: Checkpoint =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(PodSet {
+        pods: c
+            .pods
+            .into_iter()
+            .map(|p| (p.metadata.uid.clone(), p))
+            .collect(),
+        resource_version: String::new(),
+    }))
+}
+
+/// Writes the checkpoint when its content changed since `last` (status changes never do).
+fn save_checkpoint(path: &std::path::Path, set: &PodSet, last: &mut Vec<u8>) {
+    let bytes = set.checkpoint();
+    if bytes == *last {
+        return;
+    }
+    if bytes.len() > MAX_CHECKPOINT {
+        log::warn!(
+            "api source: not checkpointing {} pods: larger than {MAX_CHECKPOINT} bytes",
+            set.len()
+        );
+        return;
+    }
+    match crate::atomic_file::write(path, &bytes) {
+        Ok(()) => *last = bytes,
+        Err(e) => log::warn!("api source: writing {}: {e}", path.display()),
+    }
+}
+
 /// A small random source for jitter (splitmix64), seeded per process and node.
 #[derive(Debug, Clone)]
 pub struct Jitter(u64);
@@ -284,9 +360,30 @@ pub fn run_blocking(
     let mut listed = false;
     let mut failures = 0u32;
     let mut forbidden_told = false;
+    let mut written = Vec::new();
+    // Run what the node had before anything is asked of the apiserver: it may be far away.
+    if let Some(path) = &cfg.checkpoint {
+        match load_checkpoint(path) {
+            Ok(Some(saved)) => {
+                log::info!(
+                    "api source: running {} pods from the checkpoint until the apiserver answers",
+                    saved.len()
+                );
+                written = saved.checkpoint();
+                let _ = tx.send_blocking(saved.snapshot());
+                // Resume from where the checkpoint left off: its pods are what picolet runs.
+                set = saved;
+            }
+            Ok(None) => {}
+            Err(e) => log::warn!("api source: ignoring the checkpoint: {e}"),
+        }
+    }
     let mut emit = |set: &PodSet| {
         if let Ok(mut m) = mirrors.lock() {
             *m = Some(set.mirrors());
+        }
+        if let Some(path) = &cfg.checkpoint {
+            save_checkpoint(path, set, &mut written);
         }
         tx.send_blocking(set.snapshot()).is_ok()
     };
@@ -474,6 +571,39 @@ mod tests {
         // An oversized line is refused, not buffered without end.
         let huge = vec![b'x'; MAX_EVENT + 10];
         assert!(read_watch(&huge[..], &mut s, &mut |_| true).is_err());
+    }
+
+    #[test]
+    fn checkpoints_keep_known_empty_apart_from_missing_and_skip_status_changes() {
+        let dir = std::env::temp_dir().join(format!("picolet-ckpt-{}", std::process::id()));
+        let path = dir.join("pods.json");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            load_checkpoint(&path).unwrap().is_none(),
+            "missing: unknown"
+        );
+        let mut s = PodSet::default();
+        let mut last = Vec::new();
+        save_checkpoint(&path, &s, &mut last);
+        let empty = load_checkpoint(&path).unwrap().expect("known empty");
+        assert_eq!(empty.len(), 0);
+        s.apply(&ev("ADDED", "a", "5", "")).unwrap();
+        save_checkpoint(&path, &s, &mut last);
+        let m1 = std::fs::metadata(&path).unwrap().modified().unwrap();
+        // A status-only change writes nothing (flash wear).
+        let status = br#"{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p-a","namespace":"default","uid":"a","resourceVersion":"6"},"spec":{"nodeName":"n","containers":[{"name":"c","image":"busybox"}]},"status":{"phase":"Running"}}}"#;
+        assert_eq!(s.apply(status).unwrap(), Applied::Changed);
+        let before = last.clone();
+        save_checkpoint(&path, &s, &mut last);
+        assert_eq!(last, before, "not rewritten");
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), m1);
+        let back = load_checkpoint(&path).unwrap().unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!(back.snapshot().pods[0].metadata.uid, "a");
+        std::fs::write(&path, b"{torn").unwrap();
+        let e = load_checkpoint(&path).unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

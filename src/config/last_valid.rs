@@ -7,7 +7,7 @@
 //! the old copy or the new one, never a torn file.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::hash;
@@ -31,15 +31,7 @@ pub fn save(store: &Path, manifest: &Path, content: &str) -> io::Result<()> {
         content: content.to_owned(),
     };
     let bytes = serde_json::to_vec(&saved).map_err(io::Error::other)?;
-    let dst = entry(store, manifest);
-    let tmp = dst.with_extension("tmp");
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, &dst)?;
-    fs::File::open(store)?.sync_all()
+    crate::atomic_file::write(&entry(store, manifest), &bytes)
 }
 
 /// The saved content of a manifest, if any (and if it is the one for this exact path).
