@@ -85,9 +85,16 @@ fn ns_mode(host: bool, otherwise: v1::NamespaceMode) -> i32 {
 }
 
 fn namespace_options(pod: &Pod) -> v1::NamespaceOption {
+    // shareProcessNamespace: every container sees the others' processes (the sandbox's PID
+    // namespace).
+    let pid = if pod.spec.share_process_namespace == Some(true) {
+        v1::NamespaceMode::Pod
+    } else {
+        v1::NamespaceMode::Container
+    };
     v1::NamespaceOption {
         network: ns_mode(pod.spec.host_network, v1::NamespaceMode::Pod),
-        pid: ns_mode(pod.spec.host_pid, v1::NamespaceMode::Container),
+        pid: ns_mode(pod.spec.host_pid, pid),
         ipc: ns_mode(pod.spec.host_ipc, v1::NamespaceMode::Pod),
         target_id: String::new(),
     }
@@ -310,6 +317,11 @@ pub fn container_config(
         labels::TERMINATION_GRACE_PERIOD.to_owned(),
         grace_period(pod).to_string(),
     );
+    if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+        && let Ok(j) = serde_json::to_string(h)
+    {
+        annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), j);
+    }
     if !c.ports.is_empty() {
         let ports: Vec<serde_json::Value> = c
             .ports

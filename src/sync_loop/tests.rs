@@ -319,12 +319,15 @@ fn harness(tag: &str) -> Harness {
         status: status.clone(),
         done: done_tx,
     }));
+    status.set_probe_results(rm.probe_results());
+    let prober = crate::prober::ProbeManager::new(rm.clone(), cache.clone(), "192.0.2.1");
     let kubelet = Rc::new(Kubelet::new(
         rm,
         cache,
         status,
         pleg.clone(),
         workers,
+        prober,
         Mux::new(&[Source::File]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
