@@ -527,6 +527,57 @@ mod tests {
     }
 
     #[test]
+    fn share_process_namespace_and_the_pre_stop_annotation() {
+        let mut p = pod();
+        let pid = |p: &Pod| {
+            sandbox_config(p, &node(), 0)
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options
+                .unwrap()
+                .pid
+        };
+        assert_eq!(pid(&p), v1::NamespaceMode::Container as i32);
+        p.spec.share_process_namespace = Some(true);
+        assert_eq!(pid(&p), v1::NamespaceMode::Pod as i32);
+        p.spec.host_pid = true;
+        assert_eq!(pid(&p), v1::NamespaceMode::Node as i32, "hostPID wins");
+        p.spec.host_pid = false;
+        let hook: crate::api::Lifecycle =
+            serde_json::from_str(r#"{"preStop": {"exec": {"command": ["sleep", "5"]}}}"#).unwrap();
+        p.spec.containers[0].lifecycle = Some(hook);
+        let c = p.spec.containers[0].clone();
+        let cfg = container_config(
+            &p,
+            &node(),
+            &ContainerInputs {
+                container: &c,
+                image_ref: "sha256:1",
+                restart_count: 0,
+                hash: 1,
+                pod_ip: "10.0.0.2",
+                volumes: &HashMap::new(),
+                subpaths: &HashMap::new(),
+                termination_log: None,
+            },
+        );
+        assert_eq!(
+            cfg.annotations[labels::PRE_STOP_HANDLER],
+            r#"{"exec":{"command":["sleep","5"]}}"#
+        );
+        let ns = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.pid, v1::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
     fn container_config_mounts_labels_and_resources() {
         let mut p = pod();
         let c = &mut p.spec.containers[0];

@@ -42,7 +42,10 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    #[allow(clippy::too_many_arguments, reason = "the parts `run` wires, each once")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts `run` wires, each once"
+    )]
     pub fn new(
         rm: Rc<RuntimeManager>,
         cache: Rc<RefCell<Cache>>,
