@@ -430,3 +430,93 @@ fn removing_a_pod_stops_its_workers_and_forgets_their_results() {
         assert_eq!(e.fake.calls("ExecSync"), calls, "no probe after removal");
     });
 }
+
+/// A real TLS server: `openssl s_server -www` with a throw-away self-signed certificate (from
+/// the `openssl` package, which scripts/install-deps.sh installs). Stopped by PID on drop.
+#[cfg(feature = "https-probes")]
+struct OpensslServer(std::process::Child, std::path::PathBuf);
+
+#[cfg(feature = "https-probes")]
+impl Drop for OpensslServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+#[cfg(feature = "https-probes")]
+#[test]
+fn https_probes_talk_tls_without_verifying_the_certificate() {
+    use std::process::{Command, Stdio};
+    let dir = std::env::temp_dir().join(format!("picolet-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=nobody",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is required (scripts/install-deps.sh installs it)");
+    assert!(made.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("openssl")
+        .args(["s_server", "-www", "-quiet", "-accept"])
+        .arg(port.to_string())
+        .arg("-cert")
+        .arg(dir.join("cert.pem"))
+        .arg("-key")
+        .arg(dir.join("key.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let _server = OpensslServer(child, dir);
+    let e = env("https");
+    rt::block_on(async {
+        let probe: crate::api::Probe = serde_json::from_value(serde_json::json!({
+            "httpGet": {"scheme": "HTTPS", "port": port, "path": "/"}
+        }))
+        .unwrap();
+        let c = crate::api::Container::default();
+        // Wait (in real time: the server is another process) until it listens.
+        let mut outcome = Outcome::Error(String::new());
+        for _ in 0..100 {
+            outcome = e.pm.ctx.run(&probe, &c, "id", "127.0.0.1").await;
+            if matches!(outcome, Outcome::Success(_)) {
+                break;
+            }
+            async_io::Timer::after(Duration::from_millis(50)).await;
+        }
+        match outcome {
+            // s_server -www answers with a page describing the TLS session.
+            Outcome::Success(body) => assert!(body.contains("Cipher"), "{body}"),
+            o => panic!("{o:?}"),
+        }
+        // Plain HTTP against the TLS port fails.
+        let plain: crate::api::Probe = serde_json::from_value(serde_json::json!({
+            "httpGet": {"port": port}
+        }))
+        .unwrap();
+        assert!(matches!(
+            e.pm.ctx.run(&plain, &c, "id", "127.0.0.1").await,
+            Outcome::Failure(_)
+        ));
+    });
+}
