@@ -7,7 +7,7 @@
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
-pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3)
+pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl)
 cross=false
 for arg in "$@"; do
     case "$arg" in

@@ -19,8 +19,12 @@ for features in "--no-default-features" "--no-default-features --features file-s
     # shellcheck disable=SC2086
     cargo clippy --locked --lib --bins $features -- -D warnings
 done
+echo "-- --features https-probes"
+cargo clippy --locked --all-targets --features https-probes -- -D warnings
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
+echo "== the prober with TLS (feature https-probes) against openssl s_server"
+cargo test --locked --lib --features https-probes prober::
 echo "== unit tests on armv7 (32-bit) under qemu"
 cargo test --locked --lib --target armv7-unknown-linux-gnueabihf
 echo "== aarch64 build"

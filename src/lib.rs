@@ -20,6 +20,7 @@ pub mod options;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
+pub(crate) mod prober;
 pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]
@@ -161,12 +162,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         if src.apiserver.is_some() {
             expected.push(Source::Api);
         }
+        status.set_probe_results(rm.probe_results());
+        let prober = prober::ProbeManager::new(rm.clone(), cache.clone(), &host_ip);
         let kubelet = Rc::new(sync_loop::Kubelet::new(
             rm,
             cache,
             status,
             pleg.clone(),
             workers,
+            prober,
             Mux::new(&expected),
             sync_loop::LoopConfig {
                 sync_frequency: o.sync_frequency,

@@ -2,7 +2,7 @@
 //!
 //! Decoding is lenient about fields picolet does not model: they are
 //! returned in [`Decoded::unknown_fields`] (paths such as
-//! `spec.containers[0].lifecycle`) so the caller can warn about them, and
+//! `spec.affinity`) so the caller can warn about them, and
 //! validation refuses anything picolet cannot honour. Type errors are strict
 //! and carry the field path plus, where the parser knows it, line and column.
 
@@ -35,7 +35,7 @@ impl Format {
 pub struct Decoded {
     pub pod: Pod,
     /// Paths of ignored fields in input order, in the same notation as
-    /// validation errors: `metadata.finalizers`, `spec.containers[0].lifecycle`.
+    /// validation errors: `metadata.finalizers`, `spec.affinity`.
     pub unknown_fields: Vec<String>,
 }
 
@@ -467,6 +467,7 @@ spec:
     lifecycle:
       preStop:
         exec: {command: [sleep, '5']}
+      stopSignal: SIGUSR1
     securityContext:
       capabilities:
         add: [NET_ADMIN]
@@ -486,7 +487,7 @@ spec:
                 "metadata.finalizers",
                 "spec.affinity",
                 "spec.securityContext.seccompProfile",
-                "spec.containers[0].lifecycle",
+                "spec.containers[0].lifecycle.stopSignal",
                 "spec.containers[0].securityContext.capabilities.bogus",
                 "spec.containers[0].livenessProbe.foo",
                 "spec.containers[0].resources.claims",

@@ -137,6 +137,9 @@ pub struct PodSpec {
     pub security_context: Option<PodSecurityContext>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// One PID namespace for every container of the pod (the sandbox's, CRI mode POD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_process_namespace: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -211,6 +214,12 @@ pub struct Container {
     pub termination_message_path: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub termination_message_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+    /// Only `Always`, and only on init containers: a sidecar, started before the app
+    /// containers, kept running beside them and stopped after them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     pub stdin: bool,
     #[serde(skip_serializing_if = "is_false")]
@@ -343,6 +352,43 @@ pub struct Probe {
     pub failure_threshold: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
+}
+
+impl Container {
+    /// An init container with `restartPolicy: Always`: a sidecar.
+    pub fn is_sidecar(&self) -> bool {
+        self.restart_policy.as_deref() == Some("Always")
+    }
+}
+
+/// Hooks run after a container starts and before it is stopped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Lifecycle {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub post_start: Option<LifecycleHandler>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pre_stop: Option<LifecycleHandler>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LifecycleHandler {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecAction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_get: Option<HttpGetAction>,
+    /// Accepted by the API for old manifests, never run by the kubelet: validation refuses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_socket: Option<TcpSocketAction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<SleepAction>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SleepAction {
+    pub seconds: i64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

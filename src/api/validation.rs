@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use super::pod::{
-    Container, ContainerPort, IntOrString, ObjectMeta, Pod, PodSecurityContext, PodSpec, Probe,
-    ResourceRequirements, SecurityContext, Volume,
+    Container, ContainerPort, HttpGetAction, IntOrString, LifecycleHandler, ObjectMeta, Pod,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecurityContext, Volume,
 };
 
 /// One validation failure: the field, its offending value ("" when the
@@ -297,9 +297,10 @@ impl Errors {
         }
         let mut names = BTreeSet::new();
         let mut host_ports = BTreeSet::new();
+        let grace = s.termination_grace_period_seconds.unwrap_or(30);
         for (i, c) in s.containers.iter().enumerate() {
             let p = format!("spec.containers[{i}]");
-            self.container(c, &p, false, &volumes);
+            self.container(c, &p, false, &volumes, grace);
             if !c.name.is_empty() && !names.insert(c.name.as_str()) {
                 self.add(&format!("{p}.name"), &c.name, DUPLICATE);
             }
@@ -307,12 +308,17 @@ impl Errors {
         }
         for (i, c) in s.init_containers.iter().enumerate() {
             let p = format!("spec.initContainers[{i}]");
-            self.container(c, &p, true, &volumes);
+            self.container(c, &p, true, &volumes, grace);
             if !c.name.is_empty() && !names.insert(c.name.as_str()) {
                 self.add(&format!("{p}.name"), &c.name, DUPLICATE);
             }
-            // init containers run one at a time, so only conflicts within one count
-            self.host_ports(c, &p, s.host_network, &mut BTreeSet::new());
+            if c.is_sidecar() {
+                // sidecars run beside the app containers and each other
+                self.host_ports(c, &p, s.host_network, &mut host_ports);
+            } else {
+                // init containers run one at a time, so only conflicts within one count
+                self.host_ports(c, &p, s.host_network, &mut BTreeSet::new());
+            }
         }
 
         self.non_negative(
@@ -533,7 +539,14 @@ impl Errors {
 
     // ---- containers ----
 
-    fn container(&mut self, c: &Container, p: &str, init: bool, volumes: &BTreeSet<&str>) {
+    fn container(
+        &mut self,
+        c: &Container,
+        p: &str,
+        init: bool,
+        volumes: &BTreeSet<&str>,
+        grace: i64,
+    ) {
         self.dns_label(&format!("{p}.name"), &c.name);
         if c.image.is_empty() {
             self.required(&format!("{p}.image"));
@@ -557,10 +570,33 @@ impl Errors {
         for (name, probe) in probes {
             let Some(probe) = probe else { continue };
             let path = format!("{p}.{name}");
-            if init {
+            if init && !c.is_sidecar() {
                 self.add(&path, "", "may not be set for init containers");
             } else {
                 self.probe(probe, &path, name, c);
+            }
+        }
+        match c.restart_policy.as_deref() {
+            None => {}
+            Some(v) if !init => self.add(
+                &format!("{p}.restartPolicy"),
+                v,
+                "may not be set for non-init containers",
+            ),
+            Some("Always") => {}
+            Some(v) => self.add(&format!("{p}.restartPolicy"), v, &supported(&["Always"])),
+        }
+        if let Some(l) = &c.lifecycle {
+            let path = format!("{p}.lifecycle");
+            if init && !c.is_sidecar() {
+                self.add(&path, "", "may not be set for init containers");
+            } else {
+                let hooks = [("postStart", &l.post_start), ("preStop", &l.pre_stop)];
+                for (name, h) in hooks {
+                    if let Some(h) = h {
+                        self.lifecycle_handler(h, &format!("{path}.{name}"), c, grace);
+                    }
+                }
             }
         }
 
@@ -843,27 +879,7 @@ impl Errors {
             self.required(&format!("{p}.exec.command"));
         }
         if let Some(h) = &pr.http_get {
-            self.probe_port(&format!("{p}.httpGet.port"), &h.port, c);
-            if let Some(s) = h
-                .scheme
-                .as_deref()
-                .filter(|s| !matches!(*s, "HTTP" | "HTTPS"))
-            {
-                self.add(
-                    &format!("{p}.httpGet.scheme"),
-                    s,
-                    &supported(&["HTTP", "HTTPS"]),
-                );
-            }
-            for (k, hdr) in h.http_headers.iter().enumerate() {
-                if !is_http_header_name(&hdr.name) {
-                    self.add(
-                        &format!("{p}.httpGet.httpHeaders[{k}].name"),
-                        &hdr.name,
-                        "must consist of alphanumeric characters or '-'",
-                    );
-                }
-            }
+            self.http_get(h, &format!("{p}.httpGet"), c);
         }
         if let Some(t) = &pr.tcp_socket {
             self.probe_port(&format!("{p}.tcpSocket.port"), &t.port, c);
@@ -904,6 +920,84 @@ impl Errors {
             } else if v <= 0 {
                 self.add(&path, &v.to_string(), "must be greater than 0");
             }
+        }
+    }
+
+    fn http_get(&mut self, h: &HttpGetAction, p: &str, c: &Container) {
+        self.probe_port(&format!("{p}.port"), &h.port, c);
+        match h.scheme.as_deref() {
+            None | Some("HTTP") => {}
+            Some("HTTPS") if cfg!(feature = "https-probes") => {}
+            Some("HTTPS") => self.add(
+                &format!("{p}.scheme"),
+                "HTTPS",
+                "needs a picolet built with the cargo feature https-probes (this one has no TLS)",
+            ),
+            Some(s) => self.add(&format!("{p}.scheme"), s, &supported(&["HTTP", "HTTPS"])),
+        }
+        for (k, hdr) in h.http_headers.iter().enumerate() {
+            if !is_http_header_name(&hdr.name) {
+                self.add(
+                    &format!("{p}.httpHeaders[{k}].name"),
+                    &hdr.name,
+                    "must consist of alphanumeric characters or '-'",
+                );
+            }
+        }
+    }
+
+    /// A postStart or preStop hook: exactly one of exec, httpGet and sleep.
+    fn lifecycle_handler(&mut self, h: &LifecycleHandler, p: &str, c: &Container, grace: i64) {
+        let set = [
+            ("exec", h.exec.is_some()),
+            ("httpGet", h.http_get.is_some()),
+            ("tcpSocket", h.tcp_socket.is_some()),
+            ("sleep", h.sleep.is_some()),
+        ];
+        let mut count = 0;
+        for (name, on) in set {
+            if on {
+                count += 1;
+                if count > 1 {
+                    self.add(
+                        &format!("{p}.{name}"),
+                        "",
+                        "may not specify more than 1 handler type",
+                    );
+                }
+            }
+        }
+        if count == 0 {
+            self.add(
+                p,
+                "",
+                "must specify a handler type (exec, httpGet or sleep)",
+            );
+        }
+        if h.exec.as_ref().is_some_and(|x| x.command.is_empty()) {
+            self.required(&format!("{p}.exec.command"));
+        }
+        if let Some(g) = &h.http_get {
+            self.http_get(g, &format!("{p}.httpGet"), c);
+        }
+        if h.tcp_socket.is_some() {
+            // The API still accepts it for old manifests; the kubelet never runs it.
+            self.add(
+                &format!("{p}.tcpSocket"),
+                "",
+                "is not supported as a lifecycle hook (the kubelet does not run it); use exec, httpGet or sleep",
+            );
+        }
+        if let Some(s) = &h.sleep
+            && !(0..=grace).contains(&s.seconds)
+        {
+            self.add(
+                &format!("{p}.sleep.seconds"),
+                &s.seconds.to_string(),
+                &format!(
+                    "must be non-negative and less than terminationGracePeriodSeconds ({grace})"
+                ),
+            );
         }
     }
 
@@ -1980,6 +2074,18 @@ mod tests {
             "\"HTTP\", \"HTTPS\"",
         );
         h.http_get.as_mut().unwrap().scheme = Some("HTTPS".into());
+        c0(&mut p).readiness_probe = Some(h.clone());
+        if cfg!(feature = "https-probes") {
+            assert_valid(&p);
+        } else {
+            assert_one(
+                &p,
+                "spec.containers[0].readinessProbe.httpGet.scheme",
+                "HTTPS",
+                "cargo feature https-probes",
+            );
+        }
+        h.http_get.as_mut().unwrap().scheme = Some("HTTP".into());
         h.http_get.as_mut().unwrap().http_headers = vec![HttpHeader {
             name: "X Bad".into(),
             value: "v".into(),
@@ -1990,6 +2096,75 @@ mod tests {
             "spec.containers[0].readinessProbe.httpGet.httpHeaders[0].name",
             "X Bad",
             "alphanumeric",
+        );
+    }
+
+    #[test]
+    fn lifecycle_hooks_and_sidecars() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  terminationGracePeriodSeconds: 10\n  \
+             initContainers:\n  - name: side\n    image: busybox\n    restartPolicy: Always\n    \
+             readinessProbe: {exec: {command: [true]}}\n    lifecycle: {preStop: {sleep: {seconds: 3}}}\n  \
+             containers:\n  - name: app\n    image: busybox\n    lifecycle:\n      \
+             postStart: {exec: {command: [touch, /tmp/x]}}\n      preStop: {httpGet: {path: /quit, port: 8080}}\n",
+        );
+        assert_valid(&p);
+        let mut bad = p.clone();
+        bad.spec.init_containers[0].restart_policy = Some("Never".into());
+        let errs = validate_pod(&bad);
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.initContainers[0].readinessProbe",
+                "spec.initContainers[0].restartPolicy",
+                "spec.initContainers[0].lifecycle",
+            ],
+            "{errs:?}"
+        );
+        let mut bad = p.clone();
+        c0(&mut bad).restart_policy = Some("Always".into());
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicy",
+            "Always",
+            "may not be set for non-init containers",
+        );
+        let mut bad = p.clone();
+        bad.spec.init_containers[0]
+            .lifecycle
+            .as_mut()
+            .unwrap()
+            .pre_stop
+            .as_mut()
+            .unwrap()
+            .sleep
+            .as_mut()
+            .unwrap()
+            .seconds = 11;
+        assert_one(
+            &bad,
+            "spec.initContainers[0].lifecycle.preStop.sleep.seconds",
+            "11",
+            "less than terminationGracePeriodSeconds (10)",
+        );
+        let mut bad = p.clone();
+        let l = c0(&mut bad).lifecycle.as_mut().unwrap();
+        l.post_start = Some(crate::api::LifecycleHandler::default());
+        l.pre_stop = Some(crate::api::LifecycleHandler {
+            tcp_socket: Some(TcpSocketAction {
+                port: IntOrString::Int(80),
+                host: None,
+            }),
+            ..Default::default()
+        });
+        let errs = validate_pod(&bad);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert_eq!(errs[0].path, "spec.containers[0].lifecycle.postStart");
+        assert!(errs[0].message.contains("must specify a handler type"));
+        assert_eq!(
+            errs[1].path,
+            "spec.containers[0].lifecycle.preStop.tcpSocket"
         );
     }
 

@@ -50,6 +50,15 @@ impl CriError {
         matches!(self, CriError::Status { status, .. } if status.code() == tonic::Code::NotFound)
     }
 
+    /// True when the call, or what it ran (an exec), ran out of time.
+    pub fn is_deadline_exceeded(&self) -> bool {
+        match self {
+            CriError::Timeout { .. } => true,
+            CriError::Status { status, .. } => status.code() == tonic::Code::DeadlineExceeded,
+            CriError::Endpoint(_) => false,
+        }
+    }
+
     /// True for errors that mean the runtime is not reachable or did not answer in time.
     pub fn is_unavailable(&self) -> bool {
         match self {

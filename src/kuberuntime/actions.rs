@@ -4,8 +4,9 @@
 //! remembers what it decided last time, so a restarted picolet computes the same actions from the
 //! same state and adopts running pods untouched.
 
-use crate::api::{Pod, RestartPolicy};
+use crate::api::{Container, Pod, RestartPolicy};
 use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState};
+use crate::prober::{Kind, ProbeResult, Results};
 
 /// Why a running container is being killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +14,41 @@ pub struct Kill {
     pub id: Box<str>,
     pub name: Box<str>,
     pub reason: String,
+    /// A grace period that replaces the pod's (a failed probe's
+    /// `terminationGracePeriodSeconds`).
+    pub grace: Option<i64>,
+}
+
+/// What the actions need to know of the probes of a running container instance.
+pub trait Health {
+    /// The probe (liveness or startup) whose failure means the instance must be restarted.
+    fn failed(&self, c: &Container, id: &str) -> Option<Kind>;
+    /// Whether the instance has started: its startup probe passed, or it has none.
+    fn started(&self, c: &Container, id: &str) -> bool;
+}
+
+/// No probe results: every container is alive and started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProbes;
+
+impl Health for NoProbes {
+    fn failed(&self, _: &Container, _: &str) -> Option<Kind> {
+        None
+    }
+    fn started(&self, _: &Container, _: &str) -> bool {
+        true
+    }
+}
+
+impl Health for Results {
+    fn failed(&self, _: &Container, id: &str) -> Option<Kind> {
+        [Kind::Liveness, Kind::Startup]
+            .into_iter()
+            .find(|k| self.get(id, *k) == Some(ProbeResult::Failure))
+    }
+    fn started(&self, c: &Container, id: &str) -> bool {
+        Results::started(self, c, id)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +64,8 @@ pub struct PodActions {
     pub next_init_container: Option<usize>,
     /// Indexes into `spec.containers`.
     pub containers_to_start: Vec<usize>,
+    /// Indexes into `spec.initContainers` of sidecars to (re)start once the pod is initialized.
+    pub sidecars_to_start: Vec<usize>,
     pub containers_to_kill: Vec<Kill>,
 }
 
@@ -82,9 +120,18 @@ pub fn sandbox_usable(pod: &Pod, st: &PodRuntimeStatus) -> bool {
     !sandbox_changed(pod, st).0
 }
 
-/// Where the init containers stand: `Ok(None)` when all have succeeded (or app containers have
-/// already run), `Ok(Some(i))` for the next one to (re)start, `Err(())` while one is running.
-fn next_init(pod: &Pod, st: &PodRuntimeStatus) -> Result<Option<(usize, bool)>, ()> {
+/// Where the init containers stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Init {
+    /// All have succeeded (sidecars: started), or app containers have already run.
+    Done,
+    /// One is running (a sidecar: has not started yet): wait for it.
+    Wait,
+    /// (Re)start this one; `failed` when its last run failed.
+    Start { index: usize, failed: bool },
+}
+
+fn next_init(pod: &Pod, st: &PodRuntimeStatus, health: &dyn Health) -> Init {
     let inits = &pod.spec.init_containers;
     // A running app container proves the init containers ran (upstream's rule); an exited one
     // may be left from a sandbox that died, whose successor must run them again.
@@ -93,25 +140,87 @@ fn next_init(pod: &Pod, st: &PodRuntimeStatus) -> Result<Option<(usize, bool)>, 
             .is_some_and(|s| s.state == ContainerState::Running)
     });
     if inits.is_empty() || app_running {
-        return Ok(None);
+        return Init::Done;
     }
     for (i, c) in inits.iter().enumerate() {
-        match st.latest(&c.name) {
-            None => return Ok(Some((i, false))),
+        let s = st.latest(&c.name);
+        if c.is_sidecar() {
+            // A sidecar counts once it runs and has started; the next one waits for that.
+            match s {
+                Some(s) if s.state == ContainerState::Running => {
+                    if health.started(c, &s.id) {
+                        continue;
+                    }
+                    return Init::Wait;
+                }
+                _ => {
+                    return Init::Start {
+                        index: i,
+                        failed: false,
+                    };
+                }
+            }
+        }
+        match s {
+            None => {
+                return Init::Start {
+                    index: i,
+                    failed: false,
+                };
+            }
             Some(s) => match s.state {
-                ContainerState::Running => return Err(()),
+                ContainerState::Running => return Init::Wait,
                 ContainerState::Exited if s.exit_code == 0 => continue,
-                ContainerState::Exited => return Ok(Some((i, true))),
-                ContainerState::Created | ContainerState::Unknown => return Ok(Some((i, false))),
+                ContainerState::Exited => {
+                    return Init::Start {
+                        index: i,
+                        failed: true,
+                    };
+                }
+                ContainerState::Created | ContainerState::Unknown => {
+                    return Init::Start {
+                        index: i,
+                        failed: false,
+                    };
+                }
             },
         }
     }
-    Ok(None)
+    Init::Done
+}
+
+/// The kill of a running instance whose liveness or startup probe failed; whether it is
+/// started again follows the restart policy (`restart`).
+fn probe_kill(c: &Container, s: &ContainerStatus, kind: Kind, restart: bool) -> Kill {
+    let probe = kind.spec(c);
+    Kill {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        reason: format!(
+            "Container {} failed {} probe{}",
+            c.name,
+            kind.name().to_lowercase(),
+            if restart { ", will be restarted" } else { "" }
+        ),
+        grace: probe.and_then(|p| p.termination_grace_period_seconds),
+    }
+}
+
+/// [`compute_with`] without probes.
+#[cfg(test)]
+pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
+    compute_with(pod, st, hashes, &NoProbes)
 }
 
 /// Computes what to do to bring the runtime to the pod's spec. `hashes[i]` is the spec hash of
-/// `spec.containers[i]`.
-pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
+/// `spec.containers[i]`; `health` tells which running instances failed a liveness or startup
+/// probe, and which have started.
+pub fn compute_with(
+    pod: &Pod,
+    st: &PodRuntimeStatus,
+    hashes: &[u64],
+    health: &dyn Health,
+) -> PodActions {
     let policy = restart_policy(pod);
     let (create, attempt, sandbox_id) = sandbox_changed(pod, st);
     let mut a = PodActions {
@@ -162,21 +271,47 @@ pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
                 id: c.id.clone(),
                 name: c.name.clone(),
                 reason: "container is not in the pod spec".into(),
+                grace: None,
             });
         }
     }
 
-    match next_init(pod, st) {
-        Err(()) => return a, // an init container is running: wait for it
-        Ok(Some((i, failed))) => {
+    match next_init(pod, st, health) {
+        Init::Wait => return a, // an init container is running: wait for it
+        Init::Start { index, failed } => {
             if failed && policy == RestartPolicy::Never {
                 a.kill_pod = true;
             } else {
-                a.next_init_container = Some(i);
+                a.next_init_container = Some(index);
             }
             return a;
         }
-        Ok(None) => {}
+        Init::Done => {}
+    }
+
+    // Sidecars keep running beside the app containers, whatever the pod's restart policy.
+    for (i, c) in pod.spec.init_containers.iter().enumerate() {
+        if !c.is_sidecar() {
+            continue;
+        }
+        match st.latest(&c.name) {
+            Some(s) if s.state == ContainerState::Running => {
+                if let Some(kind) = health.failed(c, &s.id) {
+                    a.containers_to_kill.push(probe_kill(c, s, kind, true));
+                    a.sidecars_to_start.push(i);
+                }
+            }
+            Some(s) if s.state == ContainerState::Unknown => {
+                a.containers_to_kill.push(Kill {
+                    id: s.id.clone(),
+                    name: s.name.clone(),
+                    reason: "container is in unknown state, will be restarted".into(),
+                    grace: None,
+                });
+                a.sidecars_to_start.push(i);
+            }
+            _ => a.sidecars_to_start.push(i),
+        }
     }
 
     let mut keep = 0usize;
@@ -188,6 +323,7 @@ pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
                 id: u.id.clone(),
                 name: u.name.clone(),
                 reason: "container is in unknown state, will be restarted".into(),
+                grace: None,
             });
         }
         match s {
@@ -201,8 +337,16 @@ pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
                             "container {} definition changed, will be restarted",
                             c.name
                         ),
+                        grace: None,
                     });
                     a.containers_to_start.push(i);
+                } else if let Some(kind) = health.failed(c, &s.id) {
+                    // Restarted whatever the exit code, unless the policy is Never.
+                    let restart = policy != RestartPolicy::Never;
+                    a.containers_to_kill.push(probe_kill(c, s, kind, restart));
+                    if restart {
+                        a.containers_to_start.push(i);
+                    }
                 } else {
                     keep += 1;
                 }
@@ -215,9 +359,10 @@ pub fn compute(pod: &Pod, st: &PodRuntimeStatus, hashes: &[u64]) -> PodActions {
         }
     }
     if keep == 0 && a.containers_to_start.is_empty() {
-        // Nothing runs and nothing will: stop the sandbox too.
+        // Nothing runs and nothing will: stop the sandbox too (and the sidecars with it).
         a.kill_pod = true;
         a.containers_to_kill.clear();
+        a.sidecars_to_start.clear();
     }
     a
 }

@@ -87,9 +87,16 @@ fn ns_mode(host: bool, otherwise: v1::NamespaceMode) -> i32 {
 }
 
 fn namespace_options(pod: &Pod) -> v1::NamespaceOption {
+    // shareProcessNamespace: every container sees the others' processes (the sandbox's PID
+    // namespace).
+    let pid = if pod.spec.share_process_namespace == Some(true) {
+        v1::NamespaceMode::Pod
+    } else {
+        v1::NamespaceMode::Container
+    };
     v1::NamespaceOption {
         network: ns_mode(pod.spec.host_network, v1::NamespaceMode::Pod),
-        pid: ns_mode(pod.spec.host_pid, v1::NamespaceMode::Container),
+        pid: ns_mode(pod.spec.host_pid, pid),
         ipc: ns_mode(pod.spec.host_ipc, v1::NamespaceMode::Pod),
         target_id: String::new(),
     }
@@ -312,6 +319,11 @@ pub fn container_config(
         labels::TERMINATION_GRACE_PERIOD.to_owned(),
         grace_period(pod).to_string(),
     );
+    if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+        && let Ok(j) = serde_json::to_string(h)
+    {
+        annotations.insert(labels::PRE_STOP_HANDLER.to_owned(), j);
+    }
     if !c.ports.is_empty() {
         let ports: Vec<serde_json::Value> = c
             .ports
@@ -514,6 +526,57 @@ mod tests {
         let mut p = pod();
         p.metadata.name = format!("{}-{}", "a".repeat(62), "b");
         assert_eq!(hostname(&p), "a".repeat(62));
+    }
+
+    #[test]
+    fn share_process_namespace_and_the_pre_stop_annotation() {
+        let mut p = pod();
+        let pid = |p: &Pod| {
+            sandbox_config(p, &node(), 0)
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options
+                .unwrap()
+                .pid
+        };
+        assert_eq!(pid(&p), v1::NamespaceMode::Container as i32);
+        p.spec.share_process_namespace = Some(true);
+        assert_eq!(pid(&p), v1::NamespaceMode::Pod as i32);
+        p.spec.host_pid = true;
+        assert_eq!(pid(&p), v1::NamespaceMode::Node as i32, "hostPID wins");
+        p.spec.host_pid = false;
+        let hook: crate::api::Lifecycle =
+            serde_json::from_str(r#"{"preStop": {"exec": {"command": ["sleep", "5"]}}}"#).unwrap();
+        p.spec.containers[0].lifecycle = Some(hook);
+        let c = p.spec.containers[0].clone();
+        let cfg = container_config(
+            &p,
+            &node(),
+            &ContainerInputs {
+                container: &c,
+                image_ref: "sha256:1",
+                restart_count: 0,
+                hash: 1,
+                pod_ip: "10.0.0.2",
+                volumes: &HashMap::new(),
+                subpaths: &HashMap::new(),
+                termination_log: None,
+            },
+        );
+        assert_eq!(
+            cfg.annotations[labels::PRE_STOP_HANDLER],
+            r#"{"exec":{"command":["sleep","5"]}}"#
+        );
+        let ns = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.pid, v1::NamespaceMode::Pod as i32);
     }
 
     #[test]

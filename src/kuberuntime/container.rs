@@ -77,7 +77,15 @@ impl RuntimeManager {
         let prev = ctx.st.latest(&c.name);
         let now = rt::now_nanos();
         let key = backoff_key(uid, &c.name);
-        if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
+        // The backoff counts from the newest instance that exited, as the kubelet's does: a
+        // container killed in this very sync (a failed liveness probe) has none of its own.
+        let exited = ctx
+            .st
+            .containers
+            .iter()
+            .filter(|x| *x.name == *c.name && x.state == ContainerState::Exited)
+            .max_by_key(|x| x.created_at);
+        if let Some(p) = exited {
             let mut b = self.restart_backoff.borrow_mut();
             if let Some(rem) = b.remaining(&key, p.finished_at, now) {
                 let delay = b.delay(&key).unwrap_or_default();
@@ -186,6 +194,9 @@ impl RuntimeManager {
                     pod.metadata.name
                 );
                 self.clear_waiting(uid, &c.name);
+                if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+                    self.post_start(ctx, c, h, &id, out).await;
+                }
             }
             Err(source) => {
                 let e = SyncError::RunContainer {
@@ -196,6 +207,74 @@ impl RuntimeManager {
                 out.fail(e);
             }
         }
+    }
+
+    /// Runs the postStart hook of a container just started; when it fails, the container is
+    /// killed and waits with PostStartHookError, to be started again after its backoff.
+    async fn post_start(
+        &self,
+        ctx: &StartContext<'_>,
+        c: &Container,
+        h: &crate::api::LifecycleHandler,
+        id: &str,
+        out: &mut SyncOutcome,
+    ) {
+        let pod = ctx.pod;
+        let uid = pod.metadata.uid.as_str();
+        let ip = if pod.spec.host_network || ctx.pod_ip.is_empty() {
+            self.node.node_ip.clone()
+        } else {
+            ctx.pod_ip.to_owned()
+        };
+        let pod_ref = super::hooks::pod_ref(&pod.metadata.name, config::namespace(pod), uid);
+        let Err(message) = self.run_hook(h, c, &pod_ref, id, &ip).await else {
+            return;
+        };
+        // The kubelet's FailedPostStartHook event, then the kill.
+        log::warn!("FailedPostStartHook: {message}");
+        let st = PodRuntimeStatus {
+            uid: uid.into(),
+            name: pod.metadata.name.as_str().into(),
+            namespace: config::namespace(pod).into(),
+            sandboxes: ctx.st.sandboxes.clone(),
+            containers: Vec::new(),
+        };
+        let me = ContainerStatus {
+            id: id.into(),
+            sandbox_id: ctx.sandbox_id.into(),
+            name: c.name.as_str().into(),
+            state: ContainerState::Running,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            image: c.image.as_str().into(),
+            image_ref: "".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        };
+        log::info!(
+            "Killing: container {} of pod {}: FailedPostStartHook",
+            c.name,
+            pod.metadata.name
+        );
+        if let Err(e) = self
+            .kill_container(Some(pod), &st, &me, config::grace_period(pod))
+            .await
+        {
+            log::warn!(
+                "killing container {} after its postStart hook failed: {e}",
+                c.name
+            );
+        }
+        let e = SyncError::PostStartHook {
+            container: c.name.clone(),
+            message,
+        };
+        self.wait_on(uid, &e);
+        out.fail(e);
     }
 
     pub(super) async fn purge_init_containers(
@@ -241,6 +320,10 @@ fn prepare_files(
     }
     let path = termination_dir.join(format!("termination-log-{}", restart % 2));
     fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    // Writable by a container running as any user, as the kubelet makes it.
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("opening up {}: {e}", path.display()))?;
     Ok(path)
 }
 

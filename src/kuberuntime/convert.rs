@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use super::termination;
+
 use crate::cri::v1;
 use crate::kubecontainer::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
 
@@ -76,20 +78,32 @@ fn listed_container(c: &v1::Container) -> ContainerStatus {
     }
 }
 
-/// An inspected container, and the host file of its termination message when it has exited
-/// and has one (read off the executor thread by the caller).
+/// An inspected container, and where its termination message comes from when it has exited
+/// (read off the executor thread by the caller): the host file behind its message path and,
+/// with `FallbackToLogsOnError` after a failure (not one to even start it), its log.
 pub(crate) fn container_from(
     s: &v1::ContainerStatus,
     sandbox_id: &str,
-) -> (ContainerStatus, Option<PathBuf>) {
+) -> (ContainerStatus, Option<termination::Source>) {
     let state = container_state(s.state);
-    let message_file = (state == ContainerState::Exited)
-        .then(|| {
-            let path = s.annotations.get(labels::TERMINATION_MESSAGE_PATH)?;
-            let m = s.mounts.iter().find(|m| &m.container_path == path)?;
-            Some(PathBuf::from(&m.host_path))
-        })
-        .flatten();
+    let message = (state == ContainerState::Exited).then(|| {
+        let file = s
+            .annotations
+            .get(labels::TERMINATION_MESSAGE_PATH)
+            .and_then(|path| s.mounts.iter().find(|m| &m.container_path == path))
+            .map(|m| PathBuf::from(&m.host_path));
+        let fallback = s
+            .annotations
+            .get(labels::TERMINATION_MESSAGE_POLICY)
+            .is_some_and(|p| p == "FallbackToLogsOnError")
+            && s.exit_code != 0
+            && s.reason != "ContainerCannotRun"
+            && !s.log_path.is_empty();
+        termination::Source {
+            file,
+            fallback_log: fallback.then(|| PathBuf::from(&s.log_path)),
+        }
+    });
     let c = ContainerStatus {
         id: s.id.as_str().into(),
         name: s.metadata.as_ref().map_or("", |m| m.name.as_str()).into(),
@@ -106,7 +120,7 @@ pub(crate) fn container_from(
         restart_count: labels::parse_restart_count(&s.annotations),
         sandbox_id: sandbox_id.into(),
     };
-    (c, message_file)
+    (c, message)
 }
 
 /// One listing of the whole runtime, grouped by pod UID.

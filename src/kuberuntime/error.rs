@@ -50,6 +50,9 @@ pub enum SyncError {
         #[source]
         source: CriError,
     },
+    /// The container started but its postStart hook failed; it was killed.
+    #[error("{message}")]
+    PostStartHook { container: String, message: String },
     /// Init containers of an old sandbox could not be removed before a new one starts.
     #[error("removing old init containers: {0}")]
     PurgeInitContainers(#[source] CriError),
@@ -71,6 +74,7 @@ impl SyncError {
             SyncError::KillPod(_) => "KillPodSandboxError",
             SyncError::KillContainer { .. } => "KillContainerError",
             SyncError::PurgeInitContainers(_) => "KillContainerError",
+            SyncError::PostStartHook { .. } => "PostStartHookError",
         }
     }
 
@@ -82,7 +86,8 @@ impl SyncError {
             | SyncError::ImageNeverPull { container, .. }
             | SyncError::CreateContainerConfig { container, .. }
             | SyncError::CreateContainer { container, .. }
-            | SyncError::RunContainer { container, .. } => Some(container),
+            | SyncError::RunContainer { container, .. }
+            | SyncError::PostStartHook { container, .. } => Some(container),
             _ => None,
         }
     }

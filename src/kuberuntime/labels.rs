@@ -14,6 +14,8 @@ pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationM
 pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
 pub const TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 pub const CONTAINER_PORTS: &str = "io.kubernetes.container.ports";
+/// The container's preStop hook as JSON, so it runs even when the pod spec is gone.
+pub const PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 
 /// Marks the sandboxes and containers picolet creates. picolet lists, adopts and cleans up only
 /// objects carrying it, so a kubelet sharing the same containerd keeps its pods.

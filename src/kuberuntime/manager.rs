@@ -53,8 +53,6 @@ impl SyncOutcome {
 /// pod that cannot start (a missing hostPath, a broken CNI) neither spins nor floods the log.
 pub(super) const ERROR_RETRY: Duration = Duration::from_secs(2);
 const ERROR_RETRY_MAX: Duration = Duration::from_secs(60);
-/// Longest termination message read back from a container.
-const MAX_TERMINATION_MESSAGE: u64 = 4096;
 
 /// What the runtime says about itself.
 #[derive(Debug, Clone, Default)]
@@ -72,6 +70,11 @@ pub struct RuntimeManager {
     pub(super) pull_backoff: RefCell<Backoff>,
     sync_backoff: RefCell<Backoff>,
     waiting: RefCell<HashMap<(String, String), Waiting>>,
+    /// Liveness and startup results decide kills; the prober writes them.
+    pub(super) probes: crate::prober::Results,
+    /// The spec each pod was last synced with: its preStop hooks and sidecar order when it is
+    /// terminated.
+    pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
 }
 
 impl RuntimeManager {
@@ -88,7 +91,14 @@ impl RuntimeManager {
             pull_backoff: RefCell::new(Backoff::container_restarts()),
             sync_backoff: RefCell::new(Backoff::new(ERROR_RETRY, ERROR_RETRY_MAX)),
             waiting: RefCell::new(HashMap::new()),
+            probes: crate::prober::Results::default(),
+            specs: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// The probe results the runtime manager acts on (shared with the prober manager).
+    pub fn probe_results(&self) -> crate::prober::Results {
+        self.probes.clone()
     }
 
     pub fn node(&self) -> &NodeContext {
@@ -195,12 +205,17 @@ impl RuntimeManager {
             let read = rt::unblock(move || {
                 messages
                     .into_iter()
-                    .filter_map(|(i, f)| read_termination_message(&f).map(|m| (i, m)))
+                    .filter_map(|(i, f)| super::termination::read(&f).map(|m| (i, m)))
                     .collect::<Vec<_>>()
             })
             .await;
             for (i, m) in read {
-                out[i].message = m.into();
+                // What the container wrote follows what the runtime said, as upstream joins them.
+                out[i].message = if out[i].message.is_empty() {
+                    m.into()
+                } else {
+                    format!("{}: {m}", out[i].message).into()
+                };
             }
         }
         st.containers = out;
@@ -251,7 +266,8 @@ impl RuntimeManager {
         let mut out = SyncOutcome::default();
         let uid = pod.metadata.uid.as_str();
         let hashes: Vec<u64> = pod.spec.containers.iter().map(container_hash).collect();
-        let a = actions::compute(pod, st, &hashes);
+        self.remember_spec(pod);
+        let a = actions::compute_with(pod, st, &hashes, &self.probes);
         let grace = config::grace_period(pod);
 
         if a.kill_pod {
@@ -282,13 +298,17 @@ impl RuntimeManager {
         }
         out.acted |= !a.containers_to_kill.is_empty();
         let kills = a.containers_to_kill.iter().map(|k| async move {
+            // The kubelet's "Killing" event.
             log::info!(
-                "killing container {} of pod {}: {}",
+                "Killing: container {} of pod {}: {}",
                 k.name,
                 pod.metadata.name,
                 k.reason
             );
-            self.stop_container(&k.id, grace)
+            let Some(c) = st.containers.iter().find(|c| c.id == k.id) else {
+                return Ok(());
+            };
+            self.kill_container(Some(pod), st, c, k.grace.unwrap_or(grace))
                 .await
                 .map_err(|source| SyncError::KillContainer {
                     container: k.name.to_string(),
@@ -352,6 +372,12 @@ impl RuntimeManager {
                 .await;
             return out;
         }
+        // Sidecars before the app containers, in their order.
+        for &i in &a.sidecars_to_start {
+            let c = &pod.spec.init_containers[i];
+            self.start_container(&ctx, c, container_hash(c), &mut out)
+                .await;
+        }
         for &i in &a.containers_to_start {
             let c = &pod.spec.containers[i];
             self.start_container(&ctx, c, hashes[i], &mut out).await;
@@ -367,6 +393,7 @@ impl RuntimeManager {
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
         self.sync_backoff.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
+        self.specs.borrow_mut().remove(uid);
         let logs = (!name.is_empty())
             .then(|| config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid));
         let (root, uid) = (self.node.root_dir.clone(), uid.to_owned());
@@ -384,23 +411,21 @@ impl RuntimeManager {
         .await;
     }
 
+    /// Keeps the spec a pod is synced with, for its termination (preStop hooks, sidecars).
+    fn remember_spec(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.as_str();
+        if self.specs.borrow().get(uid).is_none_or(|p| **p != *pod) {
+            self.specs
+                .borrow_mut()
+                .insert(uid.to_owned(), std::rc::Rc::new(pod.clone()));
+        }
+    }
+
     pub fn gc_backoffs(&self, now: i64) {
         self.restart_backoff.borrow_mut().gc(now);
         self.pull_backoff.borrow_mut().gc(now);
         self.sync_backoff.borrow_mut().gc(now);
     }
-}
-
-/// Reads the termination message a container left in its mounted file.
-fn read_termination_message(path: &std::path::Path) -> Option<String> {
-    use std::io::Read;
-    let mut buf = String::new();
-    fs::File::open(path)
-        .ok()?
-        .take(MAX_TERMINATION_MESSAGE)
-        .read_to_string(&mut buf)
-        .ok()?;
-    (!buf.is_empty()).then_some(buf)
 }
 
 /// Where a container's termination message file lives on the node.

@@ -11,16 +11,20 @@ mod container;
 mod convert;
 pub mod env;
 mod error;
+mod exec;
 mod gc;
+mod hooks;
 pub mod image;
 pub mod labels;
 mod manager;
 mod sandbox;
+mod termination;
 
 pub use config::NodeContext;
 pub use container::container_hash;
 pub use convert::{ListedPod, Listing};
 pub use error::SyncError;
+pub use exec::{ExecError, ExecOutput};
 pub use gc::{GcPlan, gc_plan};
 pub use manager::{RuntimeManager, RuntimeVersion, SyncOutcome, Waiting};
 

@@ -6,8 +6,8 @@ use crate::api::Pod;
 use crate::cri::{CriError, v1};
 use crate::kubecontainer::{PodRuntimeStatus, SandboxState};
 
+use super::config;
 use super::manager::RuntimeManager;
-use super::{config, join_all};
 
 /// Treats "already gone" as done: stop and remove are idempotent for picolet.
 fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
@@ -56,13 +56,11 @@ impl RuntimeManager {
         ignore_not_found(self.runtime.stop_container(id, grace).await)
     }
 
-    /// Stops every running container (concurrently, each with the grace period) and then every
-    /// ready sandbox of the pod.
+    /// Stops every running container (app containers at once, then sidecars in reverse
+    /// order; each after its preStop hook, within the grace period) and then every ready
+    /// sandbox of the pod.
     pub async fn kill_pod(&self, st: &PodRuntimeStatus, grace: i64) -> Result<(), CriError> {
-        let stops = st.running().map(|c| self.stop_container(&c.id, grace));
-        for r in join_all(stops).await {
-            r?;
-        }
+        self.kill_running(st, grace).await?;
         for s in st
             .sandboxes
             .iter()

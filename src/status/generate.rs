@@ -3,7 +3,10 @@
 //! conditions of pkg/kubelet/status/generate.go and the status manager's transition times.
 //!
 //! Pure: no I/O and no clock (`now` is passed in), so the same inputs give the same status.
-//! There are no probes yet: a running container counts as started and ready.
+//! Probe results decide `started` (startup probe) and `ready` (readiness probe) of running
+//! containers, as the prober manager's UpdatePodStatus does; a container without such a probe
+//! is started, and ready, while it runs. Sidecars (init containers with `restartPolicy:
+//! Always`) count towards ContainersReady and, once started, towards Initialized.
 
 use std::cmp::Reverse;
 
@@ -15,6 +18,7 @@ use crate::api::{
 };
 use crate::kubecontainer::{self as kc, PodRuntimeStatus, SandboxState};
 use crate::kuberuntime::actions;
+use crate::prober::Results;
 
 pub const PENDING: &str = "Pending";
 pub const RUNNING: &str = "Running";
@@ -48,13 +52,19 @@ const LOST: &str = "The container could not be located when the pod was terminat
 /// Generates the pod's status.
 ///
 /// `waiting(name)` is the (reason, message) the last sync recorded for a container it could not
-/// start (CrashLoopBackOff, ErrImagePull, ...). `old` is the last status picolet generated; when
+/// start (CrashLoopBackOff, ErrImagePull, ...); `probes` the startup and readiness results per
+/// container instance. `old` is the last status picolet generated; when
 /// `None`, the status in `pod` (as read from the API server) takes its place. Container IDs are
 /// written `<runtime_name>://<id>`. `now` is in unix nanoseconds.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the inputs of upstream's generateAPIPodStatus, each one plain data"
+)]
 pub fn generate(
     pod: &Pod,
     rt: &PodRuntimeStatus,
     waiting: &dyn Fn(&str) -> Option<(String, String)>,
+    probes: &Results,
     old: Option<&PodStatus>,
     host_ip: &str,
     runtime_name: &str,
@@ -65,6 +75,7 @@ pub fn generate(
         pod,
         rt,
         waiting,
+        probes,
         runtime_name,
     };
     let init = conv.statuses(
@@ -75,7 +86,12 @@ pub fn generate(
     let app = conv.statuses(&pod.spec.containers, &prev.container_statuses, false);
 
     // A terminal phase is final: the API server's wins, then a computed one, then the previous.
-    let computed = get_phase(actions::restart_policy(pod), &init, &app);
+    let computed = get_phase(
+        actions::restart_policy(pod),
+        &pod.spec.init_containers,
+        &init,
+        &app,
+    );
     let phase = match (terminal(&pod.status.phase), terminal(&prev.phase)) {
         (Some(api), _) => api,
         _ if is_terminal(computed) => computed,
@@ -126,8 +142,9 @@ fn exit_code(state: &ContainerState) -> Option<i32> {
     state.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// The kubelet's getPhase (without sidecars or per-container restart rules, which picolet does
-/// not support), computed from the API container statuses, not from the runtime.
+/// The kubelet's getPhase (without per-container restart rules, which picolet does not
+/// support), computed from the API container statuses, not from the runtime. A sidecar keeps
+/// the pod pending only until it runs, or until the app containers have started.
 ///
 /// A container that exited and waits to be restarted (CrashLoopBackOff) has a waiting state and
 /// a terminated lastState: upstream counts it as *stopped*, not waiting, so a crash-looping pod
@@ -135,11 +152,19 @@ fn exit_code(state: &ContainerState) -> Option<i32> {
 /// lastState) makes the pod Pending.
 fn get_phase(
     policy: RestartPolicy,
+    init_specs: &[Container],
     init: &[ContainerStatus],
     app: &[ContainerStatus],
 ) -> &'static str {
     let (mut pending_init, mut failed_init) = (0, 0);
-    for s in init {
+    let app_started = app_started(app);
+    for (s, spec) in init.iter().zip(init_specs) {
+        if spec.is_sidecar() {
+            if s.state.running.is_none() && !app_started {
+                pending_init += 1;
+            }
+            continue;
+        }
         if s.state.running.is_some() {
             pending_init += 1;
         } else if let Some(code) = exit_code(&s.state) {
@@ -198,10 +223,20 @@ fn get_phase(
     }
 }
 
+/// Whether an app container has ever run: initialization finished before.
+fn app_started(app: &[ContainerStatus]) -> bool {
+    app.iter().any(|s| {
+        s.state.running.is_some()
+            || s.state.terminated.is_some()
+            || s.last_state.terminated.is_some()
+    })
+}
+
 struct Converter<'a> {
     pod: &'a Pod,
     rt: &'a PodRuntimeStatus,
     waiting: &'a dyn Fn(&str) -> Option<(String, String)>,
+    probes: &'a Results,
     runtime_name: &'a str,
 }
 
@@ -264,11 +299,13 @@ impl Converter<'_> {
         }
 
         let running = s.state.running.is_some();
-        s.started = Some(running);
-        s.ready = if init {
+        let id = newest.map(|n| &*n.id).filter(|_| running);
+        let started = id.is_some_and(|id| self.probes.started(c, id));
+        s.started = Some(started);
+        s.ready = if init && !c.is_sidecar() {
             exit_code(&s.state) == Some(0)
         } else {
-            running
+            started && id.is_some_and(|id| self.probes.ready(c, id))
         };
         s
     }
@@ -461,7 +498,7 @@ fn conditions(
     prev: &PodStatus,
     now: i64,
 ) -> Vec<PodCondition> {
-    let containers_ready = containers_ready(app, phase);
+    let containers_ready = containers_ready(&pod.spec.init_containers, init, app, phase);
     let ready = PodCondition {
         type_: READY.into(),
         ..containers_ready.clone()
@@ -473,7 +510,7 @@ fn conditions(
             None,
             None,
         ),
-        initialized(init, app, phase),
+        initialized(&pod.spec.init_containers, init, app, phase),
         ready,
         containers_ready,
         condition(POD_SCHEDULED, true, None, None),
@@ -497,8 +534,13 @@ fn conditions(
         .collect()
 }
 
-/// GeneratePodInitializedCondition.
-fn initialized(init: &[ContainerStatus], app: &[ContainerStatus], phase: &str) -> PodCondition {
+/// GeneratePodInitializedCondition: init containers have completed, sidecars have started.
+fn initialized(
+    init_specs: &[Container],
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
     if phase == SUCCEEDED {
         return condition(INITIALIZED, true, Some("PodCompleted"), None);
     }
@@ -509,26 +551,48 @@ fn initialized(init: &[ContainerStatus], app: &[ContainerStatus], phase: &str) -
     {
         return condition(INITIALIZED, true, None, None);
     }
+    let incomplete: Vec<&str> = init
+        .iter()
+        .zip(init_specs)
+        .filter(|(s, spec)| {
+            if spec.is_sidecar() {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
+        .map(|(s, _)| s.name.as_str())
+        .collect();
     all_ready(
         INITIALIZED,
-        &unready(init),
+        &incomplete,
         "ContainersNotInitialized",
         "incomplete",
     )
 }
 
-/// GenerateContainersReadyCondition (the Ready condition copies it: there are no readiness
-/// gates).
-fn containers_ready(app: &[ContainerStatus], phase: &str) -> PodCondition {
+/// GenerateContainersReadyCondition, sidecars first (the Ready condition copies it: there are
+/// no readiness gates).
+fn containers_ready(
+    init_specs: &[Container],
+    init: &[ContainerStatus],
+    app: &[ContainerStatus],
+    phase: &str,
+) -> PodCondition {
     match phase {
         SUCCEEDED => condition(CONTAINERS_READY, false, Some("PodCompleted"), None),
         FAILED => condition(CONTAINERS_READY, false, Some("PodFailed"), None),
-        _ => all_ready(
-            CONTAINERS_READY,
-            &unready(app),
-            "ContainersNotReady",
-            "unready",
-        ),
+        _ => {
+            let sidecars: Vec<ContainerStatus> = init
+                .iter()
+                .zip(init_specs)
+                .filter(|(_, spec)| spec.is_sidecar())
+                .map(|(s, _)| s.clone())
+                .collect();
+            let mut names = unready(&sidecars);
+            names.extend(unready(app));
+            all_ready(CONTAINERS_READY, &names, "ContainersNotReady", "unready")
+        }
     }
 }
 
@@ -628,7 +692,16 @@ mod tests {
                 .find(|w| w.0 == name)
                 .map(|w| (w.1.to_owned(), w.2.to_owned()))
         };
-        generate(pod, rt, &lookup, old, HOST, "containerd", NOW)
+        generate(
+            pod,
+            rt,
+            &lookup,
+            &Results::default(),
+            old,
+            HOST,
+            "containerd",
+            NOW,
+        )
     }
 
     fn cond<'a>(s: &'a PodStatus, type_: &str) -> &'a PodCondition {

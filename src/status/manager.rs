@@ -18,6 +18,7 @@ pub struct StatusManager {
     host_ip: String,
     runtime_name: RefCell<String>,
     statuses: RefCell<HashMap<String, PodStatus>>,
+    probes: RefCell<crate::prober::Results>,
 }
 
 impl StatusManager {
@@ -26,7 +27,13 @@ impl StatusManager {
             host_ip: host_ip.to_owned(),
             runtime_name: RefCell::new(DEFAULT_RUNTIME_NAME.to_owned()),
             statuses: RefCell::default(),
+            probes: RefCell::default(),
         }
+    }
+
+    /// The probe results that decide `started` and `ready` (the prober's).
+    pub fn set_probe_results(&self, r: crate::prober::Results) {
+        *self.probes.borrow_mut() = r;
     }
 
     /// Sets the runtime name reported by the runtime's Version call.
@@ -51,6 +58,7 @@ impl StatusManager {
                 pod,
                 rt_status,
                 &waiting,
+                &self.probes.borrow(),
                 old.get(uid),
                 &self.host_ip,
                 &self.runtime_name.borrow(),

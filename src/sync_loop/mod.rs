@@ -19,6 +19,7 @@ use crate::kubecontainer::PodRuntimeStatus;
 use crate::kuberuntime::RuntimeManager;
 use crate::pleg::{self, Cache, Pleg};
 use crate::pod_workers::{Done, PodWorkers};
+use crate::prober::ProbeManager;
 use crate::rt;
 use crate::status::manager::StatusManager;
 use crate::volume;
@@ -35,17 +36,23 @@ pub struct Kubelet {
     pub status: Rc<StatusManager>,
     pub pleg: Rc<Pleg>,
     workers: PodWorkers,
+    prober: ProbeManager,
     state: RefCell<LoopState>,
     last_loop: RefCell<Instant>,
 }
 
 impl Kubelet {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts `run` wires, each once"
+    )]
     pub fn new(
         rm: Rc<RuntimeManager>,
         cache: Rc<RefCell<Cache>>,
         status: Rc<StatusManager>,
         pleg: Rc<Pleg>,
         workers: PodWorkers,
+        prober: ProbeManager,
         mux: Mux,
         cfg: LoopConfig,
     ) -> Self {
@@ -55,6 +62,7 @@ impl Kubelet {
             status,
             pleg,
             workers,
+            prober,
             state: RefCell::new(LoopState::new(mux, cfg)),
             last_loop: RefCell::new(rt::now()),
         }
@@ -116,6 +124,8 @@ impl Kubelet {
                 .detach();
             }
             Command::ExpireBackoffs => self.rm.gc_backoffs(rt::now_nanos()),
+            Command::StartProbes(pod) => self.prober.add_pod(&pod),
+            Command::StopProbes(uid) => self.prober.remove_pod(&uid),
         }
     }
 
@@ -144,19 +154,29 @@ impl Kubelet {
             })
         };
         let mut sync_tick = rt::interval(SYNC_TICK);
+        let probes = self.prober.updates();
         loop {
             *self.last_loop.borrow_mut() = rt::now();
             use futures_lite::future::or;
             let input = or(
                 async { sources.recv().await.ok().map(Input::Snapshot) },
                 or(
-                    async { done.recv().await.ok().map(Input::Done) },
+                    async {
+                        match probes.recv().await {
+                            Ok(u) => Some(Input::Probe(u)),
+                            // The manager lives as long as the loop: never closed.
+                            Err(_) => std::future::pending().await,
+                        }
+                    },
                     or(
-                        async { events.recv().await.ok().map(Input::Pleg) },
-                        or(async { internal_rx.recv().await.ok() }, async {
-                            sync_tick.tick().await;
-                            Some(Input::Tick)
-                        }),
+                        async { done.recv().await.ok().map(Input::Done) },
+                        or(
+                            async { events.recv().await.ok().map(Input::Pleg) },
+                            or(async { internal_rx.recv().await.ok() }, async {
+                                sync_tick.tick().await;
+                                Some(Input::Tick)
+                            }),
+                        ),
                     ),
                 ),
             )

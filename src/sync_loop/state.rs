@@ -35,6 +35,8 @@ pub enum Input {
     },
     /// Garbage collection of a pod, or the removal of a leftover directory, has ended.
     Collected(String),
+    /// A probe result changed.
+    Probe(crate::prober::Update),
 }
 
 /// What the step reads of the world besides its own state.
@@ -61,6 +63,10 @@ pub enum Command {
     RemovePodDir(String),
     /// Forget restart and pull backoffs that have expired.
     ExpireBackoffs,
+    /// Start the probe workers of a pod that has none yet.
+    StartProbes(Rc<Pod>),
+    /// Stop the probe workers of a pod that is going away.
+    StopProbes(String),
 }
 
 /// A pod being terminated: what its worker needs, and its name so a pod of the same name can
@@ -158,6 +164,28 @@ impl LoopState {
             Input::Collected(uid) => {
                 self.collecting.remove(&uid);
             }
+            Input::Probe(u) => {
+                use crate::prober::{Kind, ProbeResult};
+                // A liveness or startup failure restarts the container; a readiness or startup
+                // change updates the status. Either way the pod's sync does it.
+                let acts = match u.kind {
+                    Kind::Liveness => u.result == ProbeResult::Failure,
+                    Kind::Readiness | Kind::Startup => true,
+                };
+                if acts
+                    && !self.terminating.contains_key(&u.uid)
+                    && let Some(p) = self.pods.get(&u.uid).cloned()
+                {
+                    log::debug!(
+                        "pod {}: {} probe of {} is now {:?}",
+                        p.metadata.name,
+                        u.kind.name(),
+                        u.container,
+                        u.result
+                    );
+                    self.sync(p, now, view, &mut out);
+                }
+            }
         }
         out
     }
@@ -195,6 +223,7 @@ impl LoopState {
                     uid.clone(),
                     (pod.metadata.namespace.clone(), pod.metadata.name.clone()),
                 );
+                out.push(Command::StopProbes(uid.clone()));
                 let term = Term {
                     grace: crate::kuberuntime::config::grace_period(&pod),
                     namespace: pod.metadata.namespace.clone(),
@@ -213,6 +242,7 @@ impl LoopState {
                 if op == Op::Add {
                     out.push(Command::ReportPending(pod.clone()));
                 }
+                out.push(Command::StartProbes(pod.clone()));
                 self.pods.upsert(pod.clone());
                 if !self.terminating.contains_key(&uid) {
                     self.sync(pod, now, view, out);
@@ -233,6 +263,7 @@ impl LoopState {
                     self.deleting.remove(&uid);
                     self.finalizable.remove(&uid);
                 }
+                out.push(Command::StopProbes(uid.clone()));
                 let term = Term {
                     grace: crate::kuberuntime::config::grace_period(&pod),
                     namespace: pod.metadata.namespace.clone(),

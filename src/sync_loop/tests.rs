@@ -370,12 +370,15 @@ fn harness(tag: &str) -> Harness {
         status: status.clone(),
         done: done_tx,
     }));
+    status.set_probe_results(rm.probe_results());
+    let prober = crate::prober::ProbeManager::new(rm.clone(), cache.clone(), "192.0.2.1");
     let kubelet = Rc::new(Kubelet::new(
         rm,
         cache,
         status,
         pleg.clone(),
         workers,
+        prober,
         Mux::new(&[Source::File]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
@@ -597,5 +600,359 @@ fn a_hung_inspection_does_not_delay_another_pods_restart() {
         let t = h.until("b restarted", 20, |h| h.running("b") == 1).await;
         assert!(t <= 13, "b restarted {t} s after it died");
         assert!(h.kubelet.healthz().is_ok(), "{:?}", h.kubelet.healthz());
+    });
+}
+
+// -------------------------------------------------------------------------------------------
+// Probes, hooks and sidecars through the loop
+// -------------------------------------------------------------------------------------------
+
+fn pod_json(uid: &str, spec: serde_json::Value) -> Pod {
+    let v = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "uid": uid},
+        "spec": spec,
+    });
+    let mut p: Pod = serde_json::from_value(v).unwrap();
+    crate::config::static_pod::apply_api_defaults(&mut p);
+    p
+}
+
+impl Harness {
+    fn status_of(&self, uid: &str) -> crate::api::PodStatus {
+        self.kubelet.status.get(uid).unwrap_or_default()
+    }
+
+    fn condition(&self, uid: &str, t: &str) -> String {
+        self.status_of(uid)
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.clone())
+            .unwrap_or_default()
+    }
+
+    /// Container instances by name, oldest first.
+    fn instances(&self, name: &str) -> Vec<crate::cri::fake::FakeContainer> {
+        let mut cs: Vec<_> = self
+            .fake
+            .containers()
+            .into_iter()
+            .filter(|c| c.metadata().name == name)
+            .collect();
+        cs.sort_by_key(|c| c.created_at);
+        cs
+    }
+
+    fn running_named(&self, name: &str) -> bool {
+        self.instances(name)
+            .iter()
+            .any(|c| c.state == ContainerState::ContainerRunning)
+    }
+}
+
+/// Names the container an exec runs in.
+fn exec_target(fake: &FakeRuntime, id: &str) -> String {
+    fake.container(id)
+        .map(|c| c.metadata().name)
+        .unwrap_or_default()
+}
+
+#[test]
+fn liveness_failures_restart_the_container_and_readiness_drives_the_conditions() {
+    rt::block_on(async {
+        let h = harness("probes");
+        let healthy = Rc::new(std::cell::Cell::new(true));
+        let ready = Rc::new(std::cell::Cell::new(true));
+        let (hl, rd) = (healthy.clone(), ready.clone());
+        h.fake
+            .set_exec_handler(move |_, cmd| match cmd[0].as_str() {
+                "live" => Some(crate::cri::fake::ExecReply::exit(i32::from(!hl.get()))),
+                "ready" => Some(crate::cri::fake::ExecReply::exit(i32::from(!rd.get()))),
+                _ => None,
+            });
+        let p = pod_json(
+            "a",
+            serde_json::json!({"containers": [{
+                "name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                "livenessProbe": {"exec": {"command": ["live"]}, "periodSeconds": 1, "failureThreshold": 2},
+                "readinessProbe": {"exec": {"command": ["ready"]}, "periodSeconds": 1}
+            }]}),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("ready", 5, |h| h.condition("a", "Ready") == "True")
+            .await;
+        let cs = &h.status_of("a").container_statuses[0];
+        assert!(cs.ready && cs.started == Some(true));
+        assert_eq!(h.condition("a", "ContainersReady"), "True");
+
+        // Readiness flips both ways; the container is never restarted for it.
+        let first = h.instances("main")[0].id.clone();
+        ready.set(false);
+        h.until("unready", 5, |h| h.condition("a", "Ready") == "False")
+            .await;
+        assert!(!h.status_of("a").container_statuses[0].ready);
+        assert_eq!(h.phase("a"), "Running");
+        ready.set(true);
+        h.until("ready again", 5, |h| h.condition("a", "Ready") == "True")
+            .await;
+        assert_eq!(h.instances("main").len(), 1, "never restarted");
+
+        // Liveness fails twice in a row: killed and started again at once.
+        healthy.set(false);
+        h.until("restarted", 6, |h| h.instances("main").len() == 2)
+            .await;
+        let old = h.fake.container(&first).unwrap();
+        assert_eq!(old.state, ContainerState::ContainerExited);
+        assert_eq!(old.exit_code, 137);
+        assert_eq!(old.config.metadata.as_ref().unwrap().attempt, 0);
+        h.until("restart count 1", 3, |h| {
+            h.status_of("a").container_statuses[0].restart_count == 1
+        })
+        .await;
+        // It keeps failing: restarts go on, the count only grows, and now with a backoff
+        // (the dead instance GC keeps counts from the newest that exited).
+        let mut counts = vec![];
+        for _ in 0..40 {
+            h.run_for(1).await;
+            counts.push(h.status_of("a").container_statuses[0].restart_count);
+        }
+        assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+        assert!(*counts.last().unwrap() >= 3, "{counts:?}");
+        let reasons = h.status_of("a").container_statuses[0].clone();
+        assert_eq!(
+            reasons.last_state.terminated.as_ref().map(|t| t.exit_code),
+            Some(137)
+        );
+    });
+}
+
+#[test]
+fn a_startup_probe_that_keeps_failing_restarts_the_container_and_liveness_never_ran() {
+    rt::block_on(async {
+        let h = harness("startup");
+        let live = Rc::new(std::cell::Cell::new(0));
+        let l = live.clone();
+        h.fake
+            .set_exec_handler(move |_, cmd| match cmd[0].as_str() {
+                "up" => Some(crate::cri::fake::ExecReply::exit(1)),
+                "live" => {
+                    l.set(l.get() + 1);
+                    Some(crate::cri::fake::ExecReply::exit(0))
+                }
+                _ => None,
+            });
+        let p = pod_json(
+            "a",
+            serde_json::json!({"containers": [{
+                "name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                "startupProbe": {"exec": {"command": ["up"]}, "periodSeconds": 2, "failureThreshold": 3},
+                "livenessProbe": {"exec": {"command": ["live"]}, "periodSeconds": 1}
+            }]}),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("running", 3, |h| h.running("a") == 1).await;
+        let cs = &h.status_of("a").container_statuses[0];
+        assert_eq!(cs.started, Some(false));
+        assert!(!cs.ready, "not ready before it has started");
+        let t = h
+            .until("restarted", 12, |h| h.instances("main").len() == 2)
+            .await;
+        assert!(
+            (4..=8).contains(&t),
+            "restarted {t} s in: 3 failures 2 s apart"
+        );
+        assert_eq!(live.get(), 0, "liveness held off");
+    });
+}
+
+#[test]
+fn sidecars_start_in_order_before_the_app_and_stop_after_it() {
+    rt::block_on(async {
+        let h = harness("sidecars");
+        let up = Rc::new(std::cell::Cell::new(false));
+        let u = up.clone();
+        h.fake.set_exec_handler(move |_, cmd| {
+            (cmd[0] == "up").then(|| crate::cri::fake::ExecReply::exit(i32::from(!u.get())))
+        });
+        let side = |name: &str, probe: bool| {
+            let mut c = serde_json::json!({
+                "name": name, "image": IMAGE, "restartPolicy": "Always", "command": ["sleep", "3600"]
+            });
+            if probe {
+                c["startupProbe"] = serde_json::json!({"exec": {"command": ["up"]}, "periodSeconds": 1, "failureThreshold": 100});
+            }
+            c
+        };
+        let p = pod_json(
+            "a",
+            serde_json::json!({
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 30,
+                "initContainers": [side("s1", true), side("s2", false),
+                    {"name": "init", "image": IMAGE, "command": ["true"]}],
+                "containers": [{"name": "app", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("s1 running", 3, |h| h.running_named("s1")).await;
+        h.run_for(5).await;
+        assert!(
+            h.instances("s2").is_empty(),
+            "s2 waits for s1's startup probe"
+        );
+        assert_eq!(h.phase("a"), "Pending");
+        up.set(true);
+        h.until("s2 running", 4, |h| h.running_named("s2")).await;
+        let init = h
+            .until("init created", 3, |h| !h.instances("init").is_empty())
+            .await;
+        h.fake.exit_container(&h.instances("init")[0].id, 0);
+        h.until("app running", 4, |h| h.running_named("app")).await;
+        let created = |n: &str| h.instances(n)[0].created_at;
+        assert!(created("s1") < created("s2") && created("s2") < created("init"));
+        assert!(created("init") < created("app"), "{init}");
+        assert_eq!(h.phase("a"), "Running");
+        assert_eq!(h.condition("a", "Initialized"), "True");
+        assert_eq!(
+            h.status_of("a").init_container_statuses[0].started,
+            Some(true)
+        );
+
+        // A sidecar that exits is restarted beside the app, despite restartPolicy Never.
+        h.fake.exit_container(&h.instances("s2")[0].id, 1);
+        h.until("s2 restarted", 4, |h| {
+            h.instances("s2").len() == 2 && h.running_named("s2")
+        })
+        .await;
+        assert_eq!(h.instances("app").len(), 1);
+
+        // Removal: the app stops first, then the sidecars, last started first.
+        h.fake.set_delay("StopContainer", Duration::from_secs(1));
+        h.set_pods(vec![]).await;
+        let mut stopped: Vec<(String, u64)> = vec![];
+        for s in 0..15 {
+            for n in ["app", "s1", "s2"] {
+                let done = h
+                    .instances(n)
+                    .iter()
+                    .all(|c| c.state != ContainerState::ContainerRunning);
+                if done && !stopped.iter().any(|(x, _)| x == n) {
+                    stopped.push((n.to_owned(), s));
+                }
+            }
+            h.run_for(1).await;
+        }
+        let order: Vec<&str> = stopped.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(order, ["app", "s2", "s1"], "{stopped:?}");
+        assert!(
+            stopped[0].1 < stopped[1].1 && stopped[1].1 < stopped[2].1,
+            "{stopped:?}"
+        );
+        h.until("pod gone", 10, |h| h.fake.containers().is_empty())
+            .await;
+    });
+}
+
+#[test]
+fn hooks_run_after_start_and_before_stop_and_a_failed_post_start_kills() {
+    rt::block_on(async {
+        let h = harness("hooks");
+        // Every hook exec is recorded with the container's state at the time.
+        let log: Rc<RefCell<Vec<(String, String, u64)>>> = Rc::default();
+        let (l, fake, clock) = (log.clone(), h.fake.clone(), h.clock.clone());
+        let post_ok = Rc::new(std::cell::Cell::new(true));
+        let ok = post_ok.clone();
+        h.fake.set_exec_handler(move |id, cmd| {
+            let hook = cmd.first()?.clone();
+            if !hook.starts_with("hook-") {
+                return None;
+            }
+            l.borrow_mut().push((
+                exec_target(&fake, id),
+                hook.clone(),
+                clock.elapsed().as_secs(),
+            ));
+            Some(match hook.as_str() {
+                "hook-post" => crate::cri::fake::ExecReply::exit(i32::from(!ok.get())),
+                // A preStop hook that would run far past the grace period.
+                _ => crate::cri::fake::ExecReply {
+                    delay: Duration::from_secs(600),
+                    ..Default::default()
+                },
+            })
+        });
+        let p = pod_json(
+            "a",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 4,
+                "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                    "lifecycle": {"postStart": {"exec": {"command": ["hook-post"]}},
+                                  "preStop": {"exec": {"command": ["hook-pre"]}}}}]
+            }),
+        );
+        h.set_pods(vec![p.clone()]).await;
+        h.until("running", 3, |h| h.running("a") == 1).await;
+        assert_eq!(log.borrow().len(), 1);
+        assert_eq!(log.borrow()[0].1, "hook-post");
+        assert!(
+            h.status_of("a").container_statuses[0]
+                .state
+                .running
+                .is_some()
+        );
+
+        // preStop runs first; the stop comes when the grace period is used up.
+        let start = h.clock.elapsed().as_secs();
+        h.set_pods(vec![]).await;
+        h.run_for(3).await;
+        assert_eq!(log.borrow()[1].1, "hook-pre");
+        assert_eq!(
+            h.running("a"),
+            1,
+            "still running while its preStop hook runs"
+        );
+        h.until("stopped", 4, |h| h.running("a") == 0).await;
+        let took = h.clock.elapsed().as_secs() - start;
+        assert!(
+            (4..=6).contains(&took),
+            "stopped {took} s after removal, grace 4 s"
+        );
+        h.until("gone", 5, |h| h.fake.containers().is_empty()).await;
+
+        // A failing postStart hook kills the container, which waits with PostStartHookError.
+        post_ok.set(false);
+        log.borrow_mut().clear();
+        h.set_pods(vec![pod_json("b", serde_json::to_value(&p.spec).unwrap())])
+            .await;
+        h.until("killed", 6, |h| {
+            h.instances("main")
+                .first()
+                .is_some_and(|c| c.state == ContainerState::ContainerExited)
+        })
+        .await;
+        let order: Vec<String> = log.borrow().iter().map(|x| x.1.clone()).collect();
+        assert_eq!(
+            order[..2],
+            ["hook-post", "hook-pre"],
+            "the kill ran the preStop hook too"
+        );
+        h.until("waiting reason", 3, |h| {
+            h.status_of("b")
+                .container_statuses
+                .first()
+                .and_then(|c| c.state.waiting.clone())
+                .and_then(|w| w.reason)
+                == Some("PostStartHookError".into())
+        })
+        .await;
+        let msg = h.status_of("b").container_statuses[0]
+            .state
+            .waiting
+            .clone()
+            .unwrap()
+            .message
+            .unwrap();
+        assert!(msg.starts_with("Exec lifecycle hook ([hook-post]) for Container \"main\" in Pod \"p_default(b)\" failed"), "{msg}");
     });
 }

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The cost of probes: the release picolet with 10 static pods of 10 containers each (busybox
+# httpd), first without probes, then with one probe per container, 100 in all at a 10 s period
+# (40 httpGet readiness, 30 tcpSocket liveness, 30 exec liveness). Prints picolet's RSS and CPU
+# over BENCH_SECONDS (default 120) for each phase; asserts nothing. Run as root; it starts its
+# own containerd under /tmp/pbench-probes (scripts/scratch-containerd.sh) and stops everything
+# it started, by PID, when it ends.
+set -euo pipefail
+REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=${BENCH_DIR:-/tmp/pbench-probes}
+SECONDS_WINDOW=${BENCH_SECONDS:-120}
+PODS=10
+PER_POD=10
+PORT=${BENCH_PORT:-10391}
+WORK=$DIR/pl
+SCRATCH=$REPO/scripts/scratch-containerd.sh
+say() { printf '%s\n' "$*"; }
+
+say "== building the release picolet"
+(cd "$REPO" && nice -n 19 cargo build --release --locked -q)
+BIN=$REPO/target/release/picolet
+
+say "== starting a scratch containerd in $DIR/c"
+mkdir -p "$DIR"
+SOCK=$(bash "$SCRATCH" start "$DIR/c" | tail -n 1)
+PICOLET=
+cleanup() {
+    if [[ -n $PICOLET ]]; then kill "$PICOLET" 2>/dev/null || true; wait "$PICOLET" 2>/dev/null || true; fi
+    bash "$SCRATCH" stop "$DIR/c" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+rm -rf "$WORK"
+mkdir -p "$WORK/manifests"
+cat >"$WORK/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: $WORK/manifests
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: $WORK/logs
+healthzPort: $PORT
+EOF
+"$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench >"$WORK/picolet.log" 2>&1 &
+PICOLET=$!
+say "  picolet pid $PICOLET"
+
+# write_pods WITH_PROBES: one manifest per pod, written to a dot file and renamed.
+write_pods() {
+    local probes=$1 p i port probe
+    for ((p = 0; p < PODS; p++)); do
+        {
+            printf 'apiVersion: v1\nkind: Pod\nmetadata:\n  name: probe-%d\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n' "$p"
+            for ((i = 0; i < PER_POD; i++)); do
+                port=$((8000 + i))
+                printf '  - name: c%d\n    image: picolet.local/busybox:1\n    command: [httpd, -f, -p, "%d", -h, /tmp]\n' "$i" "$port"
+                if [[ $probes == yes ]]; then
+                    if ((i < 4)); then
+                        probe="readinessProbe:\n      httpGet: {path: /, port: $port}\n      periodSeconds: 10"
+                    elif ((i < 7)); then
+                        probe="livenessProbe:\n      tcpSocket: {port: $port}\n      periodSeconds: 10"
+                    else
+                        probe="livenessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 10"
+                    fi
+                    printf "    $probe\n"
+                fi
+            done
+        } >"$WORK/manifests/.probe-$p.yaml.tmp"
+        mv -f "$WORK/manifests/.probe-$p.yaml.tmp" "$WORK/manifests/probe-$p.yaml"
+    done
+}
+
+export PHASE_FILE=$DIR/phase
+rm -f "$PHASE_FILE"
+python3 - "$PORT" "$PICOLET" "$SECONDS_WINDOW" "$PODS" "$PER_POD" <<'PY' &
+import json, os, statistics, sys, time, urllib.request
+port, pid, window, pods, per_pod = (int(x) for x in sys.argv[1:])
+tck = os.sysconf("SC_CLK_TCK")
+
+def listing():
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/pods" % port, timeout=5) as r:
+            return json.load(r)["items"]
+    except Exception:
+        return []
+
+def ready(p):
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+
+def wait_ready(phase):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 600:
+        items = [p for p in listing() if p["metadata"]["name"].startswith("probe-")]
+        if len(items) == pods and all(ready(p) for p in items):
+            probed = sum(1 for p in items for c in p["spec"]["containers"]
+                         if c.get("readinessProbe") or c.get("livenessProbe"))
+            if (phase == "probes") == (probed == pods * per_pod):
+                return probed
+        time.sleep(1)
+    sys.exit("pods not all ready after 600 s")
+
+def cpu():
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / tck
+
+def kb(key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+def measure(phase):
+    probed = wait_ready(phase)
+    time.sleep(20)  # let start-up work settle
+    c0, t0, rss = cpu(), time.monotonic(), []
+    while time.monotonic() - t0 < window:
+        rss.append(kb("VmRSS"))
+        time.sleep(1)
+    el = time.monotonic() - t0
+    used = cpu() - c0
+    print("  %-9s probes %3d: picolet RSS avg %.2f MiB (min %.2f, max %.2f), VmHWM %.2f MiB, "
+          "CPU %.2f s in %.0f s = %.3f %% of one core" % (
+              phase, probed, statistics.mean(rss) / 1024, min(rss) / 1024, max(rss) / 1024,
+              kb("VmHWM") / 1024, used, el, 100 * used / el))
+    print("RESULT %s probes=%d rss_avg_kib=%d cpu_pct=%.3f window_s=%.0f" % (
+        phase, probed, statistics.mean(rss), 100 * used / el, el))
+    sys.stdout.flush()
+
+phase_file = os.environ["PHASE_FILE"]
+measure("none")
+open(phase_file, "w").write("next")
+while os.path.exists(phase_file):
+    time.sleep(0.2)
+measure("probes")
+PY
+SAMPLER=$!
+say "== phase 1: $PODS pods x $PER_POD containers, no probes (window ${SECONDS_WINDOW} s)"
+write_pods no
+while [[ ! -e $PHASE_FILE ]]; do
+    kill -0 "$SAMPLER" 2>/dev/null || { wait "$SAMPLER"; exit 1; }
+    sleep 1
+done
+say "== phase 2: the same pods with 100 probes at a 10 s period (window ${SECONDS_WINDOW} s)"
+write_pods yes
+rm -f "$PHASE_FILE"
+wait "$SAMPLER"
+say "== load average: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews the figures)"
