@@ -30,6 +30,8 @@ pub enum VolumeError {
         path: PathBuf,
         errno: nix::errno::Errno,
     },
+    #[error("volume {volume:?}: {kind} volumes are not supported (only hostPath and emptyDir)")]
+    Unsupported { volume: String, kind: String },
 }
 
 pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
@@ -163,6 +165,18 @@ pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volum
                 })?;
             }
             out.insert(v.name.clone(), path);
+        } else {
+            // Never run a container without a volume it asked for. (Static pods are refused at
+            // validation already; pods from the apiserver get here.)
+            return Err(VolumeError::Unsupported {
+                volume: v.name.clone(),
+                kind: v
+                    .other
+                    .keys()
+                    .next()
+                    .cloned()
+                    .unwrap_or_else(|| "source-less".into()),
+            });
         }
     }
     Ok(out)
@@ -227,6 +241,22 @@ pub fn pod_dirs(root: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unsupported_volume_is_refused_by_name() {
+        let mut pod = Pod::default();
+        pod.metadata.uid = "u".into();
+        let v: crate::api::Volume = serde_json::from_str(
+            r#"{"name":"kube-api-access-x","projected":{"sources":[{"serviceAccountToken":{"path":"token"}}]}}"#,
+        )
+        .unwrap();
+        pod.spec.volumes.push(v);
+        let e = prepare(Path::new("/nonexistent-root"), &pod).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "volume \"kube-api-access-x\": projected volumes are not supported (only hostPath and emptyDir)"
+        );
+    }
     use crate::api::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};
 
     fn tmp(name: &str) -> PathBuf {
