@@ -29,6 +29,11 @@ struct State {
     compacted_below: u64,
     /// Every request: (method, path with query).
     requests: Vec<(String, String)>,
+    /// When each request arrived, in order.
+    times: Vec<Instant>,
+    /// Bytes received and sent (bodies and headers), for traffic figures.
+    bytes_in: u64,
+    bytes_out: u64,
     /// Bumped to end every open watch.
     watch_generation: u64,
     /// Requests whose path starts with one of these get 403.
@@ -139,6 +144,16 @@ impl FakeApi {
 
     pub fn requests(&self) -> Vec<(String, String)> {
         self.with(|s| s.requests.clone())
+    }
+
+    /// When each request arrived, in the order of [`requests`](Self::requests).
+    pub fn request_times(&self) -> Vec<Instant> {
+        self.with(|s| s.times.clone())
+    }
+
+    /// (bytes received, bytes sent) so far.
+    pub fn traffic(&self) -> (u64, u64) {
+        self.with(|s| (s.bytes_in, s.bytes_out))
     }
 
     /// Creates a pod (as a scheduler's binding would leave it) and records the event.
@@ -274,9 +289,12 @@ impl FakeApi {
             if r.read_exact(&mut body).is_err() {
                 return;
             }
+            let received = (line.len() + len) as u64;
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let down = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
+                s.times.push(Instant::now());
+                s.bytes_in += received;
                 s.down
             });
             if down {
@@ -453,6 +471,7 @@ impl FakeApi {
         let send = |w: &mut TcpStream, v: &Value| {
             let mut line = serde_json::to_vec(v).unwrap();
             line.push(b'\n');
+            self.with(|s| s.bytes_out += line.len() as u64 + 8);
             write!(w, "{:x}\r\n", line.len())
                 .and_then(|_| w.write_all(&line))
                 .and_then(|_| w.write_all(b"\r\n"))
