@@ -52,7 +52,7 @@ write_pods() {
             printf 'apiVersion: v1\nkind: Pod\nmetadata:\n  name: probe-%d\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n' "$p"
             for ((i = 0; i < PER_POD; i++)); do
                 port=$((8000 + i))
-                printf '  - name: c%d\n    image: picolet.local/busybox:1\n    command: [httpd, -f, -p, "%d", -h, /tmp]\n' "$i" "$port"
+                printf '  - name: c%d\n    image: picolet.local/busybox:1\n    command: [sh, -c, "mkdir -p /w && echo ok >/w/index.html && exec httpd -f -p %d -h /w"]\n' "$i" "$port"
                 if [[ $probes == yes ]]; then
                     if ((i < 4)); then
                         probe="readinessProbe:\n      httpGet: {path: /, port: $port}\n      periodSeconds: 10"
