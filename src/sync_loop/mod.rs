@@ -217,11 +217,11 @@ impl Kubelet {
         }
     }
 
-    /// The status of each pod that came from the apiserver: picolet's, and the apiserver's.
+    /// The desired pods that came from one source, by name.
     #[cfg(feature = "apiserver")]
-    pub fn api_pod_statuses(&self) -> Vec<crate::cluster::PodStatusView> {
-        let api = crate::config::Source::Api.as_str();
-        self.state
+    fn pods_from(&self, source: crate::config::Source) -> Vec<Rc<crate::api::Pod>> {
+        let mut v: Vec<_> = self
+            .state
             .borrow()
             .pods
             .pods()
@@ -229,8 +229,19 @@ impl Kubelet {
                 p.metadata
                     .annotations
                     .get(crate::config::ANNOTATION_CONFIG_SOURCE)
-                    .is_some_and(|s| s == api)
+                    .is_some_and(|s| s == source.as_str())
             })
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        v
+    }
+
+    /// The status of each pod that came from the apiserver: picolet's, and the apiserver's.
+    #[cfg(feature = "apiserver")]
+    pub fn api_pod_statuses(&self) -> Vec<crate::cluster::PodStatusView> {
+        self.pods_from(crate::config::Source::Api)
+            .into_iter()
             .filter_map(|p| {
                 Some(crate::cluster::PodStatusView {
                     uid: p.metadata.uid.clone(),
@@ -246,22 +257,7 @@ impl Kubelet {
     /// The static pods (from the manifest directory), for their mirror pods.
     #[cfg(feature = "apiserver")]
     pub fn static_pods(&self) -> Vec<Rc<crate::api::Pod>> {
-        let file = crate::config::Source::File.as_str();
-        let mut v: Vec<_> = self
-            .state
-            .borrow()
-            .pods
-            .pods()
-            .filter(|p| {
-                p.metadata
-                    .annotations
-                    .get(crate::config::ANNOTATION_CONFIG_SOURCE)
-                    .is_some_and(|s| s == file)
-            })
-            .cloned()
-            .collect();
-        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        v
+        self.pods_from(crate::config::Source::File)
     }
 
     /// API pods stopped after their deletion: (uid, namespace, name), handed out once each.

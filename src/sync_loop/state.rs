@@ -89,6 +89,17 @@ impl Term {
     }
 }
 
+/// The keys whose time has come, in a stable order.
+fn come_due(times: &HashMap<String, Instant>, now: Instant) -> Vec<String> {
+    let mut due: Vec<String> = times
+        .iter()
+        .filter(|(_, t)| **t <= now)
+        .map(|(u, _)| u.clone())
+        .collect();
+    due.sort();
+    due
+}
+
 /// Settings of the loop.
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
@@ -375,14 +386,7 @@ impl LoopState {
     }
 
     fn tick(&mut self, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
-        let mut due: Vec<String> = self
-            .due
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(u, _)| u.clone())
-            .collect();
-        due.sort();
-        for uid in due {
+        for uid in come_due(&self.due, now) {
             self.due.remove(&uid);
             if !self.terminating.contains_key(&uid)
                 && let Some(p) = self.pods.get(&uid).cloned()
@@ -390,14 +394,7 @@ impl LoopState {
                 self.sync(p, now, view, out);
             }
         }
-        let mut retry: Vec<String> = self
-            .retry_terminate
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(u, _)| u.clone())
-            .collect();
-        retry.sort();
-        for uid in retry {
+        for uid in come_due(&self.retry_terminate, now) {
             self.retry_terminate.remove(&uid);
             if let Some(t) = self.terminating.get(&uid) {
                 out.push(Command::Dispatch(t.work(&uid)));
