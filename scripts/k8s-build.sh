@@ -81,7 +81,8 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     LDFLAGS+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
 done
 BUILD_FLAGS=(-trimpath -buildvcs=false -ldflags "$LDFLAGS")
-KEY_HASH=$({ cat "$MOD/go.mod" "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
+# (go.mod's comment lines are left out: they change no binary.)
+KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
 KEY=k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
 
 if [[ ${1:-} == --key ]]; then

@@ -1,13 +1,15 @@
 // The control plane the cluster tests run against: the real kube-apiserver,
 // kube-scheduler, kube-controller-manager and kubectl of one Kubernetes release,
-// and the real etcd server, built from their published Go modules by
-// scripts/k8s-build.sh. Nothing here is imported by picolet itself.
+// and the real etcd server (its module's own main package), built from their
+// published Go modules by scripts/k8s-build.sh. picolet imports none of it.
 //
-// k8s.io/kubernetes pins its staging modules (k8s.io/api, k8s.io/apiserver, ...)
-// at v0.0.0 with replace lines into its own source tree; a module that builds it
-// replaces each with the release published beside it: Kubernetes v1.X.Y is
-// staging v0.X.Y. To move to another release, change the three versions below
-// together (etcd: the one that release's go.mod requires) and run `go mod tidy`.
+// Pinned: k8s.io/kubernetes v1.37.2 and go.etcd.io/etcd/server/v3 v3.7.0 (the
+// etcd that release's go.mod requires), both in the require block below.
+// k8s.io/kubernetes requires its staging modules (k8s.io/api, k8s.io/apiserver,
+// ...) at v0.0.0 with replace lines into its own source tree; here each is
+// replaced by the release published beside it: Kubernetes v1.X.Y is staging
+// v0.X.Y. To move to another release, change those three versions together and
+// run `go mod tidy`.
 module picolet.local/tests/k8s
 
 go 1.26.0
