@@ -3,12 +3,16 @@
 # a real containerd with runc and the CNI plugins, busybox for the offline test image,
 # and the tools the checks use. With --cross: the cross C toolchains with their C libraries,
 # qemu-user and the Rust targets, then a check that each target links and runs a trivial
-# program, so a missing piece is named here rather than deep inside the suite.
+# program, so a missing piece is named here rather than deep inside the suite. With --k8s:
+# what scripts/k8s-build.sh and scripts/control-plane.sh need to build and run the test
+# control plane (openssl for its certificates; a Go toolchain new enough for tests/k8s/go.mod,
+# found on PATH or at /usr/local/go/bin, since Debian's golang-go is too old).
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
 pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl)
 cross=false
+k8s=false
 for arg in "$@"; do
     case "$arg" in
         --cross)
@@ -17,6 +21,9 @@ for arg in "$@"; do
             # gcc-* packages only recommend them, and this script installs without recommends.
             pkgs+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static) ;;
+        --k8s)
+            k8s=true
+            pkgs+=(openssl util-linux ca-certificates) ;;
         *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -69,4 +76,27 @@ if $cross; then
         fi
         echo "install-deps: $t links and runs ($out)" >&2
     done
+fi
+if $k8s; then
+    # Go builds the control plane from its modules (through the Go module proxy). The go
+    # line of tests/k8s/go.mod is the oldest toolchain that builds the pinned release; a
+    # toolchain of Go 1.21 or later fetches a newer one by itself (GOTOOLCHAIN=auto).
+    root=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+    want=$(awk '$1 == "go" { print $2; exit }' "$root/tests/k8s/go.mod")
+    go=$(command -v go || true)
+    [ -n "$go" ] || [ ! -x /usr/local/go/bin/go ] || go=/usr/local/go/bin/go
+    if [ -z "$go" ]; then
+        echo "install-deps: no Go toolchain (go on PATH or /usr/local/go/bin/go): install Go $want or later (the Go project's release archive); Debian's golang-go is too old" >&2
+        exit 1
+    fi
+    have=$("$go" env GOVERSION)
+    if ! printf 'go%s\n%s\n' 1.21 "$have" | sort -V -C; then
+        echo "install-deps: $go is $have; tests/k8s needs go $want (a toolchain >= go1.21 fetches it itself): install a newer Go" >&2
+        exit 1
+    fi
+    if ! selected=$(cd "$root/tests/k8s" && "$go" env GOVERSION 2>&1); then
+        echo "install-deps: $go ($have) cannot provide go $want for tests/k8s: $selected" >&2
+        exit 1
+    fi
+    echo "install-deps: Go for tests/k8s: $selected (via $go)" >&2
 fi

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Builds the control plane the cluster tests run against, from the Go module in
+# tests/k8s: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+# of the pinned Kubernetes release, and etcd (the etcd server module's own main
+# package). The binaries go to a cache directory keyed by the versions, outside
+# the work tree; a binary already there is not built again. Prints that bin
+# directory as the last line of stdout; progress and figures go to stderr.
+#
+#   scripts/k8s-build.sh            build what is missing, print the bin directory
+#   scripts/k8s-build.sh --key      print the cache key only (builds nothing)
+#
+# Environment:
+#   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
+#                         <key>/bin, and the Go module and build caches of the
+#                         build (gomod/, gocache/), kept apart from the user's
+#   PICOLET_K8S_KEEP_GOCACHE=1
+#                         keep the Go build cache (several GB) after a complete
+#                         build; by default it is removed once every binary is in
+#                         the cache, since nothing reads it again until the pins
+#                         change
+#   GO                    the go command (default: go on PATH, then /usr/local/go/bin/go)
+#
+# The Go builds run under `nice -n 19`: the machine is shared.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+MOD=$ROOT/tests/k8s
+CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
+
+log() { printf 'k8s-build: %s\n' "$*" >&2; }
+die() { printf 'k8s-build: error: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# name|package: the binaries, in build order (the apiserver first: the others
+# share most of its packages).
+TARGETS=(
+    "kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver"
+    "kube-controller-manager|k8s.io/kubernetes/cmd/kube-controller-manager"
+    "kube-scheduler|k8s.io/kubernetes/cmd/kube-scheduler"
+    "kubectl|k8s.io/kubernetes/cmd/kubectl"
+    "etcd|go.etcd.io/etcd/server/v3"
+)
+
+find_go() {
+    if [[ -n ${GO:-} ]]; then
+        [[ -x $GO ]] || command -v "$GO" >/dev/null || die "GO=$GO is not an executable"
+        printf '%s' "$GO"
+    elif command -v go >/dev/null; then
+        command -v go
+    elif [[ -x /usr/local/go/bin/go ]]; then
+        printf '%s' /usr/local/go/bin/go
+    else
+        die "no go command: not on PATH, not at /usr/local/go/bin/go (scripts/install-deps.sh names what is needed)"
+    fi
+}
+
+# module_version MODULE: the version tests/k8s/go.mod requires.
+module_version() {
+    local v
+    v=$(awk -v m="$1" '($1 == m || ($1 == "require" && $2 == m)) && $0 !~ /=>/ { print ($1 == m ? $2 : $3); exit }' "$MOD/go.mod")
+    [[ -n $v ]] || die "$MOD/go.mod does not require $1"
+    printf '%s' "$v"
+}
+
+GO=$(find_go)
+[[ -f $MOD/go.mod && -f $MOD/go.sum ]] || die "$MOD/go.mod or go.sum is missing"
+K8S_VERSION=$(module_version k8s.io/kubernetes)
+ETCD_VERSION=$(module_version go.etcd.io/etcd/server/v3)
+[[ $K8S_VERSION =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] ||
+    die "tests/k8s/go.mod: k8s.io/kubernetes version $K8S_VERSION is not a release vX.Y.Z"
+K8S_MINOR=${BASH_REMATCH[1]}
+# The toolchain go selects inside the module: the local one, or the one it
+# switches to when go.mod asks for a newer Go (GOTOOLCHAIN=auto).
+GO_VERSION=$(cd "$MOD" && "$GO" env GOVERSION) ||
+    die "$GO env GOVERSION failed in $MOD (tests/k8s/go.mod needs $(awk '$1 == "go" { print "go " $2 }' "$MOD/go.mod"))"
+
+# Everything that changes the binaries is in the key.
+LDFLAGS="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    LDFLAGS+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
+done
+BUILD_FLAGS=(-trimpath -buildvcs=false -ldflags "$LDFLAGS")
+# (go.mod's comment lines are left out: they change no binary.)
+KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
+KEY=k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+
+if [[ ${1:-} == --key ]]; then
+    printf '%s\n' "$KEY"
+    exit 0
+fi
+[[ $# -eq 0 ]] || die "usage: $0 [--key]"
+
+BIN=$CACHE_ROOT/$KEY/bin
+export GOMODCACHE=$CACHE_ROOT/gomod
+export GOCACHE=$CACHE_ROOT/gocache
+export CGO_ENABLED=0
+export GOFLAGS=-mod=readonly
+mkdir -p "$BIN" || die "cannot create $BIN (set PICOLET_K8S_CACHE to a writable directory)"
+
+# binary_ok NAME: the cached binary runs and reports the pinned version.
+binary_ok() {
+    local out want
+    [[ -x $BIN/$1 ]] || return 1
+    case $1 in
+        kubectl) out=$("$BIN/$1" version --client 2>/dev/null) ;;
+        *) out=$("$BIN/$1" --version 2>/dev/null) ;;
+    esac || return 1
+    case $1 in
+        etcd) want="etcd Version: ${ETCD_VERSION#v}" ;;
+        *) want=$K8S_VERSION ;;
+    esac
+    [[ $out == *"$want"* ]]
+}
+
+build_missing() {
+    local t name pkg t0 t_all before after tmp built=0
+    t_all=$(now)
+    before=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || before=0
+    for t in "${TARGETS[@]}"; do
+        name=${t%%|*} pkg=${t#*|}
+        if binary_ok "$name"; then
+            continue
+        fi
+        log "building $name ($pkg) with $GO_VERSION under nice -n 19 ..."
+        t0=$(now)
+        tmp=$BIN/.$name.tmp.$$
+        rm -f -- "$tmp"
+        if ! (cd "$MOD" && nice -n 19 "$GO" build "${BUILD_FLAGS[@]}" -o "$tmp" "$pkg"); then
+            rm -f -- "$tmp"
+            die "go build $pkg failed"
+        fi
+        mv -f -- "$tmp" "$BIN/$name"
+        binary_ok "$name" || die "$BIN/$name does not run or does not report the pinned version"
+        log "built $name in $(elapsed "$t0") s ($(du -m "$BIN/$name" | cut -f1) MiB)"
+        built=$((built + 1))
+    done
+    if [[ $built -gt 0 ]]; then
+        after=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || after=0
+        log "built $built binaries in $(elapsed "$t_all") s; modules downloaded by this run: $(((after - before) / 1024)) MiB (module download cache now $((after / 1024)) MiB, extracted modules $(du -sm "$GOMODCACHE" 2>/dev/null | cut -f1) MiB in all, Go build cache $(du -sm "$GOCACHE" 2>/dev/null | cut -f1) MiB)"
+        {
+            printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
+            printf 'built %s in %s s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(elapsed "$t_all")"
+        } >"$CACHE_ROOT/$KEY/VERSIONS.tmp"
+        mv -f -- "$CACHE_ROOT/$KEY/VERSIONS.tmp" "$CACHE_ROOT/$KEY/VERSIONS"
+        if [[ ${PICOLET_K8S_KEEP_GOCACHE:-0} != 1 ]]; then
+            rm -rf -- "$GOCACHE"
+        fi
+    fi
+}
+
+t0=$(now)
+# One build at a time per cache (two test runs at once wait for one build).
+exec 9>"$CACHE_ROOT/$KEY/.lock"
+flock 9
+build_missing
+flock -u 9
+log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+printf '%s\n' "$BIN"

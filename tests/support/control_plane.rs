@@ -1,0 +1,352 @@
+//! A private Kubernetes control plane for cluster tests: the real etcd and
+//! kube-apiserver (and optionally kube-scheduler and kube-controller-manager) of
+//! the release pinned in `tests/k8s/go.mod`, on loopback, driven by
+//! `scripts/control-plane.sh`. std only.
+//!
+//! Include it from an integration test with
+//!
+//! ```ignore
+//! #[path = "support/control_plane.rs"]
+//! mod control_plane;
+//! ```
+//!
+//! `start` builds the binaries first if the cache lacks them
+//! (`scripts/k8s-build.sh`: tens of minutes without a cache, well under a
+//! second with one); a missing prerequisite (Go, openssl, iproute2, a failed
+//! build or start) makes it panic with the missing piece named: such a test
+//! fails, it never skips. `Drop` stops every process of the instance, by PID.
+//!
+//! The apiserver authorizes with Node,RBAC and admits with NodeRestriction on
+//! top of the default plugins; each node named at `start` gets client
+//! certificates for user `system:node:<name>` in group `system:nodes`, as a real
+//! node has.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// What `start` brings up.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Nodes to make credentials and kubeconfigs for.
+    pub nodes: Vec<String>,
+    /// Also start kube-scheduler and kube-controller-manager (`start` then
+    /// returns once the controller manager has created the default
+    /// ServiceAccount and the kube-root-ca.crt ConfigMap).
+    pub controllers: bool,
+}
+
+/// Which of a node's kubeconfigs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKey {
+    /// EC P-256 key in SEC1 form (`EC PRIVATE KEY`), certificates embedded.
+    EcSec1,
+    /// RSA key in PKCS#1 form (`RSA PRIVATE KEY`), certificates embedded.
+    RsaPkcs1,
+    /// The EC key in PKCS#8 form (`PRIVATE KEY`), certificates and key as file paths.
+    EcPkcs8Files,
+}
+
+/// The result of one kubectl run.
+#[derive(Debug, Clone)]
+pub struct Kubectl {
+    pub args: Vec<String>,
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Kubectl {
+    /// stdout; panics with the whole run if kubectl failed.
+    pub fn ok(self) -> String {
+        if !self.success {
+            panic!(
+                "kubectl {} failed\n{}",
+                self.args.join(" "),
+                self.describe()
+            );
+        }
+        self.stdout
+    }
+
+    /// True if the apiserver refused the request with 403 Forbidden (kubectl
+    /// renders a Status of reason Forbidden as `Error from server (Forbidden)`).
+    pub fn forbidden(&self) -> bool {
+        !self.success && self.stderr.contains("Error from server (Forbidden)")
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "success: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.success, self.stdout, self.stderr
+        )
+    }
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:PORT`
+    pub apiserver: String,
+    /// The directory holding etcd, kube-apiserver, ..., kubectl.
+    pub bin: PathBuf,
+    pub kubectl: PathBuf,
+    pub nodes: Vec<String>,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane.sh")
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn stop_dir(dir: &Path) -> Result<(), String> {
+    let out = Command::new("bash")
+        .arg(script())
+        .arg("stop")
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("cannot run bash {}: {e}", script().display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "control-plane.sh stop {} failed\n{}",
+            dir.display(),
+            describe(&out)
+        ))
+    }
+}
+
+impl ControlPlane {
+    /// Starts a fresh control plane under `dir` (created if missing; whatever an
+    /// earlier run left there is stopped and removed first) and returns once the
+    /// apiserver's /readyz says ok. Panics with the script's output on any
+    /// failure. The script's progress (and a first build's) goes to stderr.
+    pub fn start(dir: &Path, options: &Options) -> ControlPlane {
+        let dir = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            std::env::current_dir().expect("current dir").join(dir)
+        };
+        if let Err(e) = stop_dir(&dir) {
+            panic!("clearing leftovers before start: {e}");
+        }
+        if dir.exists() {
+            fs::remove_dir_all(&dir)
+                .unwrap_or_else(|e| panic!("cannot remove {}: {e}", dir.display()));
+        }
+        let mut cmd = Command::new("bash");
+        cmd.arg(script()).arg("start").arg(&dir);
+        for n in &options.nodes {
+            cmd.arg("--node").arg(n);
+        }
+        if options.controllers {
+            cmd.arg("--controllers");
+        }
+        // stderr straight through: a first build takes long and says so.
+        let out = cmd
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script().display()));
+        if !out.status.success() {
+            let _ = stop_dir(&dir);
+            panic!(
+                "control-plane.sh start {} failed (it needs Go >= the go line of tests/k8s/go.mod, \
+                 openssl, iproute2 and util-linux: scripts/install-deps.sh; its error is on \
+                 stderr above)\n{}",
+                dir.display(),
+                describe(&out)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let dir = stdout
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("control-plane.sh start printed no directory"));
+        let env_file = dir.join("cluster.env");
+        let env: BTreeMap<String, String> = fs::read_to_string(&env_file)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", env_file.display()))
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let get = |k: &str| {
+            env.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{} has no {k}", env_file.display()))
+        };
+        ControlPlane {
+            apiserver: get("APISERVER"),
+            bin: PathBuf::from(get("BIN")),
+            kubectl: PathBuf::from(get("KUBECTL")),
+            nodes: options.nodes.clone(),
+            dir,
+        }
+    }
+
+    /// Stops every process of this instance. Idempotent; `Drop` calls it too.
+    pub fn stop(&self) {
+        if let Err(e) = stop_dir(&self.dir) {
+            panic!("{e}");
+        }
+    }
+
+    /// The cluster administrator's kubeconfig (group system:masters).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+
+    /// A node's kubeconfig (user `system:node:<node>`, group `system:nodes`).
+    pub fn node_kubeconfig(&self, node: &str, key: NodeKey) -> PathBuf {
+        assert!(
+            self.nodes.iter().any(|n| n == node),
+            "no credentials for node {node}: start with it in Options::nodes"
+        );
+        let suffix = match key {
+            NodeKey::EcSec1 => "",
+            NodeKey::RsaPkcs1 => "-rsa",
+            NodeKey::EcPkcs8Files => "-pkcs8",
+        };
+        self.dir.join(format!("node-{node}{suffix}.kubeconfig"))
+    }
+
+    /// The CA certificate that signed the apiserver's serving certificate and
+    /// every client certificate.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("pki/ca.crt")
+    }
+
+    /// Runs the pinned kubectl with `kubeconfig`, `args` and, if given, `stdin`.
+    pub fn kubectl_with(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Kubectl {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--request-timeout=30s")
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.kubectl.display()));
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("kubectl stdin");
+            pipe.write_all(input.as_bytes())
+                .unwrap_or_else(|e| panic!("writing kubectl's stdin: {e}"));
+        }
+        let out = child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("waiting for kubectl: {e}"));
+        Kubectl {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// kubectl as the cluster administrator; panics if it fails.
+    pub fn admin(&self, args: &[&str]) -> String {
+        self.kubectl_with(&self.admin_kubeconfig(), args, None).ok()
+    }
+
+    /// `kubectl apply -f -` (or any command reading stdin) as the administrator.
+    pub fn admin_stdin(&self, args: &[&str], stdin: &str) -> String {
+        self.kubectl_with(&self.admin_kubeconfig(), args, Some(stdin))
+            .ok()
+    }
+
+    /// kubectl with a node's EC kubeconfig; returns the run, failed or not.
+    pub fn as_node(&self, node: &str, args: &[&str]) -> Kubectl {
+        self.kubectl_with(&self.node_kubeconfig(node, NodeKey::EcSec1), args, None)
+    }
+
+    pub fn as_node_stdin(&self, node: &str, args: &[&str], stdin: &str) -> Kubectl {
+        self.kubectl_with(
+            &self.node_kubeconfig(node, NodeKey::EcSec1),
+            args,
+            Some(stdin),
+        )
+    }
+
+    /// Polls `f` every 250 ms until it returns Some, for at most `limit`;
+    /// panics with `what` and the component logs' tails if it never does.
+    pub fn wait_for<T>(&self, what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out after {limit:?} waiting for {what}\n{}",
+                    self.logs_tail(20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// The last `lines` lines of one component's log (`etcd`, `kube-apiserver`,
+    /// `kube-scheduler`, `kube-controller-manager`).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let path = self.dir.join("logs").join(format!("{component}.log"));
+        match fs::read_to_string(&path) {
+            Ok(log) => {
+                let all: Vec<&str> = log.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("(no log at {}: {e})", path.display()),
+        }
+    }
+
+    /// Every component's log tail, for failure messages.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        [
+            "kube-apiserver",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "etcd",
+        ]
+        .iter()
+        .map(|c| {
+            format!(
+                "--- {c} (last {lines} lines) ---\n{}",
+                self.log_tail(c, lines)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Err(e) = stop_dir(&self.dir) {
+            if std::thread::panicking() {
+                eprintln!("{e}");
+            } else {
+                panic!("{e}");
+            }
+        }
+    }
+}
