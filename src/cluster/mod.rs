@@ -299,13 +299,15 @@ pub enum MirrorAction {
 
 pub fn plan_mirrors(static_pods: &[Rc<Pod>], mirrors: &[MirrorPod]) -> Vec<MirrorAction> {
     let mut out = Vec::new();
-    for m in mirrors.iter().filter(|m| !m.deleting) {
+    for m in mirrors {
         let wanted = static_pods
             .iter()
             .find(|p| p.metadata.namespace == m.namespace && p.metadata.name == m.name);
         let current = wanted
             .is_some_and(|p| p.metadata.annotations.get(ANNOTATION_CONFIG_HASH) == Some(&m.hash));
-        if !current {
+        // A mirror pod someone deleted waits, Terminating, for its node: delete it for good
+        // (grace 0); a new one is created once it is gone.
+        if !current || m.deleting {
             out.push(MirrorAction::Delete {
                 namespace: m.namespace.clone(),
                 name: m.name.clone(),
@@ -500,10 +502,18 @@ mod tests {
             .collect();
         assert_eq!(deletes, vec!["m2", "m0"]);
         assert!(!plan.iter().any(|a| matches!(a, MirrorAction::Create(_))));
-        // A mirror being deleted is left to finish.
-        let mut going = mirror("api-n", "h2", "m2");
+        // A mirror someone deleted (Terminating) is deleted for good; no second one meanwhile.
+        let mut going = mirror("etcd-n", "h1", "m1");
         going.deleting = true;
-        assert!(plan_mirrors(&edited, &[mirror("etcd-n", "h1", "m1"), going]).is_empty());
+        let plan = plan_mirrors(&statics, &[going, mirror("api-n", "h2", "m2")]);
+        assert_eq!(
+            plan,
+            vec![MirrorAction::Delete {
+                namespace: "kube-system".into(),
+                name: "etcd-n".into(),
+                uid: "m1".into()
+            }]
+        );
     }
 
     #[test]
