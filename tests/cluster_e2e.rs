@@ -68,7 +68,11 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     let a = Agent::start_with(
         &dir.join("agent"),
         &c.endpoint(),
-        &["--kubeconfig".into(), kc.display().to_string()],
+        &[
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            "--node-labels=node.kubernetes.io/instance-type=rpi4".into(),
+        ],
     );
 
     // The node registers and turns Ready; its status passed validation and NodeRestriction.
@@ -96,6 +100,19 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             ]
         ),
         NODE
+    );
+    assert_eq!(
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.metadata.labels.node\\.kubernetes\\.io/instance-type}"
+            ]
+        ),
+        "rpi4"
     );
     // The lease renews.
     let renew = || {
