@@ -12,7 +12,9 @@
 # while DIR's control plane runs), starts etcd and the apiserver on free loopback
 # ports, waits for /readyz, and prints DIR's canonical path as the last line of
 # stdout. DIR then holds:
-#   cluster.env                  BIN, KUBECTL, APISERVER, ETCD, NODES, CONTROLLERS
+#   cluster.env                  BIN, KUBECTL, APISERVER, ETCD, NODES (comma-
+#                                separated), CONTROLLERS (0 or 1); a shell can
+#                                source it
 #   admin.kubeconfig             user picolet-test-admin in group system:masters
 #   node-NAME.kubeconfig         user system:node:NAME, group system:nodes, EC P-256
 #                                key in SEC1 form ("EC PRIVATE KEY"); certificates
@@ -411,7 +413,7 @@ cmd_start() {
     fi
     {
         printf 'BIN=%s\nKUBECTL=%s\nAPISERVER=%s\nETCD=%s\n' "$BIN" "$KUBECTL" "$APISERVER" "http://127.0.0.1:$ETCD_PORT"
-        printf 'NODES=%s\nCONTROLLERS=%s\n' "${NODES[*]}" "$($CONTROLLERS && echo 1 || echo 0)"
+        printf 'NODES=%s\nCONTROLLERS=%s\n' "$(IFS=,; printf '%s' "${NODES[*]}")" "$($CONTROLLERS && echo 1 || echo 0)"
     } >"$DIR/cluster.env.tmp"
     mv -f -- "$DIR/cluster.env.tmp" "$DIR/cluster.env"
     START_OK=1

@@ -454,3 +454,44 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
 
     cp.stop();
 }
+
+/// A missing piece is named, and nothing is left running.
+#[test]
+fn control_plane_script_names_what_is_missing() {
+    let dir = test_dir("control-plane-missing");
+    let empty_bin = test_dir("control-plane-empty-bin");
+    std::fs::create_dir_all(&empty_bin).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/control-plane.sh");
+    let run = |env_bin: &std::path::Path, node: &str| {
+        let out = std::process::Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .arg(&dir)
+            .arg("--node")
+            .arg(node)
+            .env("PICOLET_K8S_BIN", env_bin)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&empty_bin, "edge-1");
+    assert!(!ok, "started without binaries: {err}");
+    assert!(
+        err.contains(&format!("{}/etcd is missing", empty_bin.display())),
+        "{err}"
+    );
+    let (ok, err) = run(&empty_bin, "Not_A_Node");
+    assert!(!ok, "accepted an invalid node name: {err}");
+    assert!(
+        err.contains("--node Not_A_Node: not a valid node name"),
+        "{err}"
+    );
+    assert!(
+        !dir.join("run").exists() || std::fs::read_dir(dir.join("run")).unwrap().next().is_none(),
+        "a failed start left PID files in {}",
+        dir.display()
+    );
+}
