@@ -66,7 +66,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     let c = ScratchContainerd::start(&dir.join("containerd"));
     let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
     let a = Agent::start_with(
-        &dir.join("agent"),
+        &dir.join("a"),
         &c.endpoint(),
         &[
             "--kubeconfig".into(),
@@ -255,5 +255,62 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             c.containers_with_labels(&[("io.kubernetes.pod.name", "api-web")])
                 .is_empty()
         },
+    );
+
+    // picolet's client with each key form kubeadm and the kubelet write: EC (SEC1) and RSA
+    // (PKCS#1) inline, EC as PKCS#8 in files; the real apiserver accepts each identity, and the
+    // Node authorizer still refuses what a node may not do.
+    for key in [NodeKey::EcSec1, NodeKey::RsaPkcs1, NodeKey::EcPkcs8Files] {
+        let conn = picolet::apiclient::kubeconfig::load(&cp.node_kubeconfig(NODE, key))
+            .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+        let client =
+            picolet::apiclient::Client::new(&conn).unwrap_or_else(|e| panic!("{key:?}: {e}"));
+        let node: serde_json::Value = client
+            .json("GET", &format!("/api/v1/nodes/{NODE}"), None)
+            .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+        assert_eq!(node["metadata"]["name"], NODE, "{key:?}");
+        let refused = client
+            .json::<serde_json::Value>("GET", "/api/v1/namespaces/kube-system/secrets", None)
+            .unwrap_err();
+        assert!(
+            refused.is_forbidden(),
+            "{key:?}: a node may not list secrets: {refused}"
+        );
+    }
+
+    // With e2e-node's credentials, a picolet calling itself another node is refused by the
+    // real Node authorizer and NodeRestriction, and says why instead of looping loudly.
+    let _ = std::fs::remove_dir_all(dir.join("intruder"));
+    let intruder = Agent::start_with(
+        &dir.join("intruder"),
+        &c.endpoint(),
+        &[
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            "--hostname-override".into(),
+            "other-node".into(),
+        ],
+    );
+    wait(
+        "the refusal reported",
+        Duration::from_secs(30),
+        &intruder,
+        &cp,
+        || {
+            intruder
+                .log_text()
+                .contains("the apiserver refuses this identity")
+        },
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(jsonpath(&cp, &["get", "node", "other-node", "-o", "name"]).is_empty());
+    // Once by the node registration and once by the lease, not once per retry.
+    let told = intruder
+        .log_text()
+        .matches("the apiserver refuses this identity")
+        .count();
+    assert!(
+        told <= 2,
+        "said once per task: {told} refusals logged in ~5 s"
     );
 }

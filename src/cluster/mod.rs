@@ -131,13 +131,17 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
     }
 }
 
+/// Logs a failing call: the first failure, then only at doubling counts, so an apiserver that
+/// keeps refusing is said clearly without flooding the log.
 fn log_failure(what: &str, e: &ApiError, node: &str, failures: u32) {
-    if e.is_forbidden() {
+    if !(failures == 1 || (failures >= 8 && failures.is_power_of_two())) {
+        log::debug!("{what}: {e} (failure {failures})");
+    } else if e.is_forbidden() {
         log::error!(
             "{what}: {e}: the apiserver refuses this identity; a node needs a client certificate \
              for user system:node:{node} in group system:nodes (or a token for it)"
         );
-    } else if failures == 1 || failures.is_power_of_two() {
+    } else {
         log::warn!("{what}: {e} (retrying)");
     }
 }
