@@ -8,6 +8,7 @@ pub mod cri;
 pub mod hash;
 pub mod kubecontainer;
 pub mod kuberuntime;
+pub mod limits;
 pub mod logger;
 pub mod node;
 pub mod options;
