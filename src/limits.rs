@@ -65,6 +65,17 @@ impl Limits {
         max_scalar_bytes: 256 * 1024,
         max_nodes: 20_000,
     };
+
+    /// apiserver responses (JSON) about this node: its Node, Lease, and the pods bound to it (a
+    /// list of 110 pods with their managed fields is a few MB). A ConfigMap or Secret value is
+    /// at most 1 MiB, 1.4 MB as base64.
+    pub const API: Limits = Limits {
+        max_bytes: 32 * 1024 * 1024,
+        max_depth: 64,
+        max_documents: 1,
+        max_scalar_bytes: 2 * 1024 * 1024,
+        max_nodes: 1_000_000,
+    };
 }
 
 /// The input's syntax.
