@@ -14,6 +14,7 @@ pub mod cri;
 pub(crate) mod hash;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;
+pub mod limits;
 pub mod logger;
 pub mod node;
 pub mod options;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::limits::{self, Limits, Syntax};
+
 pub const USAGE: &str = "\
 usage: picolet [flags]
        picolet validate FILE...
@@ -221,15 +223,25 @@ struct KubeletConfiguration {
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 
-/// Reads a KubeletConfiguration file into `o`.
+/// Reads a KubeletConfiguration file into `o`. The file must be a regular file within
+/// [`Limits::CONFIG`].
 pub fn load_config(path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let bytes = limits::read_file(path, &Limits::CONFIG).map_err(|e| OptionsError::Config {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    parse_config(&bytes, path, o)
+}
+
+/// Applies a KubeletConfiguration document to `o`; `path` names it in errors.
+pub fn parse_config(bytes: &[u8], path: &Path, o: &mut Options) -> Result<(), OptionsError> {
     let err = |reason: String| OptionsError::Config {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    limits::check(bytes, Syntax::Yaml, &Limits::CONFIG).map_err(|e| err(e.to_string()))?;
     let mut unknown = Vec::new();
-    let de = yaml_serde::Deserializer::from_str(&text);
+    let de = yaml_serde::Deserializer::from_slice(bytes);
     let cfg: KubeletConfiguration =
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut |p| {
             unknown.push(p.to_string())
@@ -290,10 +302,19 @@ pub fn load_config(path: &Path, o: &mut Options) -> Result<(), OptionsError> {
     if let Some(p) = cfg.pod_logs_dir {
         o.pod_logs_dir = PathBuf::from(p);
     }
+    const MAX_WARNINGS: usize = 20;
+    let more = unknown.len().saturating_sub(MAX_WARNINGS);
     o.config_warnings = unknown
         .into_iter()
+        .take(MAX_WARNINGS)
         .map(|f| format!("{}: field {f:?} is not used by picolet", path.display()))
         .collect();
+    if more > 0 {
+        o.config_warnings.push(format!(
+            "{}: {more} more fields are not used by picolet",
+            path.display()
+        ));
+    }
     Ok(())
 }
 
@@ -576,5 +597,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/cfg.yaml"), "{e}");
+    }
+
+    #[test]
+    fn hostile_config_files_are_refused_by_name() {
+        let cfg = |body: String| {
+            let mut o = Options::default();
+            parse_config(
+                body.as_bytes(),
+                Path::new("/etc/picolet/config.yaml"),
+                &mut o,
+            )
+            .map(|()| o)
+            .map_err(|e| e.to_string())
+        };
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let e = cfg(format!(
+            "{head}x: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "/etc/picolet/config.yaml: refused: nested deeper than the limit of 64 levels at line 3 column 67"
+        );
+        let e = cfg(format!(
+            "{head}x: &a [{}]\ny: [{}]\n",
+            "1,".repeat(100),
+            "*a,".repeat(300)
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("refused: more than the limit of 20000 nodes"),
+            "{e}"
+        );
+        let many: String = (0..50).map(|i| format!("unused{i}: 1\n")).collect();
+        let o = cfg(format!("{head}{many}")).unwrap();
+        assert_eq!(o.config_warnings.len(), 21);
+        assert!(o.config_warnings[20].ends_with("30 more fields are not used by picolet"));
+        // Not a regular file: refused at once, never read (a FIFO would block a plain read).
+        let e = parse(&args(&["--config", "/dev/zero"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "/dev/zero: not a regular file: it is a character device");
     }
 }

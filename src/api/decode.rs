@@ -5,10 +5,14 @@
 //! `spec.affinity`) so the caller can warn about them, and
 //! validation refuses anything picolet cannot honour. Type errors are strict
 //! and carry the field path plus, where the parser knows it, line and column.
+//!
+//! Input beyond [`Limits::MANIFEST`] (size, nesting, documents, scalar length, nodes) is refused
+//! before any parsing, so a hostile file costs a linear scan and nothing more.
 
 use std::fmt;
 
 use super::pod::Pod;
+use crate::limits::{self, LimitError, Limits, Syntax};
 
 /// Manifest encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +32,14 @@ impl Format {
             None
         }
     }
+
+    /// The syntax the limits check reads.
+    pub fn syntax(self) -> Syntax {
+        match self {
+            Format::Yaml => Syntax::Yaml,
+            Format::Json => Syntax::Json,
+        }
+    }
 }
 
 /// A decoded pod plus the fields that were present but not understood.
@@ -37,10 +49,14 @@ pub struct Decoded {
     /// Paths of ignored fields in input order, in the same notation as
     /// validation errors: `metadata.finalizers`, `spec.affinity`.
     pub unknown_fields: Vec<String>,
+    /// The manifest document as parsed, whole (the static pod identity hashes it).
+    pub document: serde_json::Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    #[error("{0}")]
+    Limit(#[from] LimitError),
     #[error("manifest is empty")]
     Empty,
     #[error("manifest holds {0} yaml documents; put exactly one pod in each file")]
@@ -114,8 +130,10 @@ mod header {
 use header::Pod as TypeMeta;
 
 /// Decodes one v1 Pod. YAML input must hold exactly one non-empty document
-/// (empty documents, e.g. from a trailing `---`, are skipped).
+/// (empty documents, e.g. from a trailing `---`, are skipped). Input beyond
+/// [`Limits::MANIFEST`] is refused before it is parsed.
 pub fn decode_pod(bytes: &[u8], format: Format) -> Result<Decoded, DecodeError> {
+    limits::check(bytes, format.syntax(), &Limits::MANIFEST)?;
     match format {
         Format::Yaml => decode_yaml(bytes),
         Format::Json => decode_json(bytes),
@@ -158,17 +176,21 @@ fn decode_yaml(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     }
     check_type(meta)?;
 
-    let doc = yaml_serde::Deserializer::from_slice(bytes)
-        .nth(index)
-        .ok_or(DecodeError::Empty)?;
+    let doc = || {
+        yaml_serde::Deserializer::from_slice(bytes)
+            .nth(index)
+            .ok_or(DecodeError::Empty)
+    };
     let mut unknown_fields = Vec::new();
-    match decode_tracked(doc, &mut unknown_fields) {
-        Ok(pod) => Ok(Decoded {
-            pod,
-            unknown_fields,
-        }),
-        Err(e) => Err(yaml_error(e.path().to_string(), e.inner())),
-    }
+    let pod = decode_tracked(doc()?, &mut unknown_fields)
+        .map_err(|e| yaml_error(e.path().to_string(), e.inner()))?;
+    let document = serde::Deserialize::deserialize(doc()?)
+        .map_err(|e: yaml_serde::Error| yaml_error(String::new(), &e))?;
+    Ok(Decoded {
+        pod,
+        unknown_fields,
+        document,
+    })
 }
 
 fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
@@ -183,13 +205,14 @@ fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     check_type(meta.ok_or(DecodeError::Empty)?)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut unknown_fields = Vec::new();
-    match decode_tracked(&mut de, &mut unknown_fields) {
-        Ok(pod) => Ok(Decoded {
-            pod,
-            unknown_fields,
-        }),
-        Err(e) => Err(json_error(e.path().to_string(), e.inner())),
-    }
+    let pod = decode_tracked(&mut de, &mut unknown_fields)
+        .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
+    let document = serde_json::from_slice(bytes).map_err(|e| json_error(String::new(), &e))?;
+    Ok(Decoded {
+        pod,
+        unknown_fields,
+        document,
+    })
 }
 
 fn decode_tracked<'de, D: serde::Deserializer<'de>>(
@@ -758,6 +781,36 @@ spec:
             yaml("apiVersion: v1\nkind: pod\n"),
             Err(DecodeError::NotPod { .. })
         ));
+    }
+
+    #[test]
+    fn input_beyond_the_limits_is_refused_before_parsing() {
+        let deep = format!("{NGINX}x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let e = yaml(&deep).unwrap_err();
+        assert!(matches!(
+            e,
+            DecodeError::Limit(LimitError::TooDeep { limit: 64, .. })
+        ));
+        assert_eq!(
+            e.to_string(),
+            "refused: nested deeper than the limit of 64 levels at line 11 column 67"
+        );
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(matches!(json(&deep), Err(DecodeError::Limit(_))));
+        let e = decode_pod(b"apiVersion: v1\nkind: \xffPod\n", Format::Yaml).unwrap_err();
+        assert_eq!(e.to_string(), "refused: not valid UTF-8 at line 2 column 7");
+    }
+
+    #[test]
+    fn the_document_is_the_pods_own() {
+        let d = yaml(&format!("---\n---\n{NGINX}---\n")).unwrap();
+        assert_eq!(d.document["metadata"]["name"], "nginx");
+        assert_eq!(
+            d.document["spec"]["containers"][0]["ports"][0]["containerPort"],
+            80
+        );
+        let j = serde_json::to_string(&d.document).unwrap();
+        assert_eq!(json(&format!("\u{feff}{j}")).unwrap().document, d.document);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -20,12 +19,17 @@ use inotify::{Inotify, WatchMask};
 use crate::api::Pod;
 use crate::api::decode::{self, Format};
 use crate::api::validation;
+use crate::limits::{self, Limits};
 use crate::rt;
 
 use super::{Snapshot, Source, last_valid, static_pod};
 
 /// Files larger than this are refused, as upstream refuses them.
-pub const MAX_MANIFEST_BYTES: u64 = 10 * 1024 * 1024;
+pub const MAX_MANIFEST_BYTES: u64 = Limits::MANIFEST.max_bytes;
+
+/// Errors and unknown fields reported per file at most: a hostile file must not flood the log
+/// or the local API.
+const MAX_REPORTED: usize = 20;
 
 /// What changed on disk, cheaply: a file is re-read only when this differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,19 +123,32 @@ pub fn parse(
     let shown = path.display();
     let one = |e: String| vec![e];
     let decoded = decode::decode_pod(bytes, format).map_err(|e| one(format!("{shown}: {e}")))?;
-    for field in &decoded.unknown_fields {
+    for field in decoded.unknown_fields.iter().take(MAX_REPORTED) {
         log::warn!("{shown}: unknown field {field:?} ignored");
+    }
+    if decoded.unknown_fields.len() > MAX_REPORTED {
+        log::warn!(
+            "{shown}: {} more unknown fields ignored",
+            decoded.unknown_fields.len() - MAX_REPORTED
+        );
     }
     let errs = validation::validate_pod(&decoded.pod);
     if !errs.is_empty() {
-        return Err(errs.iter().map(|e| format!("{shown}: {e}")).collect());
+        let mut lines: Vec<String> = errs
+            .iter()
+            .take(MAX_REPORTED)
+            .map(|e| format!("{shown}: {e}"))
+            .collect();
+        if errs.len() > MAX_REPORTED {
+            lines.push(format!(
+                "{shown}: {} more errors",
+                errs.len() - MAX_REPORTED
+            ));
+        }
+        return Err(lines);
     }
-    let doc: serde_json::Value = match format {
-        Format::Json => serde_json::from_slice(bytes).map_err(|e| one(format!("{shown}: {e}")))?,
-        Format::Yaml => yaml_serde::from_slice(bytes).map_err(|e| one(format!("{shown}: {e}")))?,
-    };
     let mut pod = decoded.pod;
-    let uid = static_pod::uid(&doc, &path.display().to_string(), node_name);
+    let uid = static_pod::uid(&decoded.document, &path.display().to_string(), node_name);
     static_pod::apply_api_defaults(&mut pod);
     static_pod::apply_identity(&mut pod, uid, node_name, Source::File, seen);
     if pod.metadata.name.len() > 253 {
@@ -150,6 +167,8 @@ struct Scanned {
     listed: bool,
     /// True when a file changed while it was read: scan again soon.
     unsettled: bool,
+    /// Files read and parsed in this scan (unchanged files are not).
+    read: usize,
 }
 
 /// Reads, parses and checks one changed file. The content is read between two looks at the
@@ -261,6 +280,7 @@ fn scan(
 ) -> Scanned {
     let mut out = BTreeMap::new();
     let mut unsettled = false;
+    let mut read = 0;
     let entries = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -271,6 +291,7 @@ fn scan(
                 manifests: out,
                 listed: true,
                 unsettled,
+                read: 0,
             };
         }
         Err(e) => {
@@ -280,6 +301,7 @@ fn scan(
                 manifests: old,
                 listed: false,
                 unsettled,
+                read: 0,
             };
         }
     };
@@ -293,6 +315,7 @@ fn scan(
                     manifests: old.into_iter().chain(out).collect(),
                     listed: false,
                     unsettled,
+                    read,
                 };
             }
         };
@@ -302,10 +325,25 @@ fn scan(
             continue;
         }
         let path = ent.path();
-        // Follow symlinks (kubeadm-style setups link manifests in); skip directories.
+        // Follow symlinks (kubeadm-style setups link manifests in). Anything but a regular file
+        // under a manifest's name (a directory, a FIFO, a device) is reported, never opened.
         let md = match fs::metadata(&path) {
             Ok(md) if md.is_file() => md,
-            Ok(_) => continue,
+            Ok(md) => {
+                let st = stamp(&md);
+                let prev = old.remove(&path);
+                if let Some(p) = prev.as_ref().filter(|p| p.stamp == Some(st)) {
+                    out.insert(path, p.clone());
+                    continue;
+                }
+                let m = Manifest {
+                    error: Some(format!("{}: {}", path.display(), not_regular(&md))),
+                    stamp: Some(st),
+                    ..fallback(prev, &path, node_name, store)
+                };
+                out.insert(path, m);
+                continue;
+            }
             Err(e) => {
                 // New to us (picolet just started): look again soon, it may be about to appear.
                 let prev = old.remove(&path);
@@ -327,6 +365,7 @@ fn scan(
             continue;
         }
         let (m, moving) = refresh(&path, st, prev, node_name, store);
+        read += 1;
         unsettled |= moving;
         out.insert(path, m);
     }
@@ -337,23 +376,30 @@ fn scan(
         manifests: out,
         listed: true,
         unsettled,
+        read,
+    }
+}
+
+fn not_regular(md: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = md.file_type();
+    if ft.is_dir() {
+        "is a directory, not a manifest file (subdirectories are not read)"
+    } else if ft.is_fifo() {
+        "not a regular file: it is a named pipe (FIFO)"
+    } else if ft.is_char_device() {
+        "not a regular file: it is a character device"
+    } else if ft.is_block_device() {
+        "not a regular file: it is a block device"
+    } else if ft.is_socket() {
+        "not a regular file: it is a socket"
+    } else {
+        "not a regular file"
     }
 }
 
 fn read_limited(path: &Path) -> Result<Vec<u8>, Vec<String>> {
-    let shown = path.display();
-    let one = |e: String| vec![e];
-    let f = fs::File::open(path).map_err(|e| one(format!("{shown}: {e}")))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| one(format!("{shown}: {e}")))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(one(format!(
-            "{shown}: file is larger than {MAX_MANIFEST_BYTES} bytes"
-        )));
-    }
-    Ok(bytes)
+    limits::read_file(path, &Limits::MANIFEST).map_err(|e| vec![format!("{}: {e}", path.display())])
 }
 
 /// The pods of a scan, with the paths they come from. Two files naming the same pod: the one
@@ -503,6 +549,13 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
         let (dir, node, store) = (cfg.dir.clone(), cfg.node_name.clone(), cfg.store.clone());
         let old = std::mem::take(&mut manifests);
         let scanned = rt::unblock(move || scan(&dir, &node, store.as_deref(), old)).await;
+        if scanned.read > 0 {
+            log::debug!(
+                "manifest directory {}: {} changed files read",
+                cfg.dir.display(),
+                scanned.read
+            );
+        }
         manifests = scanned.manifests;
         let (pods, now_running) = pick(&mut manifests, &running);
         running = now_running;
@@ -679,9 +732,91 @@ mod tests {
         assert!(scan_m(&d.join("absent"), BTreeMap::new()).is_empty());
         fs::write(d.join(".hidden.yaml"), GOOD).unwrap();
         fs::write(d.join("web.yaml.swp"), GOOD).unwrap();
-        fs::create_dir(d.join("sub.yaml")).unwrap();
+        fs::create_dir(d.join("sub")).unwrap();
         assert!(scan_m(&d, BTreeMap::new()).is_empty());
         fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn what_is_not_a_manifest_file_is_reported_not_opened() {
+        let d = tmpdir("odd");
+        fs::create_dir(d.join("dir.yaml")).unwrap();
+        nix::unistd::mkfifo(&d.join("fifo.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("zero.yaml")).unwrap();
+        let s = scan(&d, "node", None, BTreeMap::new());
+        assert_eq!(s.read, 0, "nothing was opened");
+        let err = |name: &str| s.manifests[&d.join(name)].error.clone().unwrap();
+        assert_eq!(
+            err("dir.yaml"),
+            format!(
+                "{}: is a directory, not a manifest file (subdirectories are not read)",
+                d.join("dir.yaml").display()
+            )
+        );
+        assert!(
+            err("fifo.yaml").ends_with("fifo.yaml: not a regular file: it is a named pipe (FIFO)")
+        );
+        assert!(
+            err("zero.yaml").ends_with("zero.yaml: not a regular file: it is a character device")
+        );
+        assert!(s.manifests.values().all(|m| m.pod.is_none()));
+        // A valid manifest replaced by a directory keeps its pod, as invalid content does.
+        let f = d.join("web.yaml");
+        fs::write(&f, GOOD).unwrap();
+        let m = scan_m(&d, s.manifests);
+        fs::remove_file(&f).unwrap();
+        fs::create_dir(&f).unwrap();
+        let m = scan_m(&d, m);
+        assert!(m[&f].pod.is_some() && m[&f].error.is_some());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_file_refused_for_its_cost_is_not_read_again_until_it_changes() {
+        let d = tmpdir("cost");
+        let f = d.join("deep.yaml");
+        let deep = format!("{GOOD}x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        fs::write(&f, &deep).unwrap();
+        fs::write(d.join("web.yaml"), GOOD2.replace("web", "other")).unwrap();
+        let s = scan(&d, "node", None, BTreeMap::new());
+        assert_eq!(s.read, 2);
+        let e = s.manifests[&f].error.clone().unwrap();
+        assert_eq!(
+            e,
+            format!(
+                "{}: refused: nested deeper than the limit of 64 levels at line 9 column 67",
+                f.display()
+            )
+        );
+        let s = scan(&d, "node", None, s.manifests);
+        assert_eq!(s.read, 0, "the re-list reads no unchanged file");
+        assert_eq!(s.manifests[&f].error.as_deref(), Some(e.as_str()));
+        // Changed (same size, new content): read again.
+        std::thread::sleep(Duration::from_millis(10));
+        fs::write(&f, deep.replace("x: [", "y: [")).unwrap();
+        let s = scan(&d, "node", None, s.manifests);
+        assert_eq!(s.read, 1);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn errors_and_unknown_fields_are_capped() {
+        let mut y = String::from(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: many}\nspec:\n  containers:\n",
+        );
+        for i in 0..100 {
+            y.push_str(&format!("  - name: c{i}\n    bogus{i}: 1\n"));
+        }
+        let errs = parse(
+            y.as_bytes(),
+            Format::Yaml,
+            Path::new("/m/many.yaml"),
+            "n",
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(errs.len(), MAX_REPORTED + 1);
+        assert_eq!(errs[MAX_REPORTED], "/m/many.yaml: 80 more errors");
     }
 
     #[test]

@@ -36,7 +36,12 @@ pub fn save(store: &Path, manifest: &Path, content: &str) -> io::Result<()> {
 
 /// The saved content of a manifest, if any (and if it is the one for this exact path).
 pub fn load(store: &Path, manifest: &Path) -> Option<String> {
-    let bytes = fs::read(entry(store, manifest)).ok()?;
+    // A saved manifest was within the manifest limit; JSON escaping at most doubles it.
+    let bound = crate::limits::Limits {
+        max_bytes: 2 * crate::limits::Limits::MANIFEST.max_bytes + 64 * 1024,
+        ..crate::limits::Limits::MANIFEST
+    };
+    let bytes = crate::limits::read_file(&entry(store, manifest), &bound).ok()?;
     let saved: Saved = serde_json::from_slice(&bytes).ok()?;
     (saved.path == manifest.display().to_string()).then_some(saved.content)
 }
