@@ -154,6 +154,13 @@ pub fn load(path: &Path) -> Result<Connection, String> {
 pub fn parse(text: &[u8], path: &Path) -> Result<Connection, String> {
     let at =
         |field: &str, msg: &dyn std::fmt::Display| format!("{}: {field}: {msg}", path.display());
+    // The same cost limits as a KubeletConfiguration: a hostile kubeconfig never costs more.
+    crate::limits::check(
+        text,
+        crate::limits::Syntax::Yaml,
+        &crate::limits::Limits::CONFIG,
+    )
+    .map_err(|e| at("(file)", &e))?;
     let text = std::str::from_utf8(text).map_err(|e| at("(file)", &e))?;
     let kc: KubeConfigFile = yaml_serde::from_str(text).map_err(|e| at("(file)", &e))?;
     let ctx_name = if kc.current_context.is_empty() {
@@ -333,6 +340,18 @@ mod tests {
         assert!(
             !format!("{c:?}").contains("abc"),
             "tokens never reach a log"
+        );
+    }
+
+    #[test]
+    fn a_deeply_nested_kubeconfig_is_refused_before_parsing() {
+        let deep = format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let t0 = std::time::Instant::now();
+        let e = parse(deep.as_bytes(), Path::new("/k.conf")).unwrap_err();
+        assert!(e.starts_with("/k.conf: (file): "), "{e}");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "refused cheaply"
         );
     }
 
