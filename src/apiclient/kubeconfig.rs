@@ -346,13 +346,9 @@ mod tests {
     #[test]
     fn a_deeply_nested_kubeconfig_is_refused_before_parsing() {
         let deep = format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
-        let t0 = std::time::Instant::now();
         let e = parse(deep.as_bytes(), Path::new("/k.conf")).unwrap_err();
         assert!(e.starts_with("/k.conf: (file): "), "{e}");
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(5),
-            "refused cheaply"
-        );
+        assert!(e.contains("nested deeper than the limit"), "{e}");
     }
 
     #[test]
