@@ -10,7 +10,7 @@
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
-pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl)
+pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl pyflakes3)
 cross=false
 k8s=false
 for arg in "$@"; do
