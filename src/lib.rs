@@ -7,6 +7,7 @@ pub mod api;
 pub mod apiclient;
 #[cfg(any(feature = "file-source", feature = "apiserver"))]
 pub(crate) mod atomic_file;
+pub(crate) mod atomic_writer;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
 pub mod config;
@@ -17,11 +18,13 @@ pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
 pub mod node;
+pub mod objects;
 pub mod options;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
 pub(crate) mod prober;
+pub(crate) mod projection;
 pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]

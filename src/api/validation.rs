@@ -650,6 +650,14 @@ impl Errors {
     }
 
     fn env(&mut self, c: &Container, p: &str) {
+        if !c.env_from.is_empty() {
+            // A static pod may not reference API objects (as upstream refuses it).
+            self.add(
+                &format!("{p}.envFrom"),
+                "",
+                "envFrom is not supported by picolet in static pods",
+            );
+        }
         for (j, ev) in c.env.iter().enumerate() {
             let ep = format!("{p}.env[{j}]");
             if ev.name.is_empty() {
