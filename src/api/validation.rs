@@ -1552,6 +1552,15 @@ mod tests {
             "",
             "not supported by picolet",
         );
+        c0(&mut p).env = Vec::new();
+        c0(&mut p).env_from = vec![json!({"configMapRef": {"name": "c"}})];
+        assert_one(
+            &p,
+            "spec.containers[0].envFrom",
+            "",
+            "envFrom is not supported by picolet in static pods",
+        );
+        c0(&mut p).env_from = Vec::new();
         let rf = EnvVarSource {
             resource_field_ref: Some(json!({"resource": "limits.cpu"})),
             ..Default::default()
