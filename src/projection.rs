@@ -84,20 +84,26 @@ fn add_keys(
     Ok(())
 }
 
+/// One ConfigMap or Secret as a volume or projection names it.
+struct ObjectSource<'a> {
+    kind: Kind,
+    name: &'a str,
+    items: &'a [KeyToPath],
+    optional: Option<bool>,
+}
+
 fn object_files(
     out: &mut Payload,
     store: &Contents,
     pod: &Pod,
-    kind: Kind,
-    name: &str,
-    items: &[KeyToPath],
+    src: ObjectSource<'_>,
     mode: u32,
-    optional: bool,
 ) -> Result<(), String> {
     let ns = namespace(pod);
-    if let Some(data) = store.data(kind, ns, name, optional)? {
-        let what = format!("{} {ns}/{name}", kind.as_str());
-        add_keys(out, &data, items, mode, optional, &what)?;
+    let optional = src.optional.unwrap_or(false);
+    if let Some(data) = store.data(src.kind, ns, src.name, optional)? {
+        let what = format!("{} {ns}/{}", src.kind.as_str(), src.name);
+        add_keys(out, &data, src.items, mode, optional, &what)?;
     }
     Ok(())
 }
@@ -247,30 +253,32 @@ pub fn payload(
     match v {
         ApiVolume::ConfigMap(c) => {
             let mode = mode_of(c.default_mode, DEFAULT_MODE)?;
-            let opt = c.optional.unwrap_or(false);
             object_files(
                 &mut out,
                 store,
                 pod,
-                Kind::ConfigMap,
-                &c.name,
-                &c.items,
+                ObjectSource {
+                    kind: Kind::ConfigMap,
+                    name: &c.name,
+                    items: &c.items,
+                    optional: c.optional,
+                },
                 mode,
-                opt,
             )?;
         }
         ApiVolume::Secret(s) => {
             let mode = mode_of(s.default_mode, DEFAULT_MODE)?;
-            let opt = s.optional.unwrap_or(false);
             object_files(
                 &mut out,
                 store,
                 pod,
-                Kind::Secret,
-                &s.secret_name,
-                &s.items,
+                ObjectSource {
+                    kind: Kind::Secret,
+                    name: &s.secret_name,
+                    items: &s.items,
+                    optional: s.optional,
+                },
                 mode,
-                opt,
             )?;
         }
         ApiVolume::DownwardApi(d) => {
@@ -281,28 +289,30 @@ pub fn payload(
             let mode = mode_of(p.default_mode, DEFAULT_MODE)?;
             for (i, s) in p.sources.iter().enumerate() {
                 if let Some(c) = &s.config_map {
-                    let opt = c.optional.unwrap_or(false);
                     object_files(
                         &mut out,
                         store,
                         pod,
-                        Kind::ConfigMap,
-                        &c.name,
-                        &c.items,
+                        ObjectSource {
+                            kind: Kind::ConfigMap,
+                            name: &c.name,
+                            items: &c.items,
+                            optional: c.optional,
+                        },
                         mode,
-                        opt,
                     )?;
                 } else if let Some(c) = &s.secret {
-                    let opt = c.optional.unwrap_or(false);
                     object_files(
                         &mut out,
                         store,
                         pod,
-                        Kind::Secret,
-                        &c.name,
-                        &c.items,
+                        ObjectSource {
+                            kind: Kind::Secret,
+                            name: &c.name,
+                            items: &c.items,
+                            optional: c.optional,
+                        },
                         mode,
-                        opt,
                     )?;
                 } else if let Some(d) = &s.downward_api {
                     downward_files(&mut out, pod, &d.items, mode, node)?;
