@@ -47,7 +47,7 @@ fn pod_manifest(name: &str, node: Option<&str>) -> String {
     let bind = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{bind}  \
-         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 2\n  tolerations:\n  \
+         terminationGracePeriodSeconds: 2\n  tolerations:\n  \
          - operator: Exists\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    \
          imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
     )
@@ -175,7 +175,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     let deploy = format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 3\n  \
          selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      \
-         automountServiceAccountToken: false\n      terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        \
+         terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        \
          image: {BUSYBOX_IMAGE}\n        imagePullPolicy: IfNotPresent\n        command: [sleep, \"3600\"]\n"
     );
     cp.admin_stdin(&["apply", "-f", "-"], &deploy);
