@@ -328,7 +328,8 @@ impl Fetcher {
                      what the pods bound to it use)"
                 );
             }
-        } else if *n == 1 || n.is_power_of_two() {
+        } else if *n == 1 || (*n >= 8 && n.is_power_of_two()) {
+            // The first failure, then at doubling counts: an outage is said, not flooded.
             log::warn!("{what}: {e} (retrying)");
         }
         wait
