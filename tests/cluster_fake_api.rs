@@ -746,3 +746,34 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
         api.set_down(false);
     });
 }
+
+#[test]
+fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
+    run(async {
+        let (tmp, fake, api) = env("apivol403");
+        api.forbid("/api/v1/namespaces/default/secrets/");
+        let mut p = api_pod("needs-secret");
+        p["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "locked"}}]);
+        p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "s", "mountPath": "/s"}]);
+        api.create_pod(p);
+        let a = start(&tmp, &fake, &api).await;
+        let told = "reading secret default/locked: GET /api/v1/namespaces/default/secrets/locked: 403 Forbidden";
+        until(&a, "the refusal reported", Duration::from_secs(15), || {
+            a.log_text().contains(told)
+        })
+        .await;
+        rt::sleep(Duration::from_secs(4)).await;
+        let log = a.log_text();
+        assert_eq!(log.matches(told).count(), 1, "said once, not per retry");
+        assert!(log.contains("a node may read only what the pods bound to it use"));
+        assert!(
+            api.count("GET", "/api/v1/namespaces/default/secrets/locked") >= 2,
+            "retried"
+        );
+        assert_eq!(
+            running(&fake, "needs-secret"),
+            0,
+            "never run without its volume"
+        );
+    });
+}
