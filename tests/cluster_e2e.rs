@@ -240,6 +240,40 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             !u.is_empty() && u != old
         },
     );
+    // The static pod's file edited: the mirror pod is replaced by one of the new version.
+    let recreated = mirror_uid();
+    let mirror_hash = || {
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "pod",
+                &mirror,
+                "-o",
+                "jsonpath={.metadata.annotations.kubernetes\\.io/config\\.mirror}",
+            ],
+        )
+    };
+    let old_hash = mirror_hash();
+    assert!(!old_hash.is_empty());
+    a.write_manifest(
+        "st.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
+             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3601\"]\n"
+        ),
+    );
+    wait(
+        "the mirror pod replaced after the edit",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || {
+            let u = mirror_uid();
+            let h = mirror_hash();
+            !u.is_empty() && u != recreated && !h.is_empty() && h != old_hash
+        },
+    );
 
     // Deleted through the API: stopped, then gone for good.
     cp.admin(&["delete", "pod", "api-web", "--wait=false"]);
