@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Component, Path};
 
 use crate::projection::Payload;
@@ -61,6 +61,9 @@ fn matches(version: &Path, payload: &Payload) -> bool {
             return false;
         };
         if !md.is_file() || md.permissions().mode() & 0o7777 != f.mode {
+            return false;
+        }
+        if f.uid.is_some_and(|u| u != md.uid()) || f.gid.is_some_and(|g| g != md.gid()) {
             return false;
         }
         match fs::read(&path) {
@@ -144,7 +147,10 @@ pub fn write(dir: &Path, payload: &Payload, now_nanos: i64) -> io::Result<bool> 
             .mode(f.mode)
             .open(&path)?;
         file.write_all(&f.data)?;
-        // The umask may have taken bits away.
+        if f.uid.is_some() || f.gid.is_some() {
+            std::os::unix::fs::fchown(&file, f.uid, f.gid)?;
+        }
+        // The umask may have taken bits away (and chown clears set-id bits).
         file.set_permissions(fs::Permissions::from_mode(f.mode))?;
         file.sync_all()?;
     }
@@ -210,6 +216,7 @@ mod tests {
                     File {
                         data: d.as_bytes().to_vec(),
                         mode: *m,
+                        ..File::default()
                     },
                 )
             })
@@ -262,6 +269,26 @@ mod tests {
         // A mode change alone is an update too.
         let three = payload(&[("a", "one", 0o400), ("c", "3", 0o644)]);
         assert!(write(&d, &three, 1_700_000_003_000_000_000).unwrap());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn owners_are_set_and_a_change_of_owner_is_an_update() {
+        // Needs root, as the whole suite does (README): chown is the point of the test.
+        let d = tmp("owner");
+        let mut p = payload(&[("token", "t", 0o640)]);
+        p.get_mut("token").unwrap().uid = Some(1000);
+        p.get_mut("token").unwrap().gid = Some(2000);
+        assert!(write(&d, &p, 1_000_000_000).unwrap());
+        let md = fs::metadata(d.join("token")).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid(), md.permissions().mode() & 0o7777),
+            (1000, 2000, 0o640)
+        );
+        assert!(!write(&d, &p, 2_000_000_000).unwrap());
+        p.get_mut("token").unwrap().gid = Some(3000);
+        assert!(write(&d, &p, 3_000_000_000).unwrap());
+        assert_eq!(fs::metadata(d.join("token")).unwrap().gid(), 3000);
         fs::remove_dir_all(&d).unwrap();
     }
 

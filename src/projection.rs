@@ -13,11 +13,14 @@ use crate::objects::{
 
 pub const DEFAULT_MODE: u32 = 0o644;
 
-/// One file of a volume.
-#[derive(Clone, PartialEq, Eq)]
+/// One file of a volume. `uid`/`gid`, when set, are its owner (a token for the pod's only
+/// user, the pod's `fsGroup`).
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct File {
     pub data: Vec<u8>,
     pub mode: u32,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
 }
 
 impl std::fmt::Debug for File {
@@ -61,6 +64,7 @@ fn add_keys(
                 File {
                     data: v.clone(),
                     mode,
+                    ..File::default()
                 },
             );
         }
@@ -74,6 +78,7 @@ fn add_keys(
                     File {
                         data: v.clone(),
                         mode: mode_of(it.mode, mode)?,
+                        ..File::default()
                     },
                 );
             }
@@ -235,6 +240,7 @@ fn downward_files(
             File {
                 data: value.into_bytes(),
                 mode: mode_of(it.mode, mode)?,
+                ..File::default()
             },
         );
     }
@@ -324,11 +330,21 @@ pub fn payload(
                             spec.namespace, spec.service_account
                         )
                     })?;
+                    // Owner-only when the file can be given to the pod's user or group
+                    // (as upstream: fsGroup then adds group read).
+                    let user = fs_user(pod);
+                    let tmode = if user.is_some() || fs_group(pod).is_some() {
+                        0o600
+                    } else {
+                        mode
+                    };
                     out.insert(
                         t.path.clone(),
                         File {
                             data: tok.token.as_bytes().to_vec(),
-                            mode,
+                            mode: tmode,
+                            uid: user,
+                            gid: None,
                         },
                     );
                 } else {
@@ -340,7 +356,43 @@ pub fn payload(
             }
         }
     }
+    // With an fsGroup every file belongs to it and is group-readable (upstream's
+    // SetVolumeOwnership on a read-only volume).
+    if let Some(g) = fs_group(pod) {
+        for f in out.values_mut() {
+            f.gid = Some(g);
+            f.mode |= 0o440;
+        }
+    }
     Ok(out)
+}
+
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let g = pod.spec.security_context.as_ref()?.fs_group?;
+    u32::try_from(g).ok()
+}
+
+/// The user every container of the pod runs as, when they all run as one (upstream's
+/// `FsUserFrom`): the token is then owned by it.
+fn fs_user(pod: &Pod) -> Option<u32> {
+    let pod_user = pod
+        .spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.run_as_user);
+    let mut user = None;
+    for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
+        let u = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .or(pod_user)?;
+        if user.is_some_and(|x| x != u) {
+            return None;
+        }
+        user = Some(u);
+    }
+    u32::try_from(user?).ok()
 }
 
 /// The volumes of the pod whose content comes from the API or the pod's metadata: always
@@ -492,6 +544,59 @@ spec:
             payload(&p, &v, &s, NodeAllocatable::default()).unwrap_err(),
             "configmap ns/kube-root-ca.crt not read from the apiserver yet"
         );
+    }
+
+    #[test]
+    fn fs_group_and_the_pods_only_user_own_the_files() {
+        let mut p = pod(POD);
+        let mut s = store();
+        let v = vol(&p, 7);
+        let ApiVolume::Projected(pv) = &v else {
+            panic!("projected")
+        };
+        let spec = token_spec(&p, pv.sources[0].service_account_token.as_ref().unwrap());
+        s.tokens.insert(
+            spec.key(),
+            Token {
+                token: "t".into(),
+                issued: 0,
+                expires: 3607,
+            },
+        );
+        p.spec.security_context = Some(crate::api::PodSecurityContext {
+            run_as_user: Some(1000),
+            fs_group: Some(2000),
+            ..Default::default()
+        });
+        let node = NodeAllocatable::default();
+        let files = payload(&p, &v, &s, node).unwrap();
+        let tok = &files["token"];
+        // 0600 for the user, group-readable for the fsGroup.
+        assert_eq!(
+            (tok.mode, tok.uid, tok.gid),
+            (0o640, Some(1000), Some(2000))
+        );
+        assert_eq!(
+            (
+                files["ca.crt"].mode,
+                files["ca.crt"].uid,
+                files["ca.crt"].gid
+            ),
+            (0o644, None, Some(2000))
+        );
+        let some = payload(&p, &vol(&p, 1), &s, node).unwrap();
+        assert_eq!(some["sub/b.txt"].mode, 0o640, "0600 plus group read");
+        // Two containers running as different users: the token has no single owner.
+        let mut two = p.clone();
+        let mut c2 = two.spec.containers[0].clone();
+        c2.name = "other".into();
+        c2.security_context = Some(crate::api::SecurityContext {
+            run_as_user: Some(1001),
+            ..Default::default()
+        });
+        two.spec.containers.push(c2);
+        let files = payload(&two, &v, &s, node).unwrap();
+        assert_eq!(files["token"].uid, None);
     }
 
     #[test]
