@@ -243,9 +243,9 @@ pub struct ProjectionSource {
     #[serde(rename = "downwardAPI")]
     pub downward_api: Option<DownwardApiVolume>,
     pub service_account_token: Option<TokenProjection>,
-    /// Sources picolet does not project (clusterTrustBundle, podCertificate): named in the error.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde_json::Value>,
+    /// Sources picolet does not project, kept to be named in the error.
+    pub cluster_trust_bundle: Option<serde::de::IgnoredAny>,
+    pub pod_certificate: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -348,7 +348,13 @@ pub fn payload(
                         },
                     );
                 } else {
-                    let kind = s.other.keys().next().map_or("empty", String::as_str);
+                    let kind = if s.cluster_trust_bundle.is_some() {
+                        "clusterTrustBundle"
+                    } else if s.pod_certificate.is_some() {
+                        "podCertificate"
+                    } else {
+                        "empty"
+                    };
                     return Err(format!(
                         "sources[{i}]: {kind} projections are not supported"
                     ));
