@@ -416,13 +416,33 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     );
     cp.admin_stdin(&["apply", "-f", "-"], &vols);
     cp.admin_stdin(&["apply", "-f", "-"], &pod_manifest("doomed", Some(NODE)));
+    // A non-root pod reads an owner-only Secret and its token through its fsGroup.
+    let nonroot = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: nonroot, namespace: default}}\nspec:\n  \
+         nodeName: {NODE}\n  terminationGracePeriodSeconds: 2\n  tolerations: [{{operator: Exists}}]\n  \
+         securityContext: {{runAsUser: 1000, fsGroup: 2000}}\n  \
+         containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+         command: [sleep, \"3600\"]\n    volumeMounts: [{{name: creds, mountPath: /etc/creds}}]\n  \
+         volumes:\n  - {{name: creds, secret: {{secretName: creds, defaultMode: 256}}}}\n"
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &nonroot);
     let phase = |p: &str| jsonpath(&cp, &["get", "pod", p, "-o", "jsonpath={.status.phase}"]);
-    wait(
-        "both pods Running",
-        Duration::from_secs(90),
-        &a,
-        &cp,
-        || phase("vols") == "Running" && phase("doomed") == "Running",
+    wait("the pods Running", Duration::from_secs(90), &a, &cp, || {
+        ["vols", "doomed", "nonroot"]
+            .iter()
+            .all(|p| phase(p) == "Running")
+    });
+    let nr = running_container(&c, "nonroot").expect("nonroot runs");
+    let status = cat_in(&c, &nr, "/proc/self/status").unwrap();
+    assert!(
+        status.lines().any(|l| l.starts_with("Uid:\t1000\t")),
+        "exec runs as the pod's user: {status}"
+    );
+    assert_eq!(cat_in(&c, &nr, "/etc/creds/password").unwrap(), "s3cret");
+    assert!(
+        cat_in(&c, &nr, &format!("{SA}/token"))
+            .unwrap()
+            .starts_with("eyJ")
     );
     let vols_ctr = running_container(&c, "vols").expect("vols runs");
     let doomed_first = running_container(&c, "doomed").expect("doomed runs");
@@ -569,7 +589,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         &cp,
         || {
             let log = a.log_text();
-            log.contains("running 2 pods from the checkpoint")
+            log.contains("running 3 pods from the checkpoint")
                 && log.contains("from the checkpoint")
                 && log.contains("Secrets and tokens from the checkpoint")
         },

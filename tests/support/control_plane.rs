@@ -238,7 +238,10 @@ impl ControlPlane {
             })
         };
         for signal in ["-TERM", "-KILL"] {
-            let _ = Command::new("kill").arg(signal).arg(&pid).status();
+            // bash's own kill, as the script uses: nothing beyond bash needed.
+            let _ = Command::new("bash")
+                .args(["-c", "kill \"$1\" \"$2\"", "bash", signal, &pid])
+                .status();
             let t0 = Instant::now();
             while alive() && t0.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(100));
