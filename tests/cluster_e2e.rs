@@ -538,7 +538,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     ]);
     wait(
         "the ConfigMap update in the container",
-        Duration::from_secs(150),
+        Duration::from_secs(200),
         &a,
         &cp,
         || cat_in(&c, &vols_ctr, "/etc/cfg/greeting").as_deref() == Ok("bonjour"),

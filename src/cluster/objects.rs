@@ -25,9 +25,11 @@ use crate::objects::{Contents, Data, Kind, Needs, Object, Store, Token, TokenSpe
 use crate::rt;
 use crate::sync_loop::Kubelet;
 
-/// How often an object in use is read again (the kubelet's TTL cache reads them about as
-/// often; a change reaches the files within this and one pod sync).
-pub const OBJECT_TTL: Duration = Duration::from_secs(60);
+/// How often an object in use is read again. A change reaches the files within this (the pods
+/// are synced at once), as fast as the kubelet's TTL cache and sync period make it in the worst
+/// case (1 min + 1 min); a shorter period would cost a node with 10 pods its budget of 7
+/// requests a minute, of which the Lease takes 6.
+pub const OBJECT_TTL: Duration = Duration::from_secs(120);
 /// How often the pods' needs are looked at (in memory; a call only when something is due).
 pub const ROUND: Duration = Duration::from_secs(1);
 /// An object or token no pod has used for this long leaves the store (and the checkpoint).
