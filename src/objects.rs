@@ -301,6 +301,17 @@ impl ApiVolume {
     }
 }
 
+/// The volume's API source, if any. Only pods from the apiserver may have one (validation
+/// refuses them in static pods, as upstream), so a build without the apiserver client links none
+/// of this.
+pub fn api_volume(v: &crate::api::Volume) -> Option<Result<ApiVolume, String>> {
+    if cfg!(feature = "apiserver") {
+        ApiVolume::of(v)
+    } else {
+        None
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct KeySelector {
@@ -453,6 +464,10 @@ fn text(bytes: &[u8]) -> String {
 /// Resolves a container's `envFrom` and its `configMapKeyRef`/`secretKeyRef` variables; an
 /// error (the container's CreateContainerConfigError) names the object and key, never a value.
 pub fn container_env(pod: &Pod, c: &Container, store: &Contents) -> Result<ObjectEnv, String> {
+    if !cfg!(feature = "apiserver") {
+        // Static pods cannot reference API objects (validation refuses them).
+        return Ok(ObjectEnv::default());
+    }
     let ns = namespace(pod);
     let mut out = ObjectEnv::default();
     for (i, f) in c.env_from.iter().enumerate() {

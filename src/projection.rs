@@ -407,7 +407,7 @@ pub fn is_api_data(pod: &Pod, volume: &str) -> bool {
     pod.spec
         .volumes
         .iter()
-        .any(|v| v.name == volume && ApiVolume::of(v).is_some())
+        .any(|v| v.name == volume && crate::objects::api_volume(v).is_some())
 }
 
 #[cfg(test)]

@@ -192,7 +192,7 @@ pub fn prepare(
     let uid = &pod.metadata.uid;
     let mut out = HashMap::new();
     for v in &pod.spec.volumes {
-        if let Some(av) = ApiVolume::of(v) {
+        if let Some(av) = crate::objects::api_volume(v) {
             let av = av.map_err(|message| VolumeError::Content {
                 volume: v.name.clone(),
                 message,
@@ -388,6 +388,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "apiserver")]
     fn api_volumes_are_written_atomically_secrets_on_tmpfs() {
         use crate::objects::{Kind, Object};
         let root = tmp("api");
