@@ -354,6 +354,7 @@ async fn start_container(
         &p.pod,
         &ctx.node,
         &config::ContainerInputs {
+            object_env: &Default::default(),
             container,
             image_ref: IMAGE,
             restart_count: 0,

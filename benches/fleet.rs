@@ -1,7 +1,8 @@
 //! Fleet figures of the apiserver client, measured (printed), never asserted:
 //!
-//! 1. One picolet with 10 API pods at steady state against the fake apiserver: requests per
-//!    minute by kind, and bytes on the wire per day, extrapolated from the window.
+//! 1. One picolet with 10 API pods (each with the service-account volume admission adds) at
+//!    steady state against the fake apiserver: requests per minute by kind, and bytes on the
+//!    wire per day, extrapolated from the window.
 //! 2. 1000 API pod sources (the real `config::api::run_blocking`, one thread each, as 1000 nodes
 //!    would run it) watching the fake; the apiserver goes away for 10 s and comes back: how the
 //!    reconnects spread over the seconds after it returns.
@@ -45,6 +46,10 @@ fn kind(method: &str, path: &str) -> String {
         "node"
     } else if p.ends_with("/status") {
         "pod status"
+    } else if p.contains("/configmaps/") || p.contains("/secrets/") {
+        "object"
+    } else if p.ends_with("/token") {
+        "token"
     } else if p.contains("/pods") {
         "pods"
     } else {
@@ -56,12 +61,27 @@ fn kind(method: &str, path: &str) -> String {
 fn steady(seconds: u64) {
     let tmp = TempDir::new("fleet");
     let api = FakeApi::start();
+    // Pods as admission leaves them: each with the service account's projected volume (a
+    // token, the namespace's kube-root-ca.crt, the namespace).
+    api.put_object(
+        "configmaps",
+        "default",
+        "kube-root-ca.crt",
+        json!({"ca.crt": "CA PEM"}),
+    );
     for i in 0..10 {
         api.create_pod(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("p{i}"), "namespace": "default"},
             "spec": {"nodeName": "e2e-node", "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}]}
+                     "serviceAccountName": "default",
+                     "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"],
+                                     "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
+                     "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+                     ]}}]}
         }));
     }
     rt::block_on(Box::pin(async {

@@ -7,6 +7,7 @@ pub mod api;
 pub mod apiclient;
 #[cfg(any(feature = "file-source", feature = "apiserver"))]
 pub(crate) mod atomic_file;
+pub(crate) mod atomic_writer;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
 pub mod config;
@@ -17,11 +18,13 @@ pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
 pub mod node;
+pub mod objects;
 pub mod options;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
 pub(crate) mod prober;
+pub(crate) mod projection;
 pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]
@@ -127,11 +130,26 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     )
     .map_err(|e| e.to_string())?;
     let host_ip = node.node_ip.clone();
+    // What the API pods' volumes and environments had, before any pod starts: a node that
+    // comes up without its apiserver runs them at once with it.
+    let objects = objects::Store::default();
+    #[cfg(feature = "apiserver")]
+    let objects_checkpoint = o.root_dir.join("checkpoints").join("objects.json");
+    #[cfg(feature = "apiserver")]
+    if src.apiserver.is_some() {
+        match cluster::objects::load_checkpoint(&objects_checkpoint, &objects) {
+            Ok(0) => {}
+            Ok(n) => log::info!("{n} ConfigMaps, Secrets and tokens from the checkpoint"),
+            Err(e) => log::warn!("ignoring the objects checkpoint: {e}"),
+        }
+    }
 
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
         let cri = Rc::new(cri);
-        let rm = Rc::new(kuberuntime::RuntimeManager::new(cri.clone(), cri, node));
+        let rm = Rc::new(
+            kuberuntime::RuntimeManager::new(cri.clone(), cri, node).with_objects(objects.clone()),
+        );
         let runtime_version = match rm.version().await {
             Ok(v) => {
                 log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
@@ -221,6 +239,12 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
                 rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
                 rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),
+                rt::spawn(cluster::objects::run_objects(
+                    client.clone(),
+                    kubelet.clone(),
+                    objects,
+                    Some(objects_checkpoint),
+                )),
                 rt::spawn(cluster::run_mirrors(
                     client,
                     kubelet.clone(),
@@ -232,7 +256,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         #[cfg(feature = "apiserver")]
         let _cluster = _cluster.transpose()?;
         #[cfg(not(feature = "apiserver"))]
-        let _ = (&runtime_version, &node_name);
+        let _ = (&runtime_version, &node_name, objects);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         #[cfg(feature = "local-api")]

@@ -1,5 +1,7 @@
 //! Pod volumes on the node: emptyDir directories (tmpfs for `medium: Memory`) under
-//! `<root-dir>/pods/<uid>/volumes/`, and hostPath type checks, as the kubelet lays them out.
+//! `<root-dir>/pods/<uid>/volumes/`, hostPath type checks, and the configMap, secret, projected
+//! and downwardAPI volumes written by `atomic_writer` (secrets, tokens and pod metadata on
+//! tmpfs), as the kubelet lays them out.
 
 use std::collections::HashMap;
 use std::fs;
@@ -8,6 +10,9 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::api::Pod;
+use crate::atomic_writer;
+use crate::objects::{ApiVolume, Store};
+use crate::projection::{self, NodeAllocatable};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
@@ -30,8 +35,13 @@ pub enum VolumeError {
         path: PathBuf,
         errno: nix::errno::Errno,
     },
-    #[error("volume {volume:?}: {kind} volumes are not supported (only hostPath and emptyDir)")]
+    #[error(
+        "volume {volume:?}: {kind} volumes are not supported (only hostPath, emptyDir, configMap, secret, projected and downwardAPI)"
+    )]
     Unsupported { volume: String, kind: String },
+    /// Its content is not available (an object or token not read yet, a key missing).
+    #[error("volume {volume:?}: {message}")]
+    Content { volume: String, message: String },
 }
 
 pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
@@ -127,12 +137,69 @@ fn check_host_path(volume: &str, path: &Path, kind: &str) -> Result<(), VolumeEr
     }
 }
 
+fn mount_tmpfs(volume: &str, path: &Path, data: &str) -> Result<(), VolumeError> {
+    nix::mount::mount(
+        Some("tmpfs"),
+        path,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(data),
+    )
+    .map_err(|errno| VolumeError::Mount {
+        volume: volume.to_owned(),
+        path: path.to_owned(),
+        errno,
+    })
+}
+
+/// Writes a configMap, secret, projected or downwardAPI volume from what the node holds; the
+/// files change only when their content did, and then all at once.
+fn prepare_api_volume(
+    root: &Path,
+    pod: &Pod,
+    v: &crate::api::Volume,
+    av: &ApiVolume,
+    objects: &Store,
+    node: NodeAllocatable,
+) -> Result<PathBuf, VolumeError> {
+    let content = |message: String| VolumeError::Content {
+        volume: v.name.clone(),
+        message,
+    };
+    let payload = projection::payload(pod, av, &objects.lock(), node).map_err(content)?;
+    let path = pod_dir(root, &pod.metadata.uid)
+        .join("volumes")
+        .join(av.plugin_dir())
+        .join(&v.name);
+    if !path.is_dir() {
+        mkdir_all(&v.name, &path, 0o755)?;
+    }
+    if av.on_tmpfs() && !is_mountpoint(&path) {
+        mount_tmpfs(&v.name, &path, "mode=0755")?;
+    }
+    atomic_writer::write(&path, &payload, crate::rt::now_nanos())
+        .map_err(io_err(&v.name, &path))?;
+    Ok(path)
+}
+
 /// Makes every volume of the pod ready and returns volume name → host path.
-pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, VolumeError> {
+pub fn prepare(
+    root: &Path,
+    pod: &Pod,
+    objects: &Store,
+    node: NodeAllocatable,
+) -> Result<HashMap<String, PathBuf>, VolumeError> {
     let uid = &pod.metadata.uid;
     let mut out = HashMap::new();
     for v in &pod.spec.volumes {
-        if let Some(hp) = &v.host_path {
+        if let Some(av) = crate::objects::api_volume(v) {
+            let av = av.map_err(|message| VolumeError::Content {
+                volume: v.name.clone(),
+                message,
+            })?;
+            let path = prepare_api_volume(root, pod, v, &av, objects, node)?;
+            out.insert(v.name.clone(), path);
+        } else if let Some(hp) = &v.host_path {
             let path = PathBuf::from(&hp.path);
             check_host_path(&v.name, &path, hp.type_.as_deref().unwrap_or(""))?;
             out.insert(v.name.clone(), path);
@@ -151,18 +218,7 @@ pub fn prepare(root: &Path, pod: &Pod) -> Result<HashMap<String, PathBuf>, Volum
                     Some(s) => format!("mode=0777,size={s}"),
                     None => "mode=0777".to_owned(),
                 };
-                nix::mount::mount(
-                    Some("tmpfs"),
-                    &path,
-                    Some("tmpfs"),
-                    nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-                    Some(data.as_str()),
-                )
-                .map_err(|errno| VolumeError::Mount {
-                    volume: v.name.clone(),
-                    path: path.clone(),
-                    errno,
-                })?;
+                mount_tmpfs(&v.name, &path, &data)?;
             }
             out.insert(v.name.clone(), path);
         } else {
@@ -246,18 +302,22 @@ mod tests {
     fn an_unsupported_volume_is_refused_by_name() {
         let mut pod = Pod::default();
         pod.metadata.uid = "u".into();
-        let v: crate::api::Volume = serde_json::from_str(
-            r#"{"name":"kube-api-access-x","projected":{"sources":[{"serviceAccountToken":{"path":"token"}}]}}"#,
-        )
-        .unwrap();
+        let v: crate::api::Volume =
+            serde_json::from_str(r#"{"name":"data","persistentVolumeClaim":{"claimName":"c"}}"#)
+                .unwrap();
         pod.spec.volumes.push(v);
-        let e = prepare(Path::new("/nonexistent-root"), &pod).unwrap_err();
+        let e = prepare(Path::new("/nonexistent-root"), &pod, &Store::default(), NA).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "volume \"kube-api-access-x\": projected volumes are not supported (only hostPath and emptyDir)"
+            "volume \"data\": persistentVolumeClaim volumes are not supported (only hostPath, emptyDir, configMap, secret, projected and downwardAPI)"
         );
     }
     use crate::api::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};
+
+    const NA: NodeAllocatable = NodeAllocatable {
+        milli_cpu: 1000,
+        memory: 1 << 30,
+    };
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("picolet-vol-{name}-{}", std::process::id()));
@@ -281,7 +341,7 @@ mod tests {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         }]);
-        let m = prepare(&root, &p).unwrap();
+        let m = prepare(&root, &p, &Store::default(), NA).unwrap();
         let path = &m["scratch"];
         assert_eq!(
             path,
@@ -309,7 +369,7 @@ mod tests {
             }),
             ..Default::default()
         }]);
-        let m = prepare(&root, &p).unwrap();
+        let m = prepare(&root, &p, &Store::default(), NA).unwrap();
         let path = m["cache"].clone();
         assert!(is_mountpoint(&path), "tmpfs mounted at {}", path.display());
         let fs = nix::sys::statfs::statfs(&path).unwrap();
@@ -319,11 +379,62 @@ mod tests {
             1 << 20
         );
         // Preparing again (every sync does) does not stack a second mount.
-        prepare(&root, &p).unwrap();
+        prepare(&root, &p, &Store::default(), NA).unwrap();
         assert_eq!(mounts_under(&path).len(), 1);
         cleanup(&root, "u1").unwrap();
         assert!(mounts_under(&root).is_empty());
         assert!(!pod_dir(&root, "u1").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    #[cfg(feature = "apiserver")]
+    fn api_volumes_are_written_atomically_secrets_on_tmpfs() {
+        use crate::objects::{Kind, Object};
+        let root = tmp("api");
+        let mut p = pod_with(vec![]);
+        p.metadata.namespace = "ns".into();
+        for v in [
+            r#"{"name":"cfg","configMap":{"name":"cm"}}"#,
+            r#"{"name":"sec","secret":{"secretName":"s","defaultMode":256}}"#,
+        ] {
+            p.spec.volumes.push(serde_json::from_str(v).unwrap());
+        }
+        let store = Store::default();
+        // Nothing read yet: the pod waits, and the error names the volume and the object.
+        let e = prepare(&root, &p, &store, NA).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "volume \"cfg\": configmap ns/cm not read from the apiserver yet"
+        );
+        let put = |kind, name: &str, k: &str, v: &str| {
+            let d: crate::objects::Data = [(k.to_owned(), v.as_bytes().to_vec())]
+                .into_iter()
+                .collect();
+            store
+                .lock()
+                .objects
+                .insert((kind, format!("ns/{name}")), Object::Present(d.into()));
+        };
+        put(Kind::ConfigMap, "cm", "k", "v1");
+        put(Kind::Secret, "s", "pw", "p1");
+        let m = prepare(&root, &p, &store, NA).unwrap();
+        let (cfg, sec) = (m["cfg"].clone(), m["sec"].clone());
+        assert!(cfg.ends_with("pods/u1/volumes/kubernetes.io~configmap/cfg"));
+        assert_eq!(fs::read_to_string(cfg.join("k")).unwrap(), "v1");
+        assert!(!is_mountpoint(&cfg), "a configMap is on disk");
+        assert!(is_mountpoint(&sec), "a secret is on tmpfs");
+        assert_eq!(
+            fs::metadata(sec.join("pw")).unwrap().permissions().mode() & 0o777,
+            0o400
+        );
+        let before = fs::read_link(cfg.join("..data")).unwrap();
+        put(Kind::ConfigMap, "cm", "k", "v2");
+        prepare(&root, &p, &store, NA).unwrap();
+        assert_eq!(fs::read_to_string(cfg.join("k")).unwrap(), "v2");
+        assert_ne!(fs::read_link(cfg.join("..data")).unwrap(), before);
+        cleanup(&root, "u1").unwrap();
+        assert!(mounts_under(&root).is_empty());
         fs::remove_dir_all(&root).unwrap();
     }
 
@@ -361,24 +472,29 @@ mod tests {
             }])
         };
         let d = root.join("made/here");
-        prepare(&root, &hp(&d, "DirectoryOrCreate")).unwrap();
+        prepare(&root, &hp(&d, "DirectoryOrCreate"), &Store::default(), NA).unwrap();
         assert!(d.is_dir());
         let f = root.join("file");
-        prepare(&root, &hp(&f, "FileOrCreate")).unwrap();
+        prepare(&root, &hp(&f, "FileOrCreate"), &Store::default(), NA).unwrap();
         assert!(f.is_file());
         assert!(matches!(
-            prepare(&root, &hp(&f, "Directory")),
+            prepare(&root, &hp(&f, "Directory"), &Store::default(), NA),
             Err(VolumeError::HostPathType { .. })
         ));
         assert!(matches!(
-            prepare(&root, &hp(&d, "File")),
+            prepare(&root, &hp(&d, "File"), &Store::default(), NA),
             Err(VolumeError::HostPathType { .. })
         ));
         assert!(matches!(
-            prepare(&root, &hp(&root.join("nope"), "Directory")),
+            prepare(
+                &root,
+                &hp(&root.join("nope"), "Directory"),
+                &Store::default(),
+                NA
+            ),
             Err(VolumeError::Io { .. })
         ));
-        assert!(prepare(&root, &hp(&root.join("nope"), "")).is_ok());
+        assert!(prepare(&root, &hp(&root.join("nope"), ""), &Store::default(), NA).is_ok());
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -47,7 +47,7 @@ fn pod_manifest(name: &str, node: Option<&str>) -> String {
     let bind = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{bind}  \
-         automountServiceAccountToken: false\n  terminationGracePeriodSeconds: 2\n  tolerations:\n  \
+         terminationGracePeriodSeconds: 2\n  tolerations:\n  \
          - operator: Exists\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    \
          imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
     )
@@ -175,7 +175,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     let deploy = format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 3\n  \
          selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      \
-         automountServiceAccountToken: false\n      terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        \
+         terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        \
          image: {BUSYBOX_IMAGE}\n        imagePullPolicy: IfNotPresent\n        command: [sleep, \"3600\"]\n"
     );
     cp.admin_stdin(&["apply", "-f", "-"], &deploy);
@@ -238,6 +238,40 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         || {
             let u = mirror_uid();
             !u.is_empty() && u != old
+        },
+    );
+    // The static pod's file edited: the mirror pod is replaced by one of the new version.
+    let recreated = mirror_uid();
+    let mirror_hash = || {
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "pod",
+                &mirror,
+                "-o",
+                "jsonpath={.metadata.annotations.kubernetes\\.io/config\\.mirror}",
+            ],
+        )
+    };
+    let old_hash = mirror_hash();
+    assert!(!old_hash.is_empty());
+    a.write_manifest(
+        "st.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
+             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3601\"]\n"
+        ),
+    );
+    wait(
+        "the mirror pod replaced after the edit",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || {
+            let u = mirror_uid();
+            let h = mirror_hash();
+            !u.is_empty() && u != recreated && !h.is_empty() && h != old_hash
         },
     );
 
@@ -313,4 +347,315 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         told <= 2,
         "said once per task: {told} refusals logged in ~5 s"
     );
+}
+
+/// The running container of a pod, by its CRI labels and containerd's task list.
+fn running_container(c: &ScratchContainerd, pod: &str) -> Option<String> {
+    let running = c.running_task_ids();
+    c.containers_with_labels(&[
+        ("io.kubernetes.pod.name", pod),
+        ("io.cri-containerd.kind", "container"),
+    ])
+    .into_iter()
+    .find(|id| running.contains(id))
+}
+
+/// What a file holds as the container sees it (`ctr tasks exec ... cat`).
+fn cat_in(c: &ScratchContainerd, id: &str, path: &str) -> Result<String, String> {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let exec = format!(
+        "cat{}",
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    c.try_ctr(&["tasks", "exec", "--exec-id", &exec, id, "cat", path])
+}
+
+const SA: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+#[test]
+fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
+    let dir = test_dir("cluster-vol");
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+        },
+    );
+    let c = ScratchContainerd::start(&dir.join("containerd"));
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let mut a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &["--kubeconfig".into(), kc.display().to_string()],
+    );
+    cp.admin(&[
+        "create",
+        "configmap",
+        "app",
+        "--from-literal=greeting=hello",
+    ]);
+    cp.admin(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=password=s3cret",
+    ]);
+    // automountServiceAccountToken left at its default: admission adds the kube-api-access
+    // projected volume (token, kube-root-ca.crt, namespace).
+    let vols = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: vols, namespace: default}}\nspec:\n  \
+         nodeName: {NODE}\n  terminationGracePeriodSeconds: 2\n  tolerations: [{{operator: Exists}}]\n  \
+         containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+         command: [sleep, \"3600\"]\n    \
+         env: [{{name: PW, valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}}}]\n    \
+         envFrom: [{{prefix: CM_, configMapRef: {{name: app}}}}]\n    \
+         volumeMounts: [{{name: cfg, mountPath: /etc/cfg}}, {{name: creds, mountPath: /etc/creds}}]\n  \
+         volumes:\n  - {{name: cfg, configMap: {{name: app}}}}\n  - {{name: creds, secret: {{secretName: creds}}}}\n"
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &vols);
+    cp.admin_stdin(&["apply", "-f", "-"], &pod_manifest("doomed", Some(NODE)));
+    // A non-root pod reads an owner-only Secret and its token through its fsGroup.
+    let nonroot = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: nonroot, namespace: default}}\nspec:\n  \
+         nodeName: {NODE}\n  terminationGracePeriodSeconds: 2\n  tolerations: [{{operator: Exists}}]\n  \
+         securityContext: {{runAsUser: 1000, fsGroup: 2000}}\n  \
+         containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+         command: [sleep, \"3600\"]\n    volumeMounts: [{{name: creds, mountPath: /etc/creds}}]\n  \
+         volumes:\n  - {{name: creds, secret: {{secretName: creds, defaultMode: 256}}}}\n"
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &nonroot);
+    let phase = |p: &str| jsonpath(&cp, &["get", "pod", p, "-o", "jsonpath={.status.phase}"]);
+    wait("the pods Running", Duration::from_secs(90), &a, &cp, || {
+        ["vols", "doomed", "nonroot"]
+            .iter()
+            .all(|p| phase(p) == "Running")
+    });
+    let nr = running_container(&c, "nonroot").expect("nonroot runs");
+    let status = cat_in(&c, &nr, "/proc/self/status").unwrap();
+    assert!(
+        status.lines().any(|l| l.starts_with("Uid:\t1000\t")),
+        "exec runs as the pod's user: {status}"
+    );
+    assert_eq!(cat_in(&c, &nr, "/etc/creds/password").unwrap(), "s3cret");
+    assert!(
+        cat_in(&c, &nr, &format!("{SA}/token"))
+            .unwrap()
+            .starts_with("eyJ")
+    );
+    let vols_ctr = running_container(&c, "vols").expect("vols runs");
+    let doomed_first = running_container(&c, "doomed").expect("doomed runs");
+
+    // The container sees the values: files, environment, its token, the cluster's CA.
+    assert_eq!(cat_in(&c, &vols_ctr, "/etc/cfg/greeting").unwrap(), "hello");
+    assert_eq!(
+        cat_in(&c, &vols_ctr, "/etc/creds/password").unwrap(),
+        "s3cret"
+    );
+    let environ = cat_in(&c, &vols_ctr, "/proc/1/environ").unwrap();
+    assert!(environ.split('\0').any(|e| e == "PW=s3cret"), "{environ:?}");
+    assert!(
+        environ.split('\0').any(|e| e == "CM_greeting=hello"),
+        "{environ:?}"
+    );
+    assert_eq!(
+        cat_in(&c, &vols_ctr, &format!("{SA}/namespace")).unwrap(),
+        "default"
+    );
+    assert_eq!(
+        cat_in(&c, &vols_ctr, &format!("{SA}/ca.crt")).unwrap(),
+        std::fs::read_to_string(cp.ca_cert()).unwrap()
+    );
+    let token = cat_in(&c, &vols_ctr, &format!("{SA}/token")).unwrap();
+    assert!(token.starts_with("eyJ"), "a JWT: {token:.20}");
+    assert!(
+        cat_in(&c, &vols_ctr, "/etc/cfg/..data/greeting").is_ok(),
+        "the AtomicWriter layout"
+    );
+    // A write into the volume is refused (mounted read-only).
+    assert!(
+        c.try_ctr(&[
+            "tasks",
+            "exec",
+            "--exec-id",
+            "w1",
+            &vols_ctr,
+            "touch",
+            "/etc/cfg/x"
+        ])
+        .is_err()
+    );
+
+    // The token works against the real apiserver, as the pod's service account, bound to it.
+    let empty_kc = dir.join("empty.kubeconfig");
+    std::fs::write(&empty_kc, "apiVersion: v1\nkind: Config\n").unwrap();
+    let ca = cp.ca_cert().display().to_string();
+    let who = cp.kubectl_with(
+        &empty_kc,
+        &[
+            "--server",
+            &cp.apiserver,
+            "--certificate-authority",
+            &ca,
+            "--token",
+            &token,
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+        None,
+    );
+    assert_eq!(
+        who.stdout.trim(),
+        "system:serviceaccount:default:default",
+        "{}",
+        who.describe()
+    );
+    let review = cp.admin_stdin(
+        &["create", "-f", "-", "-o", "json"],
+        &format!(
+            "{{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"TokenReview\",\"spec\":{{\"token\":\"{token}\"}}}}"
+        ),
+    );
+    let review: serde_json::Value = serde_json::from_str(&review).unwrap();
+    assert_eq!(review["status"]["authenticated"], true, "{review}");
+    assert_eq!(
+        review["status"]["user"]["extra"]["authentication.kubernetes.io/pod-name"][0], "vols",
+        "bound to the pod: {review}"
+    );
+    assert!(!a.log_text().contains(&token), "the token is never logged");
+    assert!(!a.log_text().contains("s3cret"), "secrets are never logged");
+
+    // A ConfigMap update reaches the file, atomically swapped.
+    cp.admin(&[
+        "patch",
+        "configmap",
+        "app",
+        "-p",
+        "{\"data\":{\"greeting\":\"bonjour\"}}",
+    ]);
+    wait(
+        "the ConfigMap update in the container",
+        Duration::from_secs(200),
+        &a,
+        &cp,
+        || cat_in(&c, &vols_ctr, "/etc/cfg/greeting").as_deref() == Ok("bonjour"),
+    );
+
+    // Edited through the API (image), the pod's container is replaced with the new image.
+    c.ctr(&["images", "tag", BUSYBOX_IMAGE, "picolet.local/busybox:2"]);
+    cp.admin(&[
+        "patch",
+        "pod",
+        "doomed",
+        "-p",
+        "{\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"picolet.local/busybox:2\"}]}}",
+    ]);
+    wait(
+        "doomed on the new image",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || {
+            jsonpath(
+            &cp,
+            &[
+                "get",
+                "pod",
+                "doomed",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].image}/{.status.containerStatuses[0].state.running.startedAt}",
+            ],
+        )
+        .starts_with("picolet.local/busybox:2/2")
+            && running_container(&c, "doomed").is_some_and(|id| id != doomed_first)
+        },
+    );
+    let doomed_ctr = running_container(&c, "doomed").unwrap();
+
+    // Offline: picolet dies, a pod is deleted meanwhile, the apiserver goes away for a minute,
+    // and picolet starts again without it.
+    a.kill9();
+    cp.admin(&["delete", "pod", "doomed", "--wait=false"]);
+    let args = cp.stop_apiserver();
+    let down = Instant::now();
+    a.restart();
+    wait(
+        "the checkpoints loaded",
+        Duration::from_secs(30),
+        &a,
+        &cp,
+        || {
+            let log = a.log_text();
+            log.contains("running 3 pods from the checkpoint")
+                && log.contains("from the checkpoint")
+                && log.contains("Secrets and tokens from the checkpoint")
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        running_container(&c, "vols"),
+        Some(vols_ctr.clone()),
+        "adopted"
+    );
+    assert_eq!(
+        running_container(&c, "doomed"),
+        Some(doomed_ctr.clone()),
+        "adopted"
+    );
+    // A container that exits is started again offline, with the token and content it had.
+    c.ctr(&["tasks", "kill", "-s", "SIGKILL", &vols_ctr]);
+    wait(
+        "vols restarted offline",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || running_container(&c, "vols").is_some_and(|id| id != vols_ctr),
+    );
+    let again = running_container(&c, "vols").unwrap();
+    assert_eq!(cat_in(&c, &again, &format!("{SA}/token")).unwrap(), token);
+    assert_eq!(cat_in(&c, &again, "/etc/cfg/greeting").unwrap(), "bonjour");
+    assert_eq!(cat_in(&c, &again, "/etc/creds/password").unwrap(), "s3cret");
+    let environ = cat_in(&c, &again, "/proc/1/environ").unwrap();
+    assert!(environ.split('\0').any(|e| e == "PW=s3cret"));
+    // A minute without the apiserver: everything keeps running.
+    while down.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(5));
+        assert_eq!(running_container(&c, "vols"), Some(again.clone()));
+        assert_eq!(running_container(&c, "doomed"), Some(doomed_ctr.clone()));
+    }
+    cp.start_apiserver(&args);
+
+    // Back: the pod deleted meanwhile goes, and the restart lands in the status.
+    wait(
+        "doomed removed and finalized",
+        Duration::from_secs(120),
+        &a,
+        &cp,
+        || {
+            jsonpath(&cp, &["get", "pod", "doomed", "-o", "name"]).is_empty()
+                && running_container(&c, "doomed").is_none()
+        },
+    );
+    wait(
+        "vols' restart in its status",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || {
+            jsonpath(
+                &cp,
+                &[
+                    "get",
+                    "pod",
+                    "vols",
+                    "-o",
+                    "jsonpath={.status.containerStatuses[0].restartCount}",
+                ],
+            ) == "1"
+        },
+    );
+    assert_eq!(running_container(&c, "vols"), Some(again));
 }

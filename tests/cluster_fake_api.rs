@@ -531,3 +531,249 @@ fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles(
         );
     });
 }
+
+/// A pod as admission leaves it: the service account's projected volume (token, the cluster's
+/// CA, the namespace), plus a ConfigMap and a Secret as volumes and as environment.
+fn pod_with_api_volumes(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "serviceAccountName": "default",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                "env": [
+                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "greeting"}}},
+                    {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                    {"name": "NONE", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nokey", "optional": true}}}
+                ],
+                "envFrom": [{"prefix": "CM_", "configMapRef": {"name": "app"}}],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": "/etc/cfg"},
+                    {"name": "creds", "mountPath": "/etc/creds"},
+                    {"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}
+                ]
+            }],
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "app"}},
+                {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 256}},
+                {"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+                ]}}
+            ]
+        }
+    })
+}
+
+fn container_of(fake: &FakeCri, pod: &str) -> Option<picolet::cri::fake::FakeContainer> {
+    fake.containers().into_iter().find(|c| {
+        c.config
+            .labels
+            .get("io.kubernetes.pod.name")
+            .map(String::as_str)
+            == Some(pod)
+            && c.state == ContainerState::ContainerRunning
+    })
+}
+
+fn file_in(c: &picolet::cri::fake::FakeContainer, mount: &str, file: &str) -> String {
+    let m = c
+        .config
+        .mounts
+        .iter()
+        .find(|m| m.container_path == mount)
+        .unwrap_or_else(|| panic!("no mount at {mount}"));
+    assert!(m.readonly, "{mount} is mounted read-only");
+    std::fs::read_to_string(std::path::Path::new(&m.host_path).join(file)).unwrap()
+}
+
+fn env_of(c: &picolet::cri::fake::FakeContainer) -> Vec<(String, String)> {
+    c.config
+        .envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect()
+}
+
+#[test]
+fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() {
+    run(async {
+        let (tmp, fake, api) = env("apivol");
+        api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
+        // "s3cret" and "CA PEM", base64.
+        api.put_object(
+            "secrets",
+            "default",
+            "creds",
+            json!({"password": "czNjcmV0"}),
+        );
+        api.put_object(
+            "configmaps",
+            "default",
+            "kube-root-ca.crt",
+            json!({"ca.crt": "CA PEM"}),
+        );
+        api.create_pod(pod_with_api_volumes("vols"));
+        // Another pod waits for a ConfigMap that does not exist, and says so.
+        let mut waiting = api_pod("waits");
+        waiting["spec"]["volumes"] = json!([{"name": "c", "configMap": {"name": "absent"}}]);
+        api.create_pod(waiting);
+        let a = start(&tmp, &fake, &api).await;
+
+        until(&a, "the pod running", Duration::from_secs(15), || {
+            container_of(&fake, "vols").is_some()
+        })
+        .await;
+        let c = container_of(&fake, "vols").unwrap();
+        let env = env_of(&c);
+        for (k, v) in [
+            ("GREETING", "hello"),
+            ("PW", "s3cret"),
+            ("CM_greeting", "hello"),
+        ] {
+            assert!(
+                env.iter().any(|(ek, ev)| ek == k && ev == v),
+                "{k}={v} in {env:?}"
+            );
+        }
+        assert!(
+            !env.iter().any(|(k, _)| k == "NONE"),
+            "optional key left out"
+        );
+        assert_eq!(file_in(&c, "/etc/cfg", "greeting"), "hello");
+        assert_eq!(file_in(&c, "/etc/creds", "password"), "s3cret");
+        let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+        assert_eq!(file_in(&c, sa, "token"), "fake-token-1");
+        assert_eq!(file_in(&c, sa, "ca.crt"), "CA PEM");
+        assert_eq!(file_in(&c, sa, "namespace"), "default");
+
+        // The token is bound to the pod, with the lifetime admission asked for.
+        let reqs = api.token_requests();
+        assert_eq!(reqs.len(), 1, "{reqs:?}");
+        let uid = api.get("pods/default/vols").unwrap()["metadata"]["uid"].clone();
+        assert_eq!(reqs[0].0, "token/default/default");
+        assert_eq!(reqs[0].1["spec"]["expirationSeconds"], 3607);
+        assert_eq!(
+            reqs[0].1["spec"]["boundObjectRef"],
+            json!({"apiVersion": "v1", "kind": "Pod", "name": "vols", "uid": uid})
+        );
+        // Objects are read one by one (a node may not list them).
+        let reads: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|(_, p)| p.contains("/configmaps") || p.contains("/secrets"))
+            .map(|(m, p)| format!("{m} {p}"))
+            .collect();
+        assert!(
+            reads
+                .iter()
+                .all(|r| r.starts_with("GET /api/v1/namespaces/default/")
+                    && !r.ends_with("/configmaps")
+                    && !r.ends_with("/secrets")),
+            "{reads:?}"
+        );
+        // The pod whose ConfigMap is missing does not run, and its status says why.
+        until(
+            &a,
+            "the waiting pod's reason",
+            Duration::from_secs(15),
+            || {
+                api.get("pods/default/waits").is_some_and(|p| {
+                    p["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("configmap default/absent not found"))
+                })
+            },
+        )
+        .await;
+        assert_eq!(running(&fake, "waits"), 0);
+
+        let ckpt = tmp.path().join("a/kubelet/checkpoints/objects.json");
+        until(
+            &a,
+            "the objects checkpointed",
+            Duration::from_secs(5),
+            || std::fs::read(&ckpt).is_ok(),
+        )
+        .await;
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&ckpt).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+
+        // Offline restart: the apiserver is gone, picolet starts again and runs what it had.
+        let before = c.id.clone();
+        let mut agent = Arc::try_unwrap(a).ok().expect("one owner");
+        agent.kill9();
+        api.set_down(true);
+        let a = Arc::new(
+            rt::unblock(move || {
+                agent.restart();
+                agent
+            })
+            .await,
+        );
+        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
+            a.log_text().contains("from the checkpoint")
+        })
+        .await;
+        rt::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            container_of(&fake, "vols").map(|c| c.id),
+            Some(before.clone()),
+            "adopted, not restarted"
+        );
+        // Its container exits while offline: it comes back with the content and token it had.
+        fake.exit_container(&before, 1);
+        until(&a, "restarted offline", Duration::from_secs(15), || {
+            container_of(&fake, "vols").is_some_and(|c| c.id != before)
+        })
+        .await;
+        let c = container_of(&fake, "vols").unwrap();
+        assert_eq!(file_in(&c, sa, "token"), "fake-token-1");
+        assert_eq!(file_in(&c, "/etc/creds", "password"), "s3cret");
+        assert!(env_of(&c).contains(&("PW".to_owned(), "s3cret".to_owned())));
+        let log = a.log_text();
+        assert!(
+            !log.contains("s3cret") && !log.contains("fake-token-1"),
+            "no secret in the log"
+        );
+        api.set_down(false);
+    });
+}
+
+#[test]
+fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
+    run(async {
+        let (tmp, fake, api) = env("apivol403");
+        api.forbid("/api/v1/namespaces/default/secrets/");
+        let mut p = api_pod("needs-secret");
+        p["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "locked"}}]);
+        p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "s", "mountPath": "/s"}]);
+        api.create_pod(p);
+        let a = start(&tmp, &fake, &api).await;
+        let told = "reading secret default/locked: GET /api/v1/namespaces/default/secrets/locked: 403 Forbidden";
+        until(&a, "the refusal reported", Duration::from_secs(15), || {
+            a.log_text().contains(told)
+        })
+        .await;
+        rt::sleep(Duration::from_secs(4)).await;
+        let log = a.log_text();
+        assert_eq!(log.matches(told).count(), 1, "said once, not per retry");
+        assert!(log.contains("a node may read only what the pods bound to it use"));
+        assert!(
+            api.count("GET", "/api/v1/namespaces/default/secrets/locked") >= 2,
+            "retried"
+        );
+        assert_eq!(
+            running(&fake, "needs-secret"),
+            0,
+            "never run without its volume"
+        );
+    });
+}

@@ -196,6 +196,9 @@ pub struct Container {
     pub working_dir: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Kept opaque: only pods from the apiserver may use it (`objects::EnvFromSource`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<ContainerPort>,
     #[serde(skip_serializing_if = "ResourceRequirements::is_empty")]

@@ -650,6 +650,14 @@ impl Errors {
     }
 
     fn env(&mut self, c: &Container, p: &str) {
+        if !c.env_from.is_empty() {
+            // A static pod may not reference API objects (as upstream refuses it).
+            self.add(
+                &format!("{p}.envFrom"),
+                "",
+                "envFrom is not supported by picolet in static pods",
+            );
+        }
         for (j, ev) in c.env.iter().enumerate() {
             let ep = format!("{p}.env[{j}]");
             if ev.name.is_empty() {
@@ -1544,6 +1552,15 @@ mod tests {
             "",
             "not supported by picolet",
         );
+        c0(&mut p).env = Vec::new();
+        c0(&mut p).env_from = vec![json!({"configMapRef": {"name": "c"}})];
+        assert_one(
+            &p,
+            "spec.containers[0].envFrom",
+            "",
+            "envFrom is not supported by picolet in static pods",
+        );
+        c0(&mut p).env_from = Vec::new();
         let rf = EnvVarSource {
             resource_field_ref: Some(json!({"resource": "limits.cpu"})),
             ..Default::default()

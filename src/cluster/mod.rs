@@ -8,6 +8,7 @@
 //! with what the apiserver holds and patched until they match.
 
 pub mod node;
+pub mod objects;
 
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -220,6 +220,8 @@ pub struct ContainerInputs<'a> {
     pub subpaths: &'a HashMap<String, PathBuf>,
     /// Host file backing the termination message.
     pub termination_log: Option<&'a Path>,
+    /// Variables from ConfigMaps and Secrets (`envFrom`, `configMapKeyRef`, `secretKeyRef`).
+    pub object_env: &'a crate::objects::ObjectEnv,
 }
 
 fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainerResources {
@@ -257,7 +259,7 @@ pub fn container_config(
         pod_ip: i.pod_ip,
         host_ip: &node.node_ip,
     };
-    let envs = env::resolve(c, &fields);
+    let envs = env::resolve(c, &fields, i.object_env);
     let (command, args) = env::command_and_args(c, &envs);
 
     let mut mounts: Vec<v1::Mount> = c
@@ -281,7 +283,8 @@ pub fn container_config(
             Some(v1::Mount {
                 container_path: vm.mount_path.clone(),
                 host_path: host.display().to_string(),
-                readonly: vm.read_only,
+                // API data is never writable by the container, whatever the mount says.
+                readonly: vm.read_only || crate::projection::is_api_data(pod, &vm.name),
                 selinux_relabel: false,
                 propagation: propagation as i32,
             })
@@ -555,6 +558,7 @@ mod tests {
             &p,
             &node(),
             &ContainerInputs {
+                object_env: &Default::default(),
                 container: &c,
                 image_ref: "sha256:1",
                 restart_count: 0,
@@ -597,6 +601,7 @@ mod tests {
             &p,
             &node(),
             &ContainerInputs {
+                object_env: &Default::default(),
                 container: &c,
                 image_ref: "sha256:feed",
                 restart_count: 3,

@@ -154,10 +154,20 @@ impl RuntimeManager {
                 return;
             }
         };
+        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
+            Ok(e) => e,
+            Err(m) => {
+                let e = config_error(m);
+                self.wait_on(uid, &e);
+                out.fail(e);
+                return;
+            }
+        };
         let cfg = config::container_config(
             pod,
             &self.node,
             &config::ContainerInputs {
+                object_env: &object_env,
                 container: c,
                 image_ref: &image_ref,
                 restart_count,

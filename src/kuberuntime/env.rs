@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::api::Container;
+use crate::objects::ObjectEnv;
 
 /// Values the downward API can hand to a container through `fieldRef`.
 #[derive(Debug, Clone, Default)]
@@ -70,13 +71,30 @@ pub fn expand(input: &str, vars: &HashMap<&str, String>) -> String {
     out
 }
 
-/// The resolved environment, in spec order (later duplicates win, as in a shell).
-pub fn resolve(c: &Container, fields: &PodFields<'_>) -> Vec<(String, String)> {
+/// The resolved environment: `envFrom` first, then `env` in spec order (later duplicates win,
+/// as in a shell). A `configMapKeyRef`/`secretKeyRef` that is optional and absent is left out.
+pub fn resolve(
+    c: &Container,
+    fields: &PodFields<'_>,
+    objects: &ObjectEnv,
+) -> Vec<(String, String)> {
     let mut vars: HashMap<&str, String> = HashMap::new();
-    let mut out: Vec<(String, String)> = Vec::with_capacity(c.env.len());
-    for e in &c.env {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(c.env.len() + objects.from.len());
+    for (k, v) in &objects.from {
+        vars.insert(k, v.clone());
+        match out.iter_mut().find(|(n, _)| n == k) {
+            Some(slot) => slot.1 = v.clone(),
+            None => out.push((k.clone(), v.clone())),
+        }
+    }
+    for (i, e) in c.env.iter().enumerate() {
         let value = if let Some(field) = e.value_from.as_ref().and_then(|f| f.field_ref.as_ref()) {
             fields.get(&field.field_path).unwrap_or_default().to_owned()
+        } else if let Some(from_object) = objects.refs.get(&i) {
+            match from_object {
+                Some(v) => v.clone(),
+                None => continue,
+            }
         } else {
             expand(e.value.as_deref().unwrap_or_default(), &vars)
         };
@@ -103,6 +121,37 @@ mod tests {
 
     fn vars(pairs: &[(&'static str, &str)]) -> HashMap<&'static str, String> {
         pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn env_from_objects_comes_first_and_env_overrides_it() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "env": [
+                {"name": "A", "value": "literal-$(FROM_CM)"},
+                {"name": "FROM_CM", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
+                {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": true}}},
+            ]
+        }))
+        .unwrap();
+        let objects = ObjectEnv {
+            from: vec![
+                ("FROM_CM".into(), "from-envFrom".into()),
+                ("X".into(), "x".into()),
+            ],
+            refs: [(1, Some("from-ref".to_owned())), (2, None)]
+                .into_iter()
+                .collect(),
+        };
+        let e = resolve(&c, &PodFields::default(), &objects);
+        assert_eq!(
+            e,
+            vec![
+                ("FROM_CM".to_owned(), "from-ref".to_owned()),
+                ("X".to_owned(), "x".to_owned()),
+                ("A".to_owned(), "literal-from-envFrom".to_owned()),
+            ]
+        );
     }
 
     #[test]
@@ -161,7 +210,7 @@ mod tests {
         };
         assert_eq!(f.get("spec.serviceAccountName"), Some(""));
         assert_eq!(f.get("metadata.labels"), None);
-        let e = resolve(&c, &f);
+        let e = resolve(&c, &f, &ObjectEnv::default());
         assert_eq!(e[0], ("POD".into(), "web".into()));
         assert_eq!(e[2].1, "hi web at 10.1.2.3");
         assert_eq!(e[3].1, "$(UNSET)");
@@ -177,7 +226,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            resolve(&c, &PodFields::default()),
+            resolve(&c, &PodFields::default(), &ObjectEnv::default()),
             vec![("A".to_owned(), "2".to_owned())]
         );
     }

@@ -75,6 +75,8 @@ pub struct RuntimeManager {
     /// The spec each pod was last synced with: its preStop hooks and sidecar order when it is
     /// terminated.
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
+    /// ConfigMaps, Secrets and tokens the pods' volumes and environments are made of.
+    pub(super) objects: crate::objects::Store,
 }
 
 impl RuntimeManager {
@@ -93,6 +95,22 @@ impl RuntimeManager {
             waiting: RefCell::new(HashMap::new()),
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
+            objects: crate::objects::Store::default(),
+        }
+    }
+
+    /// Shares the store the cluster side fills (the volumes and environments read it).
+    pub fn with_objects(mut self, objects: crate::objects::Store) -> Self {
+        self.objects = objects;
+        self
+    }
+
+    /// What the downward API gives for a resource without a limit.
+    pub(super) fn allocatable(&self) -> crate::projection::NodeAllocatable {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        crate::projection::NodeAllocatable {
+            milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
+            memory: self.node.memory_bytes,
         }
     }
 
@@ -331,7 +349,8 @@ impl RuntimeManager {
 
         let volumes = {
             let (root, p) = (self.node.root_dir.clone(), pod.clone());
-            match rt::unblock(move || volume::prepare(&root, &p)).await {
+            let (objects, alloc) = (self.objects.clone(), self.allocatable());
+            match rt::unblock(move || volume::prepare(&root, &p, &objects, alloc)).await {
                 Ok(v) => v,
                 Err(e) => {
                     let e = SyncError::Volumes(e.to_string());

@@ -254,6 +254,24 @@ impl Kubelet {
             .collect()
     }
 
+    /// The pods from the apiserver, for the objects their volumes and environments use.
+    #[cfg(feature = "apiserver")]
+    pub fn api_pods(&self) -> Vec<Rc<crate::api::Pod>> {
+        self.pods_from(crate::config::Source::Api)
+    }
+
+    /// Syncs these pods at the next tick (their volumes' content changed).
+    #[cfg(feature = "apiserver")]
+    pub fn sync_soon(&self, uids: &std::collections::BTreeSet<String>) {
+        let now = rt::now();
+        let mut st = self.state.borrow_mut();
+        for uid in uids {
+            if let Some(t) = st.due.get_mut(uid) {
+                *t = now;
+            }
+        }
+    }
+
     /// The static pods (from the manifest directory), for their mirror pods.
     #[cfg(feature = "apiserver")]
     pub fn static_pods(&self) -> Vec<Rc<crate::api::Pod>> {

@@ -206,6 +206,79 @@ impl ControlPlane {
         }
     }
 
+    /// Stops kube-apiserver alone (SIGTERM, by the PID the script recorded), the rest of the
+    /// control plane running on; returns its command line for [`Self::start_apiserver`].
+    pub fn stop_apiserver(&self) -> Vec<String> {
+        let pid_file = self.dir.join("run/kube-apiserver.pid");
+        let pid = fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .to_owned();
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_else(|e| panic!("kube-apiserver (pid {pid}) is not running: {e}"));
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let dir = self.dir.display().to_string();
+        assert!(
+            args.iter().any(|a| a.contains(&dir)),
+            "pid {pid} is not this instance's kube-apiserver"
+        );
+        // As the script stops it: SIGTERM, and SIGKILL after 10 s (open watches hold a graceful
+        // shutdown longer).
+        let alive = || {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        for signal in ["-TERM", "-KILL"] {
+            // bash's own kill, as the script uses: nothing beyond bash needed.
+            let _ = Command::new("bash")
+                .args(["-c", "kill \"$1\" \"$2\"", "bash", signal, &pid])
+                .status();
+            let t0 = Instant::now();
+            while alive() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if !alive() {
+                return args;
+            }
+        }
+        panic!("kube-apiserver {pid} survived SIGKILL");
+    }
+
+    /// Starts kube-apiserver again with the command line `stop_apiserver` returned, detached
+    /// as the script launches it (so `stop` finds it by its PID file), and waits until ready.
+    pub fn start_apiserver(&self, args: &[String]) {
+        let log = self.dir.join("logs/kube-apiserver.log");
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#"setsid "$@" </dev/null >>"$LOG" 2>&1 & echo $!"#)
+            .arg("bash")
+            .args(args)
+            .env("LOG", &log)
+            .output()
+            .expect("bash");
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(!pid.is_empty(), "no PID for the restarted kube-apiserver");
+        fs::write(self.dir.join("run/kube-apiserver.pid"), format!("{pid}\n")).unwrap();
+        self.wait_for(
+            "kube-apiserver ready again",
+            Duration::from_secs(120),
+            || {
+                let r =
+                    self.kubectl_with(&self.admin_kubeconfig(), &["get", "--raw", "/readyz"], None);
+                (r.success && r.stdout.trim() == "ok").then_some(())
+            },
+        );
+    }
+
     /// The cluster administrator's kubeconfig (group system:masters).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("admin.kubeconfig")

@@ -40,6 +40,9 @@ struct State {
     forbidden: Vec<String>,
     /// While set, requests are refused at once (the apiserver is "down").
     down: bool,
+    /// TokenRequests received: ("token/<ns>/<sa>", body).
+    token_requests: Vec<(String, Value)>,
+    tokens_issued: u64,
 }
 
 #[derive(Clone)]
@@ -177,6 +180,26 @@ impl FakeApi {
     }
 
     /// Deletes a pod at once (grace 0) and records the event.
+    /// Creates or replaces a ConfigMap (`data` as given) or a Secret (`data` base64-encoded by
+    /// the caller), as kubectl would.
+    pub fn put_object(&self, kind: &str, ns: &str, name: &str, data: Value) {
+        self.with(|s| {
+            s.rv += 1;
+            let o = json!({
+                "apiVersion": "v1",
+                "kind": if kind == "secrets" { "Secret" } else { "ConfigMap" },
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": s.rv.to_string()},
+                "data": data,
+            });
+            s.objects.insert(format!("{kind}/{ns}/{name}"), o);
+        });
+    }
+
+    /// The TokenRequests received: ("token/<ns>/<sa>", body).
+    pub fn token_requests(&self) -> Vec<(String, Value)> {
+        self.with(|s| s.token_requests.clone())
+    }
+
     pub fn delete_pod(&self, ns: &str, name: &str) {
         self.with(|s| {
             if let Some(mut p) = s.objects.remove(&format!("pods/{ns}/{name}")) {
@@ -338,6 +361,8 @@ impl FakeApi {
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => format!("leases/{ns}"),
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", n] => format!("leases/{ns}/{n}"),
                 ["api", "v1", "pods"] => "pods".to_owned(),
+                ["api", "v1", "namespaces", ns, kind @ ("configmaps" | "secrets"), n] => format!("{kind}/{ns}/{n}"),
+                ["api", "v1", "namespaces", ns, "serviceaccounts", sa, "token"] => format!("token/{ns}/{sa}"),
                 ["api", "v1", "namespaces", ns, "pods"] => format!("newpod/{ns}"),
                 ["api", "v1", "namespaces", ns, "pods", n] | ["api", "v1", "namespaces", ns, "pods", n, "status"] => {
                     format!("pods/{ns}/{n}")
@@ -366,6 +391,19 @@ impl FakeApi {
                     o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
                     o["metadata"]["uid"] = json!(format!("uid-{name}"));
                     s.objects.insert(k, o.clone());
+                    (201, o)
+                }
+                ("POST", k) if k.starts_with("token/") => {
+                    // A TokenRequest: a new token each time, its lifetime as asked.
+                    s.tokens_issued += 1;
+                    let exp = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+                    let at = picolet::api::time::unix_nanos_now() + exp * 1_000_000_000;
+                    let mut o = body.clone();
+                    o["status"] = json!({
+                        "token": format!("fake-token-{}", s.tokens_issued),
+                        "expirationTimestamp": picolet::api::time::rfc3339(at),
+                    });
+                    s.token_requests.push((k.to_owned(), body));
                     (201, o)
                 }
                 ("POST", k) if k.starts_with("newpod/") => {

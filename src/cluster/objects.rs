@@ -1,0 +1,663 @@
+//! Fills the object store (`crate::objects`) with the ConfigMaps, Secrets and service-account
+//! tokens the node's API pods use, and checkpoints it so the pods start without the apiserver.
+//!
+//! The Node authorizer lets a node read only the objects of pods bound to it, one by one: each
+//! object is read with a GET of its own (a list would be refused), when a pod first needs it
+//! and then every [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
+//! and are requested again at 80 % of their lifetime (or after 24 h). A changed object makes
+//! the pods using it sync at once, which rewrites their volumes. Every call runs on the
+//! blocking pool; an apiserver that is away leaves the store as it was, so pods keep the
+//! content and the tokens they had.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::apiclient::{ApiError, Client};
+use crate::config::api::{Jitter, backoff_delay};
+use crate::objects::{Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec};
+use crate::rt;
+use crate::sync_loop::Kubelet;
+
+/// How often an object in use is read again. A change reaches the files within this (the pods
+/// are synced at once), as fast as the kubelet's TTL cache and sync period make it in the worst
+/// case (1 min + 1 min); a shorter period would cost a node with 10 pods its budget of 7
+/// requests a minute, of which the Lease takes 6.
+pub const OBJECT_TTL: Duration = Duration::from_secs(120);
+/// How often the pods' needs are looked at (in memory; a call only when something is due).
+pub const ROUND: Duration = Duration::from_secs(1);
+/// An object or token no pod has used for this long leaves the store (and the checkpoint).
+/// Not at once: right after a start, the pods may not have arrived yet.
+pub const UNUSED_GRACE: Duration = Duration::from_secs(300);
+/// The checkpoint's size limit: past it, it is not rewritten (and a warning says so).
+pub const MAX_CHECKPOINT: usize = 16 << 20;
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// The data of a ConfigMap or Secret as the apiserver returns it.
+pub fn decode_object(kind: Kind, v: &Value) -> Result<Data, String> {
+    let mut out = Data::new();
+    let decode = |field: &str, out: &mut Data, base64: bool| -> Result<(), String> {
+        let Some(m) = v.get(field).and_then(Value::as_object) else {
+            return Ok(());
+        };
+        for (k, val) in m {
+            let s = val
+                .as_str()
+                .ok_or_else(|| format!("{field}.{k}: not a string"))?;
+            let bytes = if base64 {
+                b64()
+                    .decode(s)
+                    .map_err(|e| format!("{field}.{k}: not base64: {e}"))?
+            } else {
+                s.as_bytes().to_vec()
+            };
+            out.insert(k.clone(), bytes);
+        }
+        Ok(())
+    };
+    match kind {
+        Kind::ConfigMap => {
+            decode("data", &mut out, false)?;
+            decode("binaryData", &mut out, true)?;
+        }
+        Kind::Secret => decode("data", &mut out, true)?,
+    }
+    Ok(out)
+}
+
+/// Unix seconds of an RFC 3339 UTC time as the apiserver writes it ("2026-11-24T21:40:02Z").
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.split('.').next()?;
+    let mut t = time.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), March-based years.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+fn now_secs() -> i64 {
+    rt::now_nanos().div_euclid(1_000_000_000)
+}
+
+/// The TokenRequest body for a pod's projected token: its audience (none: the apiserver's
+/// own), its lifetime, bound to the pod so it dies with it.
+pub fn token_request(spec: &TokenSpec) -> Value {
+    let audiences: Vec<&str> = if spec.audience.is_empty() {
+        Vec::new()
+    } else {
+        vec![spec.audience.as_str()]
+    };
+    json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": audiences,
+            "expirationSeconds": spec.expiration_seconds,
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": spec.pod_name,
+                "uid": spec.pod_uid,
+            },
+        },
+    })
+}
+
+/// The token of a TokenRequest answer, with its lifetime as the apiserver granted it.
+pub fn token_of(answer: &Value, asked_seconds: i64) -> Result<Token, String> {
+    let token = answer["status"]["token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .ok_or("TokenRequest answer without status.token")?
+        .to_owned();
+    let now = now_secs();
+    let granted = answer["spec"]["expirationSeconds"]
+        .as_i64()
+        .unwrap_or(asked_seconds);
+    let expires = answer["status"]["expirationTimestamp"]
+        .as_str()
+        .and_then(parse_rfc3339)
+        .unwrap_or(now + granted);
+    Ok(Token {
+        token,
+        issued: expires - granted,
+        expires,
+    })
+}
+
+/// Whether a token must be requested now.
+pub fn token_due(current: Option<&Token>, now_secs: i64) -> bool {
+    current.is_none_or(|t| now_secs >= t.refresh_at())
+}
+
+// ---- checkpoint ----
+
+#[derive(Serialize, Deserialize)]
+struct SavedObject {
+    kind: String,
+    key: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    missing: bool,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedToken {
+    key: String,
+    token: String,
+    issued: i64,
+    expires: i64,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Saved {
+    objects: Vec<SavedObject>,
+    tokens: Vec<SavedToken>,
+}
+
+fn encode_checkpoint(c: &Contents) -> Vec<u8> {
+    let saved = Saved {
+        objects: c
+            .objects
+            .iter()
+            .map(|((kind, key), o)| SavedObject {
+                kind: kind.as_str().to_owned(),
+                key: key.clone(),
+                missing: *o == Object::Missing,
+                data: match o {
+                    Object::Present(d) => d
+                        .iter()
+                        .map(|(k, v)| (k.clone(), b64().encode(v)))
+                        .collect(),
+                    Object::Missing => BTreeMap::new(),
+                },
+            })
+            .collect(),
+        tokens: c
+            .tokens
+            .iter()
+            .map(|(key, t)| SavedToken {
+                key: key.clone(),
+                token: t.token.clone(),
+                issued: t.issued,
+                expires: t.expires,
+            })
+            .collect(),
+    };
+    serde_json::to_vec(&saved).unwrap_or_default()
+}
+
+/// Reads the checkpoint into `store`. A missing file is "nothing known"; an unreadable one is
+/// reported (naming the file) and ignored: the apiserver is then asked again.
+pub fn load_checkpoint(path: &Path, store: &Store) -> Result<usize, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    if bytes.len() > MAX_CHECKPOINT {
+        return Err(format!(
+            "{}: larger than {MAX_CHECKPOINT} bytes",
+            path.display()
+        ));
+    }
+    let saved: Saved =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut c = Contents::default();
+    for o in saved.objects {
+        let kind = match o.kind.as_str() {
+            "configmap" => Kind::ConfigMap,
+            "secret" => Kind::Secret,
+            other => return Err(format!("{}: unknown kind {other:?}", path.display())),
+        };
+        let obj = if o.missing {
+            Object::Missing
+        } else {
+            let mut d = Data::new();
+            for (k, v) in o.data {
+                let bytes = b64()
+                    .decode(v)
+                    .map_err(|e| format!("{}: {}: {e}", path.display(), o.key))?;
+                d.insert(k, bytes);
+            }
+            Object::Present(Arc::new(d))
+        };
+        c.objects.insert((kind, o.key), obj);
+    }
+    for t in saved.tokens {
+        c.tokens.insert(
+            t.key,
+            Token {
+                token: t.token,
+                issued: t.issued,
+                expires: t.expires,
+            },
+        );
+    }
+    let n = c.objects.len() + c.tokens.len();
+    *store.lock() = c;
+    Ok(n)
+}
+
+/// Writes the checkpoint (secrets and tokens inside: owner-only) when it changed since `last`.
+fn save_checkpoint(path: &Path, bytes: Vec<u8>, last: &mut Vec<u8>) {
+    if bytes == *last {
+        return;
+    }
+    if bytes.len() > MAX_CHECKPOINT {
+        log::warn!(
+            "not checkpointing the pods' objects: larger than {MAX_CHECKPOINT} bytes; a restart \
+             without the apiserver would not find them"
+        );
+        return;
+    }
+    match crate::atomic_file::write_mode(path, &bytes, 0o600) {
+        Ok(()) => *last = bytes,
+        Err(e) => log::warn!("writing {}: {e}", path.display()),
+    }
+}
+
+// ---- the task ----
+
+type ObjKey = (Kind, String, String);
+
+struct Fetcher {
+    client: Client,
+    store: Store,
+    jitter: Jitter,
+    /// When each object is next read; absent: read it now.
+    next: HashMap<ObjKey, Instant>,
+    /// Consecutive failures per object or token key, for the backoff.
+    failures: HashMap<String, u32>,
+    /// Token keys waiting after a failure, until when.
+    token_wait: HashMap<String, Instant>,
+    unused_since: HashMap<String, Instant>,
+    /// What a refusal was already said of (once each, not once per retry).
+    told: BTreeSet<String>,
+}
+
+async fn call(
+    client: &Client,
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+) -> Result<Value, ApiError> {
+    let c = client.clone();
+    rt::unblock(move || {
+        let body = body.map(|b| {
+            (
+                "application/json",
+                serde_json::to_vec(&b).unwrap_or_default(),
+            )
+        });
+        c.json::<Value>(method, &path, body)
+    })
+    .await
+}
+
+impl Fetcher {
+    fn failed(&mut self, what: &str, key: &str, e: &ApiError) -> Duration {
+        let n = self.failures.entry(key.to_owned()).or_default();
+        *n = n.saturating_add(1);
+        let wait = backoff_delay(*n, &mut self.jitter).max(Duration::from_secs(1));
+        if e.is_forbidden() {
+            if self.told.insert(key.to_owned()) {
+                log::error!(
+                    "{what}: {e}: the apiserver refuses it to this node (a node may read only \
+                     what the pods bound to it use)"
+                );
+            }
+        } else if *n == 1 || (*n >= 8 && n.is_power_of_two()) {
+            // The first failure, then at doubling counts: an outage is said, not flooded.
+            log::warn!("{what}: {e} (retrying)");
+        }
+        wait
+    }
+
+    /// Reads one object; returns whether the store changed.
+    async fn fetch(&mut self, k: &ObjKey) -> bool {
+        let (kind, ns, name) = k;
+        let id = format!("{}:{ns}/{name}", kind.as_str());
+        let path = format!("/api/v1/namespaces/{ns}/{}/{name}", kind.resource());
+        let got = match call(&self.client, "GET", path, None).await {
+            Ok(v) => match decode_object(*kind, &v) {
+                Ok(d) => Object::Present(Arc::new(d)),
+                Err(m) => {
+                    log::warn!("{} {ns}/{name}: {m}", kind.as_str());
+                    self.next.insert(k.clone(), rt::now() + OBJECT_TTL);
+                    return false;
+                }
+            },
+            Err(e) if e.is_not_found() => Object::Missing,
+            Err(e) => {
+                let wait = self.failed(&format!("reading {} {ns}/{name}", kind.as_str()), &id, &e);
+                self.next.insert(k.clone(), rt::now() + wait);
+                return false;
+            }
+        };
+        self.failures.remove(&id);
+        self.told.remove(&id);
+        let spread = self.jitter.below(OBJECT_TTL / 10);
+        self.next.insert(k.clone(), rt::now() + OBJECT_TTL + spread);
+        let mut store = self.store.lock();
+        let slot = (*kind, format!("{ns}/{name}"));
+        if store.objects.get(&slot) == Some(&got) {
+            return false;
+        }
+        store.objects.insert(slot, got);
+        true
+    }
+
+    /// Requests one token; returns whether the store changed.
+    async fn request_token(&mut self, key: &str, spec: &TokenSpec) -> bool {
+        let path = format!(
+            "/api/v1/namespaces/{}/serviceaccounts/{}/token",
+            spec.namespace, spec.service_account
+        );
+        let what = format!(
+            "requesting a token for service account {}/{} (pod {})",
+            spec.namespace, spec.service_account, spec.pod_name
+        );
+        let answer = call(&self.client, "POST", path, Some(token_request(spec))).await;
+        match answer
+            .map_err(|e| (e.to_string(), Some(e)))
+            .and_then(|a| token_of(&a, spec.expiration_seconds).map_err(|m| (m, None)))
+        {
+            Ok(t) => {
+                self.failures.remove(key);
+                self.told.remove(key);
+                self.token_wait.remove(key);
+                log::debug!("{what}: valid until {}", t.expires);
+                self.store.lock().tokens.insert(key.to_owned(), t);
+                true
+            }
+            Err((m, e)) => {
+                let e = e.unwrap_or_else(|| ApiError::decode("TokenRequest", m));
+                let wait = self.failed(&what, key, &e);
+                self.token_wait.insert(key.to_owned(), rt::now() + wait);
+                false
+            }
+        }
+    }
+
+    /// One round: read what is due, drop what no pod used for a while. Returns the UIDs of the
+    /// pods whose content changed, and whether the store did.
+    async fn round(&mut self, needs: &Needs) -> (BTreeSet<String>, bool) {
+        let now = rt::now();
+        let mut pods = BTreeSet::new();
+        let mut changed = false;
+        let due: Vec<(ObjKey, BTreeSet<String>)> = needs
+            .objects
+            .iter()
+            .filter(|(k, _)| self.next.get(*k).is_none_or(|t| *t <= now))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, uids) in due {
+            if self.fetch(&k).await {
+                changed = true;
+                pods.extend(uids);
+            }
+        }
+        let secs = now_secs();
+        let due: Vec<(String, TokenSpec)> = {
+            let store = self.store.lock();
+            needs
+                .tokens
+                .iter()
+                .filter(|(k, _)| token_due(store.tokens.get(*k), secs))
+                .filter(|(k, _)| self.token_wait.get(*k).is_none_or(|t| *t <= now))
+                .map(|(k, s)| (k.clone(), s.clone()))
+                .collect()
+        };
+        for (k, spec) in due {
+            if self.request_token(&k, &spec).await {
+                changed = true;
+                pods.insert(spec.pod_uid.clone());
+            }
+        }
+        changed |= self.collect_unused(needs, now);
+        (pods, changed)
+    }
+
+    fn collect_unused(&mut self, needs: &Needs, now: Instant) -> bool {
+        let used: BTreeSet<String> = needs
+            .objects
+            .keys()
+            .map(|(k, ns, n)| format!("{}:{ns}/{n}", k.as_str()))
+            .chain(needs.tokens.keys().map(|k| format!("token:{k}")))
+            .collect();
+        let mut store = self.store.lock();
+        let held: Vec<String> = store
+            .objects
+            .keys()
+            .map(|(k, key)| format!("{}:{key}", k.as_str()))
+            .chain(store.tokens.keys().map(|k| format!("token:{k}")))
+            .collect();
+        self.unused_since.retain(|k, _| !used.contains(k));
+        let mut changed = false;
+        for h in held.into_iter().filter(|h| !used.contains(h)) {
+            let since = *self.unused_since.entry(h.clone()).or_insert(now);
+            if now.saturating_duration_since(since) < UNUSED_GRACE {
+                continue;
+            }
+            self.unused_since.remove(&h);
+            changed = true;
+            if let Some(key) = h.strip_prefix("token:") {
+                store.tokens.remove(key);
+            } else if let Some((kind, key)) = h.split_once(':') {
+                let kind = if kind == "secret" {
+                    Kind::Secret
+                } else {
+                    Kind::ConfigMap
+                };
+                store.objects.remove(&(kind, key.to_owned()));
+                if let Some((ns, name)) = key.split_once('/') {
+                    self.next.remove(&(kind, ns.to_owned(), name.to_owned()));
+                }
+            }
+        }
+        changed
+    }
+}
+
+/// Keeps the store filled for the node's API pods, and its checkpoint written.
+pub async fn run_objects(
+    client: Client,
+    kubelet: Rc<Kubelet>,
+    store: Store,
+    checkpoint: Option<PathBuf>,
+) {
+    let mut f = Fetcher {
+        client,
+        store: store.clone(),
+        jitter: Jitter::new("objects"),
+        next: HashMap::new(),
+        failures: HashMap::new(),
+        token_wait: HashMap::new(),
+        unused_since: HashMap::new(),
+        told: BTreeSet::new(),
+    };
+    let mut written = checkpoint
+        .as_ref()
+        .map(|_| encode_checkpoint(&store.lock()))
+        .unwrap_or_default();
+    let mut tick = rt::interval(ROUND);
+    loop {
+        let mut needs = Needs::default();
+        for p in kubelet.api_pods() {
+            needs.add_pod(&p);
+        }
+        let (pods, changed) = f.round(&needs).await;
+        if !pods.is_empty() {
+            kubelet.sync_soon(&pods);
+        }
+        if changed && let Some(path) = &checkpoint {
+            let bytes = encode_checkpoint(&store.lock());
+            let path = path.clone();
+            let last = std::mem::take(&mut written);
+            written = rt::unblock(move || {
+                let mut last = last;
+                save_checkpoint(&path, bytes, &mut last);
+                last
+            })
+            .await;
+        }
+        tick.tick().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_decode_as_the_api_returns_them() {
+        let cm = json!({"data": {"a": "1"}, "binaryData": {"b": "AAE="}});
+        let d = decode_object(Kind::ConfigMap, &cm).unwrap();
+        assert_eq!(d["a"], b"1");
+        assert_eq!(d["b"], vec![0u8, 1]);
+        let s = json!({"data": {"pw": "aHVudGVyMg=="}});
+        assert_eq!(decode_object(Kind::Secret, &s).unwrap()["pw"], b"hunter2");
+        let bad = json!({"data": {"pw": "%%%"}});
+        assert!(
+            decode_object(Kind::Secret, &bad)
+                .unwrap_err()
+                .starts_with("data.pw: not base64")
+        );
+        assert!(decode_object(Kind::Secret, &json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn rfc3339_parses_as_the_apiserver_writes_it() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
+        assert_eq!(parse_rfc3339("2024-02-29T12:00:00Z"), Some(1_709_208_000));
+        let now = rt::now_nanos() / 1_000_000_000;
+        assert_eq!(
+            parse_rfc3339(&crate::api::time::rfc3339(now * 1_000_000_000)),
+            Some(now)
+        );
+        assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn token_requests_are_bound_to_the_pod() {
+        let spec = TokenSpec {
+            namespace: "ns".into(),
+            service_account: "sa".into(),
+            audience: String::new(),
+            expiration_seconds: 3607,
+            pod_name: "p".into(),
+            pod_uid: "u1".into(),
+        };
+        let r = token_request(&spec);
+        assert_eq!(r["spec"]["expirationSeconds"], 3607);
+        assert_eq!(r["spec"]["audiences"], json!([]));
+        assert_eq!(
+            r["spec"]["boundObjectRef"],
+            json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u1"})
+        );
+        let with = TokenSpec {
+            audience: "vault".into(),
+            ..spec
+        };
+        assert_eq!(token_request(&with)["spec"]["audiences"], json!(["vault"]));
+    }
+
+    #[test]
+    fn tokens_refresh_at_80_percent_under_the_fake_clock() {
+        let clock = rt::FakeClock::install();
+        let exp = rfc_in(3607);
+        let answer = json!({
+            "spec": {"expirationSeconds": 3607},
+            "status": {"token": "tok", "expirationTimestamp": exp},
+        });
+        let t = token_of(&answer, 3607).unwrap();
+        assert_eq!(t.expires - t.issued, 3607);
+        assert!(!token_due(Some(&t), now_secs()));
+        // 79 % of the lifetime: not yet. 80 %: due.
+        clock.advance(Duration::from_secs(3607 * 79 / 100));
+        assert!(!token_due(Some(&t), now_secs()));
+        clock.advance(Duration::from_secs(3607 / 100 + 2));
+        assert!(token_due(Some(&t), now_secs()));
+        // A token the apiserver extended to a year is renewed after a day.
+        let long = json!({
+            "spec": {"expirationSeconds": 31_536_000},
+            "status": {"token": "tok", "expirationTimestamp": rfc_in(31_536_000)},
+        });
+        let t = token_of(&long, 3607).unwrap();
+        clock.advance(Duration::from_secs(86_400 - 10));
+        assert!(!token_due(Some(&t), now_secs()));
+        clock.advance(Duration::from_secs(20));
+        assert!(token_due(Some(&t), now_secs()));
+        assert!(token_due(None, now_secs()));
+        assert!(token_of(&json!({"status": {}}), 600).is_err());
+    }
+
+    fn rfc_in(secs: i64) -> String {
+        crate::api::time::rfc3339((now_secs() + secs) * 1_000_000_000)
+    }
+
+    #[test]
+    fn the_checkpoint_round_trips_is_owner_only_and_keeps_missing_apart() {
+        let dir = std::env::temp_dir().join(format!("picolet-objckpt-{}", std::process::id()));
+        let path = dir.join("objects.json");
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::default();
+        assert_eq!(load_checkpoint(&path, &store).unwrap(), 0);
+        {
+            let mut c = store.lock();
+            let d: Data = [("k".to_owned(), vec![0u8, 255])].into_iter().collect();
+            c.objects
+                .insert((Kind::Secret, "ns/s".into()), Object::Present(Arc::new(d)));
+            c.objects
+                .insert((Kind::ConfigMap, "ns/gone".into()), Object::Missing);
+            c.tokens.insert(
+                "u/ns/sa/3607/".into(),
+                Token {
+                    token: "tok".into(),
+                    issued: 1,
+                    expires: 3608,
+                },
+            );
+        }
+        let mut last = Vec::new();
+        save_checkpoint(&path, encode_checkpoint(&store.lock()), &mut last);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let back = Store::default();
+        assert_eq!(load_checkpoint(&path, &back).unwrap(), 3);
+        assert_eq!(*back.lock(), *store.lock());
+        std::fs::write(&path, b"{torn").unwrap();
+        let e = load_checkpoint(&path, &back).unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

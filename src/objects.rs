@@ -1,0 +1,680 @@
+//! The API objects the node's pods use: ConfigMaps, Secrets and service-account tokens, as last
+//! read from the apiserver (or from the checkpoint when it is out of reach), and what each pod
+//! needs of them.
+//!
+//! The store is plain shared data: the cluster side (`cluster::objects`) fills it, volume
+//! preparation and container environments read it, both off the executor thread. "Unknown"
+//! (never read, no checkpoint) is kept apart from "missing" (the apiserver said 404): a pod
+//! waits for the first, and an optional reference gets nothing from the second. Values are
+//! never logged, and the `Debug` form shows names only.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Deserialize;
+
+use crate::api::{Container, Pod};
+
+/// Keys and values of a ConfigMap (`data` and `binaryData`) or a Secret (decoded).
+pub type Data = BTreeMap<String, Vec<u8>>;
+
+/// What the node knows of one ConfigMap or Secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Object {
+    Present(Arc<Data>),
+    /// The apiserver answered that it does not exist.
+    Missing,
+}
+
+/// A service-account token and its lifetime, in unix seconds.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub token: String,
+    pub issued: i64,
+    pub expires: i64,
+}
+
+impl Token {
+    /// When the token must be requested again, as the kubelet's token manager decides: at 80 %
+    /// of its lifetime, and no later than 24 h after it was issued (the apiserver may extend
+    /// the lifetime it grants far beyond what the pod asked for).
+    pub fn refresh_at(&self) -> i64 {
+        let ttl = self.expires.saturating_sub(self.issued).max(0);
+        let at_80 = self.expires.saturating_sub(ttl / 5);
+        at_80.min(self.issued.saturating_add(MAX_TOKEN_AGE_SECS))
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("issued", &self.issued)
+            .field("expires", &self.expires)
+            .finish_non_exhaustive()
+    }
+}
+
+pub const MAX_TOKEN_AGE_SECS: i64 = 24 * 3600;
+/// The lifetime a projected token gets when the pod names none (the API's default), and the
+/// least the API accepts.
+pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+pub const MIN_TOKEN_SECONDS: i64 = 600;
+
+/// Which kind of object a reference names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    ConfigMap,
+    Secret,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmap",
+            Kind::Secret => "secret",
+        }
+    }
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configmaps",
+            Kind::Secret => "secrets",
+        }
+    }
+}
+
+/// A token as a pod asks for it; `key()` identifies it in the store.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TokenSpec {
+    pub namespace: String,
+    pub service_account: String,
+    /// Empty: the apiserver's own audiences.
+    pub audience: String,
+    pub expiration_seconds: i64,
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+impl TokenSpec {
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}/{}/{}/{}",
+            self.pod_uid,
+            self.namespace,
+            self.service_account,
+            self.expiration_seconds,
+            self.audience
+        )
+    }
+}
+
+/// Everything the store holds.
+#[derive(Default, Clone, PartialEq)]
+pub struct Contents {
+    /// By (kind, "namespace/name").
+    pub objects: BTreeMap<(Kind, String), Object>,
+    /// By [`TokenSpec::key`].
+    pub tokens: BTreeMap<String, Token>,
+}
+
+impl std::fmt::Debug for Contents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Contents")
+            .field("objects", &self.objects.keys().collect::<Vec<_>>())
+            .field("tokens", &self.tokens.len())
+            .finish()
+    }
+}
+
+/// The shared store (cheap to clone).
+#[derive(Debug, Clone, Default)]
+pub struct Store(Arc<Mutex<Contents>>);
+
+impl Store {
+    pub fn lock(&self) -> MutexGuard<'_, Contents> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Contents {
+    pub fn object(&self, kind: Kind, namespace: &str, name: &str) -> Option<&Object> {
+        self.objects.get(&(kind, key(namespace, name)))
+    }
+
+    /// The data of a referenced object: `Ok(None)` when it is missing and `optional`, an error
+    /// naming it when it is unknown or required and missing.
+    pub fn data(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Arc<Data>>, String> {
+        match self.object(kind, namespace, name) {
+            Some(Object::Present(d)) => Ok(Some(d.clone())),
+            Some(Object::Missing) if optional => Ok(None),
+            Some(Object::Missing) => Err(format!("{} {namespace}/{name} not found", kind.as_str())),
+            None => Err(format!(
+                "{} {namespace}/{name} not read from the apiserver yet",
+                kind.as_str()
+            )),
+        }
+    }
+}
+
+// ---- what pods reference ----
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct KeyToPath {
+    pub key: String,
+    pub path: String,
+    pub mode: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ConfigMapVolume {
+    pub name: String,
+    pub items: Vec<KeyToPath>,
+    pub default_mode: Option<i32>,
+    pub optional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SecretVolume {
+    pub secret_name: String,
+    pub items: Vec<KeyToPath>,
+    pub default_mode: Option<i32>,
+    pub optional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ObjectProjection {
+    pub name: String,
+    pub items: Vec<KeyToPath>,
+    pub optional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TokenProjection {
+    pub audience: String,
+    pub expiration_seconds: Option<i64>,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ResourceFieldSelector {
+    pub container_name: String,
+    pub resource: String,
+    pub divisor: Option<crate::api::Quantity>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DownwardApiFile {
+    pub path: String,
+    pub field_ref: Option<crate::api::ObjectFieldSelector>,
+    pub resource_field_ref: Option<ResourceFieldSelector>,
+    pub mode: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DownwardApiVolume {
+    pub items: Vec<DownwardApiFile>,
+    pub default_mode: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProjectionSource {
+    pub config_map: Option<ObjectProjection>,
+    pub secret: Option<ObjectProjection>,
+    #[serde(rename = "downwardAPI")]
+    pub downward_api: Option<DownwardApiVolume>,
+    pub service_account_token: Option<TokenProjection>,
+    /// Sources picolet does not project, kept to be named in the error.
+    pub cluster_trust_bundle: Option<serde::de::IgnoredAny>,
+    pub pod_certificate: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ProjectedVolume {
+    pub sources: Vec<ProjectionSource>,
+    pub default_mode: Option<i32>,
+}
+
+/// A volume whose content comes from the API or the pod itself.
+#[derive(Debug, Clone)]
+pub enum ApiVolume {
+    ConfigMap(ConfigMapVolume),
+    Secret(SecretVolume),
+    Projected(ProjectedVolume),
+    DownwardApi(DownwardApiVolume),
+}
+
+impl ApiVolume {
+    /// The volume's source when it is one of these kinds; an error names a malformed one.
+    pub fn of(v: &crate::api::Volume) -> Option<Result<ApiVolume, String>> {
+        fn parse<T: serde::de::DeserializeOwned>(
+            v: &serde_json::Value,
+            f: fn(T) -> ApiVolume,
+        ) -> Result<ApiVolume, String> {
+            serde_json::from_value(v.clone())
+                .map(f)
+                .map_err(|e| e.to_string())
+        }
+        let (kind, value) = v.other.iter().next()?;
+        Some(match kind.as_str() {
+            "configMap" => parse(value, ApiVolume::ConfigMap),
+            "secret" => parse(value, ApiVolume::Secret),
+            "projected" => parse(value, ApiVolume::Projected),
+            "downwardAPI" => parse(value, ApiVolume::DownwardApi),
+            _ => return None,
+        })
+    }
+
+    /// The directory kind under `volumes/`, as the kubelet names its plugins.
+    pub fn plugin_dir(&self) -> &'static str {
+        match self {
+            ApiVolume::ConfigMap(_) => "kubernetes.io~configmap",
+            ApiVolume::Secret(_) => "kubernetes.io~secret",
+            ApiVolume::Projected(_) => "kubernetes.io~projected",
+            ApiVolume::DownwardApi(_) => "kubernetes.io~downward-api",
+        }
+    }
+
+    /// Secrets, tokens and pod metadata live in memory only, as upstream keeps them.
+    pub fn on_tmpfs(&self) -> bool {
+        !matches!(self, ApiVolume::ConfigMap(_))
+    }
+}
+
+/// The volume's API source, if any. Only pods from the apiserver may have one (validation
+/// refuses them in static pods, as upstream), so a build without the apiserver client links none
+/// of this.
+pub fn api_volume(v: &crate::api::Volume) -> Option<Result<ApiVolume, String>> {
+    if cfg!(feature = "apiserver") {
+        ApiVolume::of(v)
+    } else {
+        None
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct KeySelector {
+    pub name: String,
+    pub key: String,
+    pub optional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub name: String,
+    pub optional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct EnvFromSource {
+    pub prefix: String,
+    pub config_map_ref: Option<ObjectRef>,
+    pub secret_ref: Option<ObjectRef>,
+}
+
+fn namespace(pod: &Pod) -> &str {
+    if pod.metadata.namespace.is_empty() {
+        "default"
+    } else {
+        &pod.metadata.namespace
+    }
+}
+
+fn service_account(pod: &Pod) -> &str {
+    pod.spec
+        .service_account_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+}
+
+/// The token a projection asks for, bound to the pod.
+pub fn token_spec(pod: &Pod, t: &TokenProjection) -> TokenSpec {
+    TokenSpec {
+        namespace: namespace(pod).to_owned(),
+        service_account: service_account(pod).to_owned(),
+        audience: t.audience.clone(),
+        expiration_seconds: t
+            .expiration_seconds
+            .unwrap_or(DEFAULT_TOKEN_SECONDS)
+            .max(MIN_TOKEN_SECONDS),
+        pod_name: pod.metadata.name.clone(),
+        pod_uid: pod.metadata.uid.clone(),
+    }
+}
+
+/// What a set of pods needs from the apiserver.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Needs {
+    /// (kind, namespace, name) → the UIDs of the pods that use it.
+    pub objects: BTreeMap<(Kind, String, String), BTreeSet<String>>,
+    pub tokens: BTreeMap<String, TokenSpec>,
+}
+
+impl Needs {
+    pub fn add_pod(&mut self, pod: &Pod) {
+        let ns = namespace(pod).to_owned();
+        let uid = pod.metadata.uid.clone();
+        let mut obj = |kind: Kind, name: &str| {
+            if !name.is_empty() {
+                self.objects
+                    .entry((kind, ns.clone(), name.to_owned()))
+                    .or_default()
+                    .insert(uid.clone());
+            }
+        };
+        for v in &pod.spec.volumes {
+            match ApiVolume::of(v) {
+                Some(Ok(ApiVolume::ConfigMap(c))) => obj(Kind::ConfigMap, &c.name),
+                Some(Ok(ApiVolume::Secret(s))) => obj(Kind::Secret, &s.secret_name),
+                Some(Ok(ApiVolume::Projected(p))) => {
+                    for s in &p.sources {
+                        if let Some(c) = &s.config_map {
+                            obj(Kind::ConfigMap, &c.name);
+                        }
+                        if let Some(c) = &s.secret {
+                            obj(Kind::Secret, &c.name);
+                        }
+                        if let Some(t) = &s.service_account_token {
+                            let spec = token_spec(pod, t);
+                            self.tokens.insert(spec.key(), spec);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
+            for e in &c.env {
+                let Some(from) = &e.value_from else { continue };
+                for (kind, sel) in [
+                    (Kind::ConfigMap, &from.config_map_key_ref),
+                    (Kind::Secret, &from.secret_key_ref),
+                ] {
+                    if let Some(s) = sel.as_ref().and_then(|s| key_selector(s).ok()) {
+                        obj(kind, &s.name);
+                    }
+                }
+            }
+            for f in &c.env_from {
+                if let Ok(f) = serde_json::from_value::<EnvFromSource>(f.clone()) {
+                    if let Some(r) = &f.config_map_ref {
+                        obj(Kind::ConfigMap, &r.name);
+                    }
+                    if let Some(r) = &f.secret_ref {
+                        obj(Kind::Secret, &r.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn key_selector(v: &serde_json::Value) -> Result<KeySelector, String> {
+    serde_json::from_value(v.clone()).map_err(|e| e.to_string())
+}
+
+/// A container's environment as it comes from ConfigMaps and Secrets.
+#[derive(Default, Clone, PartialEq)]
+pub struct ObjectEnv {
+    /// From `envFrom`, in order, prefixes applied.
+    pub from: Vec<(String, String)>,
+    /// By index in `env`: the value of a `configMapKeyRef`/`secretKeyRef`, or `None` when it
+    /// is optional and absent (the variable is then left out, as upstream).
+    pub refs: HashMap<usize, Option<String>>,
+}
+
+impl std::fmt::Debug for ObjectEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.from.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("ObjectEnv")
+            .field("from", &names)
+            .field("refs", &self.refs.len())
+            .finish()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Resolves a container's `envFrom` and its `configMapKeyRef`/`secretKeyRef` variables; an
+/// error (the container's CreateContainerConfigError) names the object and key, never a value.
+pub fn container_env(pod: &Pod, c: &Container, store: &Contents) -> Result<ObjectEnv, String> {
+    if !cfg!(feature = "apiserver") {
+        // Static pods cannot reference API objects (validation refuses them).
+        return Ok(ObjectEnv::default());
+    }
+    let ns = namespace(pod);
+    let mut out = ObjectEnv::default();
+    for (i, f) in c.env_from.iter().enumerate() {
+        let f: EnvFromSource =
+            serde_json::from_value(f.clone()).map_err(|e| format!("envFrom[{i}]: {e}"))?;
+        let (kind, r) = match (&f.config_map_ref, &f.secret_ref) {
+            (Some(r), None) => (Kind::ConfigMap, r),
+            (None, Some(r)) => (Kind::Secret, r),
+            _ => {
+                return Err(format!(
+                    "envFrom[{i}]: exactly one of configMapRef and secretRef is required"
+                ));
+            }
+        };
+        let Some(data) = store.data(kind, ns, &r.name, r.optional.unwrap_or(false))? else {
+            continue;
+        };
+        for (k, v) in data.iter() {
+            let name = format!("{}{k}", f.prefix);
+            // Keys that cannot be a variable name are skipped, as upstream does.
+            if name.is_empty() || name.contains('=') {
+                continue;
+            }
+            out.from.push((name, text(v)));
+        }
+    }
+    for (i, e) in c.env.iter().enumerate() {
+        let Some(from) = &e.value_from else { continue };
+        for (kind, sel) in [
+            (Kind::ConfigMap, &from.config_map_key_ref),
+            (Kind::Secret, &from.secret_key_ref),
+        ] {
+            let Some(sel) = sel else { continue };
+            let s = key_selector(sel).map_err(|m| format!("env {:?}: {m}", e.name))?;
+            let optional = s.optional.unwrap_or(false);
+            let value = match store.data(kind, ns, &s.name, optional)? {
+                None => None,
+                Some(d) => match d.get(&s.key) {
+                    Some(v) => Some(text(v)),
+                    None if optional => None,
+                    None => {
+                        return Err(format!(
+                            "couldn't find key {} in {} {ns}/{}",
+                            s.key,
+                            kind.as_str(),
+                            s.name
+                        ));
+                    }
+                },
+            };
+            out.refs.insert(i, value);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        yaml_serde::from_str(yaml).unwrap()
+    }
+
+    fn present(pairs: &[(&str, &str)]) -> Object {
+        Object::Present(Arc::new(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+        ))
+    }
+
+    const ENV_POD: &str = "metadata: {name: p, namespace: ns, uid: u1}
+spec:
+  containers:
+  - name: c
+    image: i
+    envFrom:
+    - configMapRef: {name: cm}
+    - prefix: S_
+      secretRef: {name: sec}
+    - configMapRef: {name: absent, optional: true}
+    env:
+    - {name: A, valueFrom: {configMapKeyRef: {name: cm, key: a}}}
+    - {name: B, valueFrom: {secretKeyRef: {name: sec, key: nokey, optional: true}}}
+    - {name: C, valueFrom: {configMapKeyRef: {name: absent, key: x, optional: true}}}
+    - {name: D, value: plain}
+";
+
+    #[test]
+    fn env_from_objects_with_optional_keys_and_objects() {
+        let p = pod(ENV_POD);
+        let mut s = Contents::default();
+        s.objects.insert(
+            (Kind::ConfigMap, "ns/cm".into()),
+            present(&[("a", "1"), ("bad=key", "x")]),
+        );
+        s.objects.insert(
+            (Kind::Secret, "ns/sec".into()),
+            present(&[("pw", "hunter2")]),
+        );
+        s.objects
+            .insert((Kind::ConfigMap, "ns/absent".into()), Object::Missing);
+        let e = container_env(&p, &p.spec.containers[0], &s).unwrap();
+        assert_eq!(
+            e.from,
+            vec![
+                ("a".to_owned(), "1".to_owned()),
+                ("S_pw".to_owned(), "hunter2".to_owned())
+            ]
+        );
+        assert_eq!(e.refs[&0], Some("1".to_owned()));
+        assert_eq!(e.refs[&1], None);
+        assert_eq!(e.refs[&2], None);
+        assert!(!e.refs.contains_key(&3));
+        assert!(!format!("{e:?}").contains("hunter2"), "values never shown");
+
+        // A required key that is not there, a required object that is missing, one never read.
+        let mut p2 = p.clone();
+        p2.spec.containers[0].env[0].value_from = Some(crate::api::EnvVarSource {
+            config_map_key_ref: Some(serde_json::json!({"name": "cm", "key": "zz"})),
+            ..Default::default()
+        });
+        assert_eq!(
+            container_env(&p2, &p2.spec.containers[0], &s).unwrap_err(),
+            "couldn't find key zz in configmap ns/cm"
+        );
+        s.objects
+            .insert((Kind::Secret, "ns/sec".into()), Object::Missing);
+        assert_eq!(
+            container_env(&p, &p.spec.containers[0], &s).unwrap_err(),
+            "secret ns/sec not found"
+        );
+        s.objects.remove(&(Kind::Secret, "ns/sec".into()));
+        assert_eq!(
+            container_env(&p, &p.spec.containers[0], &s).unwrap_err(),
+            "secret ns/sec not read from the apiserver yet"
+        );
+    }
+
+    #[test]
+    fn needs_name_every_object_and_token_of_a_pod() {
+        let p = pod("metadata: {name: p, namespace: ns, uid: u1}
+spec:
+  serviceAccountName: sa
+  containers:
+  - name: c
+    image: i
+    envFrom: [{secretRef: {name: s-env}}]
+    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm-env, key: a}}}]
+  volumes:
+  - {name: a, configMap: {name: cm}}
+  - {name: b, secret: {secretName: s}}
+  - name: kube-api-access
+    projected:
+      sources:
+      - serviceAccountToken: {expirationSeconds: 3607, path: token}
+      - configMap: {name: kube-root-ca.crt, items: [{key: ca.crt, path: ca.crt}]}
+      - downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}
+  - name: short
+    projected: {sources: [{serviceAccountToken: {audience: vault, expirationSeconds: 60, path: t}}]}
+  - {name: e, emptyDir: {}}
+");
+        let mut n = Needs::default();
+        n.add_pod(&p);
+        let names: Vec<String> = n
+            .objects
+            .keys()
+            .map(|(k, ns, name)| format!("{}:{ns}/{name}", k.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "configmap:ns/cm",
+                "configmap:ns/cm-env",
+                "configmap:ns/kube-root-ca.crt",
+                "secret:ns/s",
+                "secret:ns/s-env"
+            ]
+        );
+        let tokens: Vec<&TokenSpec> = n.tokens.values().collect();
+        assert_eq!(tokens.len(), 2);
+        assert!(tokens.iter().all(|t| t.pod_uid == "u1"
+            && t.pod_name == "p"
+            && t.service_account == "sa"
+            && t.namespace == "ns"));
+        // The API's minimum is applied to a lifetime below it.
+        let exp: BTreeSet<i64> = tokens.iter().map(|t| t.expiration_seconds).collect();
+        assert_eq!(exp, BTreeSet::from([600, 3607]));
+    }
+
+    #[test]
+    fn tokens_refresh_at_80_percent_or_after_a_day() {
+        let t = Token {
+            token: "x".into(),
+            issued: 1000,
+            expires: 1000 + 3607,
+        };
+        assert_eq!(t.refresh_at(), 1000 + 3607 - 721);
+        // An extended token (a year) is still renewed after 24 h.
+        let long = Token {
+            token: "secret-value".into(),
+            issued: 0,
+            expires: 365 * 86400,
+        };
+        assert_eq!(long.refresh_at(), 86400);
+        assert!(!format!("{long:?}").contains("secret-value"));
+    }
+}
