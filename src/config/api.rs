@@ -100,8 +100,12 @@ impl PodSet {
 
     /// Applies one line of a watch stream.
     pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
-        crate::limits::check(line, crate::limits::Syntax::Json, &crate::limits::Limits::API)
-            .map_err(|e| format!("watch event: {e}"))?;
+        crate::limits::check(
+            line,
+            crate::limits::Syntax::Json,
+            &crate::limits::Limits::API,
+        )
+        .map_err(|e| format!("watch event: {e}"))?;
         let ev: WatchEvent =
             serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
         let rv_of = |o: &serde_json::Value| {
@@ -245,8 +249,12 @@ pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String>
             path.display()
         ));
     }
-    crate::limits::check(&bytes, crate::limits::Syntax::Json, &crate::limits::Limits::API)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::limits::check(
+        &bytes,
+        crate::limits::Syntax::Json,
+        &crate::limits::Limits::API,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
     let c: Checkpoint =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {

@@ -136,7 +136,10 @@ mod tests {
         let c = json(r#"{"x":1.7976931348623157e308,"y":2.2250738585072014e-308,"z":0.1}"#);
         let d = json(&serde_json::to_string(&c).unwrap());
         // and YAML reads the same number as JSON does
-        assert_eq!(a, doc("x: -5555555455555555555555555555555555555555555555555555555"));
+        assert_eq!(
+            a,
+            doc("x: -5555555455555555555555555555555555555555555555555555555")
+        );
         assert_eq!(uid(&c, "/m/p.json", "n"), uid(&d, "/m/p.json", "n"));
     }
 
