@@ -17,6 +17,7 @@ pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
 pub mod node;
+pub mod notify;
 pub mod options;
 pub mod pleg;
 pub(crate) mod pod_manager;
@@ -127,6 +128,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     )
     .map_err(|e| e.to_string())?;
     let host_ip = node.node_ip.clone();
+    // A broken NOTIFY_SOCKET is logged, not fatal: picolet runs the same under any supervisor.
+    let notifier = notify::Notifier::from_env()
+        .inspect_err(|e| log::warn!("{e}; not notifying systemd"))
+        .ok()
+        .flatten()
+        .map(Rc::new);
+    if let Some(p) = notifier.as_ref().and_then(|n| n.watchdog) {
+        log::info!("systemd watchdog: pinging every {p:?} while healthy");
+    }
 
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
@@ -249,6 +259,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         } else {
             None
         };
+        let _notify = notifier
+            .clone()
+            .map(|n| rt::spawn(notify::run(n, kubelet.clone())));
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {
@@ -258,6 +271,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             async {
                 let sig = stop.recv().await.unwrap_or(0);
                 log::info!("received signal {sig}, exiting; pods keep running");
+                if let Some(n) = &notifier {
+                    let _ = n.send("STOPPING=1\nSTATUS=stopping; pods keep running\n");
+                }
                 Ok(())
             },
         )
