@@ -24,6 +24,8 @@ for features in "--no-default-features" "--no-default-features --features file-s
     # shellcheck disable=SC2086
     cargo clippy --locked --lib --bins $features -- -D warnings
 done
+echo "== systemd unit (scripts/verify-unit.sh)"
+scripts/verify-unit.sh
 echo "== control plane binaries (scripts/k8s-build.sh)"
 scripts/k8s-build.sh >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
