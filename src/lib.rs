@@ -115,7 +115,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             .map_or("none".into(), |k| k.display().to_string()),
         o.container_runtime_endpoint
     );
-    std::fs::create_dir_all(&o.root_dir)
+    atomic_file::create_dir_all(&o.root_dir)
         .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
     let deadlines = cri::Deadlines {
         request: o.runtime_request_timeout,
