@@ -5,7 +5,6 @@
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
-#[cfg(any(feature = "file-source", feature = "apiserver"))]
 pub(crate) mod atomic_file;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;

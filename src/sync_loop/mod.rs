@@ -282,7 +282,7 @@ impl Kubelet {
 
     /// How many pods the node should run.
     pub fn pod_count(&self) -> usize {
-        self.state.borrow().pods.pods().count()
+        self.state.borrow().pods.count()
     }
 
     /// Health as `/healthz` reports it and the systemd watchdog requires it: the PLEG relists
