@@ -8,7 +8,7 @@ LIC_FILES_CHKSUM = "file://LICENSE;md5=3b83ef96387f14655fc854ddc3c6bd57"
 # commit). A product build pins both, e.g. in a bbappend or local.conf:
 #   PICOLET_GIT = "git://example.com/picolet.git;protocol=https;branch=main"
 #   SRCREV:pn-picolet = "<commit>"
-PICOLET_GIT ?= "git://${PICOLET_LAYERDIR}/../..;protocol=file;branch=main"
+PICOLET_GIT ?= "git://${PICOLET_REPODIR};protocol=file;branch=main"
 SRC_URI = "${PICOLET_GIT}"
 SRCREV ?= "${AUTOREV}"
 PV .= "+git"
