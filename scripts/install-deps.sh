@@ -12,6 +12,8 @@
 set -euo pipefail
 
 pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl pyflakes3)
+# systemd-analyze checks the unit file (scripts/verify-unit.sh).
+pkgs+=(systemd)
 cross=false
 k8s=false
 fuzz=false

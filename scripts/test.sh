@@ -26,6 +26,10 @@ for features in "--no-default-features" "--no-default-features --features file-s
     # shellcheck disable=SC2086
     cargo clippy --locked --lib --bins $features -- -D warnings
 done
+echo "== systemd unit (scripts/verify-unit.sh)"
+scripts/verify-unit.sh
+echo "== Yocto layer: crate list in sync with Cargo.lock, recipe against the repository"
+scripts/yocto-crates.py --check
 echo "== control plane binaries (scripts/k8s-build.sh)"
 scripts/k8s-build.sh >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"

@@ -5,7 +5,6 @@
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
-#[cfg(any(feature = "file-source", feature = "apiserver"))]
 pub(crate) mod atomic_file;
 pub(crate) mod atomic_writer;
 #[cfg(feature = "apiserver")]
@@ -18,6 +17,7 @@ pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
 pub mod node;
+pub mod notify;
 pub mod objects;
 pub mod options;
 pub mod pleg;
@@ -117,7 +117,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             .map_or("none".into(), |k| k.display().to_string()),
         o.container_runtime_endpoint
     );
-    std::fs::create_dir_all(&o.root_dir)
+    atomic_file::create_dir_all(&o.root_dir)
         .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
     let deadlines = cri::Deadlines {
         request: o.runtime_request_timeout,
@@ -142,6 +142,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             Ok(n) => log::info!("{n} ConfigMaps, Secrets and tokens from the checkpoint"),
             Err(e) => log::warn!("ignoring the objects checkpoint: {e}"),
         }
+    }
+    // A broken NOTIFY_SOCKET is logged, not fatal: picolet runs the same under any supervisor.
+    let notifier = notify::Notifier::from_env()
+        .inspect_err(|e| log::warn!("{e}; not notifying systemd"))
+        .ok()
+        .flatten()
+        .map(Rc::new);
+    if let Some(p) = notifier.as_ref().and_then(|n| n.watchdog) {
+        log::info!("systemd watchdog: pinging every {p:?} while healthy");
     }
 
     rt::block_on(async move {
@@ -273,6 +282,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         } else {
             None
         };
+        let _notify = notifier
+            .clone()
+            .map(|n| rt::spawn(notify::run(n, kubelet.clone())));
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {
@@ -282,6 +294,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             async {
                 let sig = stop.recv().await.unwrap_or(0);
                 log::info!("received signal {sig}, exiting; pods keep running");
+                if let Some(n) = &notifier {
+                    let _ = n.send("STOPPING=1\nSTATUS=stopping; pods keep running\n");
+                }
                 Ok(())
             },
         )

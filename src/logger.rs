@@ -1,10 +1,44 @@
 //! A small stderr logger in the kubelet's (klog) line format, readable in journald:
-//! `I1121 10:11:29.123456   1234 sync_loop] adding pod ...`.
+//! `I1121 10:11:29.123456   1234 sync_loop] adding pod ...`. When stderr is the journal
+//! (`$JOURNAL_STREAM` names stderr's device and inode), each line starts with its syslog
+//! priority, `<3>` to `<7>`, which journald strips and records (`SyslogLevelPrefix=`, on by
+//! default), so `journalctl -p warning` shows picolet's warnings and errors.
 
 use std::io::Write;
 
 struct Logger {
     level: log::LevelFilter,
+    journal: bool,
+}
+
+/// The syslog priority journald records for a level (sd-daemon(3)'s `SD_ERR` ... `SD_DEBUG`).
+pub fn syslog_priority(level: log::Level) -> u8 {
+    match level {
+        log::Level::Error => 3,
+        log::Level::Warn => 4,
+        log::Level::Info => 6,
+        log::Level::Debug | log::Level::Trace => 7,
+    }
+}
+
+/// Whether `$JOURNAL_STREAM` (`<device>:<inode>`, set by systemd for a service whose output goes
+/// to the journal) names the file stderr is. Compared, not merely present: a child started
+/// from a shell in the service inherits the variable with another stderr.
+/// `stderr_id` is stderr's `<st_dev>:<st_ino>` in decimal, as systemd writes it.
+pub fn is_journal_stream(var: Option<&str>, stderr_id: &str) -> bool {
+    var.is_some_and(|v| v.trim() == stderr_id)
+}
+
+fn stderr_is_journal() -> bool {
+    let var = std::env::var("JOURNAL_STREAM").ok();
+    if var.is_none() {
+        return false;
+    }
+    match nix::sys::stat::fstat(std::io::stderr()) {
+        // Formatted rather than cast: the widths of dev_t and ino_t differ between targets.
+        Ok(st) => is_journal_stream(var.as_deref(), &format!("{}:{}", st.st_dev, st.st_ino)),
+        Err(_) => false,
+    }
 }
 
 /// Maps the kubelet's `-v` verbosity to a log level: 0-3 info, 4-5 debug, 6+ trace.
@@ -45,7 +79,12 @@ impl log::Log for Logger {
         if !self.enabled(r.metadata()) {
             return;
         }
-        let line = format_line(
+        let mut line = if self.journal {
+            format!("<{}>", syslog_priority(r.level()))
+        } else {
+            String::new()
+        };
+        line += &format_line(
             r.level(),
             crate::rt::now_nanos(),
             std::process::id(),
@@ -62,7 +101,8 @@ impl log::Log for Logger {
 /// Installs the logger; later calls are ignored.
 pub fn init(verbosity: u8) {
     let level = level_for(verbosity);
-    if log::set_boxed_logger(Box::new(Logger { level })).is_ok() {
+    let journal = stderr_is_journal();
+    if log::set_boxed_logger(Box::new(Logger { level, journal })).is_ok() {
         log::set_max_level(level);
     }
 }
@@ -77,6 +117,19 @@ mod tests {
         let nanos = 1_709_622_489_000_123_456;
         let l = format_line(log::Level::Warn, nanos, 42, "picolet::sync_loop", "hello");
         assert_eq!(l, "W0305 07:08:09.000123      42 sync_loop] hello\n");
+    }
+
+    #[test]
+    fn journal_stream_must_name_stderr() {
+        assert!(is_journal_stream(Some("8:1234"), "8:1234"));
+        assert!(!is_journal_stream(Some("8:1234"), "8:1235"));
+        assert!(!is_journal_stream(Some("9:1234"), "8:1234"));
+        assert!(!is_journal_stream(Some("garbage"), "8:1234"));
+        assert!(!is_journal_stream(None, "8:1234"));
+        assert_eq!(syslog_priority(log::Level::Error), 3);
+        assert_eq!(syslog_priority(log::Level::Warn), 4);
+        assert_eq!(syslog_priority(log::Level::Info), 6);
+        assert_eq!(syslog_priority(log::Level::Trace), 7);
     }
 
     #[test]

@@ -29,6 +29,11 @@ impl PodManager {
         self.by_uid.contains_key(uid)
     }
 
+    /// How many desired pods there are.
+    pub fn count(&self) -> usize {
+        self.by_uid.len()
+    }
+
     #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
     pub fn pods(&self) -> impl Iterator<Item = &Rc<Pod>> {
         self.by_uid.values()

@@ -4,7 +4,8 @@
 //!
 //! One file per manifest path, named by a hash of the path, holding the path and the content.
 //! Written atomically (temporary file, fsync, rename, fsync of the directory): a crash leaves
-//! the old copy or the new one, never a torn file.
+//! the old copy or the new one, never a torn file. A temporary file left by a crash is never
+//! loaded (entries are opened by name) and is removed by the next prune.
 
 use std::fs;
 use std::io;
@@ -25,7 +26,7 @@ fn entry(store: &Path, manifest: &Path) -> PathBuf {
 
 /// Saves the content of a manifest that was just found valid.
 pub fn save(store: &Path, manifest: &Path, content: &str) -> io::Result<()> {
-    fs::create_dir_all(store)?;
+    // The store directory is created by the atomic write, fsynced into its parent.
     let saved = Saved {
         path: manifest.display().to_string(),
         content: content.to_owned(),

@@ -298,8 +298,13 @@ impl Kubelet {
             .insert(uid, (namespace, name));
     }
 
-    /// Health as `/healthz` reports it: the PLEG relists and the loop turns.
-    #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
+    /// How many pods the node should run.
+    pub fn pod_count(&self) -> usize {
+        self.state.borrow().pods.count()
+    }
+
+    /// Health as `/healthz` reports it and the systemd watchdog requires it: the PLEG relists
+    /// and the loop turns.
     pub fn healthz(&self) -> Result<(), String> {
         self.pleg.healthy()?;
         let idle = rt::now().saturating_duration_since(*self.last_loop.borrow());

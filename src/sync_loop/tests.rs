@@ -956,3 +956,91 @@ fn hooks_run_after_start_and_before_stop_and_a_failed_post_start_kills() {
         assert!(msg.starts_with("Exec lifecycle hook ([hook-post]) for Container \"main\" in Pod \"p_default(b)\" failed"), "{msg}");
     });
 }
+
+// -------------------------------------------------------------------------------------------
+// systemd notifications from the running loop
+// -------------------------------------------------------------------------------------------
+
+/// The datagrams a socket standing for systemd's received so far.
+fn drain(l: &std::os::unix::net::UnixDatagram) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = l.recv(&mut buf) {
+        out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    out
+}
+
+fn count(msgs: &[String], line: &str) -> usize {
+    msgs.iter()
+        .flat_map(|m| m.lines())
+        .filter(|l| *l == line)
+        .count()
+}
+
+#[test]
+fn systemd_hears_ready_once_listed_and_the_watchdog_stops_while_the_pleg_stalls() {
+    rt::block_on(async {
+        let h = harness("notify");
+        std::fs::create_dir_all(&h.dir).unwrap();
+        let path = h.dir.join("notify");
+        let l = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let n = crate::notify::Notifier::new(path.as_os_str(), Some(Duration::from_secs(5)));
+        let _notify = rt::spawn(crate::notify::run(Rc::new(n.unwrap()), h.kubelet.clone()));
+
+        h.set_pods(vec![pod("a", "web", "sleep 3600")]).await;
+        h.until("a running", 5, |h| h.running("a") == 1).await;
+        // A datagram socket queues only a few messages: read them as systemd would, promptly.
+        let run = async |secs: u64| {
+            let mut got = Vec::new();
+            for _ in 0..secs {
+                h.run_for(1).await;
+                got.extend(drain(&l));
+            }
+            got
+        };
+        let first = run(1).await;
+        assert_eq!(count(&first, "READY=1"), 1, "{first:?}");
+        assert!(
+            first.iter().any(|m| m.contains("STATUS=running 1 pods")),
+            "{first:?}"
+        );
+
+        // Healthy: a ping every 5 s.
+        let healthy = run(60).await;
+        assert!(
+            (11..=13).contains(&count(&healthy, "WATCHDOG=1")),
+            "{healthy:?}"
+        );
+        assert_eq!(count(&healthy, "READY=1"), 0, "READY is sent once");
+
+        // Every listing of the runtime now takes 250 s: the PLEG stalls. Past its 3-minute
+        // threshold the pings stop, and systemd would restart picolet.
+        h.fake.set_delay("ListPodSandbox", Duration::from_secs(250));
+        let stalling = run(185).await;
+        assert!(
+            stalling
+                .iter()
+                .any(|m| m.contains("STATUS=unhealthy: pleg was last seen active")),
+            "{stalling:?}"
+        );
+        let after_unhealthy = stalling
+            .iter()
+            .skip_while(|m| !m.contains("STATUS=unhealthy"))
+            .filter(|m| m.contains("WATCHDOG=1"))
+            .count();
+        assert_eq!(after_unhealthy, 0, "{stalling:?}");
+        let stalled = run(40).await;
+        assert_eq!(count(&stalled, "WATCHDOG=1"), 0, "{stalled:?}");
+
+        // The listing comes back: the pings resume.
+        h.fake.set_delay("ListPodSandbox", Duration::ZERO);
+        let back = run(60).await;
+        assert!(count(&back, "WATCHDOG=1") >= 5, "{back:?}");
+        assert!(
+            back.iter().any(|m| m.contains("STATUS=running 1 pods")),
+            "{back:?}"
+        );
+    });
+}
