@@ -6,7 +6,8 @@
 # program, so a missing piece is named here rather than deep inside the suite. With --k8s:
 # what scripts/k8s-build.sh and scripts/control-plane.sh need to build and run the test
 # control plane (openssl for its certificates; a Go toolchain new enough for tests/k8s/go.mod,
-# found on PATH or at /usr/local/go/bin, since Debian's golang-go is too old).
+# found on PATH or at /usr/local/go/bin, since Debian's golang-go is too old). With --fuzz:
+# cargo-fuzz, for scripts/fuzz.sh.
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ pkgs=(containerd runc containernetworking-plugins busybox-static iptables iprout
 pkgs+=(systemd)
 cross=false
 k8s=false
+fuzz=false
 for arg in "$@"; do
     case "$arg" in
         --cross)
@@ -23,6 +25,7 @@ for arg in "$@"; do
             # gcc-* packages only recommend them, and this script installs without recommends.
             pkgs+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static) ;;
+        --fuzz) fuzz=true ;;
         --k8s)
             k8s=true
             pkgs+=(openssl util-linux ca-certificates) ;;
@@ -101,4 +104,11 @@ if $k8s; then
         exit 1
     fi
     echo "install-deps: Go for tests/k8s: $selected (via $go)" >&2
+fi
+if $fuzz && ! command -v cargo-fuzz >/dev/null; then
+    # cargo fuzz builds libFuzzer with the C++ compiler; it runs on the stable toolchain
+    # (scripts/fuzz.sh sets RUSTC_BOOTSTRAP for its -Z flags).
+    command -v c++ >/dev/null || { echo "install-deps: cargo fuzz needs a C++ compiler (g++)" >&2; exit 1; }
+    echo "install-deps: installing cargo-fuzz" >&2
+    cargo install --quiet --locked cargo-fuzz
 fi

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
-scripts/install-deps.sh --cross --k8s
+scripts/install-deps.sh --cross --k8s --fuzz
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -38,3 +38,5 @@ echo "== unit tests on armv7 (32-bit) under qemu"
 cargo test --locked --lib --target armv7-unknown-linux-gnueabihf
 echo "== aarch64 build"
 cargo build --locked --release --target aarch64-unknown-linux-gnu
+echo "== fuzzing: each decoder for 15 s (scripts/fuzz.sh)"
+scripts/fuzz.sh 15

@@ -246,6 +246,13 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<T, ApiError> {
         let bytes = self.call(method, path, body)?;
+        // The linear pre-pass bounds what the parse below may cost, whatever the server sends.
+        crate::limits::check(
+            &bytes,
+            crate::limits::Syntax::Json,
+            &crate::limits::Limits::API,
+        )
+        .map_err(|e| ApiError::decode(format!("{method} {path}"), e))?;
         serde_json::from_slice(&bytes).map_err(|e| ApiError::decode(format!("{method} {path}"), e))
     }
 

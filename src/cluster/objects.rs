@@ -224,6 +224,12 @@ pub fn load_checkpoint(path: &Path, store: &Store) -> Result<usize, String> {
             path.display()
         ));
     }
+    crate::limits::check(
+        &bytes,
+        crate::limits::Syntax::Json,
+        &crate::limits::Limits::API,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
     let saved: Saved =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut c = Contents::default();

@@ -100,6 +100,12 @@ impl PodSet {
 
     /// Applies one line of a watch stream.
     pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
+        crate::limits::check(
+            line,
+            crate::limits::Syntax::Json,
+            &crate::limits::Limits::API,
+        )
+        .map_err(|e| format!("watch event: {e}"))?;
         let ev: WatchEvent =
             serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
         let rv_of = |o: &serde_json::Value| {
@@ -243,6 +249,12 @@ pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String>
             path.display()
         ));
     }
+    crate::limits::check(
+        &bytes,
+        crate::limits::Syntax::Json,
+        &crate::limits::Limits::API,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
     let c: Checkpoint =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {
@@ -545,6 +557,21 @@ mod tests {
                 .unwrap_err()
                 .starts_with("watch event: ")
         );
+    }
+
+    #[test]
+    fn a_watch_event_beyond_the_limits_is_refused_before_parsing() {
+        let mut s = PodSet::default();
+        // 100,000 nested arrays inside an otherwise valid event: the pre-pass names the depth.
+        let deep = format!(
+            r#"{{"type":"ADDED","object":{{"x":{}{}}}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let e = s.apply(deep.as_bytes()).unwrap_err();
+        assert!(e.starts_with("watch event: refused"), "{e}");
+        assert!(e.contains("nested deeper than the limit of 64"), "{e}");
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -125,6 +125,25 @@ mod tests {
     }
 
     #[test]
+    fn uid_is_stable_when_a_long_number_is_written_again() {
+        // Found by fuzzing (fuzz/fuzz_targets/static_pod_uid.rs): a number beyond f64's
+        // precision, parsed, written in its shortest form and parsed again, must give the same
+        // document, or reformatting such a file would replace its pod.
+        let json = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        let a = json(r#"{"x":-5555555455555555555555555555555555555555555555555555555}"#);
+        let b = json(&serde_json::to_string_pretty(&a).unwrap());
+        assert_eq!(uid(&a, "/m/p.json", "n"), uid(&b, "/m/p.json", "n"));
+        let c = json(r#"{"x":1.7976931348623157e308,"y":2.2250738585072014e-308,"z":0.1}"#);
+        let d = json(&serde_json::to_string(&c).unwrap());
+        // and YAML reads the same number as JSON does
+        assert_eq!(
+            a,
+            doc("x: -5555555455555555555555555555555555555555555555555555555")
+        );
+        assert_eq!(uid(&c, "/m/p.json", "n"), uid(&d, "/m/p.json", "n"));
+    }
+
+    #[test]
     fn uid_is_pinned() {
         // Changing this value restarts every static pod on upgrade: it must never change.
         let a = doc("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n");

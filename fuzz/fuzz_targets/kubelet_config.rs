@@ -1,0 +1,12 @@
+//! The KubeletConfiguration file (`--config`).
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use picolet::options::{Options, parse_config};
+
+fuzz_target!(|data: &[u8]| {
+    let mut o = Options::default();
+    let _ = parse_config(data, Path::new("/etc/picolet/config.yaml"), &mut o);
+});
