@@ -425,3 +425,42 @@ fn containerd_restart_keeps_pods() {
     });
     assert!(a.get("/healthz").is_some());
 }
+
+fn picolet_check(endpoint: &str, d: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_picolet"))
+        .arg("check")
+        .args(["--container-runtime-endpoint", endpoint])
+        .arg("--root-dir")
+        .arg(d.join("a/root"))
+        .arg("--pod-manifest-path")
+        .arg(d.join("a"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn check_reports_the_runtime_version_and_cgroups() {
+    let d = test_dir("check");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let (success, out) = picolet_check(&c.endpoint(), &d);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   runtime: containerd") && l.ends_with("CRI v1")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   cgroups:") && l.contains("memory")),
+        "{out}"
+    );
+    assert!(out.contains("ok   overlayfs"), "{out}");
+    assert!(success, "{out}");
+    c.stop();
+    let (success, out) = picolet_check(&c.endpoint(), &d);
+    assert!(out.contains("FAIL runtime:"), "{out}");
+    assert!(!success, "{out}");
+}
