@@ -31,6 +31,7 @@ pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;
+pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
 pub(crate) mod volume;

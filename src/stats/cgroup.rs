@@ -1,0 +1,339 @@
+//! One cgroup's accounting, from the v2 files (`cpu.stat`, `memory.current`, `memory.stat`,
+//! `memory.events`, `io.stat`, `pids.current`, `*.pressure`) or their v1 equivalents
+//! (`cpuacct.usage`, `memory.usage_in_bytes`, `memory.stat`, `memory.oom_control`,
+//! `blkio.throttle.io_service_bytes_recursive`, `pids.current`). A file the kernel lacks (no
+//! PSI, an old kernel without `oom_kill`) leaves its field `None`, never zero.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::cm::detect::{Cgroups, Mode};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Cumulative CPU time, nanoseconds.
+    pub cpu_usage_nanos: Option<u64>,
+    pub memory_usage_bytes: Option<u64>,
+    /// Usage minus inactive file pages, as cAdvisor's working set (never below zero).
+    pub memory_working_set_bytes: Option<u64>,
+    /// Anonymous memory (v2 `anon`, v1 `total_rss`).
+    pub memory_rss_bytes: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub io_read_bytes: Option<u64>,
+    pub io_write_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// PSI "some" avg10, percent: v2 only, and only with CONFIG_PSI.
+    pub cpu_pressure_some_avg10: Option<f64>,
+    pub memory_pressure_some_avg10: Option<f64>,
+}
+
+/// A process's cgroup per controller (v1), or its one v2 path (key ""), from
+/// `/proc/<pid>/cgroup`: `hierarchy-id:controllers:path` lines.
+pub fn parse_proc_cgroup(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in s.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_id), Some(ctrls), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if ctrls.is_empty() {
+            out.insert(String::new(), path.to_owned());
+        }
+        for c in ctrls.split(',').filter(|c| !c.is_empty()) {
+            out.insert(c.to_owned(), path.to_owned());
+        }
+    }
+    out
+}
+
+/// The directories to read one cgroup's accounting from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    V2(PathBuf),
+    /// Controller → its directory.
+    V1(BTreeMap<String, PathBuf>),
+}
+
+/// Where a process's cgroup lives, from its `/proc/<pid>/cgroup`. `root` prefixes the mount
+/// points (`/` on a host, a fixture tree in tests).
+pub fn locate(cg: &Cgroups, root: &Path, proc_cgroup: &str) -> Option<Location> {
+    let paths = parse_proc_cgroup(proc_cgroup);
+    let join = |mount: &Path, rel: &str| {
+        root.join(mount.strip_prefix("/").unwrap_or(mount))
+            .join(rel.trim_start_matches('/'))
+    };
+    match cg.mode {
+        Mode::Unified => {
+            let rel = paths.get("")?;
+            Some(Location::V2(join(cg.unified.as_deref()?, rel)))
+        }
+        Mode::Hybrid | Mode::Legacy => {
+            let dirs: BTreeMap<String, PathBuf> = cg
+                .controllers
+                .iter()
+                .filter_map(|(c, mount)| Some((c.clone(), join(mount, paths.get(c)?))))
+                .collect();
+            (!dirs.is_empty()).then_some(Location::V1(dirs))
+        }
+    }
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    read(path)?.trim().parse().ok()
+}
+
+/// `key value` lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
+fn keyed(s: &str, key: &str) -> Option<u64> {
+    s.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`
+fn psi_some_avg10(s: &str) -> Option<f64> {
+    let line = s.lines().find(|l| l.starts_with("some "))?;
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("avg10="))?
+        .parse()
+        .ok()
+}
+
+fn working_set(usage: Option<u64>, inactive_file: Option<u64>) -> Option<u64> {
+    usage.map(|u| u.saturating_sub(inactive_file.unwrap_or(0)))
+}
+
+/// Reads the accounting of one cgroup.
+pub fn read_stats(loc: &Location) -> Stats {
+    match loc {
+        Location::V2(dir) => read_v2(dir),
+        Location::V1(dirs) => read_v1(dirs),
+    }
+}
+
+fn read_v2(dir: &Path) -> Stats {
+    let mem_stat = read(&dir.join("memory.stat")).unwrap_or_default();
+    let usage = read_u64(&dir.join("memory.current"));
+    let (mut rd, mut wr) = (None, None);
+    if let Some(io) = read(&dir.join("io.stat")) {
+        // `8:0 rbytes=1 wbytes=2 rios=3 ...`, one line per device.
+        let (mut r, mut w) = (0u64, 0u64);
+        for f in io.split_whitespace() {
+            if let Some(v) = f
+                .strip_prefix("rbytes=")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                r = r.saturating_add(v);
+            } else if let Some(v) = f
+                .strip_prefix("wbytes=")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                w = w.saturating_add(v);
+            }
+        }
+        (rd, wr) = (Some(r), Some(w));
+    }
+    Stats {
+        cpu_usage_nanos: read(&dir.join("cpu.stat"))
+            .and_then(|s| keyed(&s, "usage_usec"))
+            .map(|u| u.saturating_mul(1000)),
+        memory_usage_bytes: usage,
+        memory_working_set_bytes: working_set(usage, keyed(&mem_stat, "inactive_file")),
+        memory_rss_bytes: keyed(&mem_stat, "anon"),
+        oom_kills: read(&dir.join("memory.events")).and_then(|s| keyed(&s, "oom_kill")),
+        io_read_bytes: rd,
+        io_write_bytes: wr,
+        pids: read_u64(&dir.join("pids.current")),
+        cpu_pressure_some_avg10: read(&dir.join("cpu.pressure")).and_then(|s| psi_some_avg10(&s)),
+        memory_pressure_some_avg10: read(&dir.join("memory.pressure"))
+            .and_then(|s| psi_some_avg10(&s)),
+    }
+}
+
+fn read_v1(dirs: &BTreeMap<String, PathBuf>) -> Stats {
+    let file = |c: &str, name: &str| dirs.get(c).map(|d| d.join(name));
+    let mem_stat = file("memory", "memory.stat")
+        .and_then(|p| read(&p))
+        .unwrap_or_default();
+    let usage = file("memory", "memory.usage_in_bytes").and_then(|p| read_u64(&p));
+    let (mut rd, mut wr) = (None, None);
+    if let Some(s) =
+        file("blkio", "blkio.throttle.io_service_bytes_recursive").and_then(|p| read(&p))
+    {
+        // `8:0 Read 4096` per device and operation, then `Total N`.
+        let (mut r, mut w) = (0u64, 0u64);
+        for l in s.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if let [_, op, v] = f[..] {
+                let v: u64 = v.parse().unwrap_or(0);
+                match op {
+                    "Read" => r = r.saturating_add(v),
+                    "Write" => w = w.saturating_add(v),
+                    _ => {}
+                }
+            }
+        }
+        (rd, wr) = (Some(r), Some(w));
+    }
+    Stats {
+        cpu_usage_nanos: file("cpuacct", "cpuacct.usage").and_then(|p| read_u64(&p)),
+        memory_usage_bytes: usage,
+        // Hierarchical `total_` counters: a pod cgroup's own counters miss its children.
+        memory_working_set_bytes: working_set(usage, keyed(&mem_stat, "total_inactive_file")),
+        memory_rss_bytes: keyed(&mem_stat, "total_rss"),
+        oom_kills: file("memory", "memory.oom_control")
+            .and_then(|p| read(&p))
+            .and_then(|s| keyed(&s, "oom_kill")),
+        io_read_bytes: rd,
+        io_write_bytes: wr,
+        pids: file("pids", "pids.current").and_then(|p| read_u64(&p)),
+        cpu_pressure_some_avg10: None,
+        memory_pressure_some_avg10: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("picolet-stats-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for (path, content) in files {
+            let p = d.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+        d
+    }
+
+    const POD: &str = "kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope";
+
+    #[test]
+    fn v2_files_as_the_kernel_writes_them() {
+        let dir = format!("sys/fs/cgroup/{POD}");
+        let f = |n: &str| format!("{dir}/{n}");
+        let root = fixture(
+            "v2",
+            &[
+                (
+                    &f("cpu.stat"),
+                    "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+                ),
+                (&f("memory.current"), "10485760\n"),
+                (
+                    &f("memory.stat"),
+                    "anon 4194304\nfile 6291456\nkernel 0\nactive_file 2097152\ninactive_file 4194304\n",
+                ),
+                (
+                    &f("memory.events"),
+                    "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
+                ),
+                (
+                    &f("io.stat"),
+                    "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n179:0 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n",
+                ),
+                (&f("pids.current"), "3\n"),
+                (
+                    &f("memory.pressure"),
+                    "some avg10=1.50 avg60=0.20 avg300=0.00 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+                ),
+            ],
+        );
+        let cg = Cgroups {
+            mode: Mode::Unified,
+            unified: Some(PathBuf::from("/sys/fs/cgroup")),
+            controllers: vec![],
+        };
+        let loc = locate(&cg, &root, &format!("0::/{POD}\n")).unwrap();
+        assert_eq!(loc, Location::V2(root.join(&dir)));
+        let s = read_stats(&loc);
+        assert_eq!(s.cpu_usage_nanos, Some(2_500_000_000));
+        assert_eq!(s.memory_usage_bytes, Some(10_485_760));
+        assert_eq!(s.memory_working_set_bytes, Some(10_485_760 - 4_194_304));
+        assert_eq!(s.memory_rss_bytes, Some(4_194_304));
+        assert_eq!(s.oom_kills, Some(1));
+        assert_eq!(
+            (s.io_read_bytes, s.io_write_bytes),
+            (Some(4097), Some(8194))
+        );
+        assert_eq!(s.pids, Some(3));
+        assert_eq!(s.memory_pressure_some_avg10, Some(1.5));
+        // No cpu.pressure in the fixture (a kernel without PSI): unknown, not zero.
+        assert_eq!(s.cpu_pressure_some_avg10, None);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn v1_files_as_the_kernel_writes_them() {
+        let p = "kubepods/burstable/podx/abc";
+        let root = fixture(
+            "v1",
+            &[
+                (
+                    &format!("sys/fs/cgroup/cpuacct/{p}/cpuacct.usage"),
+                    "123456789\n",
+                ),
+                (
+                    &format!("sys/fs/cgroup/memory/{p}/memory.usage_in_bytes"),
+                    "8192000\n",
+                ),
+                (
+                    &format!("sys/fs/cgroup/memory/{p}/memory.stat"),
+                    "cache 4096000\nrss 100\ninactive_file 1\ntotal_cache 4096000\ntotal_rss 3000000\ntotal_inactive_file 2000000\n",
+                ),
+                (
+                    &format!("sys/fs/cgroup/memory/{p}/memory.oom_control"),
+                    "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+                ),
+                (
+                    &format!("sys/fs/cgroup/blkio/{p}/blkio.throttle.io_service_bytes_recursive"),
+                    "8:0 Read 4096\n8:0 Write 512\n8:0 Sync 0\n8:0 Async 4608\n8:0 Total 4608\nTotal 4608\n",
+                ),
+                (&format!("sys/fs/cgroup/pids/{p}/pids.current"), "5\n"),
+            ],
+        );
+        let cg = Cgroups {
+            mode: Mode::Hybrid,
+            unified: Some(PathBuf::from("/sys/fs/cgroup/unified")),
+            controllers: ["blkio", "cpu", "cpuacct", "memory", "pids"]
+                .iter()
+                .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
+                .collect(),
+        };
+        let proc = format!(
+            "12:pids:/{p}\n9:memory:/{p}\n7:blkio:/{p}\n4:cpu,cpuacct:/{p}\n1:name=systemd:/x\n0::/x\n"
+        );
+        let loc = locate(&cg, &root, &proc).unwrap();
+        let s = read_stats(&loc);
+        assert_eq!(s.cpu_usage_nanos, Some(123_456_789));
+        assert_eq!(s.memory_usage_bytes, Some(8_192_000));
+        assert_eq!(s.memory_working_set_bytes, Some(6_192_000));
+        assert_eq!(s.memory_rss_bytes, Some(3_000_000));
+        assert_eq!(s.oom_kills, Some(2));
+        assert_eq!((s.io_read_bytes, s.io_write_bytes), (Some(4096), Some(512)));
+        assert_eq!(s.pids, Some(5));
+        assert_eq!(s.memory_pressure_some_avg10, None);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn working_set_never_below_zero() {
+        assert_eq!(working_set(Some(10), Some(20)), Some(0));
+        assert_eq!(working_set(None, Some(20)), None);
+    }
+
+    #[test]
+    fn this_process_is_accounted_on_this_host() {
+        // Read-only: this test process's own cgroup.
+        let cg = crate::cm::detect::detect(Path::new("/")).unwrap();
+        let proc = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let s = read_stats(&locate(&cg, Path::new("/"), &proc).unwrap());
+        assert!(s.cpu_usage_nanos.unwrap() > 0, "{s:?}");
+        assert!(s.memory_usage_bytes.unwrap() > 0, "{s:?}");
+    }
+}
