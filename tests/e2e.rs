@@ -464,3 +464,57 @@ fn check_reports_the_runtime_version_and_cgroups() {
     assert!(out.contains("FAIL runtime:"), "{out}");
     assert!(!success, "{out}");
 }
+
+/// The accounting of a running container, read from the cgroup of its init process as
+/// `/proc/<pid>/cgroup` names it.
+fn container_stats(c: &ScratchContainerd, pod: &str) -> Option<picolet::stats::cgroup::Stats> {
+    let cg = picolet::cm::detect::detect(std::path::Path::new("/")).unwrap();
+    let ids = containers_of(c, pod);
+    let task = c
+        .tasks()
+        .into_iter()
+        .find(|t| ids.contains(&t.id) && t.status == "RUNNING")?;
+    let proc = std::fs::read_to_string(format!("/proc/{}/cgroup", task.pid)).ok()?;
+    let loc = picolet::stats::cgroup::locate(&cg, std::path::Path::new("/"), &proc)?;
+    Some(picolet::stats::cgroup::read_stats(&loc))
+}
+
+#[test]
+fn cgroup_accounting_of_a_busy_container() {
+    let d = test_dir("stats");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    // 32 MiB into the sandbox's /dev/shm (a tmpfs, charged to the writer), then a busy loop.
+    a.write_manifest(
+        "busy.yaml",
+        &pod_yaml(
+            "busy",
+            "Always",
+            "dd if=/dev/zero of=/dev/shm/fill bs=1048576 count=32 && while :; do :; done",
+        ),
+    );
+    let mut first = None;
+    a.wait_for(
+        "the busy container's stats",
+        Duration::from_secs(60),
+        |_| {
+            first = container_stats(&c, "busy")
+                .filter(|s| s.memory_working_set_bytes.unwrap_or(0) >= 32 << 20);
+            first.is_some()
+        },
+    );
+    let first = first.unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let second = container_stats(&c, "busy").unwrap();
+    let cpu = second.cpu_usage_nanos.unwrap() - first.cpu_usage_nanos.unwrap();
+    // A busy loop on a 2-core machine shared with other work: well over a tenth of a core.
+    assert!(
+        cpu > 200_000_000,
+        "cpu over 2 s: {cpu} ns ({first:?} → {second:?})"
+    );
+    eprintln!("busy container: {cpu} ns of CPU in 2 s; {second:?}");
+    assert!(second.memory_usage_bytes.unwrap() >= 32 << 20, "{second:?}");
+    assert!(second.pids.unwrap() >= 1, "{second:?}");
+    assert_eq!(second.oom_kills, Some(0), "{second:?}");
+    a.remove_manifest("busy.yaml");
+}
