@@ -337,3 +337,147 @@ mod tests {
         assert!(s.memory_usage_bytes.unwrap() > 0, "{s:?}");
     }
 }
+
+/// Node totals: the root cgroup's accounting (CPU and memory of everything on the host),
+/// with `/proc` where the root cgroup has no file (v2's root has no `memory.current`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    pub cgroup: Stats,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_available_bytes: Option<u64>,
+}
+
+/// `/proc/meminfo` in bytes.
+fn meminfo(s: &str, key: &str) -> Option<u64> {
+    s.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let kib: u64 = rest.split_whitespace().next()?.parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    })
+}
+
+/// CPU time of all CPUs from the `cpu` line of `/proc/stat` (USER_HZ ticks, 100 per second
+/// on every Linux architecture picolet runs on), without idle and iowait.
+fn proc_stat_cpu_nanos(s: &str) -> Option<u64> {
+    let line = s.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is already in user).
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| f.get(i))
+        .fold(0u64, |a, &v| a.saturating_add(v));
+    Some(busy.saturating_mul(10_000_000))
+}
+
+/// Reads the node totals under `root` (`/` on a host).
+pub fn read_node(cg: &Cgroups, root: &Path) -> Node {
+    let all_root: String = match cg.mode {
+        Mode::Unified => "0::/\n".to_owned(),
+        _ => cg
+            .controllers
+            .iter()
+            .map(|(c, _)| format!("1:{c}:/\n"))
+            .collect(),
+    };
+    let mut cgroup = locate(cg, root, &all_root)
+        .map(|l| read_stats(&l))
+        .unwrap_or_default();
+    let mem = read(&root.join("proc/meminfo")).unwrap_or_default();
+    let total = meminfo(&mem, "MemTotal");
+    let available = meminfo(&mem, "MemAvailable");
+    if cgroup.cpu_usage_nanos.is_none() {
+        cgroup.cpu_usage_nanos =
+            read(&root.join("proc/stat")).and_then(|s| proc_stat_cpu_nanos(&s));
+    }
+    if cgroup.memory_usage_bytes.is_none() {
+        // v2's root has memory.stat but no memory.current: usage is total minus free, as
+        // upstream's node summary on v2; working set subtracts the root's inactive file.
+        let free = meminfo(&mem, "MemFree");
+        let usage = total.zip(free).map(|(t, f)| t.saturating_sub(f));
+        let root_stat = cg
+            .unified
+            .as_deref()
+            .filter(|_| cg.mode == Mode::Unified)
+            .map(|m| {
+                root.join(m.strip_prefix("/").unwrap_or(m))
+                    .join("memory.stat")
+            });
+        let inactive = root_stat
+            .and_then(|p| read(&p))
+            .and_then(|s| keyed(&s, "inactive_file"))
+            .or_else(|| meminfo(&mem, "Inactive(file)"));
+        cgroup.memory_usage_bytes = usage;
+        cgroup.memory_working_set_bytes = working_set(usage, inactive);
+    }
+    Node {
+        cgroup,
+        memory_total_bytes: total,
+        memory_available_bytes: available,
+    }
+}
+
+#[cfg(test)]
+mod node_tests {
+    use super::*;
+
+    const MEMINFO: &str = "MemTotal:        1000000 kB\nMemFree:          200000 kB\nMemAvailable:     600000 kB\nBuffers:           10000 kB\nInactive(file):   300000 kB\n";
+
+    #[test]
+    fn v2_node_from_root_cpu_stat_and_meminfo() {
+        let d = std::env::temp_dir().join(format!("picolet-stats-node-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sys/fs/cgroup")).unwrap();
+        std::fs::create_dir_all(d.join("proc")).unwrap();
+        std::fs::write(
+            d.join("sys/fs/cgroup/cpu.stat"),
+            "usage_usec 1000\nuser_usec 600\nsystem_usec 400\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("sys/fs/cgroup/memory.stat"),
+            "anon 1\ninactive_file 102400000\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("proc/meminfo"), MEMINFO).unwrap();
+        let cg = Cgroups {
+            mode: Mode::Unified,
+            unified: Some(PathBuf::from("/sys/fs/cgroup")),
+            controllers: vec![],
+        };
+        let n = read_node(&cg, &d);
+        assert_eq!(n.cgroup.cpu_usage_nanos, Some(1_000_000));
+        assert_eq!(n.memory_total_bytes, Some(1_024_000_000));
+        assert_eq!(n.memory_available_bytes, Some(614_400_000));
+        assert_eq!(n.cgroup.memory_usage_bytes, Some(819_200_000));
+        assert_eq!(
+            n.cgroup.memory_working_set_bytes,
+            Some(819_200_000 - 102_400_000)
+        );
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn proc_stat_busy_time() {
+        let s = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 2 25 500 10 1 1 0 0 0\n";
+        assert_eq!(
+            proc_stat_cpu_nanos(s),
+            Some((100 + 5 + 50 + 3 + 2 + 1) * 10_000_000)
+        );
+    }
+
+    #[test]
+    fn this_node_is_accounted() {
+        let cg = crate::cm::detect::detect(Path::new("/")).unwrap();
+        let n = read_node(&cg, Path::new("/"));
+        assert!(n.cgroup.cpu_usage_nanos.unwrap() > 0, "{n:?}");
+        let (total, ws) = (
+            n.memory_total_bytes.unwrap(),
+            n.cgroup.memory_working_set_bytes.unwrap(),
+        );
+        assert!(ws > 0 && ws <= total, "{n:?}");
+    }
+}
