@@ -516,5 +516,59 @@ fn cgroup_accounting_of_a_busy_container() {
     assert!(second.memory_usage_bytes.unwrap() >= 32 << 20, "{second:?}");
     assert!(second.pids.unwrap() >= 1, "{second:?}");
     assert_eq!(second.oom_kills, Some(0), "{second:?}");
+
+    // The same figures from the runtime's ContainerStats, and what each way costs.
+    let id = containers_of(&c, "busy")
+        .into_iter()
+        .find(|id| c.running_task_ids().contains(id))
+        .unwrap();
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    const N: u32 = 200;
+    let t = Instant::now();
+    let mut via_cri = None;
+    for _ in 0..N {
+        via_cri = picolet::rt::block_on(cri.container_stats(
+            picolet::cri::v1::ContainerStatsRequest {
+                container_id: id.clone(),
+            },
+        ))
+        .unwrap()
+        .stats;
+    }
+    let cri_cost = t.elapsed() / N;
+    let t = Instant::now();
+    let mut direct = None;
+    for _ in 0..N {
+        direct = container_stats(&c, "busy");
+    }
+    let direct_cost = t.elapsed() / N;
+    let proc = std::fs::read_to_string(format!(
+        "/proc/{}/cgroup",
+        c.tasks().iter().find(|t| t.id == id).unwrap().pid
+    ))
+    .unwrap();
+    let cg = picolet::cm::detect::detect(std::path::Path::new("/")).unwrap();
+    let loc = picolet::stats::cgroup::locate(&cg, std::path::Path::new("/"), &proc).unwrap();
+    let t = Instant::now();
+    for _ in 0..N {
+        direct = Some(picolet::stats::cgroup::read_stats(&loc));
+    }
+    let files_cost = t.elapsed() / N;
+    eprintln!(
+        "one container's stats: CRI ContainerStats {cri_cost:?}; direct with ctr tasks ls and \
+         /proc/<pid>/cgroup {direct_cost:?}; direct, cgroup known {files_cost:?}"
+    );
+    let via_cri = via_cri.unwrap();
+    let direct = direct.unwrap();
+    let cri_ws = via_cri.memory.unwrap().working_set_bytes.unwrap().value;
+    let ws = direct.memory_working_set_bytes.unwrap();
+    // Both read the same cgroup moments apart; a busy loop's memory does not move.
+    assert!(cri_ws.abs_diff(ws) < 4 << 20, "CRI {cri_ws} vs direct {ws}");
+    let cri_cpu = via_cri.cpu.unwrap().usage_core_nano_seconds.unwrap().value;
+    assert!(
+        cri_cpu > 0 && direct.cpu_usage_nanos.unwrap() >= cri_cpu,
+        "{cri_cpu} vs {direct:?}"
+    );
     a.remove_manifest("busy.yaml");
 }
