@@ -415,8 +415,10 @@ mod tests {
     #[test]
     fn manifests_and_root_dir() {
         let d = tmp("dirs");
-        let mut o = Options::default();
-        o.pod_manifest_path = Some(d.join("missing"));
+        let mut o = Options {
+            pod_manifest_path: Some(d.join("missing")),
+            ..Options::default()
+        };
         assert_eq!(manifests(&o).level, Level::Warn);
         o.pod_manifest_path = Some(d.clone());
         assert_eq!(manifests(&o).level, Level::Ok);

@@ -85,15 +85,14 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Some(v) = std::str::from_utf8(&b[i + 1..i + 4])
-                .ok()
-                .and_then(|d| u8::from_str_radix(d, 8).ok())
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
+        let octal = (b[i] == b'\\' && i + 3 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 4]).ok())
+            .flatten()
+            .and_then(|d| u8::from_str_radix(d, 8).ok());
+        if let Some(v) = octal {
+            out.push(v);
+            i += 4;
+            continue;
         }
         out.push(b[i]);
         i += 1;
