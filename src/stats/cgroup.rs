@@ -338,6 +338,17 @@ mod tests {
     }
 }
 
+/// CPU rate in nanocores (the Summary API's `usageNanoCores`) between two samples of
+/// cumulative usage taken at monotonic nanoseconds `at`. `None` when the counter went back (a
+/// restarted container, a new cgroup) or no time passed.
+pub fn usage_nano_cores(prev: (u64, u64), cur: (u64, u64)) -> Option<u64> {
+    let ((used0, at0), (used1, at1)) = (prev, cur);
+    let used = used1.checked_sub(used0)?;
+    let elapsed = at1.checked_sub(at0).filter(|&e| e > 0)?;
+    let rate = u128::from(used) * 1_000_000_000 / u128::from(elapsed);
+    u64::try_from(rate).ok()
+}
+
 /// Node totals: the root cgroup's accounting (CPU and memory of everything on the host),
 /// with `/proc` where the root cgroup has no file (v2's root has no `memory.current`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -458,6 +469,18 @@ mod node_tests {
             Some(819_200_000 - 102_400_000)
         );
         std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn nanocores_between_samples() {
+        // 1.5 s of CPU over 2 s: 0.75 cores.
+        let r = usage_nano_cores(
+            (1_000_000_000, 10_000_000_000),
+            (2_500_000_000, 12_000_000_000),
+        );
+        assert_eq!(r, Some(750_000_000));
+        assert_eq!(usage_nano_cores((5, 0), (4, 1_000)), None);
+        assert_eq!(usage_nano_cores((5, 7), (6, 7)), None);
     }
 
     #[test]
