@@ -476,13 +476,9 @@ fn container_stats(c: &ScratchContainerd, pod: &str) -> Option<picolet::stats::c
         .find(|id| running.contains(id))?;
     let cri =
         picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
-    let loc = picolet::rt::block_on(picolet::stats::locate_container(
-        &cri,
-        &cg,
-        std::path::Path::new("/"),
-        &id,
-    ))
-    .unwrap()?;
+    let pid =
+        picolet::rt::block_on(picolet::kuberuntime::container_init_pid(&cri, &id)).unwrap()?;
+    let loc = picolet::stats::locate_pid(&cg, std::path::Path::new("/"), pid)?;
     Some(picolet::stats::cgroup::read_stats(&loc))
 }
 
@@ -549,8 +545,9 @@ fn cgroup_accounting_of_a_busy_container() {
     let t = Instant::now();
     let mut loc = None;
     for _ in 0..N {
-        loc =
-            picolet::rt::block_on(picolet::stats::locate_container(&cri, &cg, root, &id)).unwrap();
+        loc = picolet::rt::block_on(picolet::kuberuntime::container_init_pid(&cri, &id))
+            .unwrap()
+            .and_then(|pid| picolet::stats::locate_pid(&cg, root, pid));
     }
     let locate_cost = t.elapsed() / N;
     let loc = loc.unwrap();

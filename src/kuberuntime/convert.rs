@@ -199,3 +199,43 @@ impl Listing {
 pub(crate) fn pod_selector(uid: &str) -> HashMap<String, String> {
     HashMap::from([(labels::POD_UID.to_owned(), uid.to_owned())])
 }
+
+/// A running container's init pid, from the runtime's verbose ContainerStatus (containerd puts
+/// JSON carrying `"pid"` in `info["info"]`; 0 once the task has exited). `None` for a container
+/// that is not running.
+pub async fn container_init_pid(
+    cri: &crate::cri::Cri,
+    container_id: &str,
+) -> Result<Option<u32>, crate::cri::CriError> {
+    let st = cri
+        .container_status(v1::ContainerStatusRequest {
+            container_id: container_id.to_owned(),
+            verbose: true,
+        })
+        .await?;
+    Ok(pid_from_info(&st.info))
+}
+
+fn pid_from_info(info: &HashMap<String, String>) -> Option<u32> {
+    let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
+    let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;
+    (pid > 0).then_some(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_from_containerd_info() {
+        let mut info = HashMap::new();
+        info.insert(
+            "info".to_owned(),
+            r#"{"sandboxID":"abc","pid":4242,"removing":false,"snapshotKey":"k"}"#.to_owned(),
+        );
+        assert_eq!(pid_from_info(&info), Some(4242));
+        info.insert("info".to_owned(), r#"{"pid":0}"#.to_owned());
+        assert_eq!(pid_from_info(&info), None);
+        assert_eq!(pid_from_info(&HashMap::new()), None);
+    }
+}

@@ -22,7 +22,7 @@ mod termination;
 
 pub use config::NodeContext;
 pub use container::container_hash;
-pub use convert::{ListedPod, Listing};
+pub use convert::{ListedPod, Listing, container_init_pid};
 pub use error::SyncError;
 pub use exec::{ExecError, ExecOutput};
 pub use gc::{GcPlan, gc_plan};
