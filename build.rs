@@ -2,6 +2,16 @@
 // Yocto need protoc. Client code only: picolet never serves CRI.
 fn main() {
     println!("cargo:rerun-if-changed=proto/runtime.proto");
+    // A lower bound for the wall clock (preflight flags a board that booted in 1970);
+    // SOURCE_DATE_EPOCH keeps reproducible builds reproducible.
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    let epoch = std::env::var("SOURCE_DATE_EPOCH").ok().unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .to_string()
+    });
+    println!("cargo:rustc-env=PICOLET_BUILD_EPOCH={epoch}");
     let fds =
         protox::compile(["proto/runtime.proto"], ["proto"]).expect("compile proto/runtime.proto");
     tonic_prost_build::configure()

@@ -7,8 +7,10 @@ pub mod api;
 pub mod apiclient;
 pub(crate) mod atomic_file;
 pub(crate) mod atomic_writer;
+pub mod check;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
+pub mod cm;
 pub mod config;
 pub mod cri;
 pub(crate) mod hash;
@@ -29,6 +31,7 @@ pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;
+pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
 pub(crate) mod volume;
@@ -117,6 +120,10 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             .map_or("none".into(), |k| k.display().to_string()),
         o.container_runtime_endpoint
     );
+    let now = rt::now_nanos().div_euclid(1_000_000_000);
+    if let Some(line) = check::summary(&check::host(&o, std::path::Path::new("/"), now)) {
+        log::warn!("{line}");
+    }
     atomic_file::create_dir_all(&o.root_dir)
         .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
     let deadlines = cri::Deadlines {

@@ -42,6 +42,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             };
         }
+        Ok(Command::Check(o)) => {
+            let findings = picolet::check::all(&o);
+            for f in &findings {
+                println!("{f}");
+            }
+            let fatal = findings
+                .iter()
+                .any(|f| f.level == picolet::check::Level::Fatal);
+            return if fatal {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
         Ok(Command::Run(o)) => *o,
         Err(e) => {
             eprintln!("picolet: {e}");

@@ -12,6 +12,7 @@ use crate::limits::{self, Limits, Syntax};
 pub const USAGE: &str = "\
 usage: picolet [flags]
        picolet validate FILE...
+       picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock)
 
 Runs static pods from a manifest directory, and the pods an apiserver binds to the node,
 on a CRI runtime (containerd).
@@ -62,6 +63,8 @@ pub enum OptionsError {
 pub enum Command {
     Run(Box<Options>),
     Validate(Vec<PathBuf>),
+    /// Preflight checks with the options of a run.
+    Check(Box<Options>),
     Version,
     Help,
 }
@@ -356,6 +359,12 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         }
         return Ok(Command::Validate(files));
     }
+    if args.first().map(String::as_str) == Some("check") {
+        return Ok(match parse(&args[1..])? {
+            Command::Run(o) => Command::Check(o),
+            other => other,
+        });
+    }
     // First pass: collect flag/value pairs, so the config file is applied before other flags.
     let mut pairs: Vec<(String, String)> = Vec::new();
     let mut i = 0;
@@ -530,6 +539,10 @@ mod tests {
             Command::Validate(vec!["a.yaml".into()])
         );
         assert!(parse(&args(&["validate"])).is_err());
+        match parse(&args(&["check", "--root-dir", "/r"])).unwrap() {
+            Command::Check(o) => assert_eq!(o.root_dir, PathBuf::from("/r")),
+            c => panic!("{c:?}"),
+        }
     }
 
     fn write_cfg(name: &str, body: &str) -> PathBuf {

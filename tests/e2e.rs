@@ -425,3 +425,156 @@ fn containerd_restart_keeps_pods() {
     });
     assert!(a.get("/healthz").is_some());
 }
+
+fn picolet_check(endpoint: &str, d: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_picolet"))
+        .arg("check")
+        .args(["--container-runtime-endpoint", endpoint])
+        .arg("--root-dir")
+        .arg(d.join("a/root"))
+        .arg("--pod-manifest-path")
+        .arg(d.join("a"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn check_reports_the_runtime_version_and_cgroups() {
+    let d = test_dir("check");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let (success, out) = picolet_check(&c.endpoint(), &d);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   runtime: containerd") && l.ends_with("CRI v1")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("ok   cgroups:") && l.contains("memory")),
+        "{out}"
+    );
+    assert!(out.contains("ok   overlayfs"), "{out}");
+    assert!(success, "{out}");
+    c.stop();
+    let (success, out) = picolet_check(&c.endpoint(), &d);
+    assert!(out.contains("FAIL runtime:"), "{out}");
+    assert!(!success, "{out}");
+}
+
+/// The accounting of a running container, read from the cgroup of its init process, found
+/// as picolet finds it: the pid from the runtime's verbose ContainerStatus, then
+/// `/proc/<pid>/cgroup`.
+fn container_stats(c: &ScratchContainerd, pod: &str) -> Option<picolet::stats::cgroup::Stats> {
+    let cg = picolet::cm::detect::detect(std::path::Path::new("/")).unwrap();
+    let running = c.running_task_ids();
+    let id = containers_of(c, pod)
+        .into_iter()
+        .find(|id| running.contains(id))?;
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    let loc = picolet::rt::block_on(picolet::stats::locate_container(
+        &cri,
+        &cg,
+        std::path::Path::new("/"),
+        &id,
+    ))
+    .unwrap()?;
+    Some(picolet::stats::cgroup::read_stats(&loc))
+}
+
+#[test]
+fn cgroup_accounting_of_a_busy_container() {
+    let d = test_dir("stats");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    // 32 MiB into the sandbox's /dev/shm (a tmpfs, charged to the writer), then a busy loop.
+    a.write_manifest(
+        "busy.yaml",
+        &pod_yaml(
+            "busy",
+            "Always",
+            "dd if=/dev/zero of=/dev/shm/fill bs=1048576 count=32 && while :; do :; done",
+        ),
+    );
+    let mut first = None;
+    a.wait_for(
+        "the busy container's stats",
+        Duration::from_secs(60),
+        |_| {
+            first = container_stats(&c, "busy")
+                .filter(|s| s.memory_working_set_bytes.unwrap_or(0) >= 32 << 20);
+            first.is_some()
+        },
+    );
+    let first = first.unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let second = container_stats(&c, "busy").unwrap();
+    let cpu = second.cpu_usage_nanos.unwrap() - first.cpu_usage_nanos.unwrap();
+    // A busy loop on a 2-core machine shared with other work: well over a tenth of a core.
+    assert!(
+        cpu > 200_000_000,
+        "cpu over 2 s: {cpu} ns ({first:?} → {second:?})"
+    );
+    eprintln!("busy container: {cpu} ns of CPU in 2 s; {second:?}");
+    assert!(second.memory_usage_bytes.unwrap() >= 32 << 20, "{second:?}");
+    assert!(second.pids.unwrap() >= 1, "{second:?}");
+    assert_eq!(second.oom_kills, Some(0), "{second:?}");
+
+    // The same figures from the runtime's ContainerStats, and what each way costs.
+    let id = containers_of(&c, "busy")
+        .into_iter()
+        .find(|id| c.running_task_ids().contains(id))
+        .unwrap();
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    const N: u32 = 200;
+    let t = Instant::now();
+    let mut via_cri = None;
+    for _ in 0..N {
+        via_cri = picolet::rt::block_on(cri.container_stats(
+            picolet::cri::v1::ContainerStatsRequest {
+                container_id: id.clone(),
+            },
+        ))
+        .unwrap()
+        .stats;
+    }
+    let cri_cost = t.elapsed() / N;
+    let cg = picolet::cm::detect::detect(std::path::Path::new("/")).unwrap();
+    let root = std::path::Path::new("/");
+    let t = Instant::now();
+    let mut loc = None;
+    for _ in 0..N {
+        loc =
+            picolet::rt::block_on(picolet::stats::locate_container(&cri, &cg, root, &id)).unwrap();
+    }
+    let locate_cost = t.elapsed() / N;
+    let loc = loc.unwrap();
+    let mut direct = None;
+    let t = Instant::now();
+    for _ in 0..N {
+        direct = Some(picolet::stats::cgroup::read_stats(&loc));
+    }
+    let files_cost = t.elapsed() / N;
+    eprintln!(
+        "one container's stats: CRI ContainerStats {cri_cost:?}; locating its cgroup (verbose \
+         ContainerStatus, /proc/<pid>/cgroup) {locate_cost:?}; reading its cgroup files \
+         {files_cost:?}"
+    );
+    let via_cri = via_cri.unwrap();
+    let direct = direct.unwrap();
+    let cri_ws = via_cri.memory.unwrap().working_set_bytes.unwrap().value;
+    let ws = direct.memory_working_set_bytes.unwrap();
+    // Both read the same cgroup moments apart; a busy loop's memory does not move.
+    assert!(cri_ws.abs_diff(ws) < 4 << 20, "CRI {cri_ws} vs direct {ws}");
+    let cri_cpu = via_cri.cpu.unwrap().usage_core_nano_seconds.unwrap().value;
+    assert!(
+        cri_cpu > 0 && direct.cpu_usage_nanos.unwrap() >= cri_cpu,
+        "{cri_cpu} vs {direct:?}"
+    );
+    a.remove_manifest("busy.yaml");
+}

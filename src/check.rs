@@ -1,0 +1,439 @@
+//! Preflight: what the host must offer before pods can run, each problem named with its fix.
+//! `picolet check` prints every finding and exits non-zero on a fatal one; `run` logs one line
+//! naming the problems and goes on (a node with a wrong clock or no memory controller still runs
+//! its static pods, worse).
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::cm::detect::{self, Mode};
+use crate::cri::RuntimeService;
+use crate::options::Options;
+
+/// Seconds since the epoch when this binary was built (`SOURCE_DATE_EPOCH` when set).
+const BUILD_EPOCH: &str = env!("PICOLET_BUILD_EPOCH");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fatal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub level: Level,
+    pub what: &'static str,
+    pub detail: String,
+    /// The exact fix, for a problem.
+    pub fix: Option<String>,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = match self.level {
+            Level::Ok => "ok",
+            Level::Warn => "WARN",
+            Level::Fatal => "FAIL",
+        };
+        write!(f, "{tag:4} {}: {}", self.what, self.detail)?;
+        if let Some(fix) = &self.fix {
+            write!(f, "; fix: {fix}")?;
+        }
+        Ok(())
+    }
+}
+
+fn ok(what: &'static str, detail: impl Into<String>) -> Finding {
+    Finding {
+        level: Level::Ok,
+        what,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+fn problem(
+    level: Level,
+    what: &'static str,
+    detail: impl Into<String>,
+    fix: impl Into<String>,
+) -> Finding {
+    Finding {
+        level,
+        what,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+/// The proleptic Gregorian year of a unix time (days-to-civil, Howard Hinnant's algorithm).
+fn year_of(unix_secs: i64) -> i64 {
+    let z = unix_secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    yoe + era * 400 + i64::from(month <= 2)
+}
+
+/// The host checks, reading `/proc` and `/sys` under `root` (`/` on a host).
+pub fn host(o: &Options, root: &Path, now_unix_secs: i64) -> Vec<Finding> {
+    let mut out = Vec::new();
+    cgroups(root, &mut out);
+    out.push(overlayfs(root));
+    out.push(manifests(o));
+    out.push(root_dir(&o.root_dir));
+    out.push(clock(now_unix_secs, BUILD_EPOCH.parse().unwrap_or(0)));
+    out
+}
+
+fn cgroups(root: &Path, out: &mut Vec<Finding>) {
+    let c = match detect::detect(root) {
+        Ok(c) => c,
+        Err(e) => {
+            out.push(problem(
+                Level::Fatal,
+                "cgroups",
+                e.to_string(),
+                "mount cgroup2 at /sys/fs/cgroup (mount -t cgroup2 none /sys/fs/cgroup) or boot \
+                 with systemd, which mounts it",
+            ));
+            return;
+        }
+    };
+    let names: Vec<&str> = c.controllers.iter().map(|(n, _)| n.as_str()).collect();
+    out.push(ok(
+        "cgroups",
+        format!("{}, controllers {}", c.mode.as_str(), names.join(" ")),
+    ));
+    for m in c.missing() {
+        out.push(problem(
+            Level::Fatal,
+            "cgroups",
+            format!("the {m} controller is not available"),
+            detect::fix(m, c.mode),
+        ));
+    }
+    if c.mode != Mode::Unified {
+        out.push(problem(
+            Level::Warn,
+            "cgroups",
+            "cgroup v1 is deprecated by Kubernetes (1.31) and systemd",
+            "boot with `systemd.unified_cgroup_hierarchy=1` on the kernel command line",
+        ));
+    }
+}
+
+fn overlayfs(root: &Path) -> Finding {
+    let path = root.join("proc/filesystems");
+    match std::fs::read_to_string(&path) {
+        Ok(s)
+            if s.lines()
+                .any(|l| l.split_whitespace().last() == Some("overlay")) =>
+        {
+            ok("overlayfs", "overlay is in /proc/filesystems")
+        }
+        Ok(_) => problem(
+            Level::Fatal,
+            "overlayfs",
+            format!("overlay is not in {}", path.display()),
+            "modprobe overlay (and add `overlay` to /etc/modules-load.d/), or build the kernel \
+             with CONFIG_OVERLAY_FS",
+        ),
+        Err(e) => problem(
+            Level::Fatal,
+            "overlayfs",
+            format!("reading {}: {e}", path.display()),
+            "mount /proc",
+        ),
+    }
+}
+
+fn manifests(o: &Options) -> Finding {
+    let Some(p) = &o.pod_manifest_path else {
+        return ok("manifests", "no --pod-manifest-path: static pods off");
+    };
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => match std::fs::read_dir(p) {
+            Ok(_) => ok(
+                "manifests",
+                format!("{} is a readable directory", p.display()),
+            ),
+            Err(e) => problem(
+                Level::Fatal,
+                "manifests",
+                format!("reading {}: {e}", p.display()),
+                format!("make {} readable by picolet's user", p.display()),
+            ),
+        },
+        // A single file is a valid manifest path for the kubelet too.
+        Ok(m) if m.is_file() => ok("manifests", format!("{} is a manifest file", p.display())),
+        Ok(_) => problem(
+            Level::Fatal,
+            "manifests",
+            format!("{} is neither a directory nor a file", p.display()),
+            "point --pod-manifest-path at a directory",
+        ),
+        Err(e) => problem(
+            Level::Warn,
+            "manifests",
+            format!("{}: {e}", p.display()),
+            format!("mkdir -p {}", p.display()),
+        ),
+    }
+}
+
+fn root_dir(p: &Path) -> Finding {
+    use std::os::unix::fs::PermissionsExt;
+    // The directory is created at start when missing: then its nearest existing parent counts.
+    let mut probe = p;
+    while !probe.exists() {
+        match probe.parent() {
+            Some(parent) => probe = parent,
+            None => break,
+        }
+    }
+    let writable = nix::unistd::access(
+        probe,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    );
+    if let Err(e) = writable {
+        return problem(
+            Level::Fatal,
+            "root-dir",
+            format!("{} is not writable: {e}", probe.display()),
+            format!("run picolet as root, or chown its user {}", probe.display()),
+        );
+    }
+    if probe == p {
+        match std::fs::metadata(p) {
+            Ok(m) if !m.is_dir() => {
+                return problem(
+                    Level::Fatal,
+                    "root-dir",
+                    format!("{} is not a directory", p.display()),
+                    "point --root-dir at a directory",
+                );
+            }
+            // Pod volumes and checkpoints (secrets, service account tokens) live here.
+            Ok(m) if m.permissions().mode() & 0o002 != 0 => {
+                return problem(
+                    Level::Warn,
+                    "root-dir",
+                    format!("{} is world-writable", p.display()),
+                    format!("chmod o-w {}", p.display()),
+                );
+            }
+            _ => {}
+        }
+        ok("root-dir", format!("{} is writable", p.display()))
+    } else {
+        ok(
+            "root-dir",
+            format!("{} will be created under {}", p.display(), probe.display()),
+        )
+    }
+}
+
+fn clock(now: i64, built: i64) -> Finding {
+    let (year, build_year) = (year_of(now), year_of(built));
+    if year < build_year {
+        problem(
+            Level::Warn,
+            "clock",
+            format!(
+                "the clock says {year}, before this build ({build_year}): no RTC, or NTP has not synced"
+            ),
+            "enable time sync (systemctl enable --now systemd-timesyncd) or fit an RTC; \
+             certificates and the apiserver refuse a clock in the past",
+        )
+    } else {
+        ok("clock", format!("year {year}"))
+    }
+}
+
+/// The runtime: reachable, and speaking CRI v1.
+pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
+    let sock = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    match crate::rt::timeout(Duration::from_secs(5), cri.version()).await {
+        Ok(Ok(v)) if v.runtime_api_version == "v1" => ok(
+            "runtime",
+            format!(
+                "{} {} at {endpoint}, CRI {}",
+                v.runtime_name, v.runtime_version, v.runtime_api_version
+            ),
+        ),
+        Ok(Ok(v)) => problem(
+            Level::Fatal,
+            "runtime",
+            format!(
+                "{} {} at {endpoint} speaks CRI {:?}, not v1",
+                v.runtime_name, v.runtime_version, v.runtime_api_version
+            ),
+            "upgrade the runtime (containerd 1.7 or later)",
+        ),
+        Ok(Err(e)) => problem(
+            Level::Fatal,
+            "runtime",
+            format!("{endpoint}: {e}"),
+            format!(
+                "start containerd (systemctl enable --now containerd), check that {sock} exists, \
+                 and that its CRI plugin is not in disabled_plugins of /etc/containerd/config.toml"
+            ),
+        ),
+        Err(_) => problem(
+            Level::Fatal,
+            "runtime",
+            format!("{endpoint}: no answer to Version within 5s"),
+            "restart containerd",
+        ),
+    }
+}
+
+/// Every check, for `picolet check`.
+pub fn all(o: &Options) -> Vec<Finding> {
+    let now = crate::rt::now_nanos().div_euclid(1_000_000_000);
+    let mut out = host(o, Path::new("/"), now);
+    let deadlines = crate::cri::Deadlines {
+        request: o.runtime_request_timeout,
+        ..crate::cri::Deadlines::default()
+    };
+    out.push(
+        match crate::cri::Cri::new(&o.container_runtime_endpoint, None, deadlines) {
+            Ok(cri) => crate::rt::block_on(runtime(&cri, &o.container_runtime_endpoint)),
+            Err(e) => problem(
+                Level::Fatal,
+                "runtime",
+                e.to_string(),
+                "pass --container-runtime-endpoint unix:///run/containerd/containerd.sock",
+            ),
+        },
+    );
+    out
+}
+
+/// One line naming each problem with its fix, or None when there is none.
+pub fn summary(findings: &[Finding]) -> Option<String> {
+    let problems: Vec<String> = findings
+        .iter()
+        .filter(|f| f.level != Level::Ok)
+        .map(|f| {
+            format!(
+                "{}: {} (fix: {})",
+                f.what,
+                f.detail,
+                f.fix.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    (!problems.is_empty()).then(|| format!("preflight: {}", problems.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn year_of_known_dates() {
+        assert_eq!(year_of(0), 1970);
+        assert_eq!(year_of(951_782_400), 2000); // 2000-02-29
+        assert_eq!(year_of(1_735_689_599), 2024); // 2024-12-31T23:59:59
+        assert_eq!(year_of(1_735_689_600), 2025);
+    }
+
+    #[test]
+    fn clock_in_1970_is_flagged() {
+        let f = clock(120, 1_735_689_600);
+        assert_eq!(f.level, Level::Warn);
+        assert!(
+            f.detail.contains("1970") && f.detail.contains("2025"),
+            "{f}"
+        );
+        assert_eq!(clock(1_735_689_600, 1_735_689_600).level, Level::Ok);
+        let built: i64 = BUILD_EPOCH.parse().unwrap();
+        assert!(year_of(built) >= 2024, "{built}");
+    }
+
+    fn tmp(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("picolet-check-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("proc/self")).unwrap();
+        d
+    }
+
+    #[test]
+    fn overlayfs_from_proc_filesystems() {
+        let d = tmp("overlay");
+        std::fs::write(
+            d.join("proc/filesystems"),
+            "nodev\tsysfs\n\text4\nnodev\toverlay\n",
+        )
+        .unwrap();
+        assert_eq!(overlayfs(&d).level, Level::Ok);
+        std::fs::write(d.join("proc/filesystems"), "nodev\tsysfs\n\text4\n").unwrap();
+        let f = overlayfs(&d);
+        assert_eq!(f.level, Level::Fatal);
+        assert!(f.fix.unwrap().contains("modprobe overlay"));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn pi_without_memory_controller_is_fatal_with_the_cmdline_fix() {
+        let d = tmp("pi");
+        std::fs::write(
+            d.join("proc/self/mountinfo"),
+            "26 28 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("sys/fs/cgroup")).unwrap();
+        std::fs::write(
+            d.join("sys/fs/cgroup/cgroup.controllers"),
+            "cpuset cpu io pids\n",
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        cgroups(&d, &mut out);
+        let f = out.iter().find(|f| f.level == Level::Fatal).unwrap();
+        assert!(f.detail.contains("memory"), "{f}");
+        assert!(
+            f.to_string()
+                .contains("cgroup_enable=memory cgroup_memory=1"),
+            "{f}"
+        );
+        let line = summary(&out).unwrap();
+        assert!(
+            line.starts_with("preflight: cgroups: the memory controller"),
+            "{line}"
+        );
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn manifests_and_root_dir() {
+        let d = tmp("dirs");
+        let mut o = Options {
+            pod_manifest_path: Some(d.join("missing")),
+            ..Options::default()
+        };
+        assert_eq!(manifests(&o).level, Level::Warn);
+        o.pod_manifest_path = Some(d.clone());
+        assert_eq!(manifests(&o).level, Level::Ok);
+        assert_eq!(root_dir(&d).level, Level::Ok);
+        assert!(root_dir(&d.join("a/b")).detail.contains("will be created"));
+        std::fs::write(d.join("file"), "").unwrap();
+        assert_eq!(root_dir(&d.join("file")).level, Level::Fatal);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn runtime_version_from_the_fake() {
+        let fake = crate::cri::fake::FakeRuntime::new();
+        let f = crate::rt::block_on(runtime(&fake, "unix:///x.sock"));
+        assert_eq!(f.level, Level::Ok, "{f}");
+        assert!(f.detail.contains("CRI v1"), "{f}");
+    }
+}
