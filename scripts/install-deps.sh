@@ -55,7 +55,7 @@ for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 if $cross; then
-    targets=(armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu)
+    targets=(armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu aarch64-unknown-linux-musl)
     for t in "${targets[@]}"; do
         rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     done

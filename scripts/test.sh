@@ -34,9 +34,27 @@ echo "== control plane binaries (scripts/k8s-build.sh)"
 scripts/k8s-build.sh >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
-echo "== unit tests on armv7 (32-bit) under qemu"
-cargo test --locked --lib --target armv7-unknown-linux-gnueabihf
-echo "== aarch64 build"
+# The test binaries of the ARM builds run under qemu-user (cargo's runner in .cargo/config.toml);
+# the picolet they start runs under PICOLET_TEST_RUNNER (no binfmt_misc needed).
+arm_tests() { # arm_tests TARGET RUNNER...
+    local target=$1
+    shift
+    echo "== $target under qemu: unit tests, and the binary against the fake runtime and apiserver"
+    PICOLET_TEST_RUNNER="$*" cargo test --locked --target "$target" --lib \
+        --test agent_fake_cri --test cri_client --test cluster_fake_api -- --test-threads=2
+}
+arm_tests armv7-unknown-linux-gnueabihf qemu-arm-static -L /usr/arm-linux-gnueabihf
+arm_tests aarch64-unknown-linux-gnu qemu-aarch64-static -L /usr/aarch64-linux-gnu
+for target in armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
+    echo "== each feature combination for $target"
+    for features in "--no-default-features" "--no-default-features --features file-source,local-api" \
+        "--no-default-features --features apiserver" ""; do
+        # shellcheck disable=SC2086
+        cargo clippy --locked --quiet --target "$target" --lib --bins $features -- -D warnings
+    done
+done
+echo "== release builds: aarch64 (glibc) and aarch64 (musl, static)"
 cargo build --locked --release --target aarch64-unknown-linux-gnu
+cargo build --locked --release --target aarch64-unknown-linux-musl
 echo "== fuzzing: each decoder for 15 s (scripts/fuzz.sh)"
 scripts/fuzz.sh 15

@@ -20,6 +20,23 @@ pub struct Agent {
     child: Option<Child>,
 }
 
+/// The picolet binary of this build as a command. A test built for another architecture runs
+/// under qemu-user (cargo's runner), which cannot start another program of that architecture by
+/// itself without binfmt_misc: `PICOLET_TEST_RUNNER` (e.g. `qemu-arm-static -L
+/// /usr/arm-linux-gnueabihf`) is then put in front of it.
+pub fn picolet_command() -> Command {
+    let bin = env!("CARGO_BIN_EXE_picolet");
+    match std::env::var("PICOLET_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut words = runner.split_whitespace();
+            let mut c = Command::new(words.next().unwrap());
+            c.args(words).arg(bin);
+            c
+        }
+        _ => Command::new(bin),
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -69,7 +86,7 @@ impl Agent {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_picolet"))
+        let child = picolet_command()
             .arg("--config")
             .arg(&cfg)
             .arg("--root-dir")
