@@ -485,12 +485,14 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
                 o.file_check_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
             }
             "image-gc-high-threshold" => {
-                o.image_gc_high_threshold_percent =
-                    v.parse().map_err(|_| bad(&flag, &v, "not a whole number"))?
+                o.image_gc_high_threshold_percent = v
+                    .parse()
+                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
             }
             "image-gc-low-threshold" => {
-                o.image_gc_low_threshold_percent =
-                    v.parse().map_err(|_| bad(&flag, &v, "not a whole number"))?
+                o.image_gc_low_threshold_percent = v
+                    .parse()
+                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
             }
             "minimum-image-ttl-duration" => {
                 o.image_minimum_gc_age = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
@@ -527,7 +529,11 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
 fn go_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
-        return if ms == 0 { "0s".into() } else { format!("{ms}ms") };
+        return if ms == 0 {
+            "0s".into()
+        } else {
+            format!("{ms}ms")
+        };
     }
     let secs = d.as_secs();
     let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
@@ -615,7 +621,10 @@ mod tests {
     fn image_gc_settings_from_flags_and_file_with_upstream_defaults() {
         let o = run(&["--pod-manifest-path", "/m"]);
         let p = o.image_gc_policy();
-        assert_eq!((p.high_threshold_percent, p.low_threshold_percent), (85, 80));
+        assert_eq!(
+            (p.high_threshold_percent, p.low_threshold_percent),
+            (85, 80)
+        );
         assert_eq!(p.min_age, Duration::from_secs(120));
         assert_eq!(p.max_age, Duration::ZERO);
         assert_eq!(o.pod_infra_container_image, None);
@@ -651,7 +660,12 @@ mod tests {
         assert_eq!(p.max_age, Duration::from_secs(168 * 3600));
         assert!(o.config_warnings.is_empty(), "{:?}", o.config_warnings);
         // The flag wins over the file.
-        let o = run(&["--config", cfg.to_str().unwrap(), "--image-gc-low-threshold=0", "--image-gc-high-threshold=50"]);
+        let o = run(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--image-gc-low-threshold=0",
+            "--image-gc-high-threshold=50",
+        ]);
         assert_eq!(o.image_gc_high_threshold_percent, 50);
     }
 
@@ -665,7 +679,9 @@ mod tests {
         );
         let e = err(&["--image-gc-low-threshold=-1"]);
         assert!(
-            e.contains("imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100"),
+            e.contains(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100"
+            ),
             "{e}"
         );
         assert_eq!(
@@ -679,7 +695,10 @@ mod tests {
             "flag --image-gc-high-threshold: invalid value \"x\": not a whole number"
         );
         let e = err(&["--minimum-image-ttl-duration=soon"]);
-        assert!(e.starts_with("flag --minimum-image-ttl-duration: invalid value \"soon\""), "{e}");
+        assert!(
+            e.starts_with("flag --minimum-image-ttl-duration: invalid value \"soon\""),
+            "{e}"
+        );
         let cfg = write_cfg(
             "gc-bad.yaml",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -695,7 +714,11 @@ mod tests {
              imageMinimumGCAge: later\n",
         );
         let e = err(&["--config", cfg.to_str().unwrap()]);
-        assert!(e.contains("gc-bad2.yaml") && e.contains("imageMinimumGCAge: invalid duration \"later\""), "{e}");
+        assert!(
+            e.contains("gc-bad2.yaml")
+                && e.contains("imageMinimumGCAge: invalid duration \"later\""),
+            "{e}"
+        );
         assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(go_duration(Duration::from_secs(3725)), "1h2m5s");
         assert_eq!(go_duration(Duration::from_millis(250)), "250ms");

@@ -147,7 +147,12 @@ impl Keep {
 /// Updates the records from a listing (the kubelet's detectImages): an image seen for the
 /// first time is detected now, one a container uses was last used now, one no longer listed
 /// is forgotten.
-pub fn detect(records: &mut Records, images: &[ListedImage], in_use: &HashSet<String>, now: Instant) {
+pub fn detect(
+    records: &mut Records,
+    images: &[ListedImage],
+    in_use: &HashSet<String>,
+    now: Instant,
+) {
     let listed: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
     records.retain(|id, _| listed.contains(id.as_str()));
     for im in images {
@@ -295,6 +300,21 @@ pub struct GcReport {
     pub freed: u64,
     /// Bytes collection for space wanted to free (zero below the high threshold).
     pub wanted: u64,
+    /// Bytes collection for space freed (`freed` also counts removals by age).
+    pub freed_for_space: u64,
+}
+
+impl GcReport {
+    /// The kubelet's complaint when not enough could be freed.
+    pub fn shortfall(&self) -> Option<String> {
+        (self.freed_for_space < self.wanted).then(|| {
+            format!(
+                "failed to garbage collect required amount of images: wanted to free {} bytes, \
+                 but only {} bytes were eligible and removed",
+                self.wanted, self.freed_for_space
+            )
+        })
+    }
 }
 
 /// Measures the filesystem holding a path.
@@ -460,7 +480,7 @@ impl ImageGcManager {
     }
 
     /// One collection (the kubelet's GarbageCollect). `needed` are the images the desired pods
-    /// name.
+    /// name. Freeing less than wanted is no error here: [`GcReport::shortfall`] says so.
     pub async fn garbage_collect(&self, needed: &[String]) -> Result<GcReport, String> {
         let in_use = self.detect_images().await?;
         let keep = Keep {
@@ -473,7 +493,10 @@ impl ImageGcManager {
         let mut gone = HashSet::new();
         let old = select_old(&self.records.borrow(), &keep, &self.policy, now, self.began);
         for c in old {
-            if self.remove(&c, "unused for longer than imageMaximumGCAge").await {
+            if self
+                .remove(&c, "unused for longer than imageMaximumGCAge")
+                .await
+            {
                 report.freed += c.size;
                 report.removed.push(c.id.clone());
                 gone.insert(c.id);
@@ -503,7 +526,10 @@ impl ImageGcManager {
             if freed >= plan.bytes_to_free {
                 break;
             }
-            if self.remove(&c, "image filesystem over the high threshold").await {
+            if self
+                .remove(&c, "image filesystem over the high threshold")
+                .await
+            {
                 freed += c.size;
                 report.removed.push(c.id);
             } else if let Some(next) = spare.next() {
@@ -511,13 +537,7 @@ impl ImageGcManager {
             }
         }
         report.freed += freed;
-        if freed < plan.bytes_to_free {
-            return Err(format!(
-                "failed to garbage collect required amount of images: wanted to free {} bytes, \
-                 but only {freed} bytes were eligible and removed",
-                plan.bytes_to_free
-            ));
-        }
+        report.freed_for_space = freed;
         Ok(report)
     }
 
@@ -534,12 +554,18 @@ impl ImageGcManager {
                 continue;
             };
             match self.garbage_collect(&images).await {
-                Ok(r) if !r.removed.is_empty() => log::info!(
-                    "image garbage collection removed {} images, {} bytes",
-                    r.removed.len(),
-                    r.freed
-                ),
-                Ok(_) => {}
+                Ok(r) => {
+                    if !r.removed.is_empty() {
+                        log::info!(
+                            "image garbage collection removed {} images, {} bytes",
+                            r.removed.len(),
+                            r.freed
+                        );
+                    }
+                    if let Some(e) = r.shortfall() {
+                        log::warn!("{e}");
+                    }
+                }
                 Err(e) => log::warn!("image garbage collection failed: {e}"),
             }
             rt::sleep(IMAGE_GC_PERIOD).await;

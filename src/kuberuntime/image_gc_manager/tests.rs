@@ -1,8 +1,8 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::cri::fake::FakeRuntime;
 use crate::cri::RuntimeService;
+use crate::cri::fake::FakeRuntime;
 use crate::kuberuntime::NodeContext;
 use crate::rt::FakeClock;
 
@@ -150,7 +150,10 @@ fn usage_is_computed_as_upstream_and_bad_capacity_is_an_error() {
         capacity: 1000,
         available: 5000,
     };
-    assert_eq!(select_for_space(&r, &k, &p, odd, t0, &HashSet::new()), Ok(None));
+    assert_eq!(
+        select_for_space(&r, &k, &p, odd, t0, &HashSet::new()),
+        Ok(None)
+    );
     // Huge filesystems do not overflow.
     let big = FsUsage {
         capacity: u64::MAX,
@@ -159,7 +162,10 @@ fn usage_is_computed_as_upstream_and_bad_capacity_is_an_error() {
     let plan = select_for_space(&r, &k, &p, big, t0, &HashSet::new())
         .unwrap()
         .unwrap();
-    assert_eq!(plan.usage_percent, 99, "just under 2 % free rounds down to 1");
+    assert_eq!(
+        plan.usage_percent, 99,
+        "just under 2 % free rounds down to 1"
+    );
     assert!(plan.bytes_to_free > u64::MAX / 10);
     // A low threshold of 0 frees everything used.
     let p0 = policy(1, 0, MIN);
@@ -237,18 +243,32 @@ fn images_younger_than_the_minimum_age_stay() {
     let mut r = Records::new();
     r.insert("old".into(), rec(t0, None, 10));
     r.insert("edge".into(), rec(t0 + MIN, None, 10));
-    r.insert("young".into(), rec(t0 + MIN + Duration::from_secs(1), None, 10));
+    r.insert(
+        "young".into(),
+        rec(t0 + MIN + Duration::from_secs(1), None, 10),
+    );
     let now = t0 + 2 * MIN;
     let p = policy(85, 0, MIN);
     let plan = select_for_space(&r, &Keep::default(), &p, FULL, now, &HashSet::new())
         .unwrap()
         .unwrap();
-    assert_eq!(ids(&plan.remove), vec!["old", "edge"], "exactly the minimum age may go");
+    assert_eq!(
+        ids(&plan.remove),
+        vec!["old", "edge"],
+        "exactly the minimum age may go"
+    );
     // A minimum age of zero lets even a just-detected image go.
     let p = policy(85, 0, Duration::ZERO);
-    let plan = select_for_space(&r, &Keep::default(), &p, FULL, t0 + MIN + Duration::from_secs(1), &HashSet::new())
-        .unwrap()
-        .unwrap();
+    let plan = select_for_space(
+        &r,
+        &Keep::default(),
+        &p,
+        FULL,
+        t0 + MIN + Duration::from_secs(1),
+        &HashSet::new(),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(plan.remove.len(), 3);
 }
 
@@ -257,10 +277,20 @@ fn in_use_pinned_sandbox_and_needed_images_never_go() {
     let t0 = Instant::now();
     let mut r = Records::new();
     let named = |n: &str| ImageRecord {
-        names: vec![format!("example.org/{n}:1"), format!("example.org/{n}@sha256:00")],
+        names: vec![
+            format!("example.org/{n}:1"),
+            format!("example.org/{n}@sha256:00"),
+        ],
         ..rec(t0, None, 10)
     };
-    for n in ["running", "exited", "pause", "static", "checkpointed", "free"] {
+    for n in [
+        "running",
+        "exited",
+        "pause",
+        "static",
+        "checkpointed",
+        "free",
+    ] {
         r.insert(format!("sha256:{n}"), named(n));
     }
     r.insert(
@@ -277,13 +307,21 @@ fn in_use_pinned_sandbox_and_needed_images_never_go() {
         sandbox: refs(&["example.org/pause@sha256:00"]),
         needed: refs(&["example.org/static:1", "sha256:checkpointed"]),
     };
-    let reasons: BTreeMap<&str, Option<&str>> =
-        r.iter().map(|(id, x)| (id.as_str(), keep.reason(id, x))).collect();
+    let reasons: BTreeMap<&str, Option<&str>> = r
+        .iter()
+        .map(|(id, x)| (id.as_str(), keep.reason(id, x)))
+        .collect();
     assert_eq!(reasons["sha256:running"], Some("used by a container"));
     assert_eq!(reasons["sha256:exited"], Some("used by a container"));
     assert_eq!(reasons["sha256:pause"], Some("the sandbox image"));
-    assert_eq!(reasons["sha256:static"], Some("named by a pod of this node"));
-    assert_eq!(reasons["sha256:checkpointed"], Some("named by a pod of this node"));
+    assert_eq!(
+        reasons["sha256:static"],
+        Some("named by a pod of this node")
+    );
+    assert_eq!(
+        reasons["sha256:checkpointed"],
+        Some("named by a pod of this node")
+    );
     assert_eq!(reasons["sha256:pinned"], Some("pinned by the runtime"));
     assert_eq!(reasons["sha256:free"], None);
     let p = policy(1, 0, Duration::ZERO);
@@ -291,10 +329,7 @@ fn in_use_pinned_sandbox_and_needed_images_never_go() {
         .unwrap()
         .unwrap();
     assert_eq!(ids(&plan.remove), vec!["sha256:free"]);
-    let aged = ImageGcPolicy {
-        max_age: MIN,
-        ..p
-    };
+    let aged = ImageGcPolicy { max_age: MIN, ..p };
     let old = select_old(&r, &keep, &aged, t0 + 10 * MIN, t0);
     assert_eq!(ids(&old), vec!["sha256:free"]);
 }
@@ -322,7 +357,10 @@ fn the_maximum_age_removes_images_unused_that_long_once_picolet_ran_that_long() 
     // Not before picolet itself ran for the maximum age.
     assert!(select_old(&r, &k, &p, t0 + hour, t0).is_empty());
     let now = t0 + hour + Duration::from_secs(1);
-    assert_eq!(ids(&select_old(&r, &k, &p, now, t0)), vec!["never-used", "stale"]);
+    assert_eq!(
+        ids(&select_old(&r, &k, &p, now, t0)),
+        vec!["never-used", "stale"]
+    );
     // A picolet started later waits again.
     assert!(select_old(&r, &k, &p, now, t0 + Duration::from_secs(10)).is_empty());
 }
@@ -331,14 +369,21 @@ fn the_maximum_age_removes_images_unused_that_long_once_picolet_ran_that_long() 
 fn the_sandbox_image_is_read_from_containerds_configuration() {
     let info = |json: &str| HashMap::from([("config".to_owned(), json.to_owned())]);
     assert_eq!(
-        sandbox_image_from_info(&info(r#"{"sandboxImage":"registry.k8s.io/pause:3.6","x":1}"#)),
+        sandbox_image_from_info(&info(
+            r#"{"sandboxImage":"registry.k8s.io/pause:3.6","x":1}"#
+        )),
         Some("registry.k8s.io/pause:3.6".into())
     );
     assert_eq!(
-        sandbox_image_from_info(&info(r#"{"pinnedImages":{"sandbox":"registry.k8s.io/pause:3.10"}}"#)),
+        sandbox_image_from_info(&info(
+            r#"{"pinnedImages":{"sandbox":"registry.k8s.io/pause:3.10"}}"#
+        )),
         Some("registry.k8s.io/pause:3.10".into())
     );
-    assert_eq!(sandbox_image_from_info(&info(r#"{"sandboxImage":""}"#)), None);
+    assert_eq!(
+        sandbox_image_from_info(&info(r#"{"sandboxImage":""}"#)),
+        None
+    );
     assert_eq!(sandbox_image_from_info(&info("not json")), None);
     assert_eq!(sandbox_image_from_info(&HashMap::new()), None);
 }
@@ -411,7 +456,11 @@ fn fs_of(fake: &FakeRuntime) -> FsStat {
 }
 
 fn names(fake: &FakeRuntime) -> Vec<String> {
-    let mut v: Vec<String> = fake.images().into_iter().flat_map(|i| i.repo_tags).collect();
+    let mut v: Vec<String> = fake
+        .images()
+        .into_iter()
+        .flat_map(|i| i.repo_tags)
+        .collect();
     v.sort();
     v
 }
@@ -447,8 +496,14 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
         let needed = vec!["example.org/static:1".to_owned()];
 
         // Everything was just detected: too young to go.
-        let r = gc.garbage_collect(&needed).await;
-        assert!(r.is_err(), "nothing eligible yet: {r:?}");
+        let r = gc.garbage_collect(&needed).await.unwrap();
+        assert!(r.removed.is_empty(), "nothing eligible yet: {r:?}");
+        assert_eq!(r.wanted, 42 * mb);
+        assert_eq!(
+            r.shortfall().unwrap(),
+            "failed to garbage collect required amount of images: wanted to free 42000000 \
+             bytes, but only 0 bytes were eligible and removed"
+        );
         assert_eq!(fake.calls("RemoveImage"), 0);
 
         // "newer" is used a minute in, then its container goes: "old" and "older", never
@@ -471,6 +526,7 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
         assert_eq!(r.removed.len(), 3, "{r:?}");
         assert_eq!(r.removed[2], newer, "used most recently: last");
         assert_eq!(r.freed, 60 * mb);
+        assert_eq!(r.shortfall(), None);
         assert_eq!(
             names(&fake),
             vec![
@@ -497,7 +553,12 @@ fn removal_stops_once_enough_is_freed_and_a_failed_removal_takes_the_next() {
     rt::block_on(async {
         let fake = FakeRuntime::new();
         let mb = 1_000_000;
-        for name in ["example.org/a:1", "example.org/b:1", "example.org/c:1", "example.org/d:1"] {
+        for name in [
+            "example.org/a:1",
+            "example.org/b:1",
+            "example.org/c:1",
+            "example.org/d:1",
+        ] {
             fake.add_image(name);
             fake.set_image_size(name, 22 * mb);
         }
@@ -512,7 +573,11 @@ fn removal_stops_once_enough_is_freed_and_a_failed_removal_takes_the_next() {
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert_eq!(r.wanted, 18 * mb);
         assert_eq!(r.removed.len(), 1, "one image frees enough: {r:?}");
-        assert_eq!(fake.calls("RemoveImage"), 2, "the failed one, then the next");
+        assert_eq!(
+            fake.calls("RemoveImage"),
+            2,
+            "the failed one, then the next"
+        );
         assert_eq!(fake.images().len(), 3);
     });
 }
@@ -538,7 +603,11 @@ fn the_manager_honours_the_maximum_age_and_the_infra_image_flag() {
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert_eq!(r.removed.len(), 1);
         assert_eq!(names(&fake), vec!["example.org/infra:1"]);
-        assert_eq!(fake.calls("ImageFsInfo"), 0, "high threshold 100: no measurement");
+        assert_eq!(
+            fake.calls("ImageFsInfo"),
+            0,
+            "high threshold 100: no measurement"
+        );
     });
 }
 
@@ -559,7 +628,11 @@ fn the_loop_waits_for_the_sources_and_then_collects_every_five_minutes() {
         rt::settle().await;
         clock.advance(Duration::from_secs(10));
         rt::settle().await;
-        assert_eq!(fake.calls("ListImages"), 0, "sources not seen: no collection");
+        assert_eq!(
+            fake.calls("ListImages"),
+            0,
+            "sources not seen: no collection"
+        );
         ready.set(true);
         clock.advance(READY_POLL);
         rt::settle().await;
