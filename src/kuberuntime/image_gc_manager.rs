@@ -382,10 +382,6 @@ impl ImageGcManager {
         self
     }
 
-    pub fn policy(&self) -> &ImageGcPolicy {
-        &self.policy
-    }
-
     /// A copy of the records, by image id.
     pub fn records(&self) -> Records {
         self.records.borrow().clone()

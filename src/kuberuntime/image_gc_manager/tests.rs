@@ -477,6 +477,7 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
             ("example.org/static:1", 10 * mb),
             ("example.org/pause:1", mb),
             ("example.org/pinned:1", mb),
+            ("docker.io/library/alpine:3", mb),
             ("example.org/old:1", 20 * mb),
             ("example.org/older:1", 20 * mb),
             ("example.org/newer:1", 20 * mb),
@@ -490,18 +491,19 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
         run_container(&fake, "b", "example.org/exited:1", true).await;
         let svc = Rc::new(fake.clone());
         let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("space")));
-        // 92 MB of 100 used; 85 % high, 50 % low: 42 MB to free.
+        // 93 MB of 100 used; 85 % high, 50 % low: 43 MB to free.
         let gc = ImageGcManager::new(rm, policy(85, 50, Duration::from_secs(120)), None)
             .with_fs_stat(fs_of(&fake));
-        let needed = vec!["example.org/static:1".to_owned()];
+        // A pod names alpine as "alpine:3": the runtime resolves it.
+        let needed = vec!["example.org/static:1".to_owned(), "alpine:3".to_owned()];
 
         // Everything was just detected: too young to go.
         let r = gc.garbage_collect(&needed).await.unwrap();
         assert!(r.removed.is_empty(), "nothing eligible yet: {r:?}");
-        assert_eq!(r.wanted, 42 * mb);
+        assert_eq!(r.wanted, 43 * mb);
         assert_eq!(
             r.shortfall().unwrap(),
-            "failed to garbage collect required amount of images: wanted to free 42000000 \
+            "failed to garbage collect required amount of images: wanted to free 43000000 \
              bytes, but only 0 bytes were eligible and removed"
         );
         assert_eq!(fake.calls("RemoveImage"), 0);
@@ -521,8 +523,8 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
 
         clock.advance(2 * MIN);
         let r = gc.garbage_collect(&needed).await.unwrap();
-        assert_eq!(r.wanted, 42 * mb);
-        // The two never used free 40 MB, not yet 42: the least recently used one goes too.
+        assert_eq!(r.wanted, 43 * mb);
+        // The two never used free 40 MB, not yet 43: the least recently used one goes too.
         assert_eq!(r.removed.len(), 3, "{r:?}");
         assert_eq!(r.removed[2], newer, "used most recently: last");
         assert_eq!(r.freed, 60 * mb);
@@ -530,6 +532,7 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
         assert_eq!(
             names(&fake),
             vec![
+                "docker.io/library/alpine:3",
                 "example.org/exited:1",
                 "example.org/pause:1",
                 "example.org/pinned:1",
@@ -538,7 +541,7 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
             ],
             "in use (running or exited), sandbox, pinned and needed images stay"
         );
-        assert_eq!(gc.records().len(), 5, "removed images are forgotten");
+        assert_eq!(gc.records().len(), 6, "removed images are forgotten");
 
         // Below the threshold now: nothing more goes.
         let r = gc.garbage_collect(&needed).await.unwrap();
