@@ -275,6 +275,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _ = (&runtime_version, &node_name, objects);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
+        let _image_gc = {
+            let gc = Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
+                kubelet.rm.clone(),
+                o.image_gc_policy(),
+                o.pod_infra_container_image.clone(),
+            ));
+            let k = kubelet.clone();
+            rt::spawn(gc.run(move || k.needed_images()))
+        };
         #[cfg(feature = "local-api")]
         let _server = if o.healthz_port != 0 {
             let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);

@@ -298,6 +298,25 @@ impl Kubelet {
             .insert(uid, (namespace, name));
     }
 
+    /// The images the desired pods name (static pods, and API pods, checkpointed ones too),
+    /// which image GC keeps; `None` until every source has been seen and the runtime listed, so
+    /// no image is collected while a pod that needs it is not known yet.
+    pub fn needed_images(&self) -> Option<Vec<String>> {
+        let st = self.state.borrow();
+        if !st.mux.all_sources_seen() || !self.pleg.has_listed() {
+            return None;
+        }
+        let mut v: Vec<String> = st
+            .pods
+            .pods()
+            .flat_map(|p| crate::kuberuntime::image_gc_manager::pod_images(p))
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v.dedup();
+        Some(v)
+    }
+
     /// How many pods the node should run.
     pub fn pod_count(&self) -> usize {
         self.state.borrow().pods.count()

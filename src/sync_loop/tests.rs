@@ -1044,3 +1044,30 @@ fn systemd_hears_ready_once_listed_and_the_watchdog_stops_while_the_pleg_stalls(
         );
     });
 }
+
+#[test]
+fn image_gc_sees_the_images_of_every_desired_pod_once_the_sources_were_seen() {
+    rt::block_on(async {
+        let h = harness("needed-images");
+        rt::settle().await;
+        assert_eq!(
+            h.kubelet.needed_images(),
+            None,
+            "no source seen yet: nothing may be collected"
+        );
+        let mut waiting = pod("b", "waiting", "sleep 3600");
+        waiting.spec.init_containers = waiting.spec.containers.clone();
+        waiting.spec.init_containers[0].name = "init".into();
+        waiting.spec.containers[0].image = "example.org/app:2".into();
+        h.set_pods(vec![pod("a", "web", "sleep 3600"), waiting])
+            .await;
+        h.run_for(1).await;
+        assert_eq!(
+            h.kubelet.needed_images(),
+            Some(vec!["example.org/app:2".to_owned(), IMAGE.to_owned()]),
+            "init and app containers' images, each once, whether their containers exist or not"
+        );
+        h.set_pods(vec![]).await;
+        assert_eq!(h.kubelet.needed_images(), Some(vec![]));
+    });
+}
