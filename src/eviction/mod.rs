@@ -58,9 +58,11 @@ async fn read(signals: &Arc<dyn SignalSource>) -> Observations {
 
 /// One round of the manager (upstream's `synchronize`).
 pub async fn round(m: &mut Manager, seams: &Seams) -> Option<Eviction> {
+    // The round's time is when it starts: reads that take a varying time do not move it.
+    let now = rt::now();
     let obs = read(&seams.signals).await;
     let pods = (seams.candidates)().await;
-    let (pressure, mut action) = m.observe(&obs, &pods, rt::now());
+    let (pressure, mut action) = m.observe(&obs, &pods, now);
     (seams.pressure)(pressure);
     if let Action::Reclaim(signal) = action {
         log::info!(
@@ -73,7 +75,7 @@ pub async fn round(m: &mut Manager, seams: &Seams) -> Option<Eviction> {
         }
         let obs = read(&seams.signals).await;
         let pods = (seams.candidates)().await;
-        action = m.after_reclaim(&obs, &pods, signal, rt::now());
+        action = m.after_reclaim(&obs, &pods, signal, now);
     }
     match action {
         Action::Evict(e) => {
