@@ -156,7 +156,14 @@ pub fn candidate(
         critical: manager::is_critical(pod.spec.priority, pod.spec.priority_class_name.as_deref()),
         static_pod,
         grace_period: pod.spec.termination_grace_period_seconds.unwrap_or(30),
-        memory_request: pod.spec.containers.iter().map(request).sum(),
+        // App containers and sidecars run side by side; plain init containers are done.
+        memory_request: pod
+            .spec
+            .containers
+            .iter()
+            .chain(pod.spec.init_containers.iter().filter(|c| c.is_sidecar()))
+            .map(request)
+            .sum(),
         processes: None,
         containers,
     }
@@ -387,7 +394,7 @@ mod tests {
     #[test]
     fn candidate_from_a_pod() {
         let pod = crate::api::decode_pod(
-            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"kube-system","uid":"u","annotations":{"kubernetes.io/config.source":"file"}},"spec":{"priorityClassName":"system-node-critical","terminationGracePeriodSeconds":5,"containers":[{"name":"a","image":"x","resources":{"requests":{"memory":"64Mi"}}},{"name":"b","image":"x","resources":{"requests":{"memory":"1Mi"}}}]}}"#,
+            br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"kube-system","uid":"u","annotations":{"kubernetes.io/config.source":"file"}},"spec":{"priorityClassName":"system-node-critical","terminationGracePeriodSeconds":5,"initContainers":[{"name":"init","image":"x","resources":{"requests":{"memory":"100Mi"}}},{"name":"side","image":"x","restartPolicy":"Always","resources":{"requests":{"memory":"2Mi"}}}],"containers":[{"name":"a","image":"x","resources":{"requests":{"memory":"64Mi"}}},{"name":"b","image":"x","resources":{"requests":{"memory":"1Mi"}}}]}}"#,
             crate::api::Format::Json,
         )
         .unwrap()
@@ -399,7 +406,8 @@ mod tests {
         let c = candidate(&pod, Some(vec![("a".into(), st)]));
         assert!(c.critical && c.static_pod);
         assert_eq!(c.grace_period, 5);
-        assert_eq!(c.memory_request, 65 << 20);
+        // App containers and the sidecar; the finished init container's request does not count.
+        assert_eq!(c.memory_request, 67 << 20);
         assert_eq!(
             c.containers.unwrap(),
             vec![ContainerUsage {
