@@ -264,5 +264,11 @@ mod tests {
         }
         let m = o.get(Signal::MemoryAvailable).unwrap();
         assert!(m.available > 0, "{m:?}");
+        if Path::new("/proc/pressure/memory").exists() {
+            let psi = o
+                .memory_psi_some_avg10
+                .expect("the kernel has PSI: some avg10 is read");
+            assert!((0.0..=100.0).contains(&psi), "{psi}");
+        }
     }
 }
