@@ -40,6 +40,15 @@ flags:
   --image-gc-low-threshold PERCENT   usage image GC frees down to (default 80)
   --minimum-image-ttl-duration DUR   an unused image younger than this stays (default 2m0s)
   --pod-infra-container-image REF    sandbox image never collected (default: the runtime's)
+  --eviction-hard SIG<Q,...          hard eviction thresholds (default memory.available<100Mi,
+                                     nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%)
+  --eviction-soft SIG<Q,...          soft eviction thresholds (each needs a grace period)
+  --eviction-soft-grace-period SIG=DUR,...  how long a soft threshold must hold
+  --eviction-minimum-reclaim SIG=Q,...  what must be available beyond a threshold to release it
+  --eviction-pressure-transition-period DUR  pressure held after the signal clears (default 5m0s)
+  --eviction-max-pod-grace-period SECONDS  most a soft eviction gives a pod (default 0)
+  --eviction-memory-psi-threshold PCT  evict on memory when the node's memory PSI some avg10
+                                     reaches PCT percent, before memory.available does (0: off)
   -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
   --version                          print the version and exit
   -h, --help                         print this help and exit
@@ -61,7 +70,8 @@ pub enum OptionsError {
     Config { path: PathBuf, reason: String },
     #[error("unexpected argument {0:?} (see --help)")]
     Unexpected(String),
-    #[error("invalid configuration: {0}")]
+    /// A setting's error that names the flag and value itself.
+    #[error("{0}")]
     Invalid(String),
 }
 
@@ -110,6 +120,8 @@ pub struct Options {
     pub image_maximum_gc_age: Duration,
     /// The sandbox image, never collected (`--pod-infra-container-image`).
     pub pod_infra_container_image: Option<String>,
+    /// Node-pressure eviction: thresholds, periods, the memory PSI trigger.
+    pub eviction: crate::eviction::Config,
     /// Unknown configuration fields, to be logged once the logger runs.
     pub config_warnings: Vec<String>,
 }
@@ -139,6 +151,7 @@ impl Default for Options {
             image_minimum_gc_age: Duration::from_secs(120),
             image_maximum_gc_age: Duration::ZERO,
             pod_infra_container_image: None,
+            eviction: crate::eviction::Config::default(),
             config_warnings: Vec::new(),
         }
     }
@@ -253,6 +266,12 @@ struct KubeletConfiguration {
     image_minimum_gc_age: Option<String>,
     #[serde(rename = "imageMaximumGCAge")]
     image_maximum_gc_age: Option<String>,
+    eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    eviction_soft: Option<std::collections::BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_max_pod_grace_period: Option<i32>,
 }
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -260,15 +279,44 @@ const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// Reads a KubeletConfiguration file into `o`. The file must be a regular file within
 /// [`Limits::CONFIG`].
 pub fn load_config(path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let mut ev = crate::eviction::Settings::default();
+    load_config_eviction(path, o, &mut ev)?;
+    o.eviction = ev.build().map_err(|reason| OptionsError::Config {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok(())
+}
+
+fn load_config_eviction(
+    path: &Path,
+    o: &mut Options,
+    ev: &mut crate::eviction::Settings,
+) -> Result<(), OptionsError> {
     let bytes = limits::read_file(path, &Limits::CONFIG).map_err(|e| OptionsError::Config {
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
-    parse_config(&bytes, path, o)
+    parse_config_into(&bytes, path, o, ev)
 }
 
 /// Applies a KubeletConfiguration document to `o`; `path` names it in errors.
 pub fn parse_config(bytes: &[u8], path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let mut ev = crate::eviction::Settings::default();
+    parse_config_into(bytes, path, o, &mut ev)?;
+    o.eviction = ev.build().map_err(|reason| OptionsError::Config {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok(())
+}
+
+fn parse_config_into(
+    bytes: &[u8],
+    path: &Path,
+    o: &mut Options,
+    ev: &mut crate::eviction::Settings,
+) -> Result<(), OptionsError> {
     let err = |reason: String| OptionsError::Config {
         path: path.to_owned(),
         reason,
@@ -348,6 +396,26 @@ pub fn parse_config(bytes: &[u8], path: &Path, o: &mut Options) -> Result<(), Op
     if let Some(d) = dur("imageMaximumGCAge", &cfg.image_maximum_gc_age)? {
         o.image_maximum_gc_age = d;
     }
+    use crate::eviction::threshold::Given;
+    let field = |name: &str, m: Option<std::collections::BTreeMap<String, String>>| {
+        m.map(|m| Given {
+            origin: name.to_owned(),
+            value: m.into_iter().collect(),
+        })
+    };
+    // Origins are field names; the error's prefix names the file.
+    ev.hard = field("evictionHard", cfg.eviction_hard);
+    ev.soft = field("evictionSoft", cfg.eviction_soft);
+    ev.soft_grace_period = field("evictionSoftGracePeriod", cfg.eviction_soft_grace_period);
+    ev.minimum_reclaim = field("evictionMinimumReclaim", cfg.eviction_minimum_reclaim);
+    ev.pressure_transition_period = cfg.eviction_pressure_transition_period.map(|v| Given {
+        origin: "evictionPressureTransitionPeriod".into(),
+        value: v,
+    });
+    ev.max_pod_grace_period = cfg.eviction_max_pod_grace_period.map(|v| Given {
+        origin: "evictionMaxPodGracePeriod".into(),
+        value: i64::from(v),
+    });
     const MAX_WARNINGS: usize = 20;
     let more = unknown.len().saturating_sub(MAX_WARNINGS);
     o.config_warnings = unknown
@@ -394,6 +462,13 @@ const FLAGS: &[&str] = &[
     "image-gc-low-threshold",
     "minimum-image-ttl-duration",
     "pod-infra-container-image",
+    "eviction-hard",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "eviction-minimum-reclaim",
+    "eviction-pressure-transition-period",
+    "eviction-max-pod-grace-period",
+    "eviction-memory-psi-threshold",
     "v",
 ];
 
@@ -444,13 +519,50 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         pairs.push((name, value));
     }
     let mut o = Options::default();
-    if let Some((_, path)) = pairs.iter().find(|(n, _)| n == "config") {
-        load_config(Path::new(path), &mut o)?;
+    let mut ev = crate::eviction::Settings::default();
+    let cfg_path = pairs
+        .iter()
+        .find(|(n, _)| n == "config")
+        .map(|(_, p)| PathBuf::from(p));
+    if let Some(path) = &cfg_path {
+        load_config_eviction(path, &mut o, &mut ev)?;
     }
+    use crate::eviction::threshold::{Given, parse_map};
     for (name, v) in pairs {
         let flag = format!("--{name}");
+        let map =
+            |sep: char| -> Result<Option<Given<crate::eviction::threshold::Pairs>>, OptionsError> {
+                Ok(Some(Given {
+                    origin: flag.clone(),
+                    value: parse_map(&v, sep).map_err(|r| bad(&flag, &v, r))?,
+                }))
+            };
         match name.as_str() {
             "config" => {}
+            "eviction-hard" => ev.hard = map('<')?,
+            "eviction-soft" => ev.soft = map('<')?,
+            "eviction-soft-grace-period" => ev.soft_grace_period = map('=')?,
+            "eviction-minimum-reclaim" => ev.minimum_reclaim = map('=')?,
+            "eviction-pressure-transition-period" => {
+                ev.pressure_transition_period = Some(Given {
+                    origin: flag.clone(),
+                    value: v,
+                })
+            }
+            "eviction-max-pod-grace-period" => {
+                ev.max_pod_grace_period = Some(Given {
+                    origin: flag.clone(),
+                    value: v
+                        .parse()
+                        .map_err(|_| bad(&flag, &v, "not a number of seconds"))?,
+                })
+            }
+            "eviction-memory-psi-threshold" => {
+                ev.memory_psi_threshold = Some(Given {
+                    origin: flag.clone(),
+                    value: v,
+                })
+            }
             "pod-manifest-path" => o.pod_manifest_path = Some(PathBuf::from(v)),
             "container-runtime-endpoint" => o.container_runtime_endpoint = v,
             "image-service-endpoint" => o.image_service_endpoint = Some(v),
@@ -508,6 +620,17 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             _ => unreachable!("flag names are checked against FLAGS"),
         }
     }
+    o.eviction = ev.build().map_err(|reason| {
+        // A setting from the file (its field name starts the message) is named with the
+        // file; a flag names itself.
+        match (&cfg_path, !reason.starts_with("--")) {
+            (Some(path), true) => OptionsError::Config {
+                path: path.clone(),
+                reason,
+            },
+            _ => OptionsError::Invalid(reason),
+        }
+    })?;
     if o.sync_frequency.is_zero() {
         return Err(bad("--sync-frequency", "0", "must be positive"));
     }
@@ -585,7 +708,10 @@ pub fn validate_image_gc(o: &Options) -> Result<(), OptionsError> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(OptionsError::Invalid(errs.join("; ")))
+        Err(OptionsError::Invalid(format!(
+            "invalid configuration: {}",
+            errs.join("; ")
+        )))
     }
 }
 
@@ -858,6 +984,90 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/cfg.yaml"), "{e}");
+    }
+
+    #[test]
+    fn eviction_flags_and_config() {
+        use crate::eviction::Signal;
+        use crate::eviction::threshold::Amount;
+        let o = run(&[]);
+        assert_eq!(o.eviction, crate::eviction::Config::default());
+        let p = write_cfg(
+            "evict",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard:\n  memory.available: 200Mi\n  pid.available: \"1000\"\n\
+             evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30s\n\
+             evictionMinimumReclaim:\n  memory.available: 100Mi\n\
+             evictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 20\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        let t = &o.eviction.thresholds;
+        assert_eq!(t.len(), 3, "{t:?}");
+        assert!(t.iter().any(|t| t.signal == Signal::PidAvailable && t.hard));
+        let soft = t.iter().find(|t| !t.hard).unwrap();
+        assert_eq!(soft.grace, Duration::from_secs(90));
+        assert_eq!(soft.min_reclaim, Some(Amount::Absolute(100 << 20)));
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(o.eviction.max_pod_grace_period, 20);
+        assert_eq!(o.config_warnings, Vec::<String>::new());
+        // Flags override the file, each map whole.
+        let o = run(&[
+            "--config",
+            &ps,
+            "--eviction-hard=memory.available<1Gi,nodefs.available<5%",
+            "--eviction-pressure-transition-period=30s",
+            "--eviction-memory-psi-threshold=10",
+        ]);
+        let hard: Vec<_> = o.eviction.thresholds.iter().filter(|t| t.hard).collect();
+        assert_eq!(hard.len(), 2);
+        assert_eq!(hard[0].value, Amount::Absolute(1 << 30));
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        assert_eq!(o.eviction.memory_psi_threshold, Some(10.0));
+        std::fs::remove_file(&p).unwrap();
+
+        let e = parse(&args(&["--eviction-hard=memory.available>1Gi"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "flag --eviction-hard: invalid value \"memory.available>1Gi\": \"memory.available>1Gi\": expected signal<value"
+        );
+        let e = parse(&args(&["--eviction-soft=memory.available<1Gi"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--eviction-soft: memory.available: a soft threshold needs a grace period in evictionSoftGracePeriod"
+        );
+        let e = parse(&args(&["--eviction-max-pod-grace-period=soon"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--eviction-max-pod-grace-period") && e.contains("soon"),
+            "{e}"
+        );
+        let p = write_cfg(
+            "evict-bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  nodefs.available: 110%\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: evictionHard: nodefs.available: percentage \"110%\" must be between 0% and 100%",
+                p.display()
+            )
+        );
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

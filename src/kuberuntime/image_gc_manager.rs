@@ -291,6 +291,20 @@ pub fn select_for_space(
     Ok(Some(plan))
 }
 
+/// Every unused image old enough to go, least recently used first (what
+/// [`ImageGcManager::delete_unused_images`] removes).
+pub fn select_unused(
+    records: &Records,
+    keep: &Keep,
+    policy: &ImageGcPolicy,
+    now: Instant,
+) -> Vec<Candidate> {
+    eviction_order(records, keep)
+        .into_iter()
+        .filter(|c| now.saturating_duration_since(records[&c.id].first_detected) >= policy.min_age)
+        .collect()
+}
+
 /// What one collection did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GcReport {
@@ -535,6 +549,27 @@ impl ImageGcManager {
         report.freed += freed;
         report.freed_for_space = freed;
         Ok(report)
+    }
+
+    /// Removes every unused image old enough, whatever the disk usage (the kubelet's
+    /// DeleteUnusedImages, which its eviction manager calls under disk pressure before it
+    /// evicts a pod). The same images are kept as in [`Self::garbage_collect`]. Returns the bytes
+    /// freed.
+    pub async fn delete_unused_images(&self, needed: &[String]) -> Result<u64, String> {
+        let keep = Keep {
+            in_use: self.detect_images().await?,
+            sandbox: self.sandbox_images().await,
+            needed: self.resolve(needed.iter().cloned()).await,
+        };
+        let now = rt::now();
+        let plan = select_unused(&self.records.borrow(), &keep, &self.policy, now);
+        let mut freed = 0u64;
+        for c in plan {
+            if self.remove(&c, "disk pressure: every unused image").await {
+                freed = freed.saturating_add(c.size);
+            }
+        }
+        Ok(freed)
     }
 
     /// Collects every [`IMAGE_GC_PERIOD`], the first time as soon as `needed` answers (it

@@ -652,3 +652,25 @@ fn the_loop_waits_for_the_sources_and_then_collects_every_five_minutes() {
         assert!(fake.images().is_empty());
     });
 }
+
+#[test]
+fn under_disk_pressure_every_unused_image_old_enough_goes_whatever_the_usage() {
+    let t0 = Instant::now();
+    let mut r = Records::new();
+    r.insert("used-long-ago".into(), rec(t0, Some(t0), 5));
+    r.insert("never-used".into(), rec(t0, None, 7));
+    r.insert("just-pulled".into(), rec(t0 + 9 * MIN, None, 9));
+    r.insert("running".into(), rec(t0, Some(t0 + 9 * MIN), 11));
+    let keep = Keep {
+        in_use: refs(&["running"]),
+        ..Keep::default()
+    };
+    // High thresholds of 100 would never collect for space; disk pressure removes anyway.
+    let p = policy(100, 99, 2 * MIN);
+    let got = select_unused(&r, &keep, &p, t0 + 10 * MIN);
+    assert_eq!(
+        ids(&got),
+        vec!["never-used", "used-long-ago"],
+        "never used before used, the image in use and the one younger than the minimum age kept"
+    );
+}
