@@ -190,6 +190,13 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
         "{out}"
     );
 
+    // A pod cgroup left by a pod picolet no longer has (a crash, a reboot of picolet alone).
+    let (cpu, mem, pids) = (v1_mount("cpu"), v1_mount("memory"), v1_mount("pids"));
+    let stale = "kubepods/besteffort/pod00000000-dead-4bad-8bad-000000000000";
+    for m in [&cpu, &mem, &pids] {
+        std::fs::create_dir_all(tree.dir(m, stale)).unwrap();
+    }
+
     let a = Agent::start_with(
         &d.join("a"),
         &c.endpoint(),
@@ -200,8 +207,14 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
             "--pod-max-pids=64".into(),
         ],
     );
-    let (cpu, mem, pids) = (v1_mount("cpu"), v1_mount("memory"), v1_mount("pids"));
     let unified = unified_mount();
+    // Housekeeping removes it; nothing else under the tree.
+    a.wait_for("the leftover pod cgroup to be removed", T, |_| {
+        [&cpu, &mem, &pids]
+            .iter()
+            .all(|m| !tree.dir(m, stale).exists())
+    });
+    assert!(tree.dir(&mem, "kubepods/besteffort").exists());
 
     // kubepods holds node allocatable: capacity minus both reservations.
     let meminfo = read(Path::new("/proc/meminfo"));

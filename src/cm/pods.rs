@@ -2,7 +2,6 @@
 //! under it, and one cgroup per pod (`pod<uid>`, Guaranteed pods directly under kubepods), made
 //! before the pod's sandbox and handed to the runtime as its cgroup parent.
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use super::config::{Allocatable, CgroupConfig};
@@ -181,25 +180,6 @@ impl PodCgroups {
         }
         Ok(n)
     }
-
-    /// Removes the pod cgroups of UIDs not in `keep` (pods picolet no longer has, left by a
-    /// crash or a restart); returns what it removed. One still holding processes stays, for
-    /// the next round.
-    pub fn remove_leftovers(&self, keep: &HashSet<String>) -> Vec<Found> {
-        let Ok(all) = self.list() else {
-            return Vec::new();
-        };
-        all.into_iter()
-            .filter(|f| !keep.contains(&f.uid))
-            .filter(|f| match self.hierarchy.remove(&f.path) {
-                Ok(()) => true,
-                Err(e) => {
-                    log::debug!("leftover pod cgroup {} stays for now: {e}", f.path);
-                    false
-                }
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -325,11 +305,9 @@ mod tests {
         assert_eq!(pc.remove_pod("g-1").unwrap(), 1);
         assert!(!gd.exists());
 
-        // Housekeeping removes what no pod owns, only under the tree.
-        let keep: HashSet<String> = ["b-2".to_owned()].into();
-        let gone = pc.remove_leftovers(&keep);
-        assert_eq!(gone.len(), 1);
-        assert_eq!(gone[0].uid, "be-3");
+        // What housekeeping sees and removes: the pods' cgroups only, never the levels.
+        assert_eq!(pc.remove_pod("be-3").unwrap(), 1);
+        assert_eq!(pc.remove_pod("be-3").unwrap(), 0, "gone is done");
         assert!(bd.exists() && !bed.exists());
         assert!(cg.join("kubepods/besteffort").exists());
     }
