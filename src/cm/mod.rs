@@ -8,7 +8,7 @@
 pub mod config;
 pub mod detect;
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 pub mod fs;
 pub mod name;
 pub mod pods;
