@@ -130,6 +130,7 @@ async fn pod_cgroups(
     cfg.driver = driver;
     let mut pc = cm::PodCgroups::new(&cfg, std::path::Path::new("/"))
         .map_err(|e| format!("--cgroups-per-qos: {e}"))?;
+    pc.check_oom_setting()?;
     let allocatable = cfg.enforces_pods().then(|| cfg.allocatable(capacity));
     let reserved_pids = cfg.reserved().pids;
     let pids = (reserved_pids > 0)

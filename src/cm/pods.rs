@@ -132,6 +132,16 @@ impl PodCgroups {
         self.hierarchy.create(&path)?;
         self.hierarchy
             .apply(&path, &resources::for_pod(pod, self.pod_pids_limit))?;
+        self.update_qos(pods)?;
+        Ok(path)
+    }
+
+    /// Weighs the burstable cgroup by the CPU requests of the Burstable pods among `pods`
+    /// (every pod picolet runs), as upstream does on each pod start and removal.
+    pub fn update_qos<'a>(
+        &self,
+        pods: impl IntoIterator<Item = &'a Pod>,
+    ) -> Result<(), CgroupError> {
         let burstable: i64 = pods
             .into_iter()
             .filter(|p| qos::qos_class(p) == QosClass::Burstable)
@@ -143,8 +153,7 @@ impl PodCgroups {
                 cpu_shares: Some(qos::milli_cpu_to_shares(burstable)),
                 ..Default::default()
             },
-        )?;
-        Ok(path)
+        )
     }
 
     /// Every pod cgroup under picolet's kubepods tree.
@@ -179,6 +188,21 @@ impl PodCgroups {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Refuses `singleProcessOOMKill: false` where the kernel cannot kill a whole cgroup (v1),
+    /// as upstream does.
+    pub fn check_oom_setting(&self) -> Result<(), String> {
+        if self.single_process_oom_kill == Some(false)
+            && self.hierarchy.mode != super::detect::Mode::Unified
+        {
+            return Err(
+                "singleProcessOOMKill: false needs cgroup v2 (this host runs v1 \
+                 controllers); remove it or set it to true"
+                    .into(),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -291,6 +315,10 @@ mod tests {
         let bed = cg.join("kubepods/besteffort/podbe-3");
         assert_eq!(read(&bed.join("cpu.weight")), "1");
 
+        // The burstable pod gone, its level drops back to the minimum.
+        pc.update_qos([&g, &be]).unwrap();
+        assert_eq!(read(&cg.join("kubepods/burstable/cpu.weight")), "1");
+        pc.update_qos(&all).unwrap();
         let mut uids: Vec<String> = pc.list().unwrap().into_iter().map(|f| f.uid).collect();
         uids.sort();
         assert_eq!(uids, ["b-2", "be-3", "g-1"]);
@@ -346,6 +374,15 @@ mod tests {
         );
         assert_eq!(read(&cpu.join("besteffort/cpu.shares")), "2");
         assert!(!pc.oom_group(), "v1 has no memory.oom.group");
+        assert!(pc.check_oom_setting().is_ok());
+        let strict = CgroupConfig {
+            single_process_oom_kill: Some(false),
+            ..c.clone()
+        };
+        let e = PodCgroups::with_hierarchy(&strict, host.hierarchy.clone())
+            .check_oom_setting()
+            .unwrap_err();
+        assert!(e.contains("singleProcessOOMKill"), "{e}");
 
         let g = pod("g", Some(("250m", "250m")), Some("32Mi"));
         assert_eq!(

@@ -471,6 +471,11 @@ impl RuntimeManager {
         self.sync_backoff.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
+        if let Some(pc) = &self.cgroups
+            && let Err(e) = pc.update_qos(self.specs.borrow().values().map(|p| &**p))
+        {
+            log::warn!("re-weighing the burstable cgroup: {e}");
+        }
         let logs = (!name.is_empty())
             .then(|| config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid));
         let (root, uid) = (self.node.root_dir.clone(), uid.to_owned());
