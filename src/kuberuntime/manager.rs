@@ -416,6 +416,9 @@ impl RuntimeManager {
                     l.cgroup_parent = parent;
                 }
             }
+            // A sandbox that exists keeps its cgroup; a limit the kernel refuses to lower under
+            // the pod's usage must not stop its containers from being started.
+            Err(e) if !a.create_sandbox => log::warn!("pod {} ({uid}): {e}", pod.metadata.name),
             Err(e) => {
                 out.fail(SyncError::CreatePodSandbox(e));
                 return out;
