@@ -115,20 +115,6 @@ impl Hierarchy {
         }
     }
 
-    /// The directory of the cgroup in the unified hierarchy, when there is one (v2, or the
-    /// controller-less v2 mount of a hybrid host, where only `cpu.stat` is accounted).
-    pub fn unified_dir(&self, rel: &str) -> Option<PathBuf> {
-        let rel = rel.trim_start_matches('/');
-        match &self.v2 {
-            Some(m) => Some(m.join(rel)),
-            None => self
-                .all
-                .iter()
-                .find(|m| m.join("cgroup.controllers").exists())
-                .map(|m| m.join(rel)),
-        }
-    }
-
     /// Creates the cgroup at `rel` (and its parents) in every hierarchy picolet writes; on v2
     /// enables cpu, memory and pids for the children of each level on the way.
     pub fn create(&self, rel: &str) -> Result<(), CgroupError> {
