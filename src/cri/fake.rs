@@ -203,6 +203,11 @@ impl FakeRuntime {
             .push_back((code, message.to_owned()));
     }
 
+    /// Every StopContainer that reached a container: its name and the timeout (seconds).
+    pub fn stops(&self) -> Vec<(String, i64)> {
+        self.state.borrow().stops.clone()
+    }
+
     /// How many calls of `method` arrived.
     pub fn calls(&self, method: &str) -> usize {
         self.state
@@ -645,6 +650,8 @@ struct State {
     hung: std::collections::HashSet<String>,
     failures: HashMap<String, VecDeque<(Code, String)>>,
     calls: HashMap<String, usize>,
+    /// Each StopContainer: the container's name and the timeout asked for.
+    stops: Vec<(String, i64)>,
 }
 
 #[derive(Debug)]
@@ -777,6 +784,7 @@ impl State {
             hung: std::collections::HashSet::new(),
             failures: HashMap::new(),
             calls: HashMap::new(),
+            stops: Vec::new(),
         }
     }
 
@@ -1150,6 +1158,8 @@ impl State {
         r: v1::StopContainerRequest,
     ) -> Result<v1::StopContainerResponse, Status> {
         let i = self.container_index(&r.container_id)?;
+        let name = self.containers[i].metadata().name;
+        self.stops.push((name, r.timeout));
         let code = self
             .stop_exit_codes
             .get(&self.containers[i].id)

@@ -34,6 +34,12 @@ const READONLY_PATHS: &[&str] = &[
 
 pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 pub const DEFAULT_GRACE_PERIOD: i64 = 30;
+/// The shortest time a container is given between SIGTERM and SIGKILL, whatever the grace
+/// period (the kubelet's minimum): `terminationGracePeriodSeconds: 0` still sends SIGTERM first.
+pub const MINIMUM_GRACE_PERIOD: i64 = 2;
+/// The grace period of a pod the runtime holds and no source defines (the kubelet's override
+/// for orphans; the minimum above still applies).
+pub const ORPHAN_GRACE_PERIOD: i64 = 1;
 
 /// Node facts the configs need.
 #[derive(Debug, Clone, Default)]

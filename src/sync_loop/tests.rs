@@ -246,7 +246,8 @@ fn housekeeping_waits_for_the_sources_and_the_runtime_then_removes_orphans() {
     let cmds = step(&mut st, hk(), t0, listed);
     assert!(cmds.iter().any(|c| matches!(
         c,
-        Command::Dispatch(Work::Terminate { uid, grace: 7, .. }) if uid == "orphan"
+        // the kubelet's 1 s override for orphans, whatever the containers were created with (7)
+        Command::Dispatch(Work::Terminate { uid, grace: 1, .. }) if uid == "orphan"
     )));
     // The directory of a pod the runtime still holds stays; a stray one goes, once.
     let dirs: Vec<&str> = cmds
@@ -851,6 +852,46 @@ fn sidecars_start_in_order_before_the_app_and_stop_after_it() {
         );
         h.until("pod gone", 10, |h| h.fake.containers().is_empty())
             .await;
+    });
+}
+
+#[test]
+fn containers_always_get_the_minimum_grace_period_to_act_on_sigterm() {
+    rt::block_on(async {
+        let h = harness("grace-floor");
+        // A pod left in the runtime by an earlier picolet, whose manifest went away meanwhile:
+        // created with a grace period of 40 s.
+        let long = pod_json(
+            "long",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 40,
+                "containers": [{"name": "l", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        let earlier = crate::kuberuntime::RuntimeManager::new(
+            Rc::new(h.fake.clone()),
+            Rc::new(h.fake.clone()),
+            h.kubelet.rm.node().clone(),
+        );
+        let st = earlier.pod_status("long").await.unwrap();
+        earlier.sync_pod(&long, &st).await;
+        assert_eq!(h.running("long"), 1);
+        let zero = pod_json(
+            "zero",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "z", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![zero]).await;
+        // The orphan is stopped with the kubelet's 1 s override, raised to the 2 s minimum.
+        h.until("orphan stopped", 6, |h| h.running("long") == 0).await;
+        assert_eq!(h.fake.stops(), [("l".to_owned(), 2)]);
+        h.until("running", 3, |h| h.running("zero") == 1).await;
+        // Grace 0: the stop still asks for the minimum (SIGTERM, then SIGKILL 2 s later).
+        h.set_pods(vec![]).await;
+        h.until("zero stopped", 4, |h| h.running("zero") == 0).await;
+        assert_eq!(h.fake.stops()[1], ("z".to_owned(), 2), "{:?}", h.fake.stops());
     });
 }
 
