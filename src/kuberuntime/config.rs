@@ -232,14 +232,21 @@ pub struct ContainerInputs<'a> {
 
 fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainerResources {
     let r = &c.resources;
-    // Requests default to limits, as the API server defaults them.
-    let req = |k: &str| r.requests.get(k).or_else(|| r.limits.get(k));
+    // Requests default to limits, as the API server defaults them; a zero request counts as
+    // none (the kubelet takes CPU shares from the limit then).
+    let req = |k: &str| {
+        r.requests
+            .get(k)
+            .filter(|q| !q.is_zero())
+            .or_else(|| r.limits.get(k))
+    };
     let cpu_req = req("cpu").map_or(0, |q| q.milli_value());
     let cpu_lim = r.limits.get("cpu").map_or(0, |q| q.milli_value());
     let mem_lim = r.limits.get("memory").map_or(0, |q| q.value());
     let quota = qos::milli_cpu_to_quota(cpu_lim, qos::QUOTA_PERIOD_US);
     v1::LinuxContainerResources {
-        cpu_period: if quota > 0 { qos::QUOTA_PERIOD_US } else { 0 },
+        // The period is set with or without a quota, as the kubelet sets it.
+        cpu_period: qos::QUOTA_PERIOD_US,
         cpu_quota: quota,
         cpu_shares: i64::try_from(qos::milli_cpu_to_shares(cpu_req)).unwrap_or(2),
         memory_limit_in_bytes: mem_lim,
@@ -641,6 +648,25 @@ mod tests {
         let sc = linux.security_context.unwrap();
         assert!(!sc.privileged);
         assert!(sc.masked_paths.contains(&"/proc/kcore".to_owned()));
+    }
+
+    #[test]
+    fn a_zero_cpu_request_takes_shares_from_the_limit_and_the_period_is_always_set() {
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        let mut c = pod().spec.containers[0].clone();
+        let shares_period = |c: &Container| {
+            let mut p = pod();
+            p.spec.containers = vec![c.clone()];
+            let r = resources(&p, c, &node());
+            (r.cpu_shares, r.cpu_quota, r.cpu_period)
+        };
+        // nothing set: the minimum shares, no quota, the period all the same
+        assert_eq!(shares_period(&c), (2, 0, 100_000));
+        c.resources.requests.insert("cpu".into(), q("0"));
+        c.resources.limits.insert("cpu".into(), q("250m"));
+        assert_eq!(shares_period(&c), (256, 25_000, 100_000));
+        c.resources.requests.insert("cpu".into(), q("100m"));
+        assert_eq!(shares_period(&c), (102, 25_000, 100_000));
     }
 
     #[test]
