@@ -135,21 +135,51 @@ impl RuntimeManager {
             container: c.name.to_string(),
             message,
         };
+        let refuse = |e: SyncError, out: &mut SyncOutcome| {
+            self.wait_on(uid, &e);
+            out.fail(e);
+        };
+        // runAsNonRoot against the image's user, as the kubelet checks it before creating (the
+        // image is asked only when its user decides).
+        let user = if super::image::needs_image_user(pod, c) {
+            match self.image_user(&c.image).await {
+                Ok(u) => u,
+                Err(e) => {
+                    let e =
+                        config_error(format!("reading the user of image {:?}: {e}", c.image));
+                    return refuse(e, out);
+                }
+            }
+        } else {
+            super::image::ImageUser::Uid(0)
+        };
+        if let Err(m) = super::image::verify_run_as_non_root(pod, c, &user) {
+            return refuse(config_error(m), out);
+        }
+        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
+            Ok(e) => e,
+            Err(m) => return refuse(config_error(m), out),
+        };
+        let env = config::container_env(pod, &self.node, c, ctx.pod_ip, &object_env);
         let mut subpaths = HashMap::new();
         for vm in &c.volume_mounts {
-            let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+            let sub = match config::mount_sub_path(vm, &env) {
+                Ok(s) => s,
+                Err(e) => {
+                    let e = config_error(format!("volume mount {:?}: {e}", vm.name));
+                    return refuse(e, out);
+                }
+            };
             let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name)) else {
                 continue;
             };
-            match volume::resolve_subpath(base, sub) {
+            match volume::resolve_subpath(base, &sub) {
                 Ok(p) => {
                     subpaths.insert(vm.mount_path.clone(), p);
                 }
                 Err(e) => {
                     let e = config_error(format!("volume mount {:?}: {e}", vm.name));
-                    self.wait_on(uid, &e);
-                    out.fail(e);
-                    return;
+                    return refuse(e, out);
                 }
             }
         }
@@ -157,25 +187,25 @@ impl RuntimeManager {
         let files = {
             let tdir = termination_log_dir(&self.node.root_dir, uid, &c.name);
             let logs = config::pod_log_dir(&self.node.pod_logs_dir, pod).join(&c.name);
-            rt::unblock(move || prepare_files(&tdir, &logs, restart_count)).await
+            let hosts = (pod.spec.host_network || !ctx.pod_ip.is_empty()).then(|| {
+                (
+                    volume::pod_dir(&self.node.root_dir, uid).join("etc-hosts"),
+                    pod.clone(),
+                    ctx.pod_ip.to_owned(),
+                )
+            });
+            rt::unblock(move || {
+                let tlog = prepare_files(&tdir, &logs, restart_count)?;
+                let hosts = hosts
+                    .map(|(path, pod, ip)| write_hosts_file(&path, &pod, &ip).map(|()| path))
+                    .transpose()?;
+                Ok::<_, String>((tlog, hosts))
+            })
+            .await
         };
-        let tlog = match files {
+        let (tlog, etc_hosts) = match files {
             Ok(p) => p,
-            Err(e) => {
-                let e = config_error(e);
-                self.wait_on(uid, &e);
-                out.fail(e);
-                return;
-            }
-        };
-        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
-            Ok(e) => e,
-            Err(m) => {
-                let e = config_error(m);
-                self.wait_on(uid, &e);
-                out.fail(e);
-                return;
-            }
+            Err(e) => return refuse(config_error(e), out),
         };
         let cfg = config::container_config(
             pod,
@@ -190,6 +220,7 @@ impl RuntimeManager {
                 volumes: ctx.volumes,
                 subpaths: &subpaths,
                 termination_log: Some(&tlog),
+                etc_hosts: etc_hosts.as_deref(),
             },
         );
         out.acted = true;
@@ -349,6 +380,27 @@ fn prepare_files(
     fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
         .map_err(|e| format!("opening up {}: {e}", path.display()))?;
     Ok(path)
+}
+
+/// Writes the pod's hosts file in place (mode 0644), as the kubelet does before each container
+/// starts: containers already running see the new content through their bind mount.
+fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), String> {
+    let node_hosts = if pod.spec.host_network {
+        Some(
+            fs::read_to_string(config::ETC_HOSTS)
+                .map_err(|e| format!("reading the node's {}: {e}", config::ETC_HOSTS))?,
+        )
+    } else {
+        None
+    };
+    let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref());
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
 #[cfg(test)]

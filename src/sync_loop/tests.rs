@@ -887,11 +887,49 @@ fn containers_always_get_the_minimum_grace_period_to_act_on_sigterm() {
         // The orphan is stopped with the kubelet's 1 s override, raised to the 2 s minimum.
         h.until("orphan stopped", 6, |h| h.running("long") == 0).await;
         assert_eq!(h.fake.stops(), [("l".to_owned(), 2)]);
-        h.until("running", 3, |h| h.running("zero") == 1).await;
+        h.until("running", 10, |h| h.running("zero") == 1).await;
         // Grace 0: the stop still asks for the minimum (SIGTERM, then SIGKILL 2 s later).
         h.set_pods(vec![]).await;
         h.until("zero stopped", 4, |h| h.running("zero") == 0).await;
         assert_eq!(h.fake.stops()[1], ("z".to_owned(), 2), "{:?}", h.fake.stops());
+    });
+}
+
+#[test]
+fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
+    rt::block_on(async {
+        let h = harness("nonroot");
+        let p = pod_json(
+            "nr",
+            serde_json::json!({
+                "hostNetwork": true,
+                "securityContext": {"runAsNonRoot": true},
+                "containers": [
+                    {"name": "root", "image": IMAGE, "command": ["sleep", "3600"]},
+                    {"name": "user", "image": IMAGE, "command": ["sleep", "3600"],
+                     "securityContext": {"runAsUser": 1000},
+                     "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}
+                ]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("user running", 3, |h| h.running("nr") == 1).await;
+        h.run_for(2).await;
+        let st = h.status_of("nr");
+        let root = st
+            .container_statuses
+            .iter()
+            .find(|c| c.name == "root")
+            .unwrap();
+        let w = root.state.waiting.as_ref().expect("root waits");
+        assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
+        let m = w.message.as_deref().unwrap_or_default();
+        assert!(m.contains("image will run as root"), "{m}");
+        // the fake's images name no user: root, as the kubelet reads it
+        assert_eq!(h.instances("root").len(), 0);
+        let user = &h.instances("user")[0];
+        let ip = user.config.envs.iter().find(|e| e.key == "IP").unwrap();
+        assert_eq!(ip.value, "192.0.2.1", "a host-network pod's IP is the node's");
     });
 }
 
