@@ -170,25 +170,45 @@ pub(super) fn hostname(pod: &Pod) -> String {
     h
 }
 
+/// A container's port mappings as the kubelet's MakePortMappings lists them: every port, with
+/// or without a hostPort (the runtime maps only those with one), a port whose name (or, unnamed,
+/// whose family, protocol, host IP and ports) repeats an earlier one left out.
+fn port_mappings(c: &Container) -> Vec<v1::PortMapping> {
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for p in &c.ports {
+        let host_ip = p.host_ip.clone().unwrap_or_default();
+        let host_port = p.host_port.unwrap_or(0);
+        let proto = p.protocol.as_deref().unwrap_or("TCP");
+        let name = match p.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => n.to_owned(),
+            None => {
+                let family = match host_ip.parse::<std::net::IpAddr>() {
+                    _ if host_ip.is_empty() => "any",
+                    Ok(std::net::IpAddr::V6(_)) => "v6",
+                    _ => "v4",
+                };
+                format!("{family}-{proto}-{host_ip}:{}:{host_port}", p.container_port)
+            }
+        };
+        if !names.insert(name) {
+            continue;
+        }
+        out.push(v1::PortMapping {
+            protocol: protocol(p.protocol.as_deref()),
+            container_port: p.container_port,
+            host_port,
+            host_ip,
+        });
+    }
+    out
+}
+
 pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSandboxConfig {
     let m = &pod.metadata;
     let ns = namespace(pod);
     let psc = pod.spec.security_context.as_ref();
-    let port_mappings = pod
-        .spec
-        .containers
-        .iter()
-        .flat_map(|c| &c.ports)
-        .filter_map(|p| {
-            let host = p.host_port.filter(|&h| h > 0)?;
-            Some(v1::PortMapping {
-                protocol: protocol(p.protocol.as_deref()),
-                container_port: p.container_port,
-                host_port: host,
-                host_ip: p.host_ip.clone().unwrap_or_default(),
-            })
-        })
-        .collect();
+    let port_mappings = pod.spec.containers.iter().flat_map(port_mappings).collect();
     v1::PodSandboxConfig {
         metadata: Some(v1::PodSandboxMetadata {
             name: m.name.clone(),
@@ -1067,6 +1087,28 @@ mod tests {
         assert!(e.contains("must not contain '..'"), "{e}");
         let e = mount_sub_path(&vm(None, Some("$(ROOT)")), &env).unwrap_err();
         assert!(e.contains("must be a relative path"), "{e}");
+    }
+
+    #[test]
+    fn every_container_port_is_mapped_once() {
+        let mut p = pod();
+        p.spec.containers[0].ports.push(ContainerPort {
+            container_port: 9090,
+            ..Default::default()
+        });
+        // the same unnamed port twice, and a name used twice
+        p.spec.containers[0].ports.push(ContainerPort {
+            container_port: 9090,
+            ..Default::default()
+        });
+        p.spec.containers[0].ports.push(ContainerPort {
+            name: Some("http".into()),
+            container_port: 81,
+            ..Default::default()
+        });
+        let m = sandbox_config(&p, &node(), 0).port_mappings;
+        let got: Vec<_> = m.iter().map(|m| (m.container_port, m.host_port)).collect();
+        assert_eq!(got, [(80, 8080), (9090, 0)]);
     }
 
     #[test]
