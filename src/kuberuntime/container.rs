@@ -109,8 +109,8 @@ impl RuntimeManager {
                     &c.name,
                     "CrashLoopBackOff",
                     format!(
-                        "back-off {}s restarting failed container={} pod={}_{}({uid})",
-                        delay.as_secs(),
+                        "back-off {} restarting failed container={} pod={}_{}({uid})",
+                        crate::options::format_duration(delay),
                         c.name,
                         pod.metadata.name,
                         config::namespace(pod)
@@ -122,7 +122,7 @@ impl RuntimeManager {
             b.next(&key, now);
         }
 
-        let image_ref = match self.ensure_image(c, now).await {
+        let image_ref = match self.ensure_image(uid, c, now).await {
             Ok(r) => r,
             Err(f) => {
                 self.wait_on(uid, &f.error);

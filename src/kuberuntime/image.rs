@@ -53,10 +53,15 @@ impl RuntimeManager {
     /// Makes sure the container's image is present, by its pull policy; returns the image id.
     pub(super) async fn ensure_image(
         &self,
+        uid: &str,
         c: &Container,
         now: i64,
     ) -> Result<String, ImageFailure> {
         let image = c.image.as_str();
+        // Backoff per pod and image, as the kubelet keys it: one pod's failing pulls do not
+        // hold back another pod using the same image.
+        let key = pull_backoff_key(uid, image);
+        let key = key.as_str();
         let container = || c.name.to_string();
         let present = self.image_id(image).await.map_err(|e| ImageFailure {
             error: SyncError::ImagePull {
@@ -78,7 +83,7 @@ impl RuntimeManager {
             }
             Decision::Pull => {}
         }
-        if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(image, now) {
+        if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(key, now) {
             return Err(ImageFailure {
                 error: SyncError::ImagePullBackOff {
                     container: container(),
@@ -90,7 +95,7 @@ impl RuntimeManager {
         log::info!("pulling image {image}");
         match self.images.pull_image(image).await {
             Ok(image_ref) => {
-                self.pull_backoff.borrow_mut().forget(image);
+                self.pull_backoff.borrow_mut().forget(key);
                 Ok(match self.image_id(image).await {
                     Ok(Some(id)) => id,
                     _ => image_ref,
@@ -98,13 +103,13 @@ impl RuntimeManager {
             }
             Err(e) => {
                 let mut b = self.pull_backoff.borrow_mut();
-                b.next(image, now);
+                b.next(key, now);
                 Err(ImageFailure {
                     error: SyncError::ImagePull {
                         container: container(),
                         message: format!("failed to pull image {image:?}: {e}"),
                     },
-                    retry_after: b.delay(image).unwrap_or(Duration::from_secs(10)),
+                    retry_after: b.delay(key).unwrap_or(Duration::from_secs(10)),
                 })
             }
         }
@@ -129,6 +134,11 @@ impl RuntimeManager {
             .map(|i| i.id)
             .filter(|id| !id.is_empty()))
     }
+}
+
+/// The pull backoff's key: `<pod uid>_<image>`, as the kubelet's.
+pub fn pull_backoff_key(uid: &str, image: &str) -> String {
+    format!("{uid}_{image}")
 }
 
 /// The user an image names.

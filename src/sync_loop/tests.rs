@@ -896,6 +896,37 @@ fn containers_always_get_the_minimum_grace_period_to_act_on_sigterm() {
 }
 
 #[test]
+fn the_pull_backoff_of_one_pod_does_not_hold_back_another() {
+    rt::block_on(async {
+        let h = harness("pullkey");
+        let spec = serde_json::json!({
+            "containers": [{"name": "c", "image": "example.com/missing:1"}]
+        });
+        let mut a = pod_json("a", spec.clone());
+        a.metadata.name = "a".into();
+        h.set_pods(vec![a.clone()]).await;
+        h.run_for(2).await;
+        let reason = |h: &Harness, uid: &str| {
+            h.status_of(uid).container_statuses[0]
+                .state
+                .waiting
+                .as_ref()
+                .and_then(|w| w.reason.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(reason(&h, "a"), "ImagePullBackOff");
+        let pulls = h.fake.calls("PullImage");
+        let mut b = pod_json("b", spec);
+        b.metadata.name = "b".into();
+        h.set_pods(vec![a, b]).await;
+        h.run_for(1).await;
+        // b pulls at once (and then backs off on its own), a stays backed off
+        assert_eq!(h.fake.calls("PullImage"), pulls + 1);
+        assert_eq!(reason(&h, "a"), "ImagePullBackOff");
+    });
+}
+
+#[test]
 fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
     rt::block_on(async {
         let h = harness("nonroot");
