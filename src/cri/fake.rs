@@ -203,6 +203,11 @@ impl FakeRuntime {
             .push_back((code, message.to_owned()));
     }
 
+    /// The `version` field of every VersionRequest that came over gRPC.
+    pub fn version_requests(&self) -> Vec<String> {
+        self.state.borrow().version_requests.clone()
+    }
+
     /// Every StopContainer that reached a container: its name and the timeout (seconds).
     pub fn stops(&self) -> Vec<(String, i64)> {
         self.state.borrow().stops.clone()
@@ -338,7 +343,11 @@ impl FakeRuntime {
         let mut st = self.state.borrow_mut();
         match (service, method) {
             ("runtime.v1.RuntimeService", m) => match m {
-                "Version" => enc(Ok(version())),
+                "Version" => {
+                    let req: v1::VersionRequest = decode(payload)?;
+                    st.version_requests.push(req.version);
+                    enc(Ok(version()))
+                }
                 "Status" => enc(Ok(st.status(decode(payload)?))),
                 "RunPodSandbox" => enc(st.run_pod_sandbox(decode(payload)?)),
                 "StopPodSandbox" => enc(st.stop_pod_sandbox(decode(payload)?)),
@@ -652,6 +661,8 @@ struct State {
     calls: HashMap<String, usize>,
     /// Each StopContainer: the container's name and the timeout asked for.
     stops: Vec<(String, i64)>,
+    /// The client version of each VersionRequest served over gRPC.
+    version_requests: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -785,6 +796,7 @@ impl State {
             failures: HashMap::new(),
             calls: HashMap::new(),
             stops: Vec::new(),
+            version_requests: Vec::new(),
         }
     }
 
