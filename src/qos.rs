@@ -85,8 +85,11 @@ pub fn is_node_critical(pod: &Pod) -> bool {
         .get(crate::config::ANNOTATION_CONFIG_SOURCE)
         .is_some_and(|s| s != "api")
         || a.contains_key(crate::config::ANNOTATION_CONFIG_MIRROR);
-    let critical =
-        static_or_mirror || pod.spec.priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+    let critical = static_or_mirror
+        || pod
+            .spec
+            .priority
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
     critical && pod.spec.priority_class_name.as_deref() == Some("system-node-critical")
 }
 

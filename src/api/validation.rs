@@ -419,8 +419,8 @@ impl Errors {
                 &format!("must not have more than {MAX_DNS_SEARCH_PATHS} search paths"),
             );
         }
-        let chars = d.searches.iter().map(String::len).sum::<usize>()
-            + d.searches.len().saturating_sub(1);
+        let chars =
+            d.searches.iter().map(String::len).sum::<usize>() + d.searches.len().saturating_sub(1);
         if chars > MAX_DNS_SEARCH_LIST_CHARS {
             self.add(
                 &format!("{p}.searches"),
@@ -455,9 +455,11 @@ impl Errors {
             }
             "Localhost" => match local {
                 None | Some("") => self.required(&format!("{p}.localhostProfile")),
-                Some(l) if l.starts_with('/') => {
-                    self.add(&format!("{p}.localhostProfile"), l, "must be a relative path")
-                }
+                Some(l) if l.starts_with('/') => self.add(
+                    &format!("{p}.localhostProfile"),
+                    l,
+                    "must be a relative path",
+                ),
                 Some(l) if has_backsteps(l) => {
                     self.add(&format!("{p}.localhostProfile"), l, BACKSTEPS)
                 }
@@ -1207,9 +1209,9 @@ mod tests {
     use super::*;
     use crate::api::decode::{Format, decode_pod};
     use crate::api::pod::{
-        Capabilities, EmptyDirVolumeSource, SeccompProfile, EnvVar, EnvVarSource, ExecAction, GrpcAction,
-        HostPathVolumeSource, HttpGetAction, HttpHeader, ObjectFieldSelector, Sysctl,
-        TcpSocketAction, Toleration, VolumeMount,
+        Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, GrpcAction,
+        HostPathVolumeSource, HttpGetAction, HttpHeader, ObjectFieldSelector, SeccompProfile,
+        Sysctl, TcpSocketAction, Toleration, VolumeMount,
     };
     use crate::api::quantity::Quantity;
     use serde_json::json;
@@ -2447,7 +2449,12 @@ mod tests {
         );
         let mut q = p.clone();
         let d = q.spec.dns_config.as_mut().unwrap();
-        d.nameservers = vec!["1.1.1.1".into(), "8.8.8.8".into(), "9.9.9.9".into(), "x".into()];
+        d.nameservers = vec![
+            "1.1.1.1".into(),
+            "8.8.8.8".into(),
+            "9.9.9.9".into(),
+            "x".into(),
+        ];
         let errs = validate_pod(&q);
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert_eq!(errs[0].path, "spec.dnsConfig.nameservers");
@@ -2458,7 +2465,12 @@ mod tests {
         assert_has(&q, "spec.dnsConfig.searches", "more than 32 search paths");
         let mut q = p.clone();
         q.spec.host_aliases[0].ip = "10.1.2".into();
-        assert_one(&q, "spec.hostAliases[0].ip", "10.1.2", "must be a valid IP address");
+        assert_one(
+            &q,
+            "spec.hostAliases[0].ip",
+            "10.1.2",
+            "must be a valid IP address",
+        );
         let mut q = p.clone();
         q.spec.readiness_gates[0].condition_type = String::new();
         assert_one(&q, "spec.readinessGates[0].conditionType", "", REQUIRED);
@@ -2484,7 +2496,11 @@ mod tests {
             type_: "Strict".into(),
             localhost_profile: None,
         });
-        assert_has(&q, "spec.securityContext.seccompProfile.type", "supported values");
+        assert_has(
+            &q,
+            "spec.securityContext.seccompProfile.type",
+            "supported values",
+        );
         let mut q = p.clone();
         q.spec.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile {
             type_: "Localhost".into(),
@@ -2508,8 +2524,11 @@ mod tests {
             APPARMOR_REFUSED,
         );
         let mut q = p.clone();
-        c0(&mut q).security_context.as_mut().unwrap().se_linux_options =
-            Some(json!({"level": "s0:c123,c456"}));
+        c0(&mut q)
+            .security_context
+            .as_mut()
+            .unwrap()
+            .se_linux_options = Some(json!({"level": "s0:c123,c456"}));
         assert_one(
             &q,
             "spec.containers[0].securityContext.seLinuxOptions",

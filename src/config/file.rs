@@ -694,7 +694,14 @@ mod tests {
     #[test]
     fn names() {
         // every name that is not hidden, as the kubelet reads them
-        for n in ["a.yaml", "b.yml", "c.json", "kube-apiserver.manifest", "etcd", "a.yaml~"] {
+        for n in [
+            "a.yaml",
+            "b.yml",
+            "c.json",
+            "kube-apiserver.manifest",
+            "etcd",
+            "a.yaml~",
+        ] {
             assert!(is_manifest_name(n), "{n}");
         }
         assert!(!is_manifest_name(".a.yaml") && !is_manifest_name(".a.yaml.swp"));

@@ -126,11 +126,7 @@ fn privileged(c: &Container) -> bool {
 /// The seccomp profile the runtime applies, as the kubelet picks it: the container's, else the
 /// pod's, else Unconfined (the kubelet's default without `seccompDefault`). A Localhost
 /// profile is a file under `<root-dir>/seccomp`.
-pub fn seccomp_profile(
-    pod: &Pod,
-    c: Option<&Container>,
-    root_dir: &Path,
-) -> v1::SecurityProfile {
+pub fn seccomp_profile(pod: &Pod, c: Option<&Container>, root_dir: &Path) -> v1::SecurityProfile {
     use v1::security_profile::ProfileType;
     let chosen = c
         .and_then(|c| c.security_context.as_ref())
@@ -141,14 +137,15 @@ pub fn seccomp_profile(
                 .as_ref()
                 .and_then(|s| s.seccomp_profile.as_ref())
         });
-    let (t, localhost_ref) = match chosen.map(|s| (s.type_.as_str(), s.localhost_profile.as_deref())) {
-        Some(("RuntimeDefault", _)) => (ProfileType::RuntimeDefault, String::new()),
-        Some(("Localhost", Some(f))) => (
-            ProfileType::Localhost,
-            root_dir.join("seccomp").join(f).display().to_string(),
-        ),
-        _ => (ProfileType::Unconfined, String::new()),
-    };
+    let (t, localhost_ref) =
+        match chosen.map(|s| (s.type_.as_str(), s.localhost_profile.as_deref())) {
+            Some(("RuntimeDefault", _)) => (ProfileType::RuntimeDefault, String::new()),
+            Some(("Localhost", Some(f))) => (
+                ProfileType::Localhost,
+                root_dir.join("seccomp").join(f).display().to_string(),
+            ),
+            _ => (ProfileType::Unconfined, String::new()),
+        };
     v1::SecurityProfile {
         profile_type: t as i32,
         localhost_ref,
@@ -188,7 +185,10 @@ fn port_mappings(c: &Container) -> Vec<v1::PortMapping> {
                     Ok(std::net::IpAddr::V6(_)) => "v6",
                     _ => "v4",
                 };
-                format!("{family}-{proto}-{host_ip}:{}:{host_port}", p.container_port)
+                format!(
+                    "{family}-{proto}-{host_ip}:{}:{host_port}",
+                    p.container_port
+                )
             }
         };
         if !names.insert(name) {

@@ -145,8 +145,7 @@ impl RuntimeManager {
             match self.image_user(&c.image).await {
                 Ok(u) => u,
                 Err(e) => {
-                    let e =
-                        config_error(format!("reading the user of image {:?}: {e}", c.image));
+                    let e = config_error(format!("reading the user of image {:?}: {e}", c.image));
                     return refuse(e, out);
                 }
             }
@@ -447,7 +446,11 @@ mod tests {
         assert!(hash_matches(&a, legacy_container_hash(&a), now));
         let mut b = a.clone();
         b.image = "busybox:2".into();
-        assert!(!hash_matches(&b, legacy_container_hash(&a), container_hash(&b)));
+        assert!(!hash_matches(
+            &b,
+            legacy_container_hash(&a),
+            container_hash(&b)
+        ));
         assert!(!hash_matches(&b, now, container_hash(&b)));
     }
 

@@ -236,7 +236,10 @@ mod tests {
         assert!(e.contains("container: c"), "{e}");
         let e = verify_run_as_non_root(&pod, &ctr, &ImageUser::Name("nginx".into())).unwrap_err();
         assert!(e.contains("non-numeric user (nginx)"), "{e}");
-        assert_eq!(verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(101)), Ok(()));
+        assert_eq!(
+            verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(101)),
+            Ok(())
+        );
         assert!(verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(1 << 40)).is_err());
         // an explicit runAsUser decides, the image's user does not matter
         ctr.security_context = Some(SecurityContext {

@@ -1392,7 +1392,9 @@ mod tests {
         assert_eq!(r.reason.as_deref(), Some("ReadinessGatesNotReady"));
         assert_eq!(
             r.message.as_deref(),
-            Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+            )
         );
         p.status.conditions = vec![PodCondition {
             type_: "example.com/lb".into(),

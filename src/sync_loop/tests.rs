@@ -885,13 +885,19 @@ fn containers_always_get_the_minimum_grace_period_to_act_on_sigterm() {
         );
         h.set_pods(vec![zero]).await;
         // The orphan is stopped with the kubelet's 1 s override, raised to the 2 s minimum.
-        h.until("orphan stopped", 6, |h| h.running("long") == 0).await;
+        h.until("orphan stopped", 6, |h| h.running("long") == 0)
+            .await;
         assert_eq!(h.fake.stops(), [("l".to_owned(), 2)]);
         h.until("running", 10, |h| h.running("zero") == 1).await;
         // Grace 0: the stop still asks for the minimum (SIGTERM, then SIGKILL 2 s later).
         h.set_pods(vec![]).await;
         h.until("zero stopped", 4, |h| h.running("zero") == 0).await;
-        assert_eq!(h.fake.stops()[1], ("z".to_owned(), 2), "{:?}", h.fake.stops());
+        assert_eq!(
+            h.fake.stops()[1],
+            ("z".to_owned(), 2),
+            "{:?}",
+            h.fake.stops()
+        );
     });
 }
 
@@ -960,7 +966,10 @@ fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
         assert_eq!(h.instances("root").len(), 0);
         let user = &h.instances("user")[0];
         let ip = user.config.envs.iter().find(|e| e.key == "IP").unwrap();
-        assert_eq!(ip.value, "192.0.2.1", "a host-network pod's IP is the node's");
+        assert_eq!(
+            ip.value, "192.0.2.1",
+            "a host-network pod's IP is the node's"
+        );
     });
 }
 
