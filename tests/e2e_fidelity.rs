@@ -118,9 +118,10 @@ fn run_as_non_root_seccomp_and_refused_apparmor() {
     a.wait_for("the non-root container ran", T, |_| {
         read(&out.join("uid")).trim() == "1000"
     });
-    assert_eq!(
+    assert!(
         status(&a, "nonroot-user")["containerStatuses"][0]["state"]["running"].is_object(),
-        true
+        "{}",
+        status(&a, "nonroot-user")
     );
     a.wait_for("both seccomp pods wrote their status", T, |_| {
         read(&out.join("seccomp-default")).contains("Seccomp:")
