@@ -148,6 +148,15 @@ pub struct PodSpec {
     /// Conditions that must also be True for the pod to be Ready.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub readiness_gates: Vec<PodReadinessGate>,
+    /// Modelled so validation can refuse them by name: picolet does not apply them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_users: Option<bool>,
+    #[serde(rename = "setHostnameAsFQDN", skip_serializing_if = "Option::is_none")]
+    pub set_hostname_as_fqdn: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

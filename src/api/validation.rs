@@ -379,6 +379,35 @@ impl Errors {
                 self.dns_subdomain(&format!("{p}.hostnames[{j}]"), h);
             }
         }
+        // Fields that would change what the pod does, which picolet does not apply.
+        if let Some(v) = s.active_deadline_seconds {
+            self.add(
+                "spec.activeDeadlineSeconds",
+                &v.to_string(),
+                "is not supported by picolet: it does not end pods at a deadline",
+            );
+        }
+        if let Some(v) = s.runtime_class_name.as_deref() {
+            self.add(
+                "spec.runtimeClassName",
+                v,
+                "is not supported by picolet: every pod runs with the runtime's default handler",
+            );
+        }
+        if s.host_users == Some(false) {
+            self.add(
+                "spec.hostUsers",
+                "false",
+                "is not supported by picolet: it creates no user namespaces",
+            );
+        }
+        if s.set_hostname_as_fqdn == Some(true) {
+            self.add(
+                "spec.setHostnameAsFQDN",
+                "true",
+                "is not supported by picolet: it has no cluster domain to make the name of",
+            );
+        }
         for (i, g) in s.readiness_gates.iter().enumerate() {
             let p = format!("spec.readinessGates[{i}].conditionType");
             let t = g.condition_type.as_str();
@@ -2534,6 +2563,41 @@ mod tests {
             "spec.containers[0].securityContext.seLinuxOptions",
             "",
             SELINUX_REFUSED,
+        );
+    }
+
+    #[test]
+    fn fields_picolet_does_not_apply_are_refused_by_name() {
+        let mut p = base();
+        p.spec.host_users = Some(true);
+        p.spec.set_hostname_as_fqdn = Some(false);
+        assert_valid(&p);
+        let mut q = p.clone();
+        q.spec.active_deadline_seconds = Some(60);
+        assert_one(
+            &q,
+            "spec.activeDeadlineSeconds",
+            "60",
+            "not supported by picolet",
+        );
+        let mut q = p.clone();
+        q.spec.runtime_class_name = Some("kata".into());
+        assert_one(
+            &q,
+            "spec.runtimeClassName",
+            "kata",
+            "not supported by picolet",
+        );
+        let mut q = p.clone();
+        q.spec.host_users = Some(false);
+        assert_one(&q, "spec.hostUsers", "false", "no user namespaces");
+        let mut q = p.clone();
+        q.spec.set_hostname_as_fqdn = Some(true);
+        assert_one(
+            &q,
+            "spec.setHostnameAsFQDN",
+            "true",
+            "not supported by picolet",
         );
     }
 
