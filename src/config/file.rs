@@ -1046,4 +1046,45 @@ mod tests {
         });
         fs::remove_dir_all(&d).unwrap();
     }
+
+    #[test]
+    fn a_single_manifest_file_is_watched() {
+        let d = tmpdir("watch-one");
+        let f = d.join("kube-apiserver.manifest");
+        fs::write(&f, GOOD).unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let cfg = FileSourceConfig {
+            store: None,
+            dir: f.clone(),
+            node_name: "n".into(),
+            check_frequency: Duration::from_secs(600),
+        };
+        rt::block_on(async {
+            let task = rt::spawn(run(cfg, tx, Rc::default()));
+            let next = || async {
+                rt::timeout(Duration::from_secs(5), rx.recv())
+                    .await
+                    .unwrap()
+                    .unwrap()
+            };
+            let first = next().await;
+            assert_eq!(first.pods.len(), 1);
+            let uid = first.pods[0].metadata.uid.clone();
+            // Rewritten in place, then replaced by a rename as editors do: both seen at once,
+            // well under the 600 s re-list.
+            fs::write(&f, GOOD2).unwrap();
+            let s = next().await;
+            assert_ne!(s.pods[0].metadata.uid, uid);
+            let tmp = d.join(".kube-apiserver.manifest.tmp");
+            fs::write(&tmp, GOOD).unwrap();
+            fs::rename(&tmp, &f).unwrap();
+            let s = next().await;
+            assert_eq!(s.pods[0].metadata.uid, uid);
+            fs::write(&f, GOOD2).unwrap();
+            let s = next().await;
+            assert_ne!(s.pods[0].metadata.uid, uid, "the new file is watched too");
+            drop(task);
+        });
+        fs::remove_dir_all(&d).unwrap();
+    }
 }
