@@ -364,6 +364,7 @@ async fn start_container(
             volumes: &volumes,
             subpaths: &HashMap::new(),
             termination_log: None,
+            etc_hosts: None,
         },
     );
     let what = format!("{}/{}", p.pod.metadata.name, container.name);

@@ -214,6 +214,45 @@ pub fn parse_labels(s: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
+/// Formats a duration as Go's `time.Duration.String` does: "10s", "1m20s", "5m0s", "1h0m0s",
+/// "1.5s", "500ms", "0s" (sub-second durations in ms, µs or ns).
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        return "0s".into();
+    }
+    // Whole and fractional part of `v / unit`, the fraction without trailing zeros.
+    fn frac(v: u128, unit: u128) -> String {
+        let (whole, rest) = (v / unit, v % unit);
+        if rest == 0 {
+            return whole.to_string();
+        }
+        let width = unit.ilog10() as usize;
+        let f = format!("{rest:0width$}");
+        format!("{whole}.{}", f.trim_end_matches('0'))
+    }
+    if ns < 1_000 {
+        return format!("{ns}ns");
+    }
+    if ns < 1_000_000 {
+        return format!("{}µs", frac(ns, 1_000));
+    }
+    if ns < 1_000_000_000 {
+        return format!("{}ms", frac(ns, 1_000_000));
+    }
+    let secs = ns / 1_000_000_000;
+    let sub = ns % 1_000_000_000;
+    let s = frac((secs % 60) * 1_000_000_000 + sub, 1_000_000_000);
+    let (m, h) = ((secs / 60) % 60, secs / 3600);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
 /// Parses a Go duration ("20s", "1m30s", "500ms", "2h", "1.5s").
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if s == "0" {
@@ -820,6 +859,24 @@ impl Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        let f = |ms: u64| format_duration(Duration::from_millis(ms));
+        assert_eq!(f(0), "0s");
+        assert_eq!(f(10_000), "10s");
+        assert_eq!(f(80_000), "1m20s");
+        assert_eq!(f(300_000), "5m0s");
+        assert_eq!(f(3_600_000), "1h0m0s");
+        assert_eq!(f(3_723_500), "1h2m3.5s");
+        assert_eq!(f(1_500), "1.5s");
+        assert_eq!(f(500), "500ms");
+        assert_eq!(format_duration(Duration::from_micros(1_500)), "1.5ms");
+        assert_eq!(format_duration(Duration::from_nanos(12)), "12ns");
+        for s in ["10s", "1m20s", "5m0s", "1h2m3.5s", "500ms"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+    }
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| (*x).to_owned()).collect()

@@ -72,21 +72,64 @@ pub fn milli_cpu_to_quota(milli: i64, period_us: i64) -> i64 {
     (milli.saturating_mul(period_us) / 1000).max(MIN_QUOTA_US)
 }
 
-/// The OOM score adjustment of a container, as the kubelet computes it: -997 for Guaranteed,
-/// 1000 for BestEffort, and for Burstable a value in [2, 999] that is lower the larger the
-/// container's memory request relative to the node's memory.
+/// The priority from which a pod is critical (`scheduling.SystemCriticalPriority`).
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
+
+/// A node-critical pod, as the kubelet's `IsNodeCriticalPod`: critical (a static pod, a mirror
+/// pod, or a priority of at least 2000000000) and of priority class `system-node-critical`.
+pub fn is_node_critical(pod: &Pod) -> bool {
+    let a = &pod.metadata.annotations;
+    let static_or_mirror = a
+        .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+        .is_some_and(|s| s != "api")
+        || a.contains_key(crate::config::ANNOTATION_CONFIG_MIRROR);
+    let critical = static_or_mirror
+        || pod
+            .spec
+            .priority
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+    critical && pod.spec.priority_class_name.as_deref() == Some("system-node-critical")
+}
+
+fn memory_request(c: &Container) -> i64 {
+    c.resources.requests.get("memory").map_or(0, |q| q.value())
+}
+
+/// The OOM score adjustment of a container, as the kubelet computes it: -997 for node-critical
+/// pods and Guaranteed ones, 1000 for BestEffort, and for Burstable a value in [3, 999] that is
+/// lower the larger the container's memory request relative to the node's memory (a sidecar's
+/// no higher than that of the app container with the smallest request, so it is not killed
+/// before the containers it serves).
 pub fn oom_score_adj(pod: &Pod, c: &Container, node_memory_bytes: i64) -> i64 {
+    if is_node_critical(pod) {
+        return GUARANTEED_OOM_SCORE_ADJ;
+    }
     match qos_class(pod) {
-        QosClass::Guaranteed => -997,
-        QosClass::BestEffort => 1000,
-        QosClass::Burstable => {
-            let req = c.resources.requests.get("memory").map_or(0, |q| q.value());
-            if node_memory_bytes <= 0 {
-                return 999;
-            }
-            let adj = 1000 - (1000 * i128::from(req) / i128::from(node_memory_bytes));
-            i64::try_from(adj).unwrap_or(2).clamp(2, 999)
-        }
+        QosClass::Guaranteed => return GUARANTEED_OOM_SCORE_ADJ,
+        QosClass::BestEffort => return BEST_EFFORT_OOM_SCORE_ADJ,
+        QosClass::Burstable => {}
+    }
+    if node_memory_bytes <= 0 {
+        return BEST_EFFORT_OOM_SCORE_ADJ - 1;
+    }
+    let adj = |req: i64| {
+        let a = 1000 - (1000 * i128::from(req) / i128::from(node_memory_bytes));
+        i64::try_from(a).unwrap_or(i64::MIN)
+    };
+    let mut score = adj(memory_request(c));
+    let sidecar = c.is_sidecar() && pod.spec.init_containers.iter().any(|i| i.name == c.name);
+    if sidecar && let Some(min) = pod.spec.containers.iter().map(memory_request).min() {
+        score = score.min(adj(min));
+    }
+    // Never as low as a Guaranteed container, never as high as a BestEffort one.
+    if score < 1000 + GUARANTEED_OOM_SCORE_ADJ {
+        1000 + GUARANTEED_OOM_SCORE_ADJ
+    } else if score == BEST_EFFORT_OOM_SCORE_ADJ {
+        score - 1
+    } else {
+        score
     }
 }
 
@@ -162,9 +205,51 @@ mod tests {
         assert_eq!(oom_score_adj(&pod(vec![be.clone()]), &be, 4 * gi), 1000);
         let b = container(&[("memory", "1Gi")], &[]);
         assert_eq!(oom_score_adj(&pod(vec![b.clone()]), &b, 4 * gi), 750);
+        // the Burstable floor is 1000 - 997
         let huge = container(&[("memory", "8Gi")], &[]);
-        assert_eq!(oom_score_adj(&pod(vec![huge.clone()]), &huge, 4 * gi), 2);
+        assert_eq!(oom_score_adj(&pod(vec![huge.clone()]), &huge, 4 * gi), 3);
         let tiny = container(&[("cpu", "1m")], &[]);
         assert_eq!(oom_score_adj(&pod(vec![tiny.clone()]), &tiny, 4 * gi), 999);
+    }
+
+    #[test]
+    fn node_critical_pods_score_as_guaranteed() {
+        let gi = 1i64 << 30;
+        let be = container(&[], &[]);
+        let mut p = pod(vec![be.clone()]);
+        p.spec.priority_class_name = Some("system-node-critical".into());
+        // from the apiserver, critical only by its priority
+        p.metadata
+            .annotations
+            .insert("kubernetes.io/config.source".into(), "api".into());
+        assert_eq!(oom_score_adj(&p, &be, 4 * gi), 1000);
+        p.spec.priority = Some(2_000_001_000);
+        assert_eq!(oom_score_adj(&p, &be, 4 * gi), -997);
+        // a static pod is critical whatever its priority
+        p.spec.priority = None;
+        p.metadata
+            .annotations
+            .insert("kubernetes.io/config.source".into(), "file".into());
+        assert_eq!(oom_score_adj(&p, &be, 4 * gi), -997);
+        // as upstream, system-cluster-critical is not node-critical
+        p.spec.priority_class_name = Some("system-cluster-critical".into());
+        assert_eq!(oom_score_adj(&p, &be, 4 * gi), 1000);
+    }
+
+    #[test]
+    fn a_sidecar_scores_no_higher_than_the_smallest_app_container() {
+        let gi = 1i64 << 30;
+        let app = container(&[("memory", "1Gi")], &[]);
+        let mut side = container(&[("memory", "100Mi")], &[]);
+        side.name = "side".into();
+        side.restart_policy = Some("Always".into());
+        let mut p = pod(vec![app.clone()]);
+        p.spec.init_containers = vec![side.clone()];
+        assert_eq!(oom_score_adj(&p, &app, 4 * gi), 750);
+        assert_eq!(oom_score_adj(&p, &side, 4 * gi), 750);
+        // a plain init container keeps its own
+        side.restart_policy = None;
+        p.spec.init_containers = vec![side.clone()];
+        assert_eq!(oom_score_adj(&p, &side, 4 * gi), 976);
     }
 }

@@ -157,6 +157,9 @@ fn version_round_trip() {
             t <= Duration::from_secs(5) && t > Duration::from_secs(4),
             "{t:?}"
         );
+        // Through the runtime seam, the request carries the kubelet's client version.
+        picolet::cri::RuntimeService::version(&cri).await.unwrap();
+        assert_eq!(fake.version_requests(), ["0.1.0", "0.1.0"]);
 
         let s = cri
             .status(v1::StatusRequest { verbose: false })

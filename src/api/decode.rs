@@ -509,7 +509,6 @@ spec:
                 "metadata.generateName",
                 "metadata.finalizers",
                 "spec.affinity",
-                "spec.securityContext.seccompProfile",
                 "spec.containers[0].lifecycle.stopSignal",
                 "spec.containers[0].securityContext.capabilities.bogus",
                 "spec.containers[0].livenessProbe.foo",

@@ -140,6 +140,66 @@ pub struct PodSpec {
     /// One PID namespace for every container of the pod (the sandbox's, CRI mode POD).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share_process_namespace: Option<bool>,
+    /// Extra lines of the pod's managed /etc/hosts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_aliases: Vec<HostAlias>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_config: Option<PodDnsConfig>,
+    /// Conditions that must also be True for the pod to be Ready.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub readiness_gates: Vec<PodReadinessGate>,
+    /// Modelled so validation can refuse them by name: picolet does not apply them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_users: Option<bool>,
+    #[serde(rename = "setHostnameAsFQDN", skip_serializing_if = "Option::is_none")]
+    pub set_hostname_as_fqdn: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HostAlias {
+    pub ip: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodDnsConfig {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub searches: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<PodDnsConfigOption>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodDnsConfigOption {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodReadinessGate {
+    pub condition_type: String,
+}
+
+/// `seccompProfile` of a pod or container.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct SeccompProfile {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub localhost_profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -157,6 +217,13 @@ pub struct PodSecurityContext {
     pub supplemental_groups: Vec<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sysctls: Vec<Sysctl>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp_profile: Option<SeccompProfile>,
+    /// Kept opaque: validation refuses what picolet cannot apply, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_armor_profile: Option<serde_json::Value>,
+    #[serde(rename = "seLinuxOptions", skip_serializing_if = "Option::is_none")]
+    pub se_linux_options: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -300,6 +367,9 @@ pub struct VolumeMount {
     pub read_only: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sub_path: Option<String>,
+    /// A subPath with `$(VAR)` references to the container's environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub_path_expr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mount_propagation: Option<String>,
 }
@@ -321,6 +391,13 @@ pub struct SecurityContext {
     pub allow_privilege_escalation: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Capabilities>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp_profile: Option<SeccompProfile>,
+    /// Kept opaque: validation refuses what picolet cannot apply, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub app_armor_profile: Option<serde_json::Value>,
+    #[serde(rename = "seLinuxOptions", skip_serializing_if = "Option::is_none")]
+    pub se_linux_options: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

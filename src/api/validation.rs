@@ -9,7 +9,8 @@ use std::fmt;
 
 use super::pod::{
     Container, ContainerPort, HttpGetAction, IntOrString, LifecycleHandler, ObjectMeta, Pod,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SecurityContext, Volume,
+    PodDnsConfig, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume,
 };
 
 /// One validation failure: the field, its offending value ("" when the
@@ -47,6 +48,12 @@ const PORT_NAME: &str = "must be an IANA service name: at most 15 characters, on
 const ENV_NAME: &str = "must consist only of printable ascii characters other than '='";
 const LABEL_VALUE: &str = "must be empty or at most 63 characters, only alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric";
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+/// The apiserver's limits of `dnsConfig` (and the kubelet's of the resolv.conf it writes).
+pub const MAX_DNS_NAMESERVERS: usize = 3;
+pub const MAX_DNS_SEARCH_PATHS: usize = 32;
+pub const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+const SELINUX_REFUSED: &str = "is not supported by picolet: it passes no SELinux labels to the runtime (remove it, or run the pod under a kubelet on an SELinux host)";
+const APPARMOR_REFUSED: &str = "is not supported by picolet: only type RuntimeDefault, what the runtime applies anyway, is accepted";
 
 /// Env `fieldRef` paths picolet can fill in.
 pub const SUPPORTED_FIELD_PATHS: [&str; 7] = [
@@ -340,11 +347,19 @@ impl Errors {
         );
         match s.dns_policy.as_deref() {
             None | Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default") => {}
-            Some("None") => self.add(
-                "spec.dnsPolicy",
-                "None",
-                "requires dnsConfig, which is not supported by picolet",
-            ),
+            Some("None") => match &s.dns_config {
+                None => self.add(
+                    "spec.dnsConfig",
+                    "",
+                    "must provide `dnsConfig` when `dnsPolicy` is None",
+                ),
+                Some(d) if d.nameservers.is_empty() => self.add(
+                    "spec.dnsConfig.nameservers",
+                    "",
+                    "must provide at least one DNS nameserver when `dnsPolicy` is None",
+                ),
+                Some(_) => {}
+            },
             Some(v) => self.add(
                 "spec.dnsPolicy",
                 v,
@@ -352,9 +367,157 @@ impl Errors {
             ),
         }
         self.string_map("spec.nodeSelector", &s.node_selector);
+        if let Some(d) = &s.dns_config {
+            self.dns_config(d);
+        }
+        for (i, a) in s.host_aliases.iter().enumerate() {
+            let p = format!("spec.hostAliases[{i}]");
+            if a.ip.parse::<std::net::IpAddr>().is_err() {
+                self.add(&format!("{p}.ip"), &a.ip, "must be a valid IP address");
+            }
+            for (j, h) in a.hostnames.iter().enumerate() {
+                self.dns_subdomain(&format!("{p}.hostnames[{j}]"), h);
+            }
+        }
+        // Fields that would change what the pod does, which picolet does not apply.
+        if let Some(v) = s.active_deadline_seconds {
+            self.add(
+                "spec.activeDeadlineSeconds",
+                &v.to_string(),
+                "is not supported by picolet: it does not end pods at a deadline",
+            );
+        }
+        if let Some(v) = s.runtime_class_name.as_deref() {
+            self.add(
+                "spec.runtimeClassName",
+                v,
+                "is not supported by picolet: every pod runs with the runtime's default handler",
+            );
+        }
+        if s.host_users == Some(false) {
+            self.add(
+                "spec.hostUsers",
+                "false",
+                "is not supported by picolet: it creates no user namespaces",
+            );
+        }
+        if s.set_hostname_as_fqdn == Some(true) {
+            self.add(
+                "spec.setHostnameAsFQDN",
+                "true",
+                "is not supported by picolet: it has no cluster domain to make the name of",
+            );
+        }
+        for (i, g) in s.readiness_gates.iter().enumerate() {
+            let p = format!("spec.readinessGates[{i}].conditionType");
+            let t = g.condition_type.as_str();
+            if t.is_empty() {
+                self.required(&p);
+            } else if let Some(msg) = qualified_name_error(t) {
+                self.add(&p, t, msg);
+            }
+        }
         self.tolerations(s);
         if let Some(sc) = &s.security_context {
             self.pod_security_context(sc);
+        }
+    }
+
+    fn dns_config(&mut self, d: &PodDnsConfig) {
+        let p = "spec.dnsConfig";
+        if d.nameservers.len() > MAX_DNS_NAMESERVERS {
+            self.add(
+                &format!("{p}.nameservers"),
+                &d.nameservers.join(" "),
+                &format!("must not have more than {MAX_DNS_NAMESERVERS} nameservers"),
+            );
+        }
+        for (i, ns) in d.nameservers.iter().enumerate() {
+            if ns.parse::<std::net::IpAddr>().is_err() {
+                self.add(
+                    &format!("{p}.nameservers[{i}]"),
+                    ns,
+                    "must be a valid IP address",
+                );
+            }
+        }
+        if d.searches.len() > MAX_DNS_SEARCH_PATHS {
+            self.add(
+                &format!("{p}.searches"),
+                &d.searches.len().to_string(),
+                &format!("must not have more than {MAX_DNS_SEARCH_PATHS} search paths"),
+            );
+        }
+        let chars =
+            d.searches.iter().map(String::len).sum::<usize>() + d.searches.len().saturating_sub(1);
+        if chars > MAX_DNS_SEARCH_LIST_CHARS {
+            self.add(
+                &format!("{p}.searches"),
+                &chars.to_string(),
+                &format!("must not have more than {MAX_DNS_SEARCH_LIST_CHARS} characters (including spaces) in the search list"),
+            );
+        }
+        for (i, s) in d.searches.iter().enumerate() {
+            // a trailing dot (a fully qualified name) is allowed
+            let name = s.strip_suffix('.').unwrap_or(s);
+            self.dns_subdomain(&format!("{p}.searches[{i}]"), name);
+        }
+        for (i, o) in d.options.iter().enumerate() {
+            if o.name.is_empty() {
+                self.required(&format!("{p}.options[{i}].name"));
+            }
+        }
+    }
+
+    /// `seccompProfile` as the apiserver checks it; every type is applied.
+    fn seccomp(&mut self, sp: &SeccompProfile, p: &str) {
+        let local = sp.localhost_profile.as_deref();
+        match sp.type_.as_str() {
+            "RuntimeDefault" | "Unconfined" => {
+                if let Some(l) = local {
+                    self.add(
+                        &format!("{p}.localhostProfile"),
+                        l,
+                        "can only be set if seccomp type is Localhost",
+                    );
+                }
+            }
+            "Localhost" => match local {
+                None | Some("") => self.required(&format!("{p}.localhostProfile")),
+                Some(l) if l.starts_with('/') => self.add(
+                    &format!("{p}.localhostProfile"),
+                    l,
+                    "must be a relative path",
+                ),
+                Some(l) if has_backsteps(l) => {
+                    self.add(&format!("{p}.localhostProfile"), l, BACKSTEPS)
+                }
+                Some(_) => {}
+            },
+            "" => self.required(&format!("{p}.type")),
+            v => self.add(
+                &format!("{p}.type"),
+                v,
+                &supported(&["Localhost", "RuntimeDefault", "Unconfined"]),
+            ),
+        }
+    }
+
+    /// appArmorProfile and seLinuxOptions, which picolet cannot apply: refused by name.
+    fn lsm(
+        &mut self,
+        apparmor: Option<&serde_json::Value>,
+        selinux: Option<&serde_json::Value>,
+        p: &str,
+    ) {
+        if let Some(a) = apparmor {
+            let t = a.get("type").and_then(|t| t.as_str()).unwrap_or_default();
+            if t != "RuntimeDefault" {
+                self.add(&format!("{p}.appArmorProfile"), t, APPARMOR_REFUSED);
+            }
+        }
+        if selinux.is_some() {
+            self.add(&format!("{p}.seLinuxOptions"), "", SELINUX_REFUSED);
         }
     }
 
@@ -442,6 +605,14 @@ impl Errors {
 
     fn pod_security_context(&mut self, sc: &PodSecurityContext) {
         let p = "spec.securityContext";
+        if let Some(sp) = &sc.seccomp_profile {
+            self.seccomp(sp, &format!("{p}.seccompProfile"));
+        }
+        self.lsm(
+            sc.app_armor_profile.as_ref(),
+            sc.se_linux_options.as_ref(),
+            p,
+        );
         self.unix_id(&format!("{p}.runAsUser"), sc.run_as_user);
         self.unix_id(&format!("{p}.runAsGroup"), sc.run_as_group);
         self.unix_id(&format!("{p}.fsGroup"), sc.fs_group);
@@ -814,12 +985,22 @@ impl Errors {
             } else if !paths.insert(m.mount_path.as_str()) {
                 self.add(&path, &m.mount_path, "must be unique");
             }
-            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                let path = format!("{mp}.subPath");
-                if sub.starts_with('/') {
-                    self.add(&path, sub, "must be a relative path");
-                } else if has_backsteps(sub) {
-                    self.add(&path, sub, BACKSTEPS);
+            let sub = m.sub_path.as_deref().filter(|s| !s.is_empty());
+            let expr = m.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+            if sub.is_some() && expr.is_some() {
+                self.add(
+                    &format!("{mp}.subPathExpr"),
+                    expr.unwrap_or_default(),
+                    "subPathExpr and subPath are mutually exclusive",
+                );
+            }
+            for (field, v) in [("subPath", sub), ("subPathExpr", expr)] {
+                let Some(v) = v else { continue };
+                let path = format!("{mp}.{field}");
+                if v.starts_with('/') {
+                    self.add(&path, v, "must be a relative path");
+                } else if has_backsteps(v) {
+                    self.add(&path, v, BACKSTEPS);
                 }
             }
             match m.mount_propagation.as_deref() {
@@ -1010,6 +1191,14 @@ impl Errors {
     }
 
     fn security_context(&mut self, sc: &SecurityContext, p: &str) {
+        if let Some(sp) = &sc.seccomp_profile {
+            self.seccomp(sp, &format!("{p}.seccompProfile"));
+        }
+        self.lsm(
+            sc.app_armor_profile.as_ref(),
+            sc.se_linux_options.as_ref(),
+            p,
+        );
         self.unix_id(&format!("{p}.runAsUser"), sc.run_as_user);
         self.unix_id(&format!("{p}.runAsGroup"), sc.run_as_group);
         if sc.allow_privilege_escalation == Some(false) {
@@ -1050,8 +1239,8 @@ mod tests {
     use crate::api::decode::{Format, decode_pod};
     use crate::api::pod::{
         Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, GrpcAction,
-        HostPathVolumeSource, HttpGetAction, HttpHeader, ObjectFieldSelector, Sysctl,
-        TcpSocketAction, Toleration, VolumeMount,
+        HostPathVolumeSource, HttpGetAction, HttpHeader, ObjectFieldSelector, SeccompProfile,
+        Sysctl, TcpSocketAction, Toleration, VolumeMount,
     };
     use crate::api::quantity::Quantity;
     use serde_json::json;
@@ -2273,6 +2462,175 @@ mod tests {
     }
 
     #[test]
+    fn security_profiles_and_dns_and_aliases() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: s}\nspec:\n  dnsPolicy: None\n  dnsConfig:\n    nameservers: [10.0.0.10]\n    searches: [a.example, b.example.]\n    options: [{name: ndots, value: '2'}, {name: edns0}]\n  hostAliases:\n  - {ip: 10.1.2.3, hostnames: [foo.local, bar]}\n  readinessGates: [{conditionType: example.com/ready}]\n  securityContext:\n    seccompProfile: {type: RuntimeDefault}\n    appArmorProfile: {type: RuntimeDefault}\n  containers:\n  - name: a\n    image: busybox\n    securityContext:\n      seccompProfile: {type: Localhost, localhostProfile: profiles/audit.json}\n",
+        );
+        assert_valid(&p);
+
+        let mut q = p.clone();
+        q.spec.dns_config = None;
+        assert_one(
+            &q,
+            "spec.dnsConfig",
+            "",
+            "must provide `dnsConfig` when `dnsPolicy` is None",
+        );
+        let mut q = p.clone();
+        let d = q.spec.dns_config.as_mut().unwrap();
+        d.nameservers = vec![
+            "1.1.1.1".into(),
+            "8.8.8.8".into(),
+            "9.9.9.9".into(),
+            "x".into(),
+        ];
+        let errs = validate_pod(&q);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert_eq!(errs[0].path, "spec.dnsConfig.nameservers");
+        assert!(errs[0].message.contains("more than 3"), "{errs:?}");
+        assert_eq!(errs[1].path, "spec.dnsConfig.nameservers[3]");
+        let mut q = p.clone();
+        q.spec.dns_config.as_mut().unwrap().searches = (0..33).map(|i| format!("s{i}")).collect();
+        assert_has(&q, "spec.dnsConfig.searches", "more than 32 search paths");
+        let mut q = p.clone();
+        q.spec.host_aliases[0].ip = "10.1.2".into();
+        assert_one(
+            &q,
+            "spec.hostAliases[0].ip",
+            "10.1.2",
+            "must be a valid IP address",
+        );
+        let mut q = p.clone();
+        q.spec.readiness_gates[0].condition_type = String::new();
+        assert_one(&q, "spec.readinessGates[0].conditionType", "", REQUIRED);
+
+        // seccomp: the types the apiserver knows, a relative Localhost profile
+        let mut q = p.clone();
+        c0(&mut q)
+            .security_context
+            .as_mut()
+            .unwrap()
+            .seccomp_profile
+            .as_mut()
+            .unwrap()
+            .localhost_profile = Some("/etc/x.json".into());
+        assert_one(
+            &q,
+            "spec.containers[0].securityContext.seccompProfile.localhostProfile",
+            "/etc/x.json",
+            "must be a relative path",
+        );
+        let mut q = p.clone();
+        q.spec.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile {
+            type_: "Strict".into(),
+            localhost_profile: None,
+        });
+        assert_has(
+            &q,
+            "spec.securityContext.seccompProfile.type",
+            "supported values",
+        );
+        let mut q = p.clone();
+        q.spec.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile {
+            type_: "Localhost".into(),
+            localhost_profile: None,
+        });
+        assert_one(
+            &q,
+            "spec.securityContext.seccompProfile.localhostProfile",
+            "",
+            REQUIRED,
+        );
+
+        // what picolet cannot apply is refused by name
+        let mut q = p.clone();
+        q.spec.security_context.as_mut().unwrap().app_armor_profile =
+            Some(json!({"type": "Localhost", "localhostProfile": "k8s-nginx"}));
+        assert_one(
+            &q,
+            "spec.securityContext.appArmorProfile",
+            "Localhost",
+            APPARMOR_REFUSED,
+        );
+        let mut q = p.clone();
+        c0(&mut q)
+            .security_context
+            .as_mut()
+            .unwrap()
+            .se_linux_options = Some(json!({"level": "s0:c123,c456"}));
+        assert_one(
+            &q,
+            "spec.containers[0].securityContext.seLinuxOptions",
+            "",
+            SELINUX_REFUSED,
+        );
+    }
+
+    #[test]
+    fn fields_picolet_does_not_apply_are_refused_by_name() {
+        let mut p = base();
+        p.spec.host_users = Some(true);
+        p.spec.set_hostname_as_fqdn = Some(false);
+        assert_valid(&p);
+        let mut q = p.clone();
+        q.spec.active_deadline_seconds = Some(60);
+        assert_one(
+            &q,
+            "spec.activeDeadlineSeconds",
+            "60",
+            "not supported by picolet",
+        );
+        let mut q = p.clone();
+        q.spec.runtime_class_name = Some("kata".into());
+        assert_one(
+            &q,
+            "spec.runtimeClassName",
+            "kata",
+            "not supported by picolet",
+        );
+        let mut q = p.clone();
+        q.spec.host_users = Some(false);
+        assert_one(&q, "spec.hostUsers", "false", "no user namespaces");
+        let mut q = p.clone();
+        q.spec.set_hostname_as_fqdn = Some(true);
+        assert_one(
+            &q,
+            "spec.setHostnameAsFQDN",
+            "true",
+            "not supported by picolet",
+        );
+    }
+
+    #[test]
+    fn sub_path_expr() {
+        let mut p = base();
+        p.spec.volumes.push(host_vol("data", "/srv"));
+        c0(&mut p).volume_mounts.push(VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            sub_path_expr: Some("$(POD_NAME)/logs".into()),
+            ..Default::default()
+        });
+        assert_valid(&p);
+        let mut q = p.clone();
+        c0(&mut q).volume_mounts[0].sub_path = Some("x".into());
+        assert_one(
+            &q,
+            "spec.containers[0].volumeMounts[0].subPathExpr",
+            "$(POD_NAME)/logs",
+            "subPathExpr and subPath are mutually exclusive",
+        );
+        let mut q = p.clone();
+        c0(&mut q).volume_mounts[0].sub_path_expr = Some("$(A)/../x".into());
+        assert_one(
+            &q,
+            "spec.containers[0].volumeMounts[0].subPathExpr",
+            "$(A)/../x",
+            BACKSTEPS,
+        );
+    }
+
+    #[test]
     fn init_containers_may_not_have_probes() {
         let mut p = base();
         let mut init = p.spec.containers[0].clone();
@@ -2303,6 +2661,7 @@ mod tests {
                 drop: vec!["ALL".into()],
             }),
             privileged: Some(false),
+            ..Default::default()
         });
         assert_valid(&p);
         let sc = c0(&mut p).security_context.as_mut().unwrap();
@@ -2363,6 +2722,7 @@ mod tests {
                     value: "1".into(),
                 },
             ],
+            ..Default::default()
         });
         assert_valid(&p);
         let sc = p.spec.security_context.as_mut().unwrap();
@@ -2432,7 +2792,15 @@ mod tests {
             assert_valid(&p);
         }
         p.spec.dns_policy = Some("None".into());
-        assert_one(&p, "spec.dnsPolicy", "None", "not supported by picolet");
+        assert_one(&p, "spec.dnsConfig", "", "when `dnsPolicy` is None");
+        p.spec.dns_config = Some(crate::api::PodDnsConfig::default());
+        assert_one(
+            &p,
+            "spec.dnsConfig.nameservers",
+            "",
+            "at least one DNS nameserver",
+        );
+        p.spec.dns_config = None;
         p.spec.dns_policy = Some("clusterfirst".into());
         assert_one(&p, "spec.dnsPolicy", "clusterfirst", "supported values");
     }

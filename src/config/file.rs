@@ -92,10 +92,14 @@ impl Manifest {
 /// The file source's view, shared with the local API.
 pub type Report = Rc<RefCell<Vec<Manifest>>>;
 
-/// Whether a directory entry is a manifest: not hidden, and a YAML or JSON file by name.
+/// Whether a directory entry is a manifest: any name but a hidden one, as the kubelet reads
+/// every file whose name does not start with a dot (`kube-apiserver.manifest` included).
 pub fn is_manifest_name(name: &str) -> bool {
-    !name.starts_with('.')
-        && (name.ends_with(".yaml") || name.ends_with(".yml") || name.ends_with(".json"))
+    !name.is_empty() && !name.starts_with('.')
+}
+
+fn extension(name: &str) -> &str {
+    name.rsplit_once('.').map_or("", |(_, e)| e)
 }
 
 fn format_of(path: &Path) -> Format {
@@ -148,7 +152,15 @@ pub fn parse(
         return Err(lines);
     }
     let mut pod = decoded.pod;
-    let uid = static_pod::uid(&decoded.document, &path.display().to_string(), node_name);
+    // A UID written in the manifest is kept, as the kubelet keeps it; else the content's hash.
+    let uid = if pod.metadata.uid.is_empty() {
+        static_pod::uid(&decoded.document, &path.display().to_string(), node_name)
+    } else {
+        pod.metadata.uid.clone()
+    };
+    // A status written in the manifest (a phase, conditions) is not the pod's: picolet
+    // computes it.
+    pod.status = Default::default();
     static_pod::apply_api_defaults(&mut pod);
     static_pod::apply_identity(&mut pod, uid, node_name, Source::File, seen);
     if pod.metadata.name.len() > 253 {
@@ -281,33 +293,39 @@ fn scan(
     let mut out = BTreeMap::new();
     let mut unsettled = false;
     let mut read = 0;
-    let entries = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(store) = store {
-                last_valid::prune(store, out.keys());
+    // `staticPodPath` may name one file rather than a directory, as for the kubelet.
+    let single = fs::metadata(dir).is_ok_and(|m| m.is_file());
+    let entries: Vec<std::io::Result<PathBuf>> = if single {
+        vec![Ok(dir.to_owned())]
+    } else {
+        match fs::read_dir(dir) {
+            Ok(rd) => rd.map(|e| e.map(|e| e.path())).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(store) = store {
+                    last_valid::prune(store, out.keys());
+                }
+                return Scanned {
+                    manifests: out,
+                    listed: true,
+                    unsettled,
+                    read: 0,
+                };
             }
-            return Scanned {
-                manifests: out,
-                listed: true,
-                unsettled,
-                read: 0,
-            };
-        }
-        Err(e) => {
-            log::error!("reading manifest directory {}: {e}", dir.display());
-            // Keep what we had: an unreadable directory is not an empty one.
-            return Scanned {
-                manifests: old,
-                listed: false,
-                unsettled,
-                read: 0,
-            };
+            Err(e) => {
+                log::error!("reading manifest directory {}: {e}", dir.display());
+                // Keep what we had: an unreadable directory is not an empty one.
+                return Scanned {
+                    manifests: old,
+                    listed: false,
+                    unsettled,
+                    read: 0,
+                };
+            }
         }
     };
     for ent in entries {
-        let ent = match ent {
-            Ok(ent) => ent,
+        let path = match ent {
+            Ok(p) => p,
             Err(e) => {
                 // A listing cut short is not a complete one: keep what we had.
                 log::error!("reading manifest directory {}: {e}", dir.display());
@@ -319,16 +337,20 @@ fn scan(
                 };
             }
         };
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !is_manifest_name(name) {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !single && !is_manifest_name(name) {
             continue;
         }
-        let path = ent.path();
         // Follow symlinks (kubeadm-style setups link manifests in). Anything but a regular file
         // under a manifest's name (a directory, a FIFO, a device) is reported, never opened.
         let md = match fs::metadata(&path) {
             Ok(md) if md.is_file() => md,
+            // Subdirectories are not read; only one named like a manifest is worth a report.
+            Ok(md) if md.is_dir() && Format::from_extension(extension(name)).is_none() => {
+                continue;
+            }
             Ok(md) => {
                 let st = stamp(&md);
                 let prev = old.remove(&path);
@@ -465,19 +487,24 @@ struct Watch {
 
 fn watch(dir: &Path) -> std::io::Result<Watch> {
     let inotify = Inotify::init()?;
-    inotify.watches().add(
-        dir,
-        WatchMask::CREATE
+    let changes = WatchMask::MODIFY
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::ATTRIB
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF;
+    // A single manifest file is watched itself; replaced by a rename, its watch ends and is
+    // set up again on the new file.
+    let mask = if fs::metadata(dir).is_ok_and(|m| m.is_file()) {
+        changes
+    } else {
+        changes
+            | WatchMask::CREATE
             | WatchMask::DELETE
-            | WatchMask::MODIFY
-            | WatchMask::CLOSE_WRITE
             | WatchMask::MOVED_TO
             | WatchMask::MOVED_FROM
-            | WatchMask::ATTRIB
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::ONLYDIR,
-    )?;
+            | WatchMask::ONLYDIR
+    };
+    inotify.watches().add(dir, mask)?;
     // Readiness is awaited on a duplicate of the descriptor, so events are read through the
     // inotify handle itself without unsafe access to the async wrapper's inner value.
     let ready = smol::Async::new(inotify.as_fd().try_clone_to_owned()?)?;
@@ -666,15 +693,64 @@ mod tests {
 
     #[test]
     fn names() {
-        assert!(
-            is_manifest_name("a.yaml") && is_manifest_name("b.yml") && is_manifest_name("c.json")
+        // every name that is not hidden, as the kubelet reads them
+        for n in [
+            "a.yaml",
+            "b.yml",
+            "c.json",
+            "kube-apiserver.manifest",
+            "etcd",
+            "a.yaml~",
+        ] {
+            assert!(is_manifest_name(n), "{n}");
+        }
+        assert!(!is_manifest_name(".a.yaml") && !is_manifest_name(".a.yaml.swp"));
+        assert!(!is_manifest_name(""));
+    }
+
+    #[test]
+    fn any_visible_file_is_a_manifest_and_the_path_may_be_one_file() {
+        let d = tmpdir("anyname");
+        fs::write(d.join("kube-apiserver.manifest"), GOOD).unwrap();
+        let json = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "j"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}"#;
+        fs::write(d.join("j"), json).unwrap();
+        let got = scan_m(&d, BTreeMap::new());
+        let mut names: Vec<_> = got
+            .values()
+            .filter_map(|m| Some(m.pod.as_ref()?.metadata.name.clone()))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["j-node", "web-node"], "{got:?}");
+        // staticPodPath naming one file
+        let one = scan_m(&d.join("kube-apiserver.manifest"), BTreeMap::new());
+        assert_eq!(one.len(), 1);
+        let m = one.values().next().unwrap();
+        assert_eq!(m.error, None);
+        assert_eq!(m.pod.as_ref().unwrap().metadata.name, "web-node");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_keeps_its_uid_and_loses_its_status() {
+        let src = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  uid: 1b4e28ba-2fa1-11d2-883f-0016d3cca427\nspec:\n  containers:\n  - name: c\n    image: busybox:1\n  tolerations:\n  - {operator: Exists, effect: NoExecute, tolerationSeconds: 300}\nstatus:\n  phase: Succeeded\n  conditions: [{type: Ready, status: 'True'}]\n";
+        let p = parse(
+            src.as_bytes(),
+            Format::Yaml,
+            Path::new("/m/web.yaml"),
+            "node1",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p.metadata.uid, "1b4e28ba-2fa1-11d2-883f-0016d3cca427");
+        assert_eq!(
+            p.metadata.annotations[super::super::ANNOTATION_CONFIG_HASH],
+            "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
         );
-        assert!(
-            !is_manifest_name(".a.yaml")
-                && !is_manifest_name("a.yaml~")
-                && !is_manifest_name("a.yaml.swp")
-        );
-        assert!(!is_manifest_name("4913") && !is_manifest_name("notes.txt"));
+        assert_eq!(p.status, crate::api::PodStatus::default());
+        // the NoExecute toleration replaced (tolerationSeconds gone), not added twice
+        assert_eq!(p.spec.tolerations.len(), 1);
+        assert_eq!(p.spec.tolerations[0].toleration_seconds, None);
     }
 
     #[test]
@@ -731,7 +807,7 @@ mod tests {
         let d = tmpdir("skip");
         assert!(scan_m(&d.join("absent"), BTreeMap::new()).is_empty());
         fs::write(d.join(".hidden.yaml"), GOOD).unwrap();
-        fs::write(d.join("web.yaml.swp"), GOOD).unwrap();
+        fs::write(d.join(".web.yaml.swp"), GOOD).unwrap();
         fs::create_dir(d.join("sub")).unwrap();
         assert!(scan_m(&d, BTreeMap::new()).is_empty());
         fs::remove_dir_all(&d).unwrap();
@@ -891,8 +967,8 @@ mod tests {
         let f = d.join("web.yaml");
         fs::write(&f, GOOD).unwrap();
         let m = scan_m(&d, BTreeMap::new());
-        // A file where the directory should be: read_dir fails with ENOTDIR, not NotFound.
-        let s = scan(&f, "node", None, m);
+        // A path through a file: read_dir fails with ENOTDIR, not NotFound.
+        let s = scan(&f.join("manifests"), "node", None, m);
         assert!(!s.listed);
         assert_eq!(s.manifests.len(), 1);
         fs::remove_dir_all(&d).unwrap();
@@ -966,6 +1042,47 @@ mod tests {
                 .unwrap();
             assert!(s.pods.is_empty());
             assert!(report.borrow().is_empty());
+            drop(task);
+        });
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_single_manifest_file_is_watched() {
+        let d = tmpdir("watch-one");
+        let f = d.join("kube-apiserver.manifest");
+        fs::write(&f, GOOD).unwrap();
+        let (tx, rx) = async_channel::unbounded();
+        let cfg = FileSourceConfig {
+            store: None,
+            dir: f.clone(),
+            node_name: "n".into(),
+            check_frequency: Duration::from_secs(600),
+        };
+        rt::block_on(async {
+            let task = rt::spawn(run(cfg, tx, Rc::default()));
+            let next = || async {
+                rt::timeout(Duration::from_secs(5), rx.recv())
+                    .await
+                    .unwrap()
+                    .unwrap()
+            };
+            let first = next().await;
+            assert_eq!(first.pods.len(), 1);
+            let uid = first.pods[0].metadata.uid.clone();
+            // Rewritten in place, then replaced by a rename as editors do: both seen at once,
+            // well under the 600 s re-list.
+            fs::write(&f, GOOD2).unwrap();
+            let s = next().await;
+            assert_ne!(s.pods[0].metadata.uid, uid);
+            let tmp = d.join(".kube-apiserver.manifest.tmp");
+            fs::write(&tmp, GOOD).unwrap();
+            fs::rename(&tmp, &f).unwrap();
+            let s = next().await;
+            assert_eq!(s.pods[0].metadata.uid, uid);
+            fs::write(&f, GOOD2).unwrap();
+            let s = next().await;
+            assert_ne!(s.pods[0].metadata.uid, uid, "the new file is watched too");
             drop(task);
         });
         fs::remove_dir_all(&d).unwrap();

@@ -87,8 +87,17 @@ pub fn apply_identity(pod: &mut Pod, uid: String, node_name: &str, source: Sourc
         effect: Some("NoExecute".to_owned()),
         ..Default::default()
     };
-    if !pod.spec.tolerations.contains(&tol) {
-        pod.spec.tolerations.push(tol);
+    // Added or updated as the kubelet's AddOrUpdateTolerationInPod: one that matches by key,
+    // operator, value and effect (whatever its tolerationSeconds) is replaced, not duplicated.
+    let same = |t: &Toleration| {
+        t.key == tol.key
+            && t.operator == tol.operator
+            && t.value == tol.value
+            && t.effect == tol.effect
+    };
+    match pod.spec.tolerations.iter_mut().find(|t| same(t)) {
+        Some(t) => *t = tol,
+        None => pod.spec.tolerations.push(tol),
     }
 }
 

@@ -224,6 +224,16 @@ impl FakeRuntime {
             .push_back((code, message.to_owned()));
     }
 
+    /// The `version` field of every VersionRequest that came over gRPC.
+    pub fn version_requests(&self) -> Vec<String> {
+        self.state.borrow().version_requests.clone()
+    }
+
+    /// Every StopContainer that reached a container: its name and the timeout (seconds).
+    pub fn stops(&self) -> Vec<(String, i64)> {
+        self.state.borrow().stops.clone()
+    }
+
     /// How many calls of `method` arrived.
     pub fn calls(&self, method: &str) -> usize {
         self.state
@@ -354,7 +364,11 @@ impl FakeRuntime {
         let mut st = self.state.borrow_mut();
         match (service, method) {
             ("runtime.v1.RuntimeService", m) => match m {
-                "Version" => enc(Ok(version())),
+                "Version" => {
+                    let req: v1::VersionRequest = decode(payload)?;
+                    st.version_requests.push(req.version);
+                    enc(Ok(version()))
+                }
                 "Status" => enc(Ok(st.status(decode(payload)?))),
                 "RunPodSandbox" => enc(st.run_pod_sandbox(decode(payload)?)),
                 "StopPodSandbox" => enc(st.stop_pod_sandbox(decode(payload)?)),
@@ -692,6 +706,10 @@ struct State {
     hung: std::collections::HashSet<String>,
     failures: HashMap<String, VecDeque<(Code, String)>>,
     calls: HashMap<String, usize>,
+    /// Each StopContainer: the container's name and the timeout asked for.
+    stops: Vec<(String, i64)>,
+    /// The client version of each VersionRequest served over gRPC.
+    version_requests: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -825,6 +843,8 @@ impl State {
             hung: std::collections::HashSet::new(),
             failures: HashMap::new(),
             calls: HashMap::new(),
+            stops: Vec::new(),
+            version_requests: Vec::new(),
         }
     }
 
@@ -1201,6 +1221,8 @@ impl State {
         r: v1::StopContainerRequest,
     ) -> Result<v1::StopContainerResponse, Status> {
         let i = self.container_index(&r.container_id)?;
+        let name = self.containers[i].metadata().name;
+        self.stops.push((name, r.timeout));
         let code = self
             .stop_exit_codes
             .get(&self.containers[i].id)

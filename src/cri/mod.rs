@@ -24,6 +24,8 @@ use v1::runtime_service_client::RuntimeServiceClient;
 
 /// Default endpoint, as the kubelet's `--container-runtime-endpoint`.
 pub const DEFAULT_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+/// The CRI client version the kubelet sends in VersionRequest.
+pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
@@ -233,7 +235,13 @@ impl RuntimeService for Cri {
         Box::pin(async move { Cri::status(self, v1::StatusRequest { verbose }).await })
     }
     fn version(&self) -> Call<'_, v1::VersionResponse> {
-        Box::pin(Cri::version(self, v1::VersionRequest::default()))
+        // The version of the CRI client the kubelet announces.
+        Box::pin(Cri::version(
+            self,
+            v1::VersionRequest {
+                version: KUBE_RUNTIME_API_VERSION.to_owned(),
+            },
+        ))
     }
     fn run_pod_sandbox(
         &self,

@@ -329,7 +329,7 @@ pub fn compute_with(
         match s {
             Some(s) if s.state == ContainerState::Running => {
                 let want = hashes.get(i).copied().unwrap_or(0);
-                if s.hash != want {
+                if !super::container::hash_matches(c, s.hash, want) {
                     a.containers_to_kill.push(Kill {
                         id: s.id.clone(),
                         name: s.name.clone(),

@@ -34,6 +34,12 @@ const READONLY_PATHS: &[&str] = &[
 
 pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 pub const DEFAULT_GRACE_PERIOD: i64 = 30;
+/// The shortest time a container is given between SIGTERM and SIGKILL, whatever the grace
+/// period (the kubelet's minimum): `terminationGracePeriodSeconds: 0` still sends SIGTERM first.
+pub const MINIMUM_GRACE_PERIOD: i64 = 2;
+/// The grace period of a pod the runtime holds and no source defines (the kubelet's override
+/// for orphans; the minimum above still applies).
+pub const ORPHAN_GRACE_PERIOD: i64 = 1;
 
 /// Node facts the configs need.
 #[derive(Debug, Clone, Default)]
@@ -120,8 +126,37 @@ fn privileged(c: &Container) -> bool {
         .unwrap_or(false)
 }
 
+/// The seccomp profile the runtime applies, as the kubelet picks it: the container's, else the
+/// pod's, else Unconfined (the kubelet's default without `seccompDefault`). A Localhost
+/// profile is a file under `<root-dir>/seccomp`.
+pub fn seccomp_profile(pod: &Pod, c: Option<&Container>, root_dir: &Path) -> v1::SecurityProfile {
+    use v1::security_profile::ProfileType;
+    let chosen = c
+        .and_then(|c| c.security_context.as_ref())
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or_else(|| {
+            pod.spec
+                .security_context
+                .as_ref()
+                .and_then(|s| s.seccomp_profile.as_ref())
+        });
+    let (t, localhost_ref) =
+        match chosen.map(|s| (s.type_.as_str(), s.localhost_profile.as_deref())) {
+            Some(("RuntimeDefault", _)) => (ProfileType::RuntimeDefault, String::new()),
+            Some(("Localhost", Some(f))) => (
+                ProfileType::Localhost,
+                root_dir.join("seccomp").join(f).display().to_string(),
+            ),
+            _ => (ProfileType::Unconfined, String::new()),
+        };
+    v1::SecurityProfile {
+        profile_type: t as i32,
+        localhost_ref,
+    }
+}
+
 /// Hostname of a pod: its name, cut to 63 characters without a trailing '-' or '.'.
-fn hostname(pod: &Pod) -> String {
+pub(super) fn hostname(pod: &Pod) -> String {
     let h = pod
         .spec
         .hostname
@@ -135,25 +170,48 @@ fn hostname(pod: &Pod) -> String {
     h
 }
 
+/// A container's port mappings as the kubelet's MakePortMappings lists them: every port, with
+/// or without a hostPort (the runtime maps only those with one), a port whose name (or, unnamed,
+/// whose family, protocol, host IP and ports) repeats an earlier one left out.
+fn port_mappings(c: &Container) -> Vec<v1::PortMapping> {
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for p in &c.ports {
+        let host_ip = p.host_ip.clone().unwrap_or_default();
+        let host_port = p.host_port.unwrap_or(0);
+        let proto = p.protocol.as_deref().unwrap_or("TCP");
+        let name = match p.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => n.to_owned(),
+            None => {
+                let family = match host_ip.parse::<std::net::IpAddr>() {
+                    _ if host_ip.is_empty() => "any",
+                    Ok(std::net::IpAddr::V6(_)) => "v6",
+                    _ => "v4",
+                };
+                format!(
+                    "{family}-{proto}-{host_ip}:{}:{host_port}",
+                    p.container_port
+                )
+            }
+        };
+        if !names.insert(name) {
+            continue;
+        }
+        out.push(v1::PortMapping {
+            protocol: protocol(p.protocol.as_deref()),
+            container_port: p.container_port,
+            host_port,
+            host_ip,
+        });
+    }
+    out
+}
+
 pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSandboxConfig {
     let m = &pod.metadata;
     let ns = namespace(pod);
     let psc = pod.spec.security_context.as_ref();
-    let port_mappings = pod
-        .spec
-        .containers
-        .iter()
-        .flat_map(|c| &c.ports)
-        .filter_map(|p| {
-            let host = p.host_port.filter(|&h| h > 0)?;
-            Some(v1::PortMapping {
-                protocol: protocol(p.protocol.as_deref()),
-                container_port: p.container_port,
-                host_port: host,
-                host_ip: p.host_ip.clone().unwrap_or_default(),
-            })
-        })
-        .collect();
+    let port_mappings = pod.spec.containers.iter().flat_map(port_mappings).collect();
     v1::PodSandboxConfig {
         metadata: Some(v1::PodSandboxMetadata {
             name: m.name.clone(),
@@ -168,7 +226,7 @@ pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSan
             hostname(pod)
         },
         log_directory: pod_log_dir(&node.pod_logs_dir, pod).display().to_string(),
-        dns_config: node.dns.clone(),
+        dns_config: pod_dns(pod, node.dns.as_ref()),
         port_mappings,
         labels: labels::sandbox_labels(&m.labels, &m.name, ns, &m.uid),
         annotations: m
@@ -196,6 +254,7 @@ pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSan
                     .iter()
                     .chain(&pod.spec.init_containers)
                     .any(privileged),
+                seccomp: Some(seccomp_profile(pod, None, &node.root_dir)),
             }),
             sysctls: psc
                 .map(|s| {
@@ -223,20 +282,30 @@ pub struct ContainerInputs<'a> {
     pub subpaths: &'a HashMap<String, PathBuf>,
     /// Host file backing the termination message.
     pub termination_log: Option<&'a Path>,
+    /// The pod's managed hosts file, mounted at /etc/hosts unless the container mounts a
+    /// volume there.
+    pub etc_hosts: Option<&'a Path>,
     /// Variables from ConfigMaps and Secrets (`envFrom`, `configMapKeyRef`, `secretKeyRef`).
     pub object_env: &'a crate::objects::ObjectEnv,
 }
 
 fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainerResources {
     let r = &c.resources;
-    // Requests default to limits, as the API server defaults them.
-    let req = |k: &str| r.requests.get(k).or_else(|| r.limits.get(k));
+    // Requests default to limits, as the API server defaults them; a zero request counts as
+    // none (the kubelet takes CPU shares from the limit then).
+    let req = |k: &str| {
+        r.requests
+            .get(k)
+            .filter(|q| !q.is_zero())
+            .or_else(|| r.limits.get(k))
+    };
     let cpu_req = req("cpu").map_or(0, |q| q.milli_value());
     let cpu_lim = r.limits.get("cpu").map_or(0, |q| q.milli_value());
     let mem_lim = r.limits.get("memory").map_or(0, |q| q.value());
     let quota = qos::milli_cpu_to_quota(cpu_lim, qos::QUOTA_PERIOD_US);
     v1::LinuxContainerResources {
-        cpu_period: if quota > 0 { qos::QUOTA_PERIOD_US } else { 0 },
+        // The period is set with or without a quota, as the kubelet sets it.
+        cpu_period: qos::QUOTA_PERIOD_US,
         cpu_quota: quota,
         cpu_shares: i64::try_from(qos::milli_cpu_to_shares(cpu_req)).unwrap_or(2),
         memory_limit_in_bytes: mem_lim,
@@ -250,6 +319,93 @@ fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainer
     }
 }
 
+/// A container's resolved environment (fieldRefs, objects, `$(VAR)` expansion).
+pub fn container_env(
+    pod: &Pod,
+    node: &NodeContext,
+    c: &Container,
+    pod_ip: &str,
+    object_env: &crate::objects::ObjectEnv,
+) -> Vec<(String, String)> {
+    let m = &pod.metadata;
+    let fields = PodFields {
+        name: &m.name,
+        namespace: namespace(pod),
+        uid: &m.uid,
+        node_name: &node.node_name,
+        service_account: pod.spec.service_account_name.as_deref().unwrap_or_default(),
+        pod_ip,
+        host_ip: &node.node_ip,
+    };
+    env::resolve(c, &fields, object_env)
+}
+
+/// The sub path a mount uses: `subPath`, or `subPathExpr` with the container's variables
+/// expanded (as the kubelet, a reference to an unknown variable stays as written). The result
+/// must stay a relative path without `..`.
+pub fn mount_sub_path(
+    vm: &crate::api::VolumeMount,
+    env: &[(String, String)],
+) -> Result<Option<String>, String> {
+    if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        return Ok(Some(sub.to_owned()));
+    }
+    let Some(expr) = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let vars: HashMap<&str, String> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let sub = env::expand(expr, &vars);
+    if sub.starts_with('/') {
+        return Err(format!(
+            "subPathExpr {expr:?} expands to {sub:?}, which must be a relative path"
+        ));
+    }
+    if sub.split('/').any(|p| p == "..") {
+        return Err(format!(
+            "subPathExpr {expr:?} expands to {sub:?}, which must not contain '..'"
+        ));
+    }
+    Ok(Some(sub))
+}
+
+/// Where a container sees the pod's hosts file.
+pub const ETC_HOSTS: &str = "/etc/hosts";
+
+/// The pod's managed /etc/hosts, as the kubelet writes it: localhost lines, the pod's IP with
+/// its hostname (and `<hostname>.<subdomain>.<namespace>.svc` with a subdomain, picolet
+/// having no cluster domain), then the hostAliases; for a host-network pod, the node's own
+/// file with the hostAliases after it.
+pub fn hosts_file(pod: &Pod, pod_ip: &str, node_hosts: Option<&str>) -> String {
+    let mut out = String::new();
+    if pod.spec.host_network {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts.unwrap_or_default());
+    } else {
+        out.push_str("# Kubernetes-managed hosts file.\n");
+        out.push_str("127.0.0.1\tlocalhost\n");
+        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\n");
+        out.push_str("fe00::0\tip6-mcastprefix\n");
+        out.push_str("fe00::1\tip6-allnodes\n");
+        out.push_str("fe00::2\tip6-allrouters\n");
+        let host = hostname(pod);
+        match pod.spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => out.push_str(&format!(
+                "{pod_ip}\t{host}.{sub}.{}.svc\t{host}\n",
+                namespace(pod)
+            )),
+            None => out.push_str(&format!("{pod_ip}\t{host}\n")),
+        }
+    }
+    if !pod.spec.host_aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in &pod.spec.host_aliases {
+            out.push_str(&format!("{}\t{}\n", a.ip, a.hostnames.join("\t")));
+        }
+    }
+    out
+}
+
 pub fn container_config(
     pod: &Pod,
     node: &NodeContext,
@@ -258,16 +414,7 @@ pub fn container_config(
     let c = i.container;
     let m = &pod.metadata;
     let ns = namespace(pod);
-    let fields = PodFields {
-        name: &m.name,
-        namespace: ns,
-        uid: &m.uid,
-        node_name: &node.node_name,
-        service_account: pod.spec.service_account_name.as_deref().unwrap_or_default(),
-        pod_ip: i.pod_ip,
-        host_ip: &node.node_ip,
-    };
-    let envs = env::resolve(c, &fields, i.object_env);
+    let envs = container_env(pod, node, c, i.pod_ip, i.object_env);
     let (command, args) = env::command_and_args(c, &envs);
 
     let mut mounts: Vec<v1::Mount> = c
@@ -275,13 +422,13 @@ pub fn container_config(
         .iter()
         .filter_map(|vm| {
             let host = i.volumes.get(&vm.name)?;
-            let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                Some(sub) => i
-                    .subpaths
-                    .get(&vm.mount_path)
-                    .cloned()
-                    .unwrap_or_else(|| host.join(sub)),
-                None => host.clone(),
+            // subPath or subPathExpr, resolved by the caller
+            let host = match i.subpaths.get(&vm.mount_path) {
+                Some(p) => p.clone(),
+                None => match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                    Some(sub) => host.join(sub),
+                    None => host.clone(),
+                },
             };
             let propagation = match vm.mount_propagation.as_deref() {
                 Some("HostToContainer") => v1::MountPropagation::PropagationHostToContainer,
@@ -306,6 +453,15 @@ pub fn container_config(
         mounts.push(v1::Mount {
             container_path: tmp.to_owned(),
             host_path: log.display().to_string(),
+            ..Default::default()
+        });
+    }
+    if let Some(hosts) = i.etc_hosts
+        && !c.volume_mounts.iter().any(|vm| vm.mount_path == ETC_HOSTS)
+    {
+        mounts.push(v1::Mount {
+            container_path: ETC_HOSTS.to_owned(),
+            host_path: hosts.display().to_string(),
             ..Default::default()
         });
     }
@@ -425,9 +581,76 @@ pub fn container_config(
                 } else {
                     READONLY_PATHS.iter().map(|s| (*s).to_owned()).collect()
                 },
+                seccomp: Some(seccomp_profile(pod, Some(c), &node.root_dir)),
             }),
         }),
     }
+}
+
+/// The pod's resolv.conf, as the kubelet forms it: the node's (picolet has no cluster DNS, so
+/// ClusterFirst falls back to it, as the kubelet's does without `clusterDNS`), or nothing with
+/// `dnsPolicy: None`; then `dnsConfig` appended (duplicates dropped, options by name
+/// overridden); then cut to 3 nameservers and to 32 search domains of at most 253 characters
+/// within 2048 characters in all. `None` leaves the runtime's default (the node's file).
+pub fn pod_dns(pod: &Pod, node: Option<&v1::DnsConfig>) -> Option<v1::DnsConfig> {
+    use crate::api::validation::{
+        MAX_DNS_NAMESERVERS, MAX_DNS_SEARCH_LIST_CHARS, MAX_DNS_SEARCH_PATHS,
+    };
+    let none = pod.spec.dns_policy.as_deref() == Some("None");
+    let mut d = if none {
+        v1::DnsConfig::default()
+    } else {
+        match (node, &pod.spec.dns_config) {
+            (Some(n), _) => n.clone(),
+            (None, Some(_)) => v1::DnsConfig::default(),
+            (None, None) => return None,
+        }
+    };
+    if let Some(extra) = &pod.spec.dns_config {
+        fn push_new(list: &mut Vec<String>, more: &[String]) {
+            for m in more {
+                if !list.contains(m) {
+                    list.push(m.clone());
+                }
+            }
+        }
+        push_new(&mut d.servers, &extra.nameservers);
+        push_new(&mut d.searches, &extra.searches);
+        for o in &extra.options {
+            let new = match o.value.as_deref() {
+                Some(v) if !v.is_empty() => format!("{}:{v}", o.name),
+                _ => o.name.clone(),
+            };
+            let name_of = |x: &str| x.split(':').next().unwrap_or_default().to_owned();
+            match d.options.iter_mut().find(|x| name_of(x) == o.name) {
+                Some(slot) => *slot = new,
+                None => d.options.push(new),
+            }
+        }
+    }
+    let who = || format!("pod {}/{}", namespace(pod), pod.metadata.name);
+    if d.servers.len() > MAX_DNS_NAMESERVERS {
+        d.servers.truncate(MAX_DNS_NAMESERVERS);
+        log::warn!(
+            "{}: nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+            who(),
+            d.servers.join(" ")
+        );
+    }
+    let before = d.searches.len();
+    d.searches.truncate(MAX_DNS_SEARCH_PATHS);
+    d.searches.retain(|s| s.len() <= 253);
+    while !d.searches.is_empty() && d.searches.join(" ").len() > MAX_DNS_SEARCH_LIST_CHARS {
+        d.searches.pop();
+    }
+    if d.searches.len() != before {
+        log::warn!(
+            "{}: search line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+            who(),
+            d.searches.join(" ")
+        );
+    }
+    Some(d)
 }
 
 /// Parses the node's resolv.conf into the sandbox DNS config.
@@ -576,6 +799,7 @@ mod tests {
                 volumes: &HashMap::new(),
                 subpaths: &HashMap::new(),
                 termination_log: None,
+                etc_hosts: None,
             },
         );
         assert_eq!(
@@ -619,6 +843,7 @@ mod tests {
                 volumes: &vols,
                 subpaths: &HashMap::new(),
                 termination_log: Some(&log),
+                etc_hosts: None,
             },
         );
         assert_eq!(cfg.metadata.unwrap().attempt, 3);
@@ -654,6 +879,255 @@ mod tests {
         let r = resources(&p, &c, &v2);
         assert_eq!(r.unified.len(), 1);
         assert_eq!(r.unified["memory.oom.group"], "1");
+    }
+
+    #[test]
+    fn a_zero_cpu_request_takes_shares_from_the_limit_and_the_period_is_always_set() {
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        let mut c = pod().spec.containers[0].clone();
+        let shares_period = |c: &Container| {
+            let mut p = pod();
+            p.spec.containers = vec![c.clone()];
+            let r = resources(&p, c, &node());
+            (r.cpu_shares, r.cpu_quota, r.cpu_period)
+        };
+        // nothing set: the minimum shares, no quota, the period all the same
+        assert_eq!(shares_period(&c), (2, 0, 100_000));
+        c.resources.requests.insert("cpu".into(), q("0"));
+        c.resources.limits.insert("cpu".into(), q("250m"));
+        assert_eq!(shares_period(&c), (256, 25_000, 100_000));
+        c.resources.requests.insert("cpu".into(), q("100m"));
+        assert_eq!(shares_period(&c), (102, 25_000, 100_000));
+    }
+
+    #[test]
+    fn seccomp_profiles_as_the_kubelet_picks_them() {
+        use crate::api::{PodSecurityContext, SeccompProfile, SecurityContext};
+        use v1::security_profile::ProfileType;
+        let n = node();
+        let mut p = pod();
+        let get = |p: &Pod| {
+            let s = seccomp_profile(p, Some(&p.spec.containers[0]), &n.root_dir);
+            (s.profile_type, s.localhost_ref)
+        };
+        // nothing set: Unconfined, said explicitly
+        assert_eq!(get(&p), (ProfileType::Unconfined as i32, String::new()));
+        p.spec.security_context = Some(PodSecurityContext {
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        });
+        assert_eq!(get(&p), (ProfileType::RuntimeDefault as i32, String::new()));
+        let sb = sandbox_config(&p, &n, 0);
+        let sb_sc = sb.linux.unwrap().security_context.unwrap();
+        assert_eq!(
+            sb_sc.seccomp.unwrap().profile_type,
+            ProfileType::RuntimeDefault as i32
+        );
+        // the container's own wins over the pod's
+        p.spec.containers[0].security_context = Some(SecurityContext {
+            seccomp_profile: Some(SeccompProfile {
+                type_: "Localhost".into(),
+                localhost_profile: Some("profiles/audit.json".into()),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            get(&p),
+            (
+                ProfileType::Localhost as i32,
+                "/var/lib/picolet/seccomp/profiles/audit.json".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn pod_dns_appends_dns_config_and_keeps_the_limits() {
+        use crate::api::{PodDnsConfig, PodDnsConfigOption};
+        let host = parse_resolv_conf(
+            "nameserver 1.1.1.1\nnameserver 9.9.9.9\nsearch lan\noptions ndots:2 edns0\n",
+        );
+        let mut p = pod();
+        // no dnsConfig: the node's, as it is
+        assert_eq!(pod_dns(&p, Some(&host)), Some(host.clone()));
+        assert_eq!(pod_dns(&p, None), None);
+        p.spec.dns_config = Some(PodDnsConfig {
+            nameservers: vec!["10.0.0.10".into(), "1.1.1.1".into(), "10.0.0.11".into()],
+            searches: vec!["svc.example".into(), "lan".into()],
+            options: vec![
+                PodDnsConfigOption {
+                    name: "ndots".into(),
+                    value: Some("5".into()),
+                },
+                PodDnsConfigOption {
+                    name: "single-request".into(),
+                    value: None,
+                },
+            ],
+        });
+        let d = pod_dns(&p, Some(&host)).unwrap();
+        // duplicates dropped, then cut to three nameservers
+        assert_eq!(d.servers, ["1.1.1.1", "9.9.9.9", "10.0.0.10"]);
+        assert_eq!(d.searches, ["lan", "svc.example"]);
+        assert_eq!(d.options, ["ndots:5", "edns0", "single-request"]);
+        // dnsPolicy None: only the pod's own
+        p.spec.dns_policy = Some("None".into());
+        let d = pod_dns(&p, Some(&host)).unwrap();
+        assert_eq!(d.servers, ["10.0.0.10", "1.1.1.1", "10.0.0.11"]);
+        assert_eq!(d.searches, ["svc.example", "lan"]);
+        // search limits: 32 paths, each at most 253 characters, 2048 in all
+        let dc = p.spec.dns_config.as_mut().unwrap();
+        dc.searches = (0..40).map(|i| format!("d{i}.example")).collect();
+        assert_eq!(pod_dns(&p, None).unwrap().searches.len(), 32);
+        let dc = p.spec.dns_config.as_mut().unwrap();
+        dc.searches = vec!["a".repeat(254), "b".repeat(200)];
+        assert_eq!(pod_dns(&p, None).unwrap().searches, ["b".repeat(200)]);
+        let dc = p.spec.dns_config.as_mut().unwrap();
+        dc.searches = (0..12).map(|i| format!("{i:0>200}")).collect();
+        let s = pod_dns(&p, None).unwrap().searches;
+        assert_eq!(s.len(), 10, "10 x 200 + 9 spaces fit in 2048, 11 do not");
+    }
+
+    #[test]
+    fn hosts_file_as_the_kubelet_writes_it() {
+        use crate::api::HostAlias;
+        let mut p = pod();
+        p.spec.host_aliases = vec![
+            HostAlias {
+                ip: "10.1.2.3".into(),
+                hostnames: vec!["foo.local".into(), "bar".into()],
+            },
+            HostAlias {
+                ip: "fd00::1".into(),
+                hostnames: vec!["six".into()],
+            },
+        ];
+        assert_eq!(
+            hosts_file(&p, "10.88.0.7", None),
+            "# Kubernetes-managed hosts file.\n\
+             127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\n\
+             fe00::1\tip6-allnodes\n\
+             fe00::2\tip6-allrouters\n\
+             10.88.0.7\tweb-node1\n\
+             \n\
+             # Entries added by HostAliases.\n\
+             10.1.2.3\tfoo.local\tbar\n\
+             fd00::1\tsix\n"
+        );
+        p.spec.hostname = Some("web".into());
+        p.spec.subdomain = Some("front".into());
+        p.spec.host_aliases.clear();
+        let t = hosts_file(&p, "10.88.0.7", None);
+        assert!(
+            t.ends_with("fe00::2\tip6-allrouters\n10.88.0.7\tweb.front.default.svc\tweb\n"),
+            "{t}"
+        );
+        // host network: the node's file, then the aliases
+        p.spec.host_network = true;
+        p.spec.host_aliases = vec![HostAlias {
+            ip: "10.1.2.3".into(),
+            hostnames: vec!["foo".into()],
+        }];
+        assert_eq!(
+            hosts_file(&p, "192.0.2.1", Some("127.0.0.1 localhost\n")),
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo\n"
+        );
+    }
+
+    #[test]
+    fn etc_hosts_is_mounted_unless_a_volume_is_mounted_there() {
+        let p = pod();
+        let hosts = PathBuf::from("/var/lib/picolet/pods/abc/etc-hosts");
+        let mut vols = HashMap::new();
+        vols.insert("data".to_owned(), PathBuf::from("/host/data"));
+        let cfg = |c: &Container| {
+            container_config(
+                &p,
+                &node(),
+                &ContainerInputs {
+                    object_env: &Default::default(),
+                    container: c,
+                    image_ref: "sha256:feed",
+                    restart_count: 0,
+                    hash: 1,
+                    pod_ip: "10.0.0.9",
+                    volumes: &vols,
+                    subpaths: &HashMap::new(),
+                    termination_log: None,
+                    etc_hosts: Some(&hosts),
+                },
+            )
+        };
+        let mut c = p.spec.containers[0].clone();
+        let m = cfg(&c).mounts;
+        let h = m.iter().find(|m| m.container_path == "/etc/hosts").unwrap();
+        assert_eq!(h.host_path, "/var/lib/picolet/pods/abc/etc-hosts");
+        assert!(!h.readonly);
+        c.volume_mounts[0].mount_path = "/etc/hosts".into();
+        let m = cfg(&c).mounts;
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].host_path, "/host/data");
+    }
+
+    #[test]
+    fn sub_path_expr_expands_the_containers_variables() {
+        let vm = |sub: Option<&str>, expr: Option<&str>| VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            sub_path: sub.map(Into::into),
+            sub_path_expr: expr.map(Into::into),
+            ..Default::default()
+        };
+        let env = vec![
+            ("POD_NAME".to_owned(), "web-0".to_owned()),
+            ("UP".to_owned(), "..".to_owned()),
+            ("ROOT".to_owned(), "/etc".to_owned()),
+        ];
+        assert_eq!(mount_sub_path(&vm(None, None), &env), Ok(None));
+        assert_eq!(
+            mount_sub_path(&vm(Some("fixed"), None), &env),
+            Ok(Some("fixed".into()))
+        );
+        assert_eq!(
+            mount_sub_path(&vm(None, Some("logs/$(POD_NAME)")), &env),
+            Ok(Some("logs/web-0".into()))
+        );
+        // unknown references stay as written, $$ escapes
+        assert_eq!(
+            mount_sub_path(&vm(None, Some("$(NOPE)/$$(POD_NAME)")), &env),
+            Ok(Some("$(NOPE)/$(POD_NAME)".into()))
+        );
+        let e = mount_sub_path(&vm(None, Some("$(UP)/x")), &env).unwrap_err();
+        assert!(e.contains("must not contain '..'"), "{e}");
+        let e = mount_sub_path(&vm(None, Some("$(ROOT)")), &env).unwrap_err();
+        assert!(e.contains("must be a relative path"), "{e}");
+    }
+
+    #[test]
+    fn every_container_port_is_mapped_once() {
+        let mut p = pod();
+        p.spec.containers[0].ports.push(ContainerPort {
+            container_port: 9090,
+            ..Default::default()
+        });
+        // the same unnamed port twice, and a name used twice
+        p.spec.containers[0].ports.push(ContainerPort {
+            container_port: 9090,
+            ..Default::default()
+        });
+        p.spec.containers[0].ports.push(ContainerPort {
+            name: Some("http".into()),
+            container_port: 81,
+            ..Default::default()
+        });
+        let m = sandbox_config(&p, &node(), 0).port_mappings;
+        let got: Vec<_> = m.iter().map(|m| (m.container_port, m.host_port)).collect();
+        assert_eq!(got, [(80, 8080), (9090, 0)]);
     }
 
     #[test]

@@ -16,11 +16,25 @@ use super::config;
 use super::error::SyncError;
 use super::manager::{RuntimeManager, SyncOutcome, termination_log_dir};
 
-/// Hash of a container's spec, recorded on the container so a changed spec is noticed.
-///
-/// Fields at their default (false, empty, absent) are left out before hashing, so a later
-/// picolet that knows more fields hashes an unchanged container the same and does not restart it.
+/// Hash of what identifies a running container's spec, recorded on the container
+/// (`io.kubernetes.container.hash`) so a change is noticed: its name and image, the fields the
+/// kubelet hashes (the only ones of a running pod the API lets change). A picolet that
+/// understands more fields therefore hashes an unchanged container the same.
 pub fn container_hash(c: &Container) -> u64 {
+    let v = serde_json::json!({"image": c.image, "name": c.name});
+    hash::fnv1a64(&[hash::canonical_json(&v).as_bytes()])
+}
+
+/// Whether a running container's recorded hash matches `c`: the current hash, or the one
+/// picolet 0.1 recorded ([`legacy_container_hash`]), so an upgrade restarts no container.
+pub fn hash_matches(c: &Container, recorded: u64, current: u64) -> bool {
+    recorded == current || recorded == legacy_container_hash(c)
+}
+
+/// The hash picolet 0.1 recorded: the whole spec, fields at their default (false, empty,
+/// absent) left out. Still accepted for containers started before the upgrade; they get the
+/// new hash when they next start.
+pub fn legacy_container_hash(c: &Container) -> u64 {
     fn prune(v: serde_json::Value) -> Option<serde_json::Value> {
         use serde_json::Value;
         match v {
@@ -95,8 +109,8 @@ impl RuntimeManager {
                     &c.name,
                     "CrashLoopBackOff",
                     format!(
-                        "back-off {}s restarting failed container={} pod={}_{}({uid})",
-                        delay.as_secs(),
+                        "back-off {} restarting failed container={} pod={}_{}({uid})",
+                        crate::options::format_duration(delay),
                         c.name,
                         pod.metadata.name,
                         config::namespace(pod)
@@ -108,7 +122,7 @@ impl RuntimeManager {
             b.next(&key, now);
         }
 
-        let image_ref = match self.ensure_image(c, now).await {
+        let image_ref = match self.ensure_image(uid, c, now).await {
             Ok(r) => r,
             Err(f) => {
                 self.wait_on(uid, &f.error);
@@ -121,21 +135,50 @@ impl RuntimeManager {
             container: c.name.to_string(),
             message,
         };
+        let refuse = |e: SyncError, out: &mut SyncOutcome| {
+            self.wait_on(uid, &e);
+            out.fail(e);
+        };
+        // runAsNonRoot against the image's user, as the kubelet checks it before creating (the
+        // image is asked only when its user decides).
+        let user = if super::image::needs_image_user(pod, c) {
+            match self.image_user(&c.image).await {
+                Ok(u) => u,
+                Err(e) => {
+                    let e = config_error(format!("reading the user of image {:?}: {e}", c.image));
+                    return refuse(e, out);
+                }
+            }
+        } else {
+            super::image::ImageUser::Uid(0)
+        };
+        if let Err(m) = super::image::verify_run_as_non_root(pod, c, &user) {
+            return refuse(config_error(m), out);
+        }
+        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
+            Ok(e) => e,
+            Err(m) => return refuse(config_error(m), out),
+        };
+        let env = config::container_env(pod, &self.node, c, ctx.pod_ip, &object_env);
         let mut subpaths = HashMap::new();
         for vm in &c.volume_mounts {
-            let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+            let sub = match config::mount_sub_path(vm, &env) {
+                Ok(s) => s,
+                Err(e) => {
+                    let e = config_error(format!("volume mount {:?}: {e}", vm.name));
+                    return refuse(e, out);
+                }
+            };
             let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name)) else {
                 continue;
             };
-            match volume::resolve_subpath(base, sub) {
+            match volume::resolve_subpath(base, &sub) {
                 Ok(p) => {
                     subpaths.insert(vm.mount_path.clone(), p);
                 }
                 Err(e) => {
                     let e = config_error(format!("volume mount {:?}: {e}", vm.name));
-                    self.wait_on(uid, &e);
-                    out.fail(e);
-                    return;
+                    return refuse(e, out);
                 }
             }
         }
@@ -143,25 +186,25 @@ impl RuntimeManager {
         let files = {
             let tdir = termination_log_dir(&self.node.root_dir, uid, &c.name);
             let logs = config::pod_log_dir(&self.node.pod_logs_dir, pod).join(&c.name);
-            rt::unblock(move || prepare_files(&tdir, &logs, restart_count)).await
+            let hosts = (pod.spec.host_network || !ctx.pod_ip.is_empty()).then(|| {
+                (
+                    volume::pod_dir(&self.node.root_dir, uid).join("etc-hosts"),
+                    pod.clone(),
+                    ctx.pod_ip.to_owned(),
+                )
+            });
+            rt::unblock(move || {
+                let tlog = prepare_files(&tdir, &logs, restart_count)?;
+                let hosts = hosts
+                    .map(|(path, pod, ip)| write_hosts_file(&path, &pod, &ip).map(|()| path))
+                    .transpose()?;
+                Ok::<_, String>((tlog, hosts))
+            })
+            .await
         };
-        let tlog = match files {
+        let (tlog, etc_hosts) = match files {
             Ok(p) => p,
-            Err(e) => {
-                let e = config_error(e);
-                self.wait_on(uid, &e);
-                out.fail(e);
-                return;
-            }
-        };
-        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
-            Ok(e) => e,
-            Err(m) => {
-                let e = config_error(m);
-                self.wait_on(uid, &e);
-                out.fail(e);
-                return;
-            }
+            Err(e) => return refuse(config_error(e), out),
         };
         let cfg = config::container_config(
             pod,
@@ -176,6 +219,7 @@ impl RuntimeManager {
                 volumes: ctx.volumes,
                 subpaths: &subpaths,
                 termination_log: Some(&tlog),
+                etc_hosts: etc_hosts.as_deref(),
             },
         );
         out.acted = true;
@@ -337,12 +381,81 @@ fn prepare_files(
     Ok(path)
 }
 
+/// Writes the pod's hosts file in place (mode 0644), as the kubelet does before each container
+/// starts: containers already running see the new content through their bind mount.
+fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), String> {
+    let node_hosts = if pod.spec.host_network {
+        Some(
+            fs::read_to_string(config::ETC_HOSTS)
+                .map_err(|e| format!("reading the node's {}: {e}", config::ETC_HOSTS))?,
+        )
+    } else {
+        None
+    };
+    let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref());
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn container_hash_ignores_default_fields_but_sees_changes() {
+    fn container_hash_covers_the_name_and_the_image_only() {
+        let a = Container {
+            name: "c".into(),
+            image: "busybox:1".into(),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.command = vec!["sleep".into(), "1".into()];
+        b.env.push(crate::api::EnvVar {
+            name: "X".into(),
+            value: Some("1".into()),
+            ..Default::default()
+        });
+        assert_eq!(container_hash(&a), container_hash(&b));
+        b.image = "busybox:2".into();
+        assert_ne!(container_hash(&a), container_hash(&b));
+        let mut c = a.clone();
+        c.name = "d".into();
+        assert_ne!(container_hash(&a), container_hash(&c));
+        // fixed value: the formula must never change silently (containers would restart)
+        assert_eq!(
+            container_hash(&a),
+            hash::fnv1a64(&[br#"{"image":"busybox:1","name":"c"}"#])
+        );
+    }
+
+    #[test]
+    fn a_container_started_under_the_old_hash_matches() {
+        let a = Container {
+            name: "c".into(),
+            image: "busybox:1".into(),
+            command: vec!["sleep".into(), "9".into()],
+            ..Default::default()
+        };
+        let now = container_hash(&a);
+        assert!(hash_matches(&a, now, now));
+        assert!(hash_matches(&a, legacy_container_hash(&a), now));
+        let mut b = a.clone();
+        b.image = "busybox:2".into();
+        assert!(!hash_matches(
+            &b,
+            legacy_container_hash(&a),
+            container_hash(&b)
+        ));
+        assert!(!hash_matches(&b, now, container_hash(&b)));
+    }
+
+    #[test]
+    fn legacy_container_hash_ignores_default_fields_but_sees_changes() {
         let a = Container {
             name: "c".into(),
             image: "busybox:1".into(),
@@ -351,11 +464,11 @@ mod tests {
         let mut b = a.clone();
         b.tty = false;
         b.stdin = false;
-        assert_eq!(container_hash(&a), container_hash(&b));
+        assert_eq!(legacy_container_hash(&a), legacy_container_hash(&b));
         b.image = "busybox:2".into();
-        assert_ne!(container_hash(&a), container_hash(&b));
+        assert_ne!(legacy_container_hash(&a), legacy_container_hash(&b));
         let mut c = a.clone();
         c.command = vec!["sleep".into(), "1".into()];
-        assert_ne!(container_hash(&a), container_hash(&c));
+        assert_ne!(legacy_container_hash(&a), legacy_container_hash(&c));
     }
 }

@@ -129,7 +129,7 @@ impl RuntimeManager {
     }
 
     /// Kills one running instance: its preStop hook first, for at most the grace period, then
-    /// StopContainer with what is left of it.
+    /// StopContainer with what is left of it, but at least `MINIMUM_GRACE_PERIOD`.
     pub(super) async fn kill_container(
         &self,
         pod: Option<&Pod>,
@@ -160,7 +160,9 @@ impl RuntimeManager {
                 .unwrap_or(i64::MAX);
             grace = grace.saturating_sub(spent).max(0);
         }
-        self.stop_container(&c.id, grace).await
+        // Never less than the minimum: a container always gets SIGTERM and a moment to act.
+        self.stop_container(&c.id, grace.max(super::config::MINIMUM_GRACE_PERIOD))
+            .await
     }
 
     /// The address hooks reach a pod at: its IP, or the node's for host-network pods.

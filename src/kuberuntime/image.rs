@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::api::{Container, PullPolicy};
+use crate::api::{Container, Pod, PullPolicy};
 use crate::cri::CriError;
 
 use super::error::{ImageFailure, SyncError};
@@ -53,10 +53,15 @@ impl RuntimeManager {
     /// Makes sure the container's image is present, by its pull policy; returns the image id.
     pub(super) async fn ensure_image(
         &self,
+        uid: &str,
         c: &Container,
         now: i64,
     ) -> Result<String, ImageFailure> {
         let image = c.image.as_str();
+        // Backoff per pod and image, as the kubelet keys it: one pod's failing pulls do not
+        // hold back another pod using the same image.
+        let key = pull_backoff_key(uid, image);
+        let key = key.as_str();
         let container = || c.name.to_string();
         let present = self.image_id(image).await.map_err(|e| ImageFailure {
             error: SyncError::ImagePull {
@@ -78,7 +83,7 @@ impl RuntimeManager {
             }
             Decision::Pull => {}
         }
-        if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(image, now) {
+        if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(key, now) {
             return Err(ImageFailure {
                 error: SyncError::ImagePullBackOff {
                     container: container(),
@@ -90,7 +95,7 @@ impl RuntimeManager {
         log::info!("pulling image {image}");
         match self.images.pull_image(image).await {
             Ok(image_ref) => {
-                self.pull_backoff.borrow_mut().forget(image);
+                self.pull_backoff.borrow_mut().forget(key);
                 Ok(match self.image_id(image).await {
                     Ok(Some(id)) => id,
                     _ => image_ref,
@@ -98,16 +103,27 @@ impl RuntimeManager {
             }
             Err(e) => {
                 let mut b = self.pull_backoff.borrow_mut();
-                b.next(image, now);
+                b.next(key, now);
                 Err(ImageFailure {
                     error: SyncError::ImagePull {
                         container: container(),
                         message: format!("failed to pull image {image:?}: {e}"),
                     },
-                    retry_after: b.delay(image).unwrap_or(Duration::from_secs(10)),
+                    retry_after: b.delay(key).unwrap_or(Duration::from_secs(10)),
                 })
             }
         }
+    }
+
+    /// The user an image runs as, as the kubelet reads it from ImageStatus: a numeric uid, or
+    /// a user name the runtime could not turn into one, or root when the image names none.
+    pub(super) async fn image_user(&self, image: &str) -> Result<ImageUser, CriError> {
+        let img = self.images.image_status(image).await?;
+        Ok(match img {
+            Some(i) if i.uid.is_some() => ImageUser::Uid(i.uid.map_or(0, |u| u.value)),
+            Some(i) if !i.username.is_empty() => ImageUser::Name(i.username),
+            _ => ImageUser::Uid(0),
+        })
     }
 
     async fn image_id(&self, image: &str) -> Result<Option<String>, CriError> {
@@ -117,6 +133,72 @@ impl RuntimeManager {
             .await?
             .map(|i| i.id)
             .filter(|id| !id.is_empty()))
+    }
+}
+
+/// The pull backoff's key: `<pod uid>_<image>`, as the kubelet's.
+pub fn pull_backoff_key(uid: &str, image: &str) -> String {
+    format!("{uid}_{image}")
+}
+
+/// The user an image names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageUser {
+    Uid(i64),
+    Name(String),
+}
+
+/// Whether [`verify_run_as_non_root`] depends on the image's user: `runAsNonRoot` without a
+/// `runAsUser`.
+pub fn needs_image_user(pod: &Pod, c: &Container) -> bool {
+    let sc = c.security_context.as_ref();
+    let psc = pod.spec.security_context.as_ref();
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|s| s.run_as_non_root));
+    let run_as = sc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    non_root == Some(true) && run_as.is_none()
+}
+
+/// The kubelet's `runAsNonRoot` check: with it set, a container may not run as uid 0, whether
+/// its `runAsUser` (container's, else pod's) says so or, without one, its image's user; a
+/// user name that is not a number cannot be verified and is refused too.
+pub fn verify_run_as_non_root(pod: &Pod, c: &Container, image: &ImageUser) -> Result<(), String> {
+    let sc = c.security_context.as_ref();
+    let psc = pod.spec.security_context.as_ref();
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|s| s.run_as_non_root));
+    if non_root != Some(true) {
+        return Ok(());
+    }
+    let who = format!(
+        "pod: \"{}_{}({})\", container: {}",
+        pod.metadata.name,
+        super::config::namespace(pod),
+        pod.metadata.uid,
+        c.name
+    );
+    let run_as = sc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    match (run_as, image) {
+        (Some(0), _) => Err(format!(
+            "container's runAsUser breaks non-root policy ({who})"
+        )),
+        (Some(_), _) => Ok(()),
+        (None, ImageUser::Name(n)) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({n}), cannot verify user is non-root ({who})"
+        )),
+        (None, ImageUser::Uid(0)) => Err(format!(
+            "container has runAsNonRoot and image will run as root ({who})"
+        )),
+        (None, ImageUser::Uid(u)) if *u > i64::from(i32::MAX) || *u < 0 => Err(format!(
+            "container has runAsNonRoot and image has an invalid user id ({u}). (Must be 1-(2147483647)) ({who})"
+        )),
+        (None, ImageUser::Uid(_)) => Ok(()),
     }
 }
 
@@ -131,6 +213,47 @@ mod tests {
             image_pull_policy: p,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn run_as_non_root() {
+        use crate::api::{PodSecurityContext, SecurityContext};
+        let mut pod = Pod::default();
+        pod.metadata.name = "p".into();
+        pod.metadata.uid = "u".into();
+        let mut ctr = c("busybox", None);
+        let root = ImageUser::Uid(0);
+        // not asked for: anything runs
+        assert_eq!(verify_run_as_non_root(&pod, &ctr, &root), Ok(()));
+        assert!(!needs_image_user(&pod, &ctr));
+        pod.spec.security_context = Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        });
+        assert!(needs_image_user(&pod, &ctr));
+        let e = verify_run_as_non_root(&pod, &ctr, &root).unwrap_err();
+        assert!(e.contains("image will run as root"), "{e}");
+        assert!(e.contains("container: c"), "{e}");
+        let e = verify_run_as_non_root(&pod, &ctr, &ImageUser::Name("nginx".into())).unwrap_err();
+        assert!(e.contains("non-numeric user (nginx)"), "{e}");
+        assert_eq!(
+            verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(101)),
+            Ok(())
+        );
+        assert!(verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(1 << 40)).is_err());
+        // an explicit runAsUser decides, the image's user does not matter
+        ctr.security_context = Some(SecurityContext {
+            run_as_user: Some(1000),
+            ..Default::default()
+        });
+        assert_eq!(verify_run_as_non_root(&pod, &ctr, &root), Ok(()));
+        assert!(!needs_image_user(&pod, &ctr));
+        ctr.security_context.as_mut().unwrap().run_as_user = Some(0);
+        let e = verify_run_as_non_root(&pod, &ctr, &ImageUser::Uid(5)).unwrap_err();
+        assert!(e.contains("runAsUser breaks non-root policy"), "{e}");
+        // the container's false overrides the pod's true
+        ctr.security_context.as_mut().unwrap().run_as_non_root = Some(false);
+        assert_eq!(verify_run_as_non_root(&pod, &ctr, &root), Ok(()));
     }
 
     #[test]

@@ -437,6 +437,13 @@ impl RuntimeManager {
             let id = a.sandbox_id.clone().unwrap_or_default().to_string();
             (id, st.ip().unwrap_or_default().to_owned())
         };
+        // A host-network pod's IP is the node's (its env `status.podIP`, its hosts file), as
+        // the status reports it.
+        let pod_ip = if pod.spec.host_network {
+            self.node.node_ip.clone()
+        } else {
+            pod_ip
+        };
 
         let ctx = StartContext {
             pod,

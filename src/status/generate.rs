@@ -114,9 +114,13 @@ pub fn generate(
         pod_ips.extend(host.iter().map(|ip| PodIp { ip: ip.clone() }));
     }
     let qos = pod.status.qos_class.clone();
+    let conditions = conditions(pod, rt, &init, &app, phase, prev, now);
+    // App containers by name, init containers in spec order, as the kubelet sorts them.
+    let mut app = app;
+    app.sort_by(|a, b| a.name.cmp(&b.name));
     PodStatus {
         phase: Some(phase.to_owned()),
-        conditions: conditions(pod, rt, &init, &app, phase, prev, now),
+        conditions,
         message,
         reason,
         host_i_ps: host.iter().map(|ip| HostIp { ip: ip.clone() }).collect(),
@@ -487,6 +491,45 @@ fn all_ready(type_: &str, names: &[&str], reason: &str, what: &str) -> PodCondit
     condition(type_, false, Some(reason), Some(message))
 }
 
+/// GeneratePodReadyCondition: ContainersReady, and then every readiness gate's condition (set
+/// by others in the pod's status) True.
+fn ready_condition(pod: &Pod, containers_ready: &PodCondition) -> PodCondition {
+    let copy = PodCondition {
+        type_: READY.into(),
+        ..containers_ready.clone()
+    };
+    if containers_ready.status != "True" {
+        return copy;
+    }
+    let unready: Vec<String> = pod
+        .spec
+        .readiness_gates
+        .iter()
+        .filter_map(|g| {
+            let t = &g.condition_type;
+            match pod.status.conditions.iter().find(|c| c.type_ == *t) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if unready.is_empty() {
+        return copy;
+    }
+    condition(
+        READY,
+        false,
+        Some("ReadinessGatesNotReady"),
+        Some(unready.join(", ")),
+    )
+}
+
 /// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
 /// keeps its lastTransitionTime while its status does not change.
 fn conditions(
@@ -499,10 +542,7 @@ fn conditions(
     now: i64,
 ) -> Vec<PodCondition> {
     let containers_ready = containers_ready(&pod.spec.init_containers, init, app, phase);
-    let ready = PodCondition {
-        type_: READY.into(),
-        ..containers_ready.clone()
-    };
+    let ready = ready_condition(pod, &containers_ready);
     let owned = [
         condition(
             POD_READY_TO_START_CONTAINERS,
@@ -1313,6 +1353,80 @@ mod tests {
             s.container_statuses[0].state.waiting,
             Some(ContainerStateWaiting::default())
         );
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+    }
+
+    #[test]
+    fn app_statuses_are_sorted_by_name_and_init_statuses_keep_spec_order() {
+        let p = pod(None, &["zinit", "ainit"], &["web", "app"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![
+                ctr("zinit", Rs::Exited, 0, 0, 0),
+                ctr("ainit", Rs::Exited, 12, 0, 0),
+                ctr("web", Rs::Running, 30, 0, 0),
+                ctr("app", Rs::Running, 31, 0, 0),
+            ],
+        );
+        let s = run(&p, &rt, &[], None);
+        let names = |v: &[ContainerStatus]| v.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&s.container_statuses), ["app", "web"]);
+        assert_eq!(names(&s.init_container_statuses), ["zinit", "ainit"]);
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_until_their_conditions_are_true() {
+        let mut p = pod(None, &[], &["app"]);
+        p.spec.readiness_gates = vec![crate::api::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }];
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![ctr("app", Rs::Running, 2, 0, 0)],
+        );
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(cond(&s, CONTAINERS_READY).status, "True");
+        let r = cond(&s, READY);
+        assert_eq!(r.status, "False");
+        assert_eq!(r.reason.as_deref(), Some("ReadinessGatesNotReady"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some(
+                "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+            )
+        );
+        p.status.conditions = vec![PodCondition {
+            type_: "example.com/lb".into(),
+            status: "False".into(),
+            ..Default::default()
+        }];
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(
+            cond(&s, READY).message.as_deref(),
+            Some("the status of pod readiness gate \"example.com/lb\" is not \"True\", but False")
+        );
+        p.status.conditions[0].status = "True".into();
+        let s = run(&p, &rt, &[], None);
+        assert_eq!(cond(&s, READY).status, "True");
+        // the gate's own condition is kept, the kubelet does not own it
+        assert_eq!(cond(&s, "example.com/lb").status, "True");
+    }
+
+    #[test]
+    fn init_containers_rerunning_in_a_new_sandbox_make_the_pod_pending_as_upstream() {
+        // The kubelet's getPhase counts a running regular init container as pending whatever
+        // ran before (only sidecars are excused once an app container runs).
+        let p = pod(None, &["init"], &["app"]);
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.6"))],
+            vec![
+                ctr("init", Rs::Exited, 0, 0, 0),
+                ctr("app", Rs::Exited, 12, 137, 0),
+                ctr("init", Rs::Running, 40, 0, 1),
+            ],
+        );
+        let s = run(&p, &rt, &[], None);
         assert_eq!(s.phase.as_deref(), Some(PENDING));
     }
 }

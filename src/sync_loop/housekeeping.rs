@@ -16,8 +16,10 @@ pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: 
             continue;
         }
         let Some(c) = cache.get(uid) else { continue };
+        // Stopped as the kubelet stops an orphan: a 1 s override, raised to the 2 s minimum
+        // at the stop itself; a preStop hook (from the container's annotations) gets 1 s.
         let t = Term {
-            grace: c.grace,
+            grace: crate::kuberuntime::config::ORPHAN_GRACE_PERIOD,
             namespace: c.status.namespace.to_string(),
             name: c.status.name.to_string(),
             evicted: false,

@@ -246,7 +246,8 @@ fn housekeeping_waits_for_the_sources_and_the_runtime_then_removes_orphans() {
     let cmds = step(&mut st, hk(), t0, listed);
     assert!(cmds.iter().any(|c| matches!(
         c,
-        Command::Dispatch(Work::Terminate { uid, grace: 7, .. }) if uid == "orphan"
+        // the kubelet's 1 s override for orphans, whatever the containers were created with (7)
+        Command::Dispatch(Work::Terminate { uid, grace: 1, .. }) if uid == "orphan"
     )));
     // The directory of a pod the runtime still holds stays; a stray one goes, once.
     let dirs: Vec<&str> = cmds
@@ -851,6 +852,124 @@ fn sidecars_start_in_order_before_the_app_and_stop_after_it() {
         );
         h.until("pod gone", 10, |h| h.fake.containers().is_empty())
             .await;
+    });
+}
+
+#[test]
+fn containers_always_get_the_minimum_grace_period_to_act_on_sigterm() {
+    rt::block_on(async {
+        let h = harness("grace-floor");
+        // A pod left in the runtime by an earlier picolet, whose manifest went away meanwhile:
+        // created with a grace period of 40 s.
+        let long = pod_json(
+            "long",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 40,
+                "containers": [{"name": "l", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        let earlier = crate::kuberuntime::RuntimeManager::new(
+            Rc::new(h.fake.clone()),
+            Rc::new(h.fake.clone()),
+            h.kubelet.rm.node().clone(),
+        );
+        let st = earlier.pod_status("long").await.unwrap();
+        earlier.sync_pod(&long, &st).await;
+        assert_eq!(h.running("long"), 1);
+        let zero = pod_json(
+            "zero",
+            serde_json::json!({
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "z", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![zero]).await;
+        // The orphan is stopped with the kubelet's 1 s override, raised to the 2 s minimum.
+        h.until("orphan stopped", 6, |h| h.running("long") == 0)
+            .await;
+        assert_eq!(h.fake.stops(), [("l".to_owned(), 2)]);
+        h.until("running", 10, |h| h.running("zero") == 1).await;
+        // Grace 0: the stop still asks for the minimum (SIGTERM, then SIGKILL 2 s later).
+        h.set_pods(vec![]).await;
+        h.until("zero stopped", 4, |h| h.running("zero") == 0).await;
+        assert_eq!(
+            h.fake.stops()[1],
+            ("z".to_owned(), 2),
+            "{:?}",
+            h.fake.stops()
+        );
+    });
+}
+
+#[test]
+fn the_pull_backoff_of_one_pod_does_not_hold_back_another() {
+    rt::block_on(async {
+        let h = harness("pullkey");
+        let spec = serde_json::json!({
+            "containers": [{"name": "c", "image": "example.com/missing:1"}]
+        });
+        let mut a = pod_json("a", spec.clone());
+        a.metadata.name = "a".into();
+        h.set_pods(vec![a.clone()]).await;
+        h.run_for(2).await;
+        let reason = |h: &Harness, uid: &str| {
+            h.status_of(uid).container_statuses[0]
+                .state
+                .waiting
+                .as_ref()
+                .and_then(|w| w.reason.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(reason(&h, "a"), "ImagePullBackOff");
+        let pulls = h.fake.calls("PullImage");
+        let mut b = pod_json("b", spec);
+        b.metadata.name = "b".into();
+        h.set_pods(vec![a, b]).await;
+        h.run_for(1).await;
+        // b pulls at once (and then backs off on its own), a stays backed off
+        assert_eq!(h.fake.calls("PullImage"), pulls + 1);
+        assert_eq!(reason(&h, "a"), "ImagePullBackOff");
+    });
+}
+
+#[test]
+fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
+    rt::block_on(async {
+        let h = harness("nonroot");
+        let p = pod_json(
+            "nr",
+            serde_json::json!({
+                "hostNetwork": true,
+                "securityContext": {"runAsNonRoot": true},
+                "containers": [
+                    {"name": "root", "image": IMAGE, "command": ["sleep", "3600"]},
+                    {"name": "user", "image": IMAGE, "command": ["sleep", "3600"],
+                     "securityContext": {"runAsUser": 1000},
+                     "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}
+                ]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("user running", 3, |h| h.running("nr") == 1).await;
+        h.run_for(2).await;
+        let st = h.status_of("nr");
+        let root = st
+            .container_statuses
+            .iter()
+            .find(|c| c.name == "root")
+            .unwrap();
+        let w = root.state.waiting.as_ref().expect("root waits");
+        assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
+        let m = w.message.as_deref().unwrap_or_default();
+        assert!(m.contains("image will run as root"), "{m}");
+        // the fake's images name no user: root, as the kubelet reads it
+        assert_eq!(h.instances("root").len(), 0);
+        let user = &h.instances("user")[0];
+        let ip = user.config.envs.iter().find(|e| e.key == "IP").unwrap();
+        assert_eq!(
+            ip.value, "192.0.2.1",
+            "a host-network pod's IP is the node's"
+        );
     });
 }
 

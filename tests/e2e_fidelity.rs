@@ -1,0 +1,246 @@
+//! End-to-end tests of the pod fields picolet applies as the kubelet does, the real picolet
+//! binary against a real containerd each test starts: runAsNonRoot against the image's user,
+//! seccomp profiles, a refused appArmorProfile, hostAliases and the managed /etc/hosts,
+//! dnsConfig in resolv.conf, subPathExpr, and the 2 s grace period floor. They fail, never skip,
+//! when containerd, runc or busybox are missing (`scripts/install-deps.sh` installs them).
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+use serde_json::{Value, json};
+
+const IMAGE: &str = "picolet.local/busybox:1";
+const T: Duration = Duration::from_secs(60);
+
+fn container(name: &str, script: &str) -> Value {
+    json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
+}
+
+fn manifest(name: &str, spec: Value) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}).to_string()
+}
+
+fn status(a: &Agent, pod: &str) -> Value {
+    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
+}
+
+fn host_dir(root: &Path, name: &str) -> PathBuf {
+    let d = root.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn out_volume(dir: &Path) -> Value {
+    json!([{"name": "out", "hostPath": {"path": dir.display().to_string()}}])
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+#[test]
+fn run_as_non_root_seccomp_and_refused_apparmor() {
+    let d = test_dir("fidelity-sec");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    let out = host_dir(&d.join("a"), "out");
+
+    // The test image names no user: it runs as root, which runAsNonRoot refuses.
+    a.write_manifest(
+        "nonroot.json",
+        &manifest(
+            "nonroot",
+            json!({"securityContext": {"runAsNonRoot": true},
+                   "containers": [container("main", "exec sleep 600")]}),
+        ),
+    );
+    let mut as_user = container("main", "id -u > /out/uid; exec sleep 600");
+    as_user["securityContext"] = json!({"runAsUser": 1000});
+    as_user["volumeMounts"] = json!([{"name": "out", "mountPath": "/out"}]);
+    a.write_manifest(
+        "nonroot-user.json",
+        &manifest(
+            "nonroot-user",
+            json!({"securityContext": {"runAsNonRoot": true}, "containers": [as_user],
+                   "volumes": out_volume(&out)}),
+        ),
+    );
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // seccomp: RuntimeDefault filters (mode 2), nothing set runs unconfined (mode 0), as the
+    // kubelet without seccompDefault.
+    for (name, sc) in [
+        (
+            "seccomp-default",
+            json!({"seccompProfile": {"type": "RuntimeDefault"}}),
+        ),
+        ("seccomp-none", json!({})),
+    ] {
+        let mut ctr = container(
+            "main",
+            &format!("cat /proc/self/status > /out/{name}; exec sleep 600"),
+        );
+        ctr["volumeMounts"] = json!([{"name": "out", "mountPath": "/out"}]);
+        a.write_manifest(
+            &format!("{name}.json"),
+            &manifest(
+                name,
+                json!({"securityContext": sc, "containers": [ctr], "volumes": out_volume(&out)}),
+            ),
+        );
+    }
+    // What picolet cannot apply is refused with the field named, never run without it.
+    a.write_manifest(
+        "apparmor.json",
+        &manifest(
+            "apparmor",
+            json!({"securityContext": {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-x"}},
+                   "containers": [container("main", "exec sleep 600")]}),
+        ),
+    );
+
+    a.wait_for("runAsNonRoot refused", T, |a| {
+        status(a, "nonroot")["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let msg = status(&a, "nonroot")["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(msg.contains("image will run as root"), "{msg}");
+    a.wait_for("the non-root container ran", T, |_| {
+        read(&out.join("uid")).trim() == "1000"
+    });
+    assert!(
+        status(&a, "nonroot-user")["containerStatuses"][0]["state"]["running"].is_object(),
+        "{}",
+        status(&a, "nonroot-user")
+    );
+    a.wait_for("both seccomp pods wrote their status", T, |_| {
+        read(&out.join("seccomp-default")).contains("Seccomp:")
+            && read(&out.join("seccomp-none")).contains("Seccomp:")
+    });
+    let mode = |f: &str| {
+        read(&out.join(f))
+            .lines()
+            .find(|l| l.starts_with("Seccomp:"))
+            .map(|l| l["Seccomp:".len()..].trim().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(mode("seccomp-default"), "2", "RuntimeDefault is a filter");
+    assert_eq!(mode("seccomp-none"), "0", "no profile runs unconfined");
+    // the nonroot container was never created; the refused manifest made no pod
+    assert!(a.pod("apparmor").is_none());
+    let report = a.manifests_report().to_string();
+    assert!(
+        report.contains("spec.securityContext.appArmorProfile"),
+        "{report}"
+    );
+    assert!(
+        c.containers_with_labels(&[
+            ("io.kubernetes.pod.name", "nonroot-e2e-node"),
+            ("io.kubernetes.container.name", "main"),
+        ])
+        .is_empty(),
+        "a refused container is never created"
+    );
+}
+
+#[test]
+fn hosts_dns_sub_path_expr_and_the_grace_floor() {
+    let d = test_dir("fidelity-files");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    let data = host_dir(&d.join("a"), "data");
+
+    let mut main = container(
+        "main",
+        "cat /etc/hosts > /data/hosts; cat /etc/resolv.conf > /data/resolv; exec sleep 600",
+    );
+    main["env"] =
+        json!([{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]);
+    main["volumeMounts"] =
+        json!([{"name": "data", "mountPath": "/data", "subPathExpr": "logs/$(POD_NAME)"}]);
+    a.write_manifest(
+        "files.json",
+        &manifest(
+            "files",
+            json!({
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar"]}],
+                "dnsPolicy": "None",
+                "dnsConfig": {"nameservers": ["10.9.9.9", "10.9.9.10"], "searches": ["svc.example"],
+                              "options": [{"name": "ndots", "value": "2"}]},
+                "containers": [main],
+                "volumes": [{"name": "data", "hostPath": {"path": data.display().to_string()}}]
+            }),
+        ),
+    );
+    // grace 0: the container still gets SIGTERM and 2 s to act on it.
+    let term = container(
+        "main",
+        "trap 'echo term > /data/term; exit 0' TERM; echo up > /data/up; while true; do sleep 0.2; done",
+    );
+    let mut term = term;
+    term["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    a.write_manifest(
+        "grace0.json",
+        &manifest(
+            "grace0",
+            json!({"terminationGracePeriodSeconds": 0, "containers": [term],
+                   "volumes": [{"name": "data", "hostPath": {"path": data.display().to_string()}}]}),
+        ),
+    );
+
+    // subPathExpr: the container's variables expanded, the subdirectory made in the volume
+    let sub = data.join("logs").join("files-e2e-node");
+    a.wait_for("the files pod wrote its files", T, |_| {
+        !read(&sub.join("hosts")).is_empty() && !read(&sub.join("resolv")).is_empty()
+    });
+    let hosts = read(&sub.join("hosts"));
+    a.wait_for("the pod's IP in its status", T, |a| {
+        status(a, "files")["podIP"].as_str().is_some()
+    });
+    let ip = status(&a, "files")["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        hosts.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"),
+        "{hosts}"
+    );
+    assert!(
+        hosts.contains(&format!("{ip}\tfiles-e2e-node\n")),
+        "{hosts}"
+    );
+    assert!(
+        hosts.ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar\n"),
+        "{hosts}"
+    );
+    let resolv = read(&sub.join("resolv"));
+    let lines: Vec<&str> = resolv.lines().collect();
+    assert!(lines.contains(&"nameserver 10.9.9.9"), "{resolv}");
+    assert!(lines.contains(&"nameserver 10.9.9.10"), "{resolv}");
+    assert!(lines.contains(&"search svc.example"), "{resolv}");
+    assert!(lines.contains(&"options ndots:2"), "{resolv}");
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("nameserver")).count(),
+        2,
+        "dnsPolicy None: only the pod's own\n{resolv}"
+    );
+
+    a.wait_for("grace0 runs", T, |_| read(&data.join("up")).trim() == "up");
+    a.remove_manifest("grace0.json");
+    a.wait_for("grace0 stopped", T, |a| a.pod("grace0").is_none());
+    assert_eq!(
+        read(&data.join("term")).trim(),
+        "term",
+        "SIGTERM reached the container before SIGKILL"
+    );
+}
