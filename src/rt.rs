@@ -34,8 +34,32 @@ pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> Task<T> {
     EXECUTOR.with(|ex| ex.spawn(fut))
 }
 
+thread_local! {
+    /// Closures this thread handed to the blocking pool that have not come back: [`settle`]
+    /// waits for them, so tests under a fake clock do not depend on how fast the pool is.
+    static UNBLOCKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one closure in flight on the blocking pool until dropped (also when the awaiting
+/// future is cancelled).
+struct InFlight;
+
+impl InFlight {
+    fn new() -> InFlight {
+        UNBLOCKED.with(|n| n.set(n.get() + 1));
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        UNBLOCKED.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
 /// Runs a blocking closure on the blocking thread pool.
 pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let _in_flight = InFlight::new();
     smol::unblock(f).await
 }
 
@@ -202,13 +226,22 @@ impl FakeClock {
 }
 
 /// Lets every task that can run, run: yields to the executor many times, with short real
-/// pauses so work handed to the blocking pool comes back. For tests driven by a fake clock.
+/// pauses so work handed to the blocking pool comes back, and goes on while this thread still
+/// waits for such work (at most 2 s of real time: a closure that hangs on purpose in a test
+/// must not hang the test). For tests driven by a fake clock.
 pub async fn settle() {
-    for _ in 0..4 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let mut rounds = 0;
+    loop {
         for _ in 0..64 {
             futures_lite::future::yield_now().await;
         }
-        async_io::Timer::after(Duration::from_millis(2)).await;
+        rounds += 1;
+        let waiting = UNBLOCKED.with(std::cell::Cell::get) > 0;
+        if (rounds >= 4 && !waiting) || std::time::Instant::now() >= deadline {
+            return;
+        }
+        async_io::Timer::after(Duration::from_millis(if waiting { 1 } else { 2 })).await;
     }
 }
 
