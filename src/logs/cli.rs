@@ -388,7 +388,7 @@ mod tests {
             "/containerLogs/kube-system/web-node/app?tailLines=5&sinceSeconds=90&timestamps=true&previous=true&limitBytes=100&follow=true"
         );
         let a = parse(&args(&["p", "--tail=-1", "--timestamps=false", "--since=1500ms"])).unwrap();
-        assert_eq!((a.tail, a.timestamps, a.container), (None, false, None));
+        assert_eq!((a.tail, a.timestamps, a.container.clone()), (None, false, None));
         assert_eq!(request_path(&a, "c"), "/containerLogs/default/p/c?sinceSeconds=2");
         let a = parse(&args(&["p", "--healthz-bind-address", "0.0.0.0"])).unwrap();
         assert_eq!(a.addr, "127.0.0.1:10248".parse().unwrap());
