@@ -403,7 +403,9 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         if args[1..].iter().any(|a| a == "-h" || a == "--help") {
             return Ok(Command::LogsHelp);
         }
-        return Ok(Command::Logs(Box::new(crate::logs::cli::parse(&args[1..])?)));
+        return Ok(Command::Logs(Box::new(crate::logs::cli::parse(
+            &args[1..],
+        )?)));
     }
     if args.first().map(String::as_str) == Some("check") {
         return Ok(match parse(&args[1..])? {
@@ -632,13 +634,25 @@ mod tests {
 
     #[test]
     fn container_log_rotation_settings() {
-        assert_eq!(run(&[]).container_log, crate::logs::rotate::Policy::default());
-        let o = run(&["--container-log-max-size=1Ki", "--container-log-max-files", "3"]);
+        assert_eq!(
+            run(&[]).container_log,
+            crate::logs::rotate::Policy::default()
+        );
+        let o = run(&[
+            "--container-log-max-size=1Ki",
+            "--container-log-max-files",
+            "3",
+        ]);
         assert_eq!(o.container_log.max_size, Some(1024));
         assert_eq!(o.container_log.max_files, 3);
-        assert_eq!(run(&["--container-log-max-size=-1"]).container_log.max_size, None);
         assert_eq!(
-            run(&["--container-log-max-size=10M"]).container_log.max_size,
+            run(&["--container-log-max-size=-1"]).container_log.max_size,
+            None
+        );
+        assert_eq!(
+            run(&["--container-log-max-size=10M"])
+                .container_log
+                .max_size,
             Some(10_000_000)
         );
         let e = parse(&args(&["--container-log-max-files=1"]))
@@ -651,7 +665,10 @@ mod tests {
         let e = parse(&args(&["--container-log-max-size=lots"]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--container-log-max-size") && e.contains("lots"), "{e}");
+        assert!(
+            e.contains("--container-log-max-size") && e.contains("lots"),
+            "{e}"
+        );
         let p = write_cfg(
             "logs",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerLogMaxSize: 2Mi\ncontainerLogMaxFiles: 4\n",
@@ -685,7 +702,10 @@ mod tests {
             Command::Logs(a) => assert!(a.follow && a.pod == "web"),
             c => panic!("{c:?}"),
         }
-        assert_eq!(parse(&args(&["logs", "--help"])).unwrap(), Command::LogsHelp);
+        assert_eq!(
+            parse(&args(&["logs", "--help"])).unwrap(),
+            Command::LogsHelp
+        );
     }
 
     #[test]

@@ -126,19 +126,35 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
             .filter(|n| !n.ends_with(".tmp"))
             .collect();
         most = most.max(f.len());
-        saw_gz |= f.iter().any(|n| n.starts_with("0.log.") && n.ends_with(".gz"));
-        saw_plain_rotated |= f.iter().any(|n| n.starts_with("0.log.") && !n.ends_with(".gz"));
+        saw_gz |= f
+            .iter()
+            .any(|n| n.starts_with("0.log.") && n.ends_with(".gz"));
+        saw_plain_rotated |= f
+            .iter()
+            .any(|n| n.starts_with("0.log.") && !n.ends_with(".gz"));
         std::thread::sleep(Duration::from_millis(200));
     }
     let now = files(&dir);
-    assert!(saw_plain_rotated, "no rotated file seen: {now:?}\n{}", a.log_text());
-    assert!(saw_gz, "no gzipped rotated file seen: {now:?}\n{}", a.log_text());
-    assert!(most <= 3, "more than containerLogMaxFiles (3) files: {most}, now {now:?}");
+    assert!(
+        saw_plain_rotated,
+        "no rotated file seen: {now:?}\n{}",
+        a.log_text()
+    );
+    assert!(
+        saw_gz,
+        "no gzipped rotated file seen: {now:?}\n{}",
+        a.log_text()
+    );
+    assert!(
+        most <= 3,
+        "more than containerLogMaxFiles (3) files: {most}, now {now:?}"
+    );
     assert!(now.contains(&"0.log".to_owned()), "{now:?}");
     for n in now.iter().filter(|n| n.ends_with(".gz")) {
         let text = String::from_utf8(picolet::logs::read::gunzip(&dir.join(n)).unwrap()).unwrap();
         assert!(
-            text.lines().all(|l| picolet::logs::format::parse_record(l.as_bytes()).is_ok()),
+            text.lines()
+                .all(|l| picolet::logs::format::parse_record(l.as_bytes()).is_ok()),
             "{n} is not a gzipped CRI log"
         );
     }
@@ -158,7 +174,10 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     let (code, all) = get(&a, base);
     assert_eq!(code, 200);
     let all_n = numbers(&all);
-    let live_lines = std::fs::read_to_string(dir.join("0.log")).unwrap().lines().count();
+    let live_lines = std::fs::read_to_string(dir.join("0.log"))
+        .unwrap()
+        .lines()
+        .count();
     assert!(consecutive(&all_n), "gaps or repeats: {all_n:?}");
     assert!(
         all_n.len() > live_lines,
@@ -169,12 +188,18 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     // tailLines, timestamps, limitBytes, sinceSeconds.
     let tail = numbers(&get(&a, &format!("{base}?tailLines=5")).1);
     assert_eq!(tail.len(), 5);
-    assert!(consecutive(&tail) && tail[0] > all_n[all_n.len() - 1] - 5, "{tail:?}");
+    assert!(
+        consecutive(&tail) && tail[0] > all_n[all_n.len() - 1] - 5,
+        "{tail:?}"
+    );
     let (_, ts) = get(&a, &format!("{base}?tailLines=3&timestamps=true"));
     for l in ts.lines() {
         let (stamp, rest) = l.split_once(' ').unwrap();
         assert_eq!(stamp.len(), 30, "{l}");
-        assert!(picolet::logs::format::parse_time(stamp.as_bytes()).is_some(), "{l}");
+        assert!(
+            picolet::logs::format::parse_time(stamp.as_bytes()).is_some(),
+            "{l}"
+        );
         assert!(rest.starts_with("line "), "{l}");
     }
     assert_eq!(ts.lines().count(), 3);
@@ -200,7 +225,10 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     assert_eq!(get(&a, &format!("{base}?tailLines=-1")).0, 422);
     let (code, body) = get(&a, &format!("{base}?previous=true"));
     assert_eq!(code, 400);
-    assert!(body.contains("previous terminated container \"main\""), "{body}");
+    assert!(
+        body.contains("previous terminated container \"main\""),
+        "{body}"
+    );
 
     // follow: a line written after the request arrives on the open stream.
     let mut s = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
@@ -218,7 +246,10 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     let mut seen = Vec::new();
     while seen.len() < 30 {
         line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "the follow stream ended");
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "the follow stream ended"
+        );
         seen.extend(numbers(&line));
     }
     assert!(consecutive(&seen), "{seen:?}");
@@ -245,7 +276,11 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     let (ok, out, err) = cli(&a, &["chatty-e2e-node", "--tail=2", "--timestamps"]);
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 2);
-    assert!(out.lines().all(|l| l.len() > 31 && l[30..].starts_with(" line ")), "{out}");
+    assert!(
+        out.lines()
+            .all(|l| l.len() > 31 && l[30..].starts_with(" line ")),
+        "{out}"
+    );
     let (ok, out, err) = cli(&a, &["chatty-e2e-node", "main", "--limit-bytes", "12"]);
     assert!(ok, "{err}");
     assert_eq!(out.len(), 12, "{out:?}");

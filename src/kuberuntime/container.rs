@@ -323,7 +323,10 @@ impl RuntimeManager {
             .unwrap_or_default()
             .into_iter()
             .filter(|n| n.strip_prefix(&name).is_some_and(|r| r.starts_with('.')));
-        let dir = log.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+        let dir = log
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
         for p in std::iter::once(log).chain(rotated.map(|n| dir.join(n))) {
             if let Err(e) = fs::remove_file(&p)
                 && e.kind() != std::io::ErrorKind::NotFound

@@ -100,8 +100,15 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
             "-p" | "--previous" => a.previous = switch(&inline)?,
             "-f" | "--follow" => a.follow = switch(&inline)?,
             "-h" | "--help" => return Err(OptionsError::Unexpected("--help".into())),
-            "-n" | "--namespace" | "--tail" | "--since" | "--since-time" | "--limit-bytes"
-            | "--healthz-port" | "--healthz-bind-address" | "--config" => {
+            "-n"
+            | "--namespace"
+            | "--tail"
+            | "--since"
+            | "--since-time"
+            | "--limit-bytes"
+            | "--healthz-port"
+            | "--healthz-bind-address"
+            | "--config" => {
                 let v = match inline {
                     Some(v) => v,
                     None => {
@@ -377,7 +384,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(a.namespace, "kube-system");
-        assert_eq!((a.pod.as_str(), a.container.as_deref()), ("web-node", Some("app")));
+        assert_eq!(
+            (a.pod.as_str(), a.container.as_deref()),
+            ("web-node", Some("app"))
+        );
         assert_eq!(a.tail, Some(5));
         assert_eq!(a.since, Some(Duration::from_secs(90)));
         assert!(a.timestamps && a.previous && a.follow);
@@ -387,9 +397,21 @@ mod tests {
             request_path(&a, "app"),
             "/containerLogs/kube-system/web-node/app?tailLines=5&sinceSeconds=90&timestamps=true&previous=true&limitBytes=100&follow=true"
         );
-        let a = parse(&args(&["p", "--tail=-1", "--timestamps=false", "--since=1500ms"])).unwrap();
-        assert_eq!((a.tail, a.timestamps, a.container.clone()), (None, false, None));
-        assert_eq!(request_path(&a, "c"), "/containerLogs/default/p/c?sinceSeconds=2");
+        let a = parse(&args(&[
+            "p",
+            "--tail=-1",
+            "--timestamps=false",
+            "--since=1500ms",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (a.tail, a.timestamps, a.container.clone()),
+            (None, false, None)
+        );
+        assert_eq!(
+            request_path(&a, "c"),
+            "/containerLogs/default/p/c?sinceSeconds=2"
+        );
         let a = parse(&args(&["p", "--healthz-bind-address", "0.0.0.0"])).unwrap();
         assert_eq!(a.addr, "127.0.0.1:10248".parse().unwrap());
     }

@@ -70,8 +70,9 @@ fn digits(b: &[u8]) -> Option<i64> {
     if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    b.iter()
-        .try_fold(0i64, |n, &d| n.checked_mul(10)?.checked_add(i64::from(d - b'0')))
+    b.iter().try_fold(0i64, |n, &d| {
+        n.checked_mul(10)?.checked_add(i64::from(d - b'0'))
+    })
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date.
@@ -234,7 +235,10 @@ mod tests {
         assert_eq!(r.content, b"log content 1");
         assert_eq!(r.time, 1_475_713_029_669_794_202);
         let r = parse_record(b"2016-10-06T00:17:09Z stderr F ").unwrap();
-        assert_eq!((r.stream, r.partial, r.content), (Stream::Stderr, false, &b""[..]));
+        assert_eq!(
+            (r.stream, r.partial, r.content),
+            (Stream::Stderr, false, &b""[..])
+        );
         // Extra tags after ':' are ignored; the content keeps its spaces.
         let r = parse_record(b"2016-10-06T00:17:09Z stdout P:x  a b ").unwrap();
         assert!(r.partial);

@@ -104,11 +104,7 @@ pub async fn check_one(
                 rt::unblock(move || std::fs::rename(&from, &back))
                     .await
                     .map_err(|e| {
-                        format!(
-                            "renaming {} back to {}: {e}",
-                            to.display(),
-                            log.display()
-                        )
+                        format!("renaming {} back to {}: {e}", to.display(), log.display())
                     })?;
                 Ok(Checked::Undone)
             }
@@ -131,7 +127,9 @@ pub async fn run_rotation(
         let logs = running_logs(&cache.borrow(), &rm.node().pod_logs_dir);
         for (id, log) in logs {
             match check_one(&rm, &id, &log, policy).await {
-                Ok(Checked::Rotated(to)) => log::debug!("rotated {} to {}", log.display(), to.display()),
+                Ok(Checked::Rotated(to)) => {
+                    log::debug!("rotated {} to {}", log.display(), to.display())
+                }
                 Ok(_) => {}
                 Err(e) => log::warn!("{e}"),
             }
@@ -270,7 +268,13 @@ mod tests {
     use super::*;
     use crate::kubecontainer::{ContainerStatus, PodRuntimeStatus};
 
-    fn container(id: &str, name: &str, state: ContainerState, created: i64, restarts: u32) -> ContainerStatus {
+    fn container(
+        id: &str,
+        name: &str,
+        state: ContainerState,
+        created: i64,
+        restarts: u32,
+    ) -> ContainerStatus {
         ContainerStatus {
             id: id.into(),
             sandbox_id: "s".into(),
@@ -354,9 +358,15 @@ mod tests {
         let p = pod(&["app", "side", "new"]);
         let at = locate(Some(&p), &c, &rm, "web-node", "app", false).unwrap();
         assert_eq!(at.container_id, "c2");
-        assert_eq!(at.path, PathBuf::from("/logs/default_web-node_u1/app/1.log"));
+        assert_eq!(
+            at.path,
+            PathBuf::from("/logs/default_web-node_u1/app/1.log")
+        );
         let prev = locate(Some(&p), &c, &rm, "web-node", "app", true).unwrap();
-        assert_eq!(prev.path, PathBuf::from("/logs/default_web-node_u1/app/0.log"));
+        assert_eq!(
+            prev.path,
+            PathBuf::from("/logs/default_web-node_u1/app/0.log")
+        );
         assert_eq!(
             locate(None, &c, &rm, "nope", "app", false),
             Err((404, "pod \"nope\" does not exist".into()))
@@ -404,12 +414,18 @@ mod tests {
             max_size: Some(1000),
             max_files: 3,
         };
-        assert_eq!(rt::block_on(check_one(&rm, "nosuch", &log, small)).unwrap(), Checked::Small);
+        assert_eq!(
+            rt::block_on(check_one(&rm, "nosuch", &log, small)).unwrap(),
+            Checked::Small
+        );
         let off = rotate::Policy {
             max_size: None,
             max_files: 3,
         };
-        assert_eq!(rt::block_on(check_one(&rm, "nosuch", &log, off)).unwrap(), Checked::Small);
+        assert_eq!(
+            rt::block_on(check_one(&rm, "nosuch", &log, off)).unwrap(),
+            Checked::Small
+        );
         // A missing log is reopened; the fake refuses an unknown container, and that is reported.
         let e = rt::block_on(check_one(&rm, "nosuch", &d.join("1.log"), policy)).unwrap_err();
         assert!(e.contains("1.log") && e.contains("reopening"), "{e}");

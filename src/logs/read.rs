@@ -11,9 +11,9 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::format::{self, Joiner, Line};
 #[cfg(test)]
 use super::format::Stream;
+use super::format::{self, Joiner, Line};
 use super::rotate;
 
 /// The options of one request, as upstream's `PodLogOptions`.
@@ -98,9 +98,10 @@ pub fn parse_query(query: &str, now: i64) -> Result<LogOptions, QueryError> {
             "tailLines" if k == "tail" && v == "all" => {}
             "tailLines" => {
                 let n = int(key, &v)?;
-                o.tail = Some(u64::try_from(n).map_err(|_| {
-                    invalid("tailLines", n, "must be greater than or equal to 0")
-                })?);
+                o.tail =
+                    Some(u64::try_from(n).map_err(|_| {
+                        invalid("tailLines", n, "must be greater than or equal to 0")
+                    })?);
             }
             "limitBytes" => {
                 let n = int(key, &v)?;
@@ -540,7 +541,7 @@ mod tests {
             q("sinceTime=2024-05-01T12%3A00%3A00Z").unwrap().since,
             Some(1_714_564_800_000_000_000)
         );
-        assert_eq!(q("timestamps=FALSE").unwrap().timestamps, false);
+        assert!(!q("timestamps=FALSE").unwrap().timestamps);
         assert!(q("timestamps=yes").unwrap().timestamps);
     }
 
@@ -587,7 +588,11 @@ mod tests {
         assert_eq!(buf, b"1970-01-01T00:00:00.000000010Z a\n");
         o.write(&line(11, "bcdefghijklmnop"), &mut buf);
         assert_eq!(buf.len(), 45);
-        assert!(buf.ends_with(b"a\n1970-01-01T0"), "{}", String::from_utf8_lossy(&buf));
+        assert!(
+            buf.ends_with(b"a\n1970-01-01T0"),
+            "{}",
+            String::from_utf8_lossy(&buf)
+        );
         assert!(o.done());
         o.write(&line(12, "more"), &mut buf);
         assert_eq!(buf.len(), 45);
@@ -645,7 +650,10 @@ mod tests {
     }
 
     fn lines(b: &[u8]) -> Vec<String> {
-        String::from_utf8_lossy(b).lines().map(str::to_owned).collect()
+        String::from_utf8_lossy(b)
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     #[test]
@@ -655,7 +663,18 @@ mod tests {
         let all = lines(&read_all(&live, &LogOptions::default()).unwrap());
         let want: Vec<String> = (0..10).map(|i| format!("line {i}")).collect();
         assert_eq!(all, want);
-        let t = |n| lines(&read_all(&live, &LogOptions { tail: Some(n), ..Default::default() }).unwrap());
+        let t = |n| {
+            lines(
+                &read_all(
+                    &live,
+                    &LogOptions {
+                        tail: Some(n),
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        };
         assert_eq!(t(2), want[8..]);
         assert_eq!(t(5), want[5..], "tail reaches into the rotated file");
         assert_eq!(t(8), want[2..], "and into the gzipped one");
@@ -663,12 +682,36 @@ mod tests {
         assert!(t(0).is_empty());
         let since = format::parse_time(b"2024-05-01T12:00:04Z").unwrap();
         let s = lines(
-            &read_all(&live, &LogOptions { since: Some(since), ..Default::default() }).unwrap(),
+            &read_all(
+                &live,
+                &LogOptions {
+                    since: Some(since),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
         );
         assert_eq!(s, want[4..]);
-        let b = read_all(&live, &LogOptions { limit_bytes: Some(10), ..Default::default() }).unwrap();
+        let b = read_all(
+            &live,
+            &LogOptions {
+                limit_bytes: Some(10),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(b, b"line 0\nlin");
-        let ts = lines(&read_all(&live, &LogOptions { timestamps: true, tail: Some(1), ..Default::default() }).unwrap());
+        let ts = lines(
+            &read_all(
+                &live,
+                &LogOptions {
+                    timestamps: true,
+                    tail: Some(1),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
         assert_eq!(ts, ["2024-05-01T12:00:09.000000000Z line 9"]);
         let _ = fs::remove_dir_all(&d);
     }
@@ -686,7 +729,14 @@ mod tests {
         let d = dir("follow");
         let live = d.join("0.log");
         fs::write(&live, rec(0, "F", "a")).unwrap();
-        let mut r = Reader::new(&live, &LogOptions { follow: true, ..Default::default() }).unwrap();
+        let mut r = Reader::new(
+            &live,
+            &LogOptions {
+                follow: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         let mut got = Vec::new();
         let mut sink = |c: Vec<u8>| {
             got.extend_from_slice(&c);
@@ -715,7 +765,14 @@ mod tests {
         let d = dir("gone");
         let live = d.join("0.log");
         fs::write(&live, rec(0, "F", &"x".repeat(1000)).repeat(100)).unwrap();
-        let mut r = Reader::new(&live, &LogOptions { follow: true, ..Default::default() }).unwrap();
+        let mut r = Reader::new(
+            &live,
+            &LogOptions {
+                follow: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(r.pump(&mut |_| false).unwrap(), Pump::Done);
         let _ = fs::remove_dir_all(&d);
     }

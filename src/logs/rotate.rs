@@ -144,7 +144,14 @@ pub fn compress(path: &Path) -> io::Result<()> {
     let gz = PathBuf::from(format!("{}{GZ}", path.display()));
     let run = || -> io::Result<()> {
         let mut src = fs::File::open(path).map_err(|e| ctx("opening", path, e))?;
+        // The compressed copy keeps the log's permissions (logs may hold secrets).
+        let mode = src
+            .metadata()
+            .map_err(|e| ctx("reading", path, e))?
+            .permissions();
         let out = fs::File::create(&tmp).map_err(|e| ctx("creating", &tmp, e))?;
+        out.set_permissions(mode)
+            .map_err(|e| ctx("setting the mode of", &tmp, e))?;
         let mut enc = flate2::write::GzEncoder::new(out, flate2::Compression::default());
         io::copy(&mut src, &mut enc).map_err(|e| ctx("compressing", path, e))?;
         enc.finish().map_err(|e| ctx("writing", &tmp, e))?;
@@ -196,7 +203,12 @@ mod tests {
 
     #[test]
     fn the_first_rotation_only_renames() {
-        let p = plan("0.log", &names(&["0.log", "1.log"]), NOW, &Policy::default());
+        let p = plan(
+            "0.log",
+            &names(&["0.log", "1.log"]),
+            NOW,
+            &Policy::default(),
+        );
         assert_eq!(
             p,
             Plan {
@@ -252,11 +264,7 @@ mod tests {
         assert_eq!(p.compress, names(&["0.log.20240501-122000"]));
         assert_eq!(
             all_logs("0.log", &dir),
-            names(&[
-                "0.log.20240501-120000.gz",
-                "0.log.20240501-122000",
-                "0.log"
-            ])
+            names(&["0.log.20240501-120000.gz", "0.log.20240501-122000", "0.log"])
         );
     }
 
@@ -273,6 +281,12 @@ mod tests {
         )
         .unwrap();
         fs::write(d.join("0.log.20240501-110000.tmp"), "x").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(
+            d.join("0.log.20240501-120000"),
+            fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
         let p = plan("0.log", &list_dir(&d).unwrap(), NOW, &Policy::default());
         let to = rotate_files(&log, &p).unwrap();
         let mut left = list_dir(&d).unwrap();
@@ -284,6 +298,11 @@ mod tests {
         assert_eq!(to, d.join("0.log.20240501-123456"));
         let gz = fs::read(d.join("0.log.20240501-120000.gz")).unwrap();
         assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");
+        let mode = fs::metadata(d.join("0.log.20240501-120000.gz"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640, "the log's mode is kept");
         let mut out = String::new();
         io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut out).unwrap();
         assert_eq!(out, "2024-05-01T11:00:00Z stdout F old\n".repeat(100));
