@@ -393,6 +393,66 @@ mod tests {
     }
 
     #[test]
+    fn a_running_containers_log_is_rotated_reopened_and_compressed_on_the_clock() {
+        let clock = rt::FakeClock::install();
+        let d = std::env::temp_dir().join(format!("picolet-logs-rot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let fake = std::rc::Rc::new(crate::cri::fake::FakeRuntime::new());
+        fake.add_image("busybox:1");
+        let node = crate::kuberuntime::NodeContext {
+            pod_logs_dir: d.join("logs"),
+            root_dir: d.join("root"),
+            ..Default::default()
+        };
+        let rm = RuntimeManager::new(fake.clone(), fake.clone(), node);
+        let mut p = pod(&["app"]);
+        p.spec.containers[0].image = "busybox:1".into();
+        let empty = PodRuntimeStatus {
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        let out = rt::block_on(rm.sync_pod(&p, &empty));
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let id = rt::block_on(crate::cri::RuntimeService::list_containers(&*fake, None))
+            .unwrap()
+            .remove(0)
+            .id;
+        let log = d.join("logs/default_web-node_u1/app/0.log");
+        let dir = log.parent().unwrap().to_owned();
+        let policy = rotate::Policy {
+            max_size: Some(100),
+            max_files: 3,
+        };
+        let mut names = Vec::new();
+        for round in 0..3 {
+            std::fs::write(&log, format!("{round}").repeat(200)).unwrap();
+            let r = rt::block_on(check_one(&rm, &id, &log, policy)).unwrap();
+            let want = dir.join(format!("0.log.{}", rotate::suffix(rt::now_nanos())));
+            assert_eq!(r, Checked::Rotated(want.clone()), "round {round}");
+            names.push(want.file_name().unwrap().to_string_lossy().into_owned());
+            assert_eq!(fake.calls("ReopenContainerLog"), round + 1);
+            clock.advance(rotate::CHECK_PERIOD);
+        }
+        let mut left = rotate::list_dir(&dir).unwrap();
+        left.sort();
+        // The first rotated file went (max 3: live, newest rotated, one gzipped), the second
+        // is gzipped, the third as it was; the live log is the runtime's to write again.
+        assert_eq!(left, vec![format!("{}.gz", names[1]), names[2].clone()]);
+        assert_eq!(
+            read::gunzip(&dir.join(&left[0])).unwrap(),
+            "1".repeat(200).into_bytes()
+        );
+        // A small log is left alone, and the runtime is not called.
+        std::fs::write(&log, "x").unwrap();
+        assert_eq!(
+            rt::block_on(check_one(&rm, &id, &log, policy)).unwrap(),
+            Checked::Small
+        );
+        assert_eq!(fake.calls("ReopenContainerLog"), 3);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn a_rotation_the_runtime_cannot_reopen_is_undone() {
         let _clock = rt::FakeClock::install();
         let d = std::env::temp_dir().join(format!("picolet-logs-undo-{}", std::process::id()));
