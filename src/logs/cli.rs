@@ -303,29 +303,36 @@ fn default_container(a: &LogsArgs) -> Result<String, String> {
     let mut raw = Vec::new();
     r.read_to_end(&mut raw)
         .map_err(|e| format!("reading /pods: {e}"))?;
-    let list: crate::api::PodList =
+    // An untyped walk of the PodList: decoding it into the Pod structs would link a second
+    // copy of their whole deserializer (JSON beside YAML) into the binary.
+    let list: serde_json::Value =
         serde_json::from_slice(&raw).map_err(|e| format!("decoding /pods: {e}"))?;
-    let pod = list
-        .items
-        .iter()
-        .find(|p| p.metadata.namespace == a.namespace && p.metadata.name == a.pod)
+    let pod = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            p["metadata"]["namespace"] == a.namespace.as_str()
+                && p["metadata"]["name"] == a.pod.as_str()
+        })
         .ok_or_else(|| format!("pods {:?} not found in namespace {:?}", a.pod, a.namespace))?;
-    if let Some(c) = pod
-        .metadata
-        .annotations
-        .get("kubectl.kubernetes.io/default-container")
+    if let Some(c) =
+        pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"].as_str()
     {
-        return Ok(c.clone());
+        return Ok(c.to_owned());
     }
-    match pod.spec.containers.as_slice() {
-        [one] => Ok(one.name.clone()),
+    let names: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    match names.as_slice() {
+        [one] => Ok((*one).to_owned()),
         cs => Err(format!(
             "a container name must be specified for pod {}, choose one of: [{}]",
             a.pod,
-            cs.iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
+            cs.join(" ")
         )),
     }
 }
