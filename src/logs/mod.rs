@@ -249,10 +249,14 @@ pub async fn stream(
                 log::warn!("reading {}: {e}", at.path.display());
                 return;
             }
-            Ok(read::Pump::Done) => return,
+            Ok(read::Pump::Done) => {
+                log::debug!("{}: log sent", at.path.display());
+                return;
+            }
             Ok(read::Pump::More) => {}
         }
         if tx.is_closed() {
+            log::debug!("{}: the follower went away", at.path.display());
             return;
         }
         if !is_running(&cache.borrow(), &at.uid, &at.container_id) {
