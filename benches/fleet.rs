@@ -13,7 +13,7 @@
 //!
 //! `cargo bench --bench fleet` (about 14 min); `FLEET_SECONDS` sets the steady window (default
 //! 120), `FLEET_OFFLINE_SECONDS` each outage (default 300), `FLEET_CLIENTS` the number of sources
-//! (default 1000).
+//! (default 1000), `FLEET_PHASES` which of `steady,offline,storm` run (default all).
 
 #[path = "../tests/support/agent.rs"]
 mod agent;
@@ -328,7 +328,16 @@ fn storm(clients: usize) {
 
 fn main() {
     // `cargo bench` passes --bench; any other argument filters nothing here.
-    steady(env_u64("FLEET_SECONDS", 120));
-    offline(env_u64("FLEET_OFFLINE_SECONDS", 300));
-    storm(usize::try_from(env_u64("FLEET_CLIENTS", 1000)).unwrap_or(1000));
+    // FLEET_PHASES picks phases by name (default: all).
+    let phases = std::env::var("FLEET_PHASES").unwrap_or_else(|_| "steady,offline,storm".into());
+    let on = |p: &str| phases.split(',').any(|x| x.trim() == p);
+    if on("steady") {
+        steady(env_u64("FLEET_SECONDS", 120));
+    }
+    if on("offline") {
+        offline(env_u64("FLEET_OFFLINE_SECONDS", 300));
+    }
+    if on("storm") {
+        storm(usize::try_from(env_u64("FLEET_CLIENTS", 1000)).unwrap_or(1000));
+    }
 }

@@ -19,6 +19,7 @@ pub(crate) mod kubecontainer;
 pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
+pub mod logs;
 pub mod node;
 pub mod notify;
 pub mod objects;
@@ -463,6 +464,11 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         } else {
             None
         };
+        let _rotation = rt::spawn(logs::run_rotation(
+            kubelet.rm.clone(),
+            kubelet.cache.clone(),
+            o.container_log,
+        ));
         let _notify = notifier
             .clone()
             .map(|n| rt::spawn(notify::run(n, kubelet.clone())));

@@ -19,6 +19,21 @@ fn main() -> ExitCode {
             print!("{}", options::USAGE);
             return ExitCode::SUCCESS;
         }
+        Ok(Command::LogsHelp) => {
+            print!("{}", picolet::logs::cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Logs(a)) => {
+            // Ctrl-C ends a follow: the exit signals act as usual here.
+            let _ = set.thread_unblock();
+            return match picolet::logs::cli::run(&a, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("picolet logs: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Ok(Command::Version) => {
             println!("picolet {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;

@@ -13,6 +13,7 @@ pub const USAGE: &str = "\
 usage: picolet [flags]
        picolet validate FILE...
        picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock)
+       picolet logs POD [CONTAINER] [flags]   (a container's log; picolet logs --help)
 
 Runs static pods from a manifest directory, and the pods an apiserver binds to the node,
 on a CRI runtime (containerd).
@@ -30,6 +31,10 @@ flags:
   --healthz-bind-address IP          local API address (default 127.0.0.1)
   --sync-frequency DUR               full resync period of each pod (default 1m0s)
   --file-check-frequency DUR         manifest directory re-list period (default 20s)
+  --container-log-max-size SIZE      rotate a container's log at this size (default 10Mi;
+                                     negative: never)
+  --container-log-max-files N        log files kept per container, the live one included
+                                     (default 5, at least 2)
   --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
                                      system:node:<name>); without it, static pods only
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
@@ -90,6 +95,10 @@ pub enum Command {
     Validate(Vec<PathBuf>),
     /// Preflight checks with the options of a run.
     Check(Box<Options>),
+    /// `picolet logs`: a container's log through the local API.
+    Logs(Box<crate::logs::cli::LogsArgs>),
+    /// `picolet logs --help`.
+    LogsHelp,
     Version,
     Help,
 }
@@ -108,6 +117,8 @@ pub struct Options {
     pub healthz_bind_address: IpAddr,
     pub sync_frequency: Duration,
     pub file_check_frequency: Duration,
+    /// `containerLogMaxSize` and `containerLogMaxFiles`.
+    pub container_log: crate::logs::rotate::Policy,
     pub verbosity: u8,
     /// kubeconfig of the apiserver to join; none: static pods only.
     pub kubeconfig: Option<PathBuf>,
@@ -151,6 +162,7 @@ impl Default for Options {
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             sync_frequency: Duration::from_secs(60),
             file_check_frequency: Duration::from_secs(20),
+            container_log: crate::logs::rotate::Policy::default(),
             verbosity: 0,
             kubeconfig: None,
             apiserver_poll_interval: None,
@@ -332,6 +344,8 @@ struct KubeletConfiguration {
     pod_pids_limit: Option<i64>,
     #[serde(rename = "singleProcessOOMKill")]
     single_process_oom_kill: Option<bool>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<i64>,
 }
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -441,6 +455,14 @@ fn parse_config_into(
             .parse()
             .map_err(|_| err(format!("healthzBindAddress: invalid IP address {a:?}")))?;
     }
+    if let Some(v) = cfg.container_log_max_size {
+        o.container_log.max_size =
+            parse_log_max_size(&v).map_err(|r| err(format!("containerLogMaxSize: {r}")))?;
+    }
+    if let Some(n) = cfg.container_log_max_files {
+        o.container_log.max_files = log_max_files(n)
+            .map_err(|r| err(format!("containerLogMaxFiles: invalid value {n}: {r}")))?;
+    }
     if let Some(p) = cfg.pod_logs_dir {
         o.pod_logs_dir = PathBuf::from(p);
     }
@@ -520,6 +542,22 @@ fn parse_config_into(
     Ok(())
 }
 
+/// A quantity of bytes ("10Mi"); a negative one turns rotation off.
+pub fn parse_log_max_size(v: &str) -> Result<Option<u64>, String> {
+    let q = crate::api::Quantity::parse(v).map_err(|e| format!("invalid value {v:?}: {e}"))?;
+    if q.is_negative() {
+        return Ok(None);
+    }
+    Ok(u64::try_from(q.value()).ok())
+}
+
+fn log_max_files(n: i64) -> Result<usize, String> {
+    match usize::try_from(n) {
+        Ok(n) if n >= 2 => Ok(n),
+        _ => Err("must be greater than 1".into()),
+    }
+}
+
 fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
     OptionsError::BadValue {
         flag: flag.to_owned(),
@@ -542,6 +580,8 @@ const FLAGS: &[&str] = &[
     "healthz-bind-address",
     "sync-frequency",
     "file-check-frequency",
+    "container-log-max-size",
+    "container-log-max-files",
     "kubeconfig",
     "apiserver-poll-interval",
     "node-labels",
@@ -578,6 +618,14 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             return Err(OptionsError::MissingValue("validate FILE".into()));
         }
         return Ok(Command::Validate(files));
+    }
+    if args.first().map(String::as_str) == Some("logs") {
+        if args[1..].iter().any(|a| a == "-h" || a == "--help") {
+            return Ok(Command::LogsHelp);
+        }
+        return Ok(Command::Logs(Box::new(crate::logs::cli::parse(
+            &args[1..],
+        )?)));
     }
     if args.first().map(String::as_str) == Some("check") {
         return Ok(match parse(&args[1..])? {
@@ -736,6 +784,13 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             }
             "pod-max-pids" => {
                 o.cgroups.pod_pids_limit = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?
+            }
+            "container-log-max-size" => {
+                o.container_log.max_size = parse_log_max_size(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "container-log-max-files" => {
+                let n: i64 = v.parse().map_err(|_| bad(&flag, &v, "not an integer"))?;
+                o.container_log.max_files = log_max_files(n).map_err(|r| bad(&flag, &v, r))?
             }
             "v" => {
                 o.verbosity = v
@@ -1137,6 +1192,82 @@ mod tests {
         assert_eq!(o.cgroups.kube_reserved.memory, 100 << 20);
         assert_eq!(o.cgroups.pod_pids_limit, 1024);
         std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn container_log_rotation_settings() {
+        assert_eq!(
+            run(&[]).container_log,
+            crate::logs::rotate::Policy::default()
+        );
+        let o = run(&[
+            "--container-log-max-size=1Ki",
+            "--container-log-max-files",
+            "3",
+        ]);
+        assert_eq!(o.container_log.max_size, Some(1024));
+        assert_eq!(o.container_log.max_files, 3);
+        assert_eq!(
+            run(&["--container-log-max-size=-1"]).container_log.max_size,
+            None
+        );
+        assert_eq!(
+            run(&["--container-log-max-size=10M"])
+                .container_log
+                .max_size,
+            Some(10_000_000)
+        );
+        let e = parse(&args(&["--container-log-max-files=1"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "flag --container-log-max-files: invalid value \"1\": must be greater than 1"
+        );
+        let e = parse(&args(&["--container-log-max-size=lots"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--container-log-max-size") && e.contains("lots"),
+            "{e}"
+        );
+        let p = write_cfg(
+            "logs",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerLogMaxSize: 2Mi\ncontainerLogMaxFiles: 4\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        assert_eq!(o.container_log.max_size, Some(2 * 1024 * 1024));
+        assert_eq!(o.container_log.max_files, 4);
+        assert!(o.config_warnings.is_empty());
+        let o = run(&["--config", &ps, "--container-log-max-files=6"]);
+        assert_eq!(o.container_log.max_files, 6, "flags override the file");
+        std::fs::remove_file(&p).unwrap();
+        let p = write_cfg(
+            "logs-bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerLogMaxFiles: 0\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&p.display().to_string())
+                && e.contains("containerLogMaxFiles: invalid value 0: must be greater than 1"),
+            "{e}"
+        );
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn the_logs_subcommand() {
+        match parse(&args(&["logs", "web", "-f"])).unwrap() {
+            Command::Logs(a) => assert!(a.follow && a.pod == "web"),
+            c => panic!("{c:?}"),
+        }
+        assert_eq!(
+            parse(&args(&["logs", "--help"])).unwrap(),
+            Command::LogsHelp
+        );
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! The local HTTP API on 127.0.0.1 (the kubelet's healthz port, 10248), served by hyper on the
 //! same executor: `/healthz`, `/pods` (a PodList with live statuses, as the kubelet serves it)
 //! and `/manifests` (each manifest file, the pod it defines and the error that keeps its newest
-//! content from being used, if any).
+//! content from being used, if any), and `/containerLogs/{namespace}/{pod}/{container}` (a
+//! container's log, streamed; see [`crate::logs`]).
 
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::{Request, Response, StatusCode};
 
 #[cfg(feature = "file-source")]
@@ -99,6 +100,61 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<smol::Async<TcpListener>> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("binding the local API on {addr}: {e}")))
 }
 
+/// What the server answers with: a whole body, or a stream (container logs).
+type Streamed = UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+/// Answers `/containerLogs/{namespace}/{pod}/{container}?...`.
+async fn container_logs(k: &Kubelet, path: &str, query: &str) -> Response<Streamed> {
+    let text = |code: u16, msg: String| {
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
+        reply(code, "text/plain", format!("{msg}\n")).map(BodyExt::boxed_unsync)
+    };
+    let parts: Vec<&str> = path.split('/').collect();
+    let [namespace, pod, container] = parts.as_slice() else {
+        return text(
+            400,
+            "expected /containerLogs/{namespace}/{pod}/{container}".into(),
+        );
+    };
+    if namespace.is_empty() || pod.is_empty() || container.is_empty() {
+        return text(400, "missing namespace, pod or container name".into());
+    }
+    let opts = match crate::logs::read::parse_query(query, rt::now_nanos()) {
+        Ok(o) => o,
+        Err(e) => return text(e.code, e.message),
+    };
+    let located = {
+        let pod_obj = k.pod_by_name(namespace, pod);
+        crate::logs::locate(
+            pod_obj.as_deref(),
+            &k.cache.borrow(),
+            &k.rm,
+            pod,
+            container,
+            opts.previous,
+        )
+    };
+    let at = match located {
+        Ok(a) => a,
+        Err((code, msg)) => return text(code, msg),
+    };
+    let (p, o) = (at.path.clone(), opts.clone());
+    let reader = match rt::unblock(move || crate::logs::read::Reader::new(&p, &o)).await {
+        Ok(r) => r,
+        Err(e) => return text(400, e.to_string()),
+    };
+    let (tx, rx) = async_channel::bounded::<Bytes>(4);
+    rt::spawn(crate::logs::stream(k.cache.clone(), at, reader, tx)).detach();
+    let frames = futures_lite::StreamExt::map(rx, |b| {
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(b))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/plain")
+        .body(StreamBody::new(frames).boxed_unsync())
+        .unwrap_or_default()
+}
+
 /// Serves the local API forever.
 pub async fn serve(
     listener: smol::Async<TcpListener>,
@@ -119,13 +175,25 @@ pub async fn serve(
         let report = report.clone();
         rt::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = route(
-                    &k,
-                    #[cfg(feature = "file-source")]
-                    &report,
-                    &req,
-                );
-                async move { Ok::<_, std::convert::Infallible>(resp) }
+                let k = k.clone();
+                #[cfg(feature = "file-source")]
+                let report = report.clone();
+                async move {
+                    let logs = req.uri().path().strip_prefix("/containerLogs/");
+                    let resp = match logs {
+                        Some(p) if req.method() == hyper::Method::GET => {
+                            container_logs(&k, p, req.uri().query().unwrap_or("")).await
+                        }
+                        _ => route(
+                            &k,
+                            #[cfg(feature = "file-source")]
+                            &report,
+                            &req,
+                        )
+                        .map(BodyExt::boxed_unsync),
+                    };
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(rt::HyperTimer)

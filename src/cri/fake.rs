@@ -126,6 +126,7 @@ fn static_name(method: &str) -> &'static str {
         "ContainerStatus",
         "ContainerStats",
         "ExecSync",
+        "ReopenContainerLog",
         "ListImages",
         "ImageStatus",
         "PullImage",
@@ -382,6 +383,7 @@ impl FakeRuntime {
                 "ListContainers" => enc(Ok(st.list_containers(decode(payload)?))),
                 "ContainerStatus" => enc(st.container_status(decode(payload)?)),
                 "ContainerStats" => enc(st.container_stats(decode(payload)?)),
+                "ReopenContainerLog" => enc(st.reopen_container_log(decode(payload)?)),
                 _ => Err(err(
                     Code::Unimplemented,
                     format!("unknown method {m} for service {service}"),
@@ -545,6 +547,14 @@ impl RuntimeService for FakeRuntime {
                 .map_err(|s| status_err(m, s))?;
             let limit = (!timeout.is_zero()).then_some(timeout);
             run_exec(reply, limit).await.map_err(|s| status_err(m, s))
+        })
+    }
+    fn reopen_container_log(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::ReopenContainerLogRequest {
+            container_id: id.to_owned(),
+        };
+        self.call("ReopenContainerLog", None, move |st| {
+            st.reopen_container_log(req).map(drop)
         })
     }
 }
@@ -1182,6 +1192,19 @@ impl State {
             name,
         });
         Ok(v1::CreateContainerResponse { container_id: id })
+    }
+
+    /// As containerd: NOT_FOUND for an unknown id, UNKNOWN "container is not running" for a
+    /// container that is not running.
+    fn reopen_container_log(
+        &mut self,
+        r: v1::ReopenContainerLogRequest,
+    ) -> Result<v1::ReopenContainerLogResponse, Status> {
+        let i = self.container_index(&r.container_id)?;
+        if self.containers[i].state != ContainerState::ContainerRunning {
+            return Err(err(Code::Unknown, "container is not running"));
+        }
+        Ok(v1::ReopenContainerLogResponse {})
     }
 
     fn start_container(

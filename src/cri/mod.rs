@@ -186,6 +186,7 @@ impl Cri {
     rpc!(runtime.remove_container(v1::RemoveContainerRequest) -> v1::RemoveContainerResponse, request);
     rpc!(runtime.list_containers(v1::ListContainersRequest) -> v1::ListContainersResponse, request);
     rpc!(runtime.container_status(v1::ContainerStatusRequest) -> v1::ContainerStatusResponse, request);
+    rpc!(runtime.reopen_container_log(v1::ReopenContainerLogRequest) -> v1::ReopenContainerLogResponse, request);
     rpc!(runtime.container_stats(v1::ContainerStatsRequest) -> v1::ContainerStatsResponse, request);
     rpc!(images.list_images(v1::ListImagesRequest) -> v1::ListImagesResponse, request);
     rpc!(images.image_status(v1::ImageStatusRequest) -> v1::ImageStatusResponse, request);
@@ -316,6 +317,12 @@ impl RuntimeService for Cri {
     ) -> Call<'_, v1::ExecSyncResponse> {
         let id = id.to_owned();
         Box::pin(async move { Cri::exec_sync(self, &id, cmd, timeout).await })
+    }
+    fn reopen_container_log(&self, id: &str) -> Call<'_, ()> {
+        let req = v1::ReopenContainerLogRequest {
+            container_id: id.to_owned(),
+        };
+        Box::pin(async move { Cri::reopen_container_log(self, req).await.map(drop) })
     }
 }
 

@@ -50,6 +50,8 @@ pub trait RuntimeService {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Call<'_, v1::ExecSyncResponse>;
+    /// Makes the runtime reopen the container's log file (after it was renamed for rotation).
+    fn reopen_container_log(&self, id: &str) -> Call<'_, ()>;
 }
 
 /// The CRI `ImageService` calls picolet makes.

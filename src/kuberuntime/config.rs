@@ -55,6 +55,21 @@ pub struct NodeContext {
     pub memory_oom_group: bool,
 }
 
+/// A container's CRI log: `<pod log dir>/<container>/<restart count>.log`, as the kubelet
+/// names it (the runtime writes it; rotation renames it; `/containerLogs` reads it).
+pub fn container_log_path(
+    logs: &Path,
+    namespace: &str,
+    pod: &str,
+    uid: &str,
+    container: &str,
+    restart_count: u32,
+) -> PathBuf {
+    log_dir_of(logs, namespace, pod, uid)
+        .join(container)
+        .join(format!("{restart_count}.log"))
+}
+
 /// The pod's log directory, as the kubelet names it: `<podLogsDir>/<ns>_<name>_<uid>`.
 pub fn pod_log_dir(logs: &Path, pod: &Pod) -> PathBuf {
     let m = &pod.metadata;

@@ -350,13 +350,33 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// Removes a container's log and its rotated files (`<n>.log.*`), as upstream's Clean.
     pub(super) fn remove_log(&self, st: &PodRuntimeStatus, c: &ContainerStatus) {
-        let dir = config::log_dir_of(&self.node.pod_logs_dir, &st.namespace, &st.name, &st.uid);
-        let log = dir.join(&*c.name).join(format!("{}.log", c.restart_count));
-        if let Err(e) = fs::remove_file(&log)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            log::warn!("removing {}: {e}", log.display());
+        let log = config::container_log_path(
+            &self.node.pod_logs_dir,
+            &st.namespace,
+            &st.name,
+            &st.uid,
+            &c.name,
+            c.restart_count,
+        );
+        let name = format!("{}.log", c.restart_count);
+        let rotated = log
+            .parent()
+            .and_then(|d| crate::logs::rotate::list_dir(d).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n.strip_prefix(&name).is_some_and(|r| r.starts_with('.')));
+        let dir = log
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        for p in std::iter::once(log).chain(rotated.map(|n| dir.join(n))) {
+            if let Err(e) = fs::remove_file(&p)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                log::warn!("removing {}: {e}", p.display());
+            }
         }
     }
 }

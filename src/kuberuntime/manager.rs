@@ -179,6 +179,11 @@ impl RuntimeManager {
         })
     }
 
+    /// Asks the runtime to reopen a container's log file, after it was renamed for rotation.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        self.runtime.reopen_container_log(id).await
+    }
+
     /// Why a container of a pod is waiting, if a sync recorded a reason.
     pub fn waiting(&self, uid: &str, container: &str) -> Option<Waiting> {
         self.waiting

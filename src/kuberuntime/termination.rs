@@ -58,8 +58,8 @@ fn tail_bytes(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The last 80 lines of a CRI log, decoded (timestamps and stream tags dropped, partial lines
-/// joined), cut to their last 2 KiB.
+/// The last 80 lines of a CRI log, decoded by [`crate::logs::format`] (timestamps and stream
+/// tags dropped, partial lines joined), cut to their last 2 KiB.
 fn log_tail(path: &Path) -> std::io::Result<String> {
     let raw = tail_bytes(path, LOG_WINDOW)?;
     let text = String::from_utf8_lossy(&raw);
@@ -71,15 +71,18 @@ fn log_tail(path: &Path) -> std::io::Result<String> {
         &lines[..]
     };
     let mut out = String::new();
+    let mut joiner = crate::logs::format::Joiner::default();
     for l in &whole[whole.len().saturating_sub(MAX_LOG_LINES)..] {
-        // <RFC 3339 time> <stdout|stderr> <P|F> <content>
-        let mut parts = l.splitn(4, ' ');
-        let (_, _, tag) = (parts.next(), parts.next(), parts.next());
-        let content = parts.next().unwrap_or("");
-        out.push_str(content);
-        if tag != Some("P") {
+        let Ok(r) = crate::logs::format::parse_record(l.as_bytes()) else {
+            continue;
+        };
+        if let Some(line) = joiner.push(&r) {
+            out.push_str(&String::from_utf8_lossy(&line.content));
             out.push('\n');
         }
+    }
+    for line in joiner.finish() {
+        out.push_str(&String::from_utf8_lossy(&line.content));
     }
     if out.len() > MAX_LOG_MESSAGE {
         let mut cut = out.len() - MAX_LOG_MESSAGE;

@@ -315,6 +315,17 @@ impl Kubelet {
         }
     }
 
+    /// The desired pod of this namespace and name.
+    #[cfg(any(test, feature = "local-api"))]
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Rc<crate::api::Pod>> {
+        self.state
+            .borrow()
+            .pods
+            .pods()
+            .find(|p| p.metadata.namespace == namespace && p.metadata.name == name)
+            .cloned()
+    }
+
     /// The desired pods that came from one source, by name.
     #[cfg(feature = "apiserver")]
     fn pods_from(&self, source: crate::config::Source) -> Vec<Rc<crate::api::Pod>> {

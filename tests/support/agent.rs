@@ -17,6 +17,8 @@ pub struct Agent {
     pub log: PathBuf,
     endpoint: String,
     extra: Vec<String>,
+    /// More KubeletConfiguration fields, appended to the file picolet reads.
+    config: String,
     child: Option<Child>,
 }
 
@@ -52,6 +54,11 @@ impl Agent {
 
     /// Starts picolet with more flags (`--kubeconfig`, ...).
     pub fn start_with(dir: &Path, endpoint: &str, extra: &[String]) -> Agent {
+        Agent::start_configured(dir, endpoint, extra, "")
+    }
+
+    /// Starts picolet with more flags and more KubeletConfiguration fields (YAML lines).
+    pub fn start_configured(dir: &Path, endpoint: &str, extra: &[String], config: &str) -> Agent {
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).unwrap();
         let mut a = Agent {
@@ -61,6 +68,7 @@ impl Agent {
             log: dir.join("picolet.log"),
             endpoint: endpoint.to_owned(),
             extra: extra.to_vec(),
+            config: config.to_owned(),
             child: None,
         };
         a.spawn();
@@ -80,11 +88,12 @@ impl Agent {
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
                  staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\n\
                  imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
-                 evictionHard:\n  memory.available: \"0\"\n",
+                 evictionHard:\n  memory.available: \"0\"\n{}",
                 self.manifests.display(),
                 self.endpoint,
                 self.dir.join("logs").display(),
-                self.port
+                self.port,
+                self.config
             ),
         )
         .unwrap();
