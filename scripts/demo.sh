@@ -27,6 +27,18 @@ cleanup() {
     fi
     echo "== stopping the scratch containerd and its pods"
     "$repo/scripts/scratch-containerd.sh" stop "$DIR" || true
+    remove_cgroups
+}
+
+# The pods' cgroups live under a tree of the demo's own (cgroupRoot below), removed when it ends,
+# in every mounted cgroup hierarchy (v2, or v1's controllers).
+CGROUP_ROOT=/picolet-demo
+remove_cgroups() {
+    local mnt
+    while read -r mnt; do
+        [ -d "$mnt$CGROUP_ROOT" ] && find "$mnt$CGROUP_ROOT" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u)
+    return 0
 }
 trap cleanup EXIT INT TERM
 
@@ -44,6 +56,7 @@ staticPodPath: $DIR/manifests
 containerRuntimeEndpoint: unix://$sock
 podLogsDir: $DIR/logs
 healthzPort: $PORT
+cgroupRoot: $CGROUP_ROOT
 CFG
 
 echo "== running picolet (log: $DIR/picolet.log)"
@@ -85,7 +98,8 @@ echo "== picolet's log"
 cat "$DIR/picolet.log"
 echo
 echo "Try: edit or delete files in $DIR/manifests, or write an invalid one over a good one;"
-echo "     curl http://127.0.0.1:$PORT/pods, curl http://127.0.0.1:$PORT/manifests"
+echo "     curl http://127.0.0.1:$PORT/pods, curl http://127.0.0.1:$PORT/manifests;"
+echo "     $bin logs --healthz-port $PORT web-\$(hostname) (the web pod's log)"
 if [ -n "${DEMO_SECONDS:-}" ]; then
     sleep "$DEMO_SECONDS"
     table
