@@ -34,7 +34,6 @@ impl PodManager {
         self.by_uid.len()
     }
 
-    #[cfg(any(test, feature = "local-api", feature = "apiserver"))]
     pub fn pods(&self) -> impl Iterator<Item = &Rc<Pod>> {
         self.by_uid.values()
     }
