@@ -163,8 +163,16 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
         let cri = Rc::new(cri);
+        // Every runtime call is counted for /metrics, as the kubelet's instrumented services.
+        let ops = Rc::new(kuberuntime::instrumented::Ops::default());
+        let counted = Rc::new(kuberuntime::instrumented::Instrumented::new(
+            cri.clone(),
+            cri.clone(),
+            ops.clone(),
+        ));
         let rm = Rc::new(
-            kuberuntime::RuntimeManager::new(cri.clone(), cri, node).with_objects(objects.clone()),
+            kuberuntime::RuntimeManager::new(counted.clone(), counted, node)
+                .with_objects(objects.clone()),
         );
         let runtime_version = match rm.version().await {
             Ok(v) => {
@@ -275,14 +283,23 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _ = (&runtime_version, &node_name, objects);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
+        #[cfg(not(feature = "local-api"))]
+        let _ = (&ops, &cri);
         #[cfg(feature = "local-api")]
         let _server = if o.healthz_port != 0 {
             let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
             let l = server::bind(addr).map_err(|e| e.to_string())?;
             log::info!("local API on http://{addr}");
+            let root = std::path::Path::new("/");
+            let stats = Rc::new(server::StatsContext {
+                provider: stats::Provider::new(root, &o.root_dir, cri.clone()),
+                ops,
+                machine: stats::expose::Machine::read(root),
+            });
             Some(rt::spawn(server::serve(
                 l,
                 kubelet.clone(),
+                stats,
                 #[cfg(feature = "file-source")]
                 report,
             )))

@@ -2,7 +2,8 @@
 //! `manager` (inspect, sync, forget), `sandbox`, `container`, `image`, `gc`, and `convert`, the
 //! edge where CRI messages become `kubecontainer` types. The pure parts beside them: `actions`
 //! (desired vs observed → actions), `config` (CRI sandbox and container configs), `env`,
-//! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons).
+//! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons); and
+//! `instrumented`, the runtime services wrapped to count calls for `/metrics`.
 
 pub mod actions;
 pub mod backoff;
@@ -15,6 +16,7 @@ mod exec;
 mod gc;
 mod hooks;
 pub mod image;
+pub mod instrumented;
 pub mod labels;
 mod manager;
 mod sandbox;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use crate::api::{Pod, PodStatus};
 use crate::kubecontainer::PodRuntimeStatus;
 use crate::rt;
+use crate::stats::prom::{Histogram, POD_START_BUCKETS};
 
 use super::generate;
 
@@ -19,6 +20,10 @@ pub struct StatusManager {
     runtime_name: RefCell<String>,
     statuses: RefCell<HashMap<String, PodStatus>>,
     probes: RefCell<crate::prober::Results>,
+    /// When each pod not yet running was first given a status (monotonic nanoseconds).
+    first_seen: RefCell<HashMap<String, i64>>,
+    /// Seconds from a pod's first status to its first Running (`kubelet_pod_start_duration_seconds`).
+    pub pod_start: RefCell<Histogram>,
 }
 
 impl StatusManager {
@@ -28,6 +33,8 @@ impl StatusManager {
             runtime_name: RefCell::new(DEFAULT_RUNTIME_NAME.to_owned()),
             statuses: RefCell::default(),
             probes: RefCell::default(),
+            first_seen: RefCell::default(),
+            pod_start: RefCell::new(Histogram::new(POD_START_BUCKETS)),
         }
     }
 
@@ -52,9 +59,14 @@ impl StatusManager {
         waiting: impl Fn(&str) -> Option<(String, String)>,
     ) {
         let uid = pod.metadata.uid.as_str();
-        let new = {
+        let running = |s: Option<&PodStatus>| s.and_then(|s| s.phase.as_deref()) == Some("Running");
+        let now = rt::mono_nanos();
+        let (new, was_running) = {
             let old = self.statuses.borrow();
-            generate::generate(
+            if old.get(uid).is_none() {
+                self.first_seen.borrow_mut().insert(uid.to_owned(), now);
+            }
+            let new = generate::generate(
                 pod,
                 rt_status,
                 &waiting,
@@ -63,8 +75,16 @@ impl StatusManager {
                 &self.host_ip,
                 &self.runtime_name.borrow(),
                 rt::now_nanos(),
-            )
+            );
+            (new, running(old.get(uid)))
         };
+        if !was_running && running(Some(&new)) {
+            if let Some(t0) = self.first_seen.borrow_mut().remove(uid) {
+                #[allow(clippy::cast_precision_loss, reason = "seconds as f64")]
+                let secs = (now - t0) as f64 / 1e9;
+                self.pod_start.borrow_mut().observe(secs);
+            }
+        }
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
 
@@ -82,5 +102,6 @@ impl StatusManager {
 
     pub fn remove(&self, uid: &str) {
         self.statuses.borrow_mut().remove(uid);
+        self.first_seen.borrow_mut().remove(uid);
     }
 }
