@@ -10,47 +10,9 @@ use std::time::Duration;
 
 use super::*;
 
-/// Parses Prometheus text with the real parser; panics (never skips) when Python or
-/// prometheus_client is missing, naming the fix.
-pub(crate) fn prom_check(text: &str) -> serde_json::Value {
-    use std::io::Write;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/prom_check.py");
-    let mut child = std::process::Command::new("python3")
-        .arg(&script)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 is needed to check the Prometheus text: run scripts/install-deps.sh");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n--- text ---\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The value of the sample `name` whose labels include `labels`.
-pub(crate) fn sample(fams: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    fams.as_array()?.iter().find_map(|f| {
-        f["samples"].as_array()?.iter().find_map(|s| {
-            (s["name"] == name && labels.iter().all(|(k, v)| s["labels"][*k] == *v))
-                .then(|| s["value"].as_f64())
-                .flatten()
-        })
-    })
-}
-
-fn family<'a>(fams: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
-    fams.as_array()?.iter().find(|f| f["name"] == name)
-}
+#[path = "../../tests/support/prom.rs"]
+mod prom_support;
+use prom_support::{check as prom_check, family, sample};
 
 fn write(root: &Path, files: &[(&str, &str)]) {
     for (p, c) in files {
