@@ -200,10 +200,10 @@ pub async fn serve(
                 #[cfg(feature = "file-source")]
                 let report = report.clone();
                 async move {
-                    if req.method() == hyper::Method::GET {
-                        if let Some(r) = stats_route(&k, &stats, req.uri().path()).await {
-                            return Ok::<_, std::convert::Infallible>(r);
-                        }
+                    if req.method() == hyper::Method::GET
+                        && let Some(r) = stats_route(&k, &stats, req.uri().path()).await
+                    {
+                        return Ok::<_, std::convert::Infallible>(r);
                     }
                     Ok(route(
                         &k,

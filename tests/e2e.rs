@@ -595,7 +595,8 @@ fn served_accounting_of_the_busy_container(a: &Agent) {
     let cadvisor = || prom::check(&get("/metrics/cadvisor"));
     let ctr = [("pod", busy.as_str()), ("container", "main")];
     let cpu_of = |f: &serde_json::Value| {
-        prom::sample(f, "container_cpu_usage_seconds_total", &ctr).expect("the busy container's CPU")
+        prom::sample(f, "container_cpu_usage_seconds_total", &ctr)
+            .expect("the busy container's CPU")
     };
     let _ = summary(); // the base of the rate
     let cpu0 = cpu_of(&cadvisor());
@@ -620,24 +621,49 @@ fn served_accounting_of_the_busy_container(a: &Agent) {
     assert!(ws >= MIB32, "container working set {ws}: {main}");
     let pod_ws = pod["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0);
     assert!(pod_ws >= MIB32, "pod working set {pod_ws}: {pod}");
-    assert!(pod["cpu"]["usageNanoCores"].as_u64().unwrap_or(0) > 100_000_000, "{pod}");
+    assert!(
+        pod["cpu"]["usageNanoCores"].as_u64().unwrap_or(0) > 100_000_000,
+        "{pod}"
+    );
     let node = &s["node"];
     assert_eq!(node["nodeName"], NODE);
-    assert!(node["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0, "{node}");
-    assert!(node["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0) >= MIB32, "{node}");
-    assert!(node["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0, "{node}");
-    assert!(node["runtime"]["imageFs"]["capacityBytes"].as_u64().unwrap_or(0) > 0, "{node}");
+    assert!(
+        node["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert!(
+        node["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0) >= MIB32,
+        "{node}"
+    );
+    assert!(
+        node["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert!(
+        node["runtime"]["imageFs"]["capacityBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{node}"
+    );
     eprintln!("summary of the busy container: {main}");
 
     assert!(cpu1 - cpu0 > 0.2, "cadvisor CPU over 2 s: {cpu0} → {cpu1}");
     let ws = prom::sample(&fams, "container_memory_working_set_bytes", &ctr).unwrap_or(0.0);
     assert!(ws >= MIB32, "cadvisor working set {ws}");
     assert!(prom::sample(&fams, "container_processes", &ctr).unwrap_or(0.0) >= 1.0);
-    assert_eq!(prom::sample(&fams, "container_oom_events_total", &ctr), Some(0.0));
+    assert_eq!(
+        prom::sample(&fams, "container_oom_events_total", &ctr),
+        Some(0.0)
+    );
     assert!(prom::sample(&fams, "machine_memory_bytes", &[]).unwrap_or(0.0) > 0.0);
 
     let res = prom::check(&get("/metrics/resource"));
-    let rc = [("pod", busy.as_str()), ("container", "main"), ("namespace", "default")];
+    let rc = [
+        ("pod", busy.as_str()),
+        ("container", "main"),
+        ("namespace", "default"),
+    ];
     assert!(prom::sample(&res, "container_cpu_usage_seconds_total", &rc).unwrap_or(0.0) > 0.0);
     let ws = prom::sample(&res, "container_memory_working_set_bytes", &rc).unwrap_or(0.0);
     assert!(ws >= MIB32, "resource working set {ws}");
@@ -650,7 +676,10 @@ fn served_accounting_of_the_busy_container(a: &Agent) {
     assert!(prom::sample(&k, "kubelet_running_pods", &[]).unwrap_or(0.0) >= 1.0);
     let running = [("container_state", "running")];
     assert!(prom::sample(&k, "kubelet_running_containers", &running).unwrap_or(0.0) >= 1.0);
-    assert_eq!(prom::sample(&k, "kubelet_node_name", &[("node", NODE)]), Some(1.0));
+    assert_eq!(
+        prom::sample(&k, "kubelet_node_name", &[("node", NODE)]),
+        Some(1.0)
+    );
     let relists = prom::sample(&k, "kubelet_pleg_relist_duration_seconds_count", &[]);
     assert!(relists.unwrap_or(0.0) >= 3.0, "{relists:?}");
     let lists = [("operation_type", "list_podsandbox")];

@@ -77,10 +77,18 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
         &self,
         req: v1::RunPodSandboxRequest,
     ) -> Call<'_, v1::RunPodSandboxResponse> {
-        timed(&self.ops, "run_podsandbox", self.runtime.run_pod_sandbox(req))
+        timed(
+            &self.ops,
+            "run_podsandbox",
+            self.runtime.run_pod_sandbox(req),
+        )
     }
     fn stop_pod_sandbox(&self, id: &str) -> Call<'_, ()> {
-        timed(&self.ops, "stop_podsandbox", self.runtime.stop_pod_sandbox(id))
+        timed(
+            &self.ops,
+            "stop_podsandbox",
+            self.runtime.stop_pod_sandbox(id),
+        )
     }
     fn remove_pod_sandbox(&self, id: &str) -> Call<'_, ()> {
         timed(
@@ -117,7 +125,11 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
         )
     }
     fn start_container(&self, id: &str) -> Call<'_, ()> {
-        timed(&self.ops, "start_container", self.runtime.start_container(id))
+        timed(
+            &self.ops,
+            "start_container",
+            self.runtime.start_container(id),
+        )
     }
     fn stop_container(&self, id: &str, grace_secs: i64) -> Call<'_, ()> {
         timed(

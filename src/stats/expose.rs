@@ -456,7 +456,12 @@ pub fn parse_process(stat: &str, status: &str, proc_stat: &str) -> Option<Proces
     Some(Process {
         cpu_seconds: f(utime + stime) / 100.0,
         resident_bytes: status.lines().find_map(|l| {
-            let kib: u64 = l.strip_prefix("VmRSS:")?.split_whitespace().next()?.parse().ok()?;
+            let kib: u64 = l
+                .strip_prefix("VmRSS:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
             Some(kib * 1024)
         }),
         virtual_bytes: num(20),
@@ -535,13 +540,21 @@ pub fn kubelet(v: &KubeletView) -> String {
         "[ALPHA] Duration in seconds for relisting pods in PLEG.",
         Kind::Histogram,
     );
-    e.histogram("kubelet_pleg_relist_duration_seconds", &[], v.relist_duration);
+    e.histogram(
+        "kubelet_pleg_relist_duration_seconds",
+        &[],
+        v.relist_duration,
+    );
     e.family(
         "kubelet_pleg_relist_interval_seconds",
         "[ALPHA] Interval in seconds between relisting in PLEG.",
         Kind::Histogram,
     );
-    e.histogram("kubelet_pleg_relist_interval_seconds", &[], v.relist_interval);
+    e.histogram(
+        "kubelet_pleg_relist_interval_seconds",
+        &[],
+        v.relist_interval,
+    );
     if let Some(t) = v.pleg_last_seen {
         e.family(
             "kubelet_pleg_last_seen_seconds",

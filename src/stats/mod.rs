@@ -104,12 +104,12 @@ pub struct FsSample {
 /// statvfs of the filesystem holding `path`.
 pub fn statvfs(path: &Path) -> Option<FsSample> {
     let v = nix::sys::statvfs::statvfs(path).ok()?;
-    let frsize = u64::from(v.fragment_size());
     #[allow(
         clippy::useless_conversion,
         reason = "the fields are u32 or u64 by target"
     )]
-    let (blocks, bfree, bavail, files, ffree) = (
+    let (frsize, blocks, bfree, bavail, files, ffree) = (
+        u64::from(v.fragment_size()),
         u64::from(v.blocks()),
         u64::from(v.blocks_free()),
         u64::from(v.blocks_available()),
@@ -373,7 +373,8 @@ fn read_snapshot(
         fs: statvfs(nodefs),
         // The filesystem's size from statvfs; what the images use, from the runtime.
         image_fs: imagefs.and_then(|i| {
-            let mut f = statvfs(&root.join(i.mountpoint.strip_prefix("/").unwrap_or(&i.mountpoint)))?;
+            let mut f =
+                statvfs(&root.join(i.mountpoint.strip_prefix("/").unwrap_or(&i.mountpoint)))?;
             f.used_bytes = i.used_bytes.unwrap_or(f.used_bytes);
             Some(f)
         }),

@@ -210,7 +210,11 @@ mod tests {
     #[test]
     fn families_samples_and_timestamps() {
         let mut e = Encoder::new();
-        e.family("kubelet_running_pods", "[ALPHA] Number of pods", Kind::Gauge);
+        e.family(
+            "kubelet_running_pods",
+            "[ALPHA] Number of pods",
+            Kind::Gauge,
+        );
         e.sample("kubelet_running_pods", &[], 3.0, None);
         e.family("node_cpu_usage_seconds_total", "cpu", Kind::Counter);
         e.sample(

@@ -161,11 +161,7 @@ impl Rates {
                     .ok()
                     .zip(u64::try_from(at).ok())
                     .and_then(|(a0, a1)| usage_nano_cores((p.usage, a0), (usage, a1)));
-                *p = Prev {
-                    usage,
-                    at,
-                    rate: r,
-                };
+                *p = Prev { usage, at, rate: r };
                 r
             }
             Some(p) => p.rate,

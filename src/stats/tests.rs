@@ -22,7 +22,8 @@ fn write(root: &Path, files: &[(&str, &str)]) {
     }
 }
 
-const POD_A: &str = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_aaaa.slice";
+const POD_A: &str =
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1111_aaaa.slice";
 
 /// A cgroup v2 host: the root, pod A with its own cgroup and two containers, pod B whose one
 /// located container sits outside any pod cgroup (as containerd places it without a parent).
@@ -81,7 +82,10 @@ fn v2_host(name: &str) -> PathBuf {
         ("proc/102/cgroup".into(), format!("0::{c2}\n")),
         ("proc/103/cgroup".into(), format!("0::{c3}\n")),
     ];
-    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     write(&root, &files);
     root
 }
@@ -164,7 +168,10 @@ fn snapshot_reads_pod_cgroups_or_sums_containers() {
         a.containers[0].cgroup.as_deref(),
         Some(format!("{POD_A}/cri-containerd-c1.scope").as_str())
     );
-    assert_eq!(a.containers[0].stats.memory_working_set_bytes, Some(10 << 20));
+    assert_eq!(
+        a.containers[0].stats.memory_working_set_bytes,
+        Some(10 << 20)
+    );
     let b = &snap.pods[1];
     assert_eq!(b.cgroup, None, "no pod cgroup: summed");
     assert_eq!(b.stats.cpu_usage_nanos, Some(700_000_000));
@@ -196,7 +203,10 @@ fn summary_has_upstreams_shape_and_rates() {
     assert_eq!(node["nodeName"], "edge-1");
     assert_eq!(node["startTime"], "2023-11-14T22:13:20Z");
     assert_eq!(node["cpu"]["usageCoreNanoSeconds"], 50_000_000_000u64);
-    assert!(node["cpu"].get("usageNanoCores").is_none(), "no rate yet: {node}");
+    assert!(
+        node["cpu"].get("usageNanoCores").is_none(),
+        "no rate yet: {node}"
+    );
     let total = 1_024_000_000u64;
     let ws = 819_200_000u64 - 102_400_000;
     assert_eq!(node["memory"]["workingSetBytes"], ws);
@@ -224,7 +234,10 @@ fn summary_has_upstreams_shape_and_rates() {
     assert!(main["memory"].get("availableBytes").is_none(), "no limit");
     let gone = &v["pods"][1]["containers"][1];
     assert_eq!(gone["name"], "gone");
-    assert!(gone.get("cpu").is_none() && gone.get("memory").is_none(), "{gone}");
+    assert!(
+        gone.get("cpu").is_none() && gone.get("memory").is_none(),
+        "{gone}"
+    );
 
     // 2 s later the busy container used 1.5 s more: 0.75 cores.
     let c1 = format!("sys/fs/cgroup{POD_A}/cri-containerd-c1.scope/cpu.stat");
@@ -232,8 +245,18 @@ fn summary_has_upstreams_shape_and_rates() {
     clock.advance(Duration::from_secs(2));
     let second = rt::block_on(p.summary("edge-1", pods()));
     let main = &second.pods[0].containers[0];
-    assert_eq!(main.cpu.as_ref().unwrap().usage_nano_cores, Some(750_000_000));
-    assert_eq!(second.pods[0].containers[1].cpu.as_ref().unwrap().usage_nano_cores, Some(0));
+    assert_eq!(
+        main.cpu.as_ref().unwrap().usage_nano_cores,
+        Some(750_000_000)
+    );
+    assert_eq!(
+        second.pods[0].containers[1]
+            .cpu
+            .as_ref()
+            .unwrap()
+            .usage_nano_cores,
+        Some(0)
+    );
     assert_eq!(second.node.cpu.as_ref().unwrap().usage_nano_cores, Some(0));
     std::fs::remove_dir_all(root).unwrap();
 }
@@ -245,7 +268,10 @@ fn rates_hold_within_a_second_and_forget_gone_objects() {
     assert_eq!(r.rate("x", 500_000_000, 1_000_000_000), Some(500_000_000));
     // 100 ms later: too close for a rate of its own, the previous one stands.
     assert_eq!(r.rate("x", 600_000_000, 1_100_000_000), Some(500_000_000));
-    assert_eq!(r.rate("x", 2_500_000_000, 3_000_000_000), Some(1_000_000_000));
+    assert_eq!(
+        r.rate("x", 2_500_000_000, 3_000_000_000),
+        Some(1_000_000_000)
+    );
     r.retain(&std::collections::HashSet::new());
     assert_eq!(r.rate("x", 9, 4_000_000_000), None);
     // A counter that went back (a new cgroup under the same key) has no rate.
@@ -258,7 +284,12 @@ fn pod_cgroup_needs_the_uid_and_one_parent() {
         cgroup::Location::V1(
             ["cpuacct", "memory"]
                 .iter()
-                .map(|c| ((*c).to_owned(), PathBuf::from(format!("/sys/fs/cgroup/{c}{p}"))))
+                .map(|c| {
+                    (
+                        (*c).to_owned(),
+                        PathBuf::from(format!("/sys/fs/cgroup/{c}{p}")),
+                    )
+                })
                 .collect(),
         )
     };
@@ -274,7 +305,10 @@ fn pod_cgroup_needs_the_uid_and_one_parent() {
     let elsewhere = v1("/k8s.io/c3");
     assert_eq!(pod_cgroup("1111-aaaa", &[&x, &elsewhere]), None);
     assert_eq!(pod_cgroup("1111-aaaa", &[]), None);
-    assert_eq!(parent_id("/kubepods/pod1/c1").as_deref(), Some("/kubepods/pod1"));
+    assert_eq!(
+        parent_id("/kubepods/pod1/c1").as_deref(),
+        Some("/kubepods/pod1")
+    );
     assert_eq!(parent_id("/c1").as_deref(), Some("/"));
 }
 
@@ -298,30 +332,66 @@ fn cadvisor_text_parses_with_cadvisors_names_and_labels() {
         ("image", "example.com/main:1"),
     ];
     assert_eq!(
-        sample(&fams, "container_cpu_usage_seconds_total", &[c1[0], c1[1], ("cpu", "total")]),
+        sample(
+            &fams,
+            "container_cpu_usage_seconds_total",
+            &[c1[0], c1[1], ("cpu", "total")]
+        ),
         Some(2.0)
     );
     assert_eq!(
         sample(&fams, "container_memory_working_set_bytes", &c1),
         Some(f64::from(10u32 << 20))
     );
-    assert_eq!(sample(&fams, "container_memory_rss", &c1), Some(f64::from(6u32 << 20)));
-    assert_eq!(sample(&fams, "container_fs_writes_bytes_total", &c1), Some(8192.0));
+    assert_eq!(
+        sample(&fams, "container_memory_rss", &c1),
+        Some(f64::from(6u32 << 20))
+    );
+    assert_eq!(
+        sample(&fams, "container_fs_writes_bytes_total", &c1),
+        Some(8192.0)
+    );
     assert_eq!(sample(&fams, "container_oom_events_total", &c1), Some(0.0));
     assert_eq!(sample(&fams, "container_processes", &c1), Some(3.0));
-    assert_eq!(sample(&fams, "container_start_time_seconds", &c1), Some(1_700_000_100.0));
+    assert_eq!(
+        sample(&fams, "container_start_time_seconds", &c1),
+        Some(1_700_000_100.0)
+    );
     // The pod's own cgroup: container "", its id; its PSI totals in seconds.
     let pod = [("container", ""), ("pod", "a"), ("id", POD_A)];
-    assert_eq!(sample(&fams, "container_cpu_usage_seconds_total", &pod), Some(3.0));
-    assert_eq!(sample(&fams, "container_pressure_memory_waiting_seconds_total", &pod), Some(2.5));
-    assert_eq!(sample(&fams, "container_pressure_memory_stalled_seconds_total", &pod), Some(1.0));
+    assert_eq!(
+        sample(&fams, "container_cpu_usage_seconds_total", &pod),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &fams,
+            "container_pressure_memory_waiting_seconds_total",
+            &pod
+        ),
+        Some(2.5)
+    );
+    assert_eq!(
+        sample(
+            &fams,
+            "container_pressure_memory_stalled_seconds_total",
+            &pod
+        ),
+        Some(1.0)
+    );
     // The root cgroup.
     assert_eq!(
         sample(&fams, "container_cpu_usage_seconds_total", &[("id", "/")]),
         Some(50.0)
     );
-    assert_eq!(sample(&fams, "machine_cpu_cores", &[("boot_id", "b\"oot")]), Some(4.0));
-    assert_eq!(sample(&fams, "machine_memory_bytes", &[]), Some(1_024_000_000.0));
+    assert_eq!(
+        sample(&fams, "machine_cpu_cores", &[("boot_id", "b\"oot")]),
+        Some(4.0)
+    );
+    assert_eq!(
+        sample(&fams, "machine_memory_bytes", &[]),
+        Some(1_024_000_000.0)
+    );
     // No cpu.pressure anywhere: no family (as cAdvisor on a kernel without PSI).
     assert!(family(&fams, "container_pressure_cpu_waiting_seconds").is_none());
     let cpu = family(&fams, "container_cpu_usage_seconds").unwrap();
@@ -339,18 +409,31 @@ fn resource_text_parses_with_the_kubelets_names() {
     let (p, _) = provider(&root);
     let (snap, sum) = rt::block_on(p.snapshot_and_summary("n", pods()));
     let fams = prom_check(&expose::resource(&sum, snap.at));
-    assert_eq!(sample(&fams, "node_cpu_usage_seconds_total", &[]), Some(50.0));
+    assert_eq!(
+        sample(&fams, "node_cpu_usage_seconds_total", &[]),
+        Some(50.0)
+    );
     assert_eq!(
         sample(&fams, "node_memory_working_set_bytes", &[]),
         Some(716_800_000.0)
     );
-    let main = [("container", "main"), ("pod", "a"), ("namespace", "default")];
-    assert_eq!(sample(&fams, "container_cpu_usage_seconds_total", &main), Some(2.0));
+    let main = [
+        ("container", "main"),
+        ("pod", "a"),
+        ("namespace", "default"),
+    ];
+    assert_eq!(
+        sample(&fams, "container_cpu_usage_seconds_total", &main),
+        Some(2.0)
+    );
     assert_eq!(
         sample(&fams, "container_memory_working_set_bytes", &main),
         Some(f64::from(10u32 << 20))
     );
-    assert_eq!(sample(&fams, "container_start_time_seconds", &main), Some(1_700_000_100.0));
+    assert_eq!(
+        sample(&fams, "container_start_time_seconds", &main),
+        Some(1_700_000_100.0)
+    );
     let a = [("pod", "a"), ("namespace", "default")];
     assert_eq!(sample(&fams, "pod_cpu_usage_seconds_total", &a), Some(3.0));
     assert_eq!(
@@ -363,7 +446,10 @@ fn resource_text_parses_with_the_kubelets_names() {
     assert!(node["samples"][0]["timestamp"].as_f64().is_some(), "{node}");
     assert!(node["help"].as_str().unwrap().starts_with("[STABLE] "));
     let start = family(&fams, "container_start_time_seconds").unwrap();
-    assert!(start["samples"][0]["timestamp"].is_null(), "as upstream: {start}");
+    assert!(
+        start["samples"][0]["timestamp"].is_null(),
+        "as upstream: {start}"
+    );
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -398,7 +484,12 @@ fn kubelet_text_parses_with_histograms_and_counters() {
     let text = expose::kubelet(&expose::KubeletView {
         node_name: "edge-1",
         running_pods: 2,
-        containers: [("created", 0), ("running", 3), ("exited", 1), ("unknown", 0)],
+        containers: [
+            ("created", 0),
+            ("running", 3),
+            ("exited", 1),
+            ("unknown", 0),
+        ],
         relist_duration: &relist,
         relist_interval: &interval,
         pleg_last_seen: Some(1_700_000_000.5),
@@ -407,14 +498,25 @@ fn kubelet_text_parses_with_histograms_and_counters() {
         process: expose::read_process(),
     });
     let fams = prom_check(&text);
-    assert_eq!(sample(&fams, "kubelet_node_name", &[("node", "edge-1")]), Some(1.0));
+    assert_eq!(
+        sample(&fams, "kubelet_node_name", &[("node", "edge-1")]),
+        Some(1.0)
+    );
     assert_eq!(sample(&fams, "kubelet_running_pods", &[]), Some(2.0));
     assert_eq!(
-        sample(&fams, "kubelet_running_containers", &[("container_state", "running")]),
+        sample(
+            &fams,
+            "kubelet_running_containers",
+            &[("container_state", "running")]
+        ),
         Some(3.0)
     );
     assert_eq!(
-        sample(&fams, "kubelet_pleg_relist_duration_seconds_bucket", &[("le", "0.005")]),
+        sample(
+            &fams,
+            "kubelet_pleg_relist_duration_seconds_bucket",
+            &[("le", "0.005")]
+        ),
         Some(1.0)
     );
     assert_eq!(
@@ -426,20 +528,36 @@ fn kubelet_text_parses_with_histograms_and_counters() {
         Some(0.0)
     );
     assert_eq!(
-        sample(&fams, "kubelet_pod_start_duration_seconds_bucket", &[("le", "2")]),
+        sample(
+            &fams,
+            "kubelet_pod_start_duration_seconds_bucket",
+            &[("le", "2")]
+        ),
         Some(1.0)
     );
     let op = |o| [("operation_type", o)];
     assert_eq!(
-        sample(&fams, "kubelet_runtime_operations_total", &op("list_podsandbox")),
+        sample(
+            &fams,
+            "kubelet_runtime_operations_total",
+            &op("list_podsandbox")
+        ),
         Some(7.0)
     );
     assert_eq!(
-        sample(&fams, "kubelet_runtime_operations_errors_total", &op("run_podsandbox")),
+        sample(
+            &fams,
+            "kubelet_runtime_operations_errors_total",
+            &op("run_podsandbox")
+        ),
         Some(1.0)
     );
     assert_eq!(
-        sample(&fams, "kubelet_runtime_operations_errors_total", &op("list_podsandbox")),
+        sample(
+            &fams,
+            "kubelet_runtime_operations_errors_total",
+            &op("list_podsandbox")
+        ),
         None,
         "only types that failed, as a counter vector"
     );
@@ -502,7 +620,10 @@ fn pods_from_the_pleg_cache() {
             uid: "u1".into(),
             name: "p".into(),
             namespace: "ns".into(),
-            sandboxes: vec![sb("s2", SandboxState::Ready), sb("s1", SandboxState::NotReady)],
+            sandboxes: vec![
+                sb("s2", SandboxState::Ready),
+                sb("s1", SandboxState::NotReady),
+            ],
             containers: vec![
                 ctr("run", ContainerState::Running),
                 ctr("dead", ContainerState::Exited),

@@ -78,12 +78,13 @@ impl StatusManager {
             );
             (new, running(old.get(uid)))
         };
-        if !was_running && running(Some(&new)) {
-            if let Some(t0) = self.first_seen.borrow_mut().remove(uid) {
-                #[allow(clippy::cast_precision_loss, reason = "seconds as f64")]
-                let secs = (now - t0) as f64 / 1e9;
-                self.pod_start.borrow_mut().observe(secs);
-            }
+        if !was_running
+            && running(Some(&new))
+            && let Some(t0) = self.first_seen.borrow_mut().remove(uid)
+        {
+            #[allow(clippy::cast_precision_loss, reason = "seconds as f64")]
+            let secs = (now - t0) as f64 / 1e9;
+            self.pod_start.borrow_mut().observe(secs);
         }
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
