@@ -206,6 +206,8 @@ pub struct Provider {
     runtime: Rc<dyn RuntimeFacts>,
     located: RefCell<HashMap<String, Located>>,
     rates: RefCell<summary::Rates>,
+    /// Origin of the snapshots' monotonic nanoseconds.
+    epoch: std::time::Instant,
 }
 
 /// Sum of the containers' figures, for a pod without a cgroup of its own: a field is known
@@ -281,6 +283,7 @@ impl Provider {
             runtime,
             located: RefCell::default(),
             rates: RefCell::default(),
+            epoch: rt::now(),
         }
     }
 
@@ -329,7 +332,11 @@ impl Provider {
         let nodefs = self.nodefs.clone();
         let imagefs = self.runtime.image_fs().await;
         // The clock is read here, on the executor's thread, whose clock tests may fake.
-        let (at, mono) = (rt::now_nanos(), rt::mono_nanos());
+        let since = rt::now().saturating_duration_since(self.epoch);
+        let (at, mono) = (
+            rt::now_nanos(),
+            i64::try_from(since.as_nanos()).unwrap_or(i64::MAX),
+        );
         let mut snap = rt::unblock(move || {
             read_snapshot(&root, cg.as_ref(), &nodefs, imagefs, pods, &located)
         })

@@ -20,8 +20,8 @@ pub struct StatusManager {
     runtime_name: RefCell<String>,
     statuses: RefCell<HashMap<String, PodStatus>>,
     probes: RefCell<crate::prober::Results>,
-    /// When each pod not yet running was first given a status (monotonic nanoseconds).
-    first_seen: RefCell<HashMap<String, i64>>,
+    /// When each pod not yet running was first given a status.
+    first_seen: RefCell<HashMap<String, std::time::Instant>>,
     /// Seconds from a pod's first status to its first Running (`kubelet_pod_start_duration_seconds`).
     pub pod_start: RefCell<Histogram>,
 }
@@ -60,7 +60,7 @@ impl StatusManager {
     ) {
         let uid = pod.metadata.uid.as_str();
         let running = |s: Option<&PodStatus>| s.and_then(|s| s.phase.as_deref()) == Some("Running");
-        let now = rt::mono_nanos();
+        let now = rt::now();
         let (new, was_running) = {
             let old = self.statuses.borrow();
             if old.get(uid).is_none() {
@@ -82,8 +82,7 @@ impl StatusManager {
             && running(Some(&new))
             && let Some(t0) = self.first_seen.borrow_mut().remove(uid)
         {
-            #[allow(clippy::cast_precision_loss, reason = "seconds as f64")]
-            let secs = (now - t0) as f64 / 1e9;
+            let secs = now.saturating_duration_since(t0).as_secs_f64();
             self.pod_start.borrow_mut().observe(secs);
         }
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
@@ -104,5 +103,64 @@ impl StatusManager {
     pub fn remove(&self, uid: &str) {
         self.statuses.borrow_mut().remove(uid);
         self.first_seen.borrow_mut().remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Container;
+    use crate::kubecontainer::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
+
+    #[test]
+    fn pod_start_duration_from_first_status_to_running_once() {
+        let clock = rt::FakeClock::install();
+        let mut pod = Pod::default();
+        pod.metadata.uid = "u1".into();
+        pod.metadata.name = "web".into();
+        pod.spec.containers = vec![Container {
+            name: "app".into(),
+            image: "img".into(),
+            ..Default::default()
+        }];
+        let m = StatusManager::new("10.0.0.1");
+        let pending = PodRuntimeStatus {
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        m.update(&pod, &pending, |_| None);
+        let mut running = pending.clone();
+        running.sandboxes = vec![SandboxStatus {
+            id: "sb".into(),
+            attempt: 0,
+            state: SandboxState::Ready,
+            created_at: 1,
+            ip: None,
+            host_network: false,
+        }];
+        running.containers = vec![ContainerStatus {
+            id: "c".into(),
+            sandbox_id: "sb".into(),
+            name: "app".into(),
+            state: ContainerState::Running,
+            created_at: 1,
+            started_at: 2,
+            finished_at: 0,
+            exit_code: 0,
+            image: "img".into(),
+            image_ref: "ref".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        }];
+        clock.advance(std::time::Duration::from_secs(3));
+        m.update(&pod, &running, |_| None);
+        assert_eq!(m.get("u1").unwrap().phase.as_deref(), Some("Running"));
+        clock.advance(std::time::Duration::from_secs(3));
+        m.update(&pod, &running, |_| None);
+        let h = m.pod_start.borrow();
+        assert_eq!(h.count(), 1, "observed once");
+        assert!((h.sum() - 3.0).abs() < 1e-9, "{}", h.sum());
     }
 }
