@@ -7,8 +7,13 @@
 //!    would run it) watching the fake; the apiserver goes away for 10 s and comes back: how the
 //!    reconnects spread over the seconds after it returns.
 //!
-//! `cargo bench --bench fleet` (about 3 min); `FLEET_SECONDS` sets the steady window (default
-//! 120), `FLEET_CLIENTS` the number of sources (default 1000).
+//! 3. One picolet with 10 API pods and 5 static pods while its apiserver refuses every
+//!    connection, then while it reads requests and never answers: RSS, threads and descriptors
+//!    over the outage, and how soon the Lease is renewed once it is back.
+//!
+//! `cargo bench --bench fleet` (about 14 min); `FLEET_SECONDS` sets the steady window (default
+//! 120), `FLEET_OFFLINE_SECONDS` each outage (default 300), `FLEET_CLIENTS` the number of sources
+//! (default 1000).
 
 #[path = "../tests/support/agent.rs"]
 mod agent;
@@ -58,9 +63,8 @@ fn kind(method: &str, path: &str) -> String {
     format!("{method} {what}")
 }
 
-fn steady(seconds: u64) {
-    let tmp = TempDir::new("fleet");
-    let api = FakeApi::start();
+/// Ten API pods bound to the node, as admission leaves them.
+fn ten_api_pods(api: &FakeApi) {
     // Pods as admission leaves them: each with the service account's projected volume (a
     // token, the namespace's kube-root-ca.crt, the namespace).
     api.put_object(
@@ -84,6 +88,12 @@ fn steady(seconds: u64) {
                      ]}}]}
         }));
     }
+}
+
+fn steady(seconds: u64) {
+    let tmp = TempDir::new("fleet");
+    let api = FakeApi::start();
+    ten_api_pods(&api);
     rt::block_on(Box::pin(async {
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
@@ -130,6 +140,125 @@ fn steady(seconds: u64) {
             bytes * 60.0 / window,
             bytes * 86_400.0 / window / 1e6
         );
+        drop(a);
+    }));
+}
+
+/// Resident set, threads and open descriptors of a process, from /proc.
+fn proc_figures(pid: u32) -> (u64, u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    (field("VmRSS:"), field("Threads:"), fds)
+}
+
+/// picolet with 10 API pods and 5 static pods loses its apiserver: first every connection is
+/// refused (the server is down), then every request is read and never answered (a black-holed
+/// link), `seconds` each; then the apiserver answers again. RSS, threads and descriptors are
+/// sampled every 5 s: they must stay flat, whatever the length of the outage.
+fn offline(seconds: u64) {
+    let tmp = TempDir::new("fleet-offline");
+    let api = FakeApi::start();
+    ten_api_pods(&api);
+    rt::block_on(Box::pin(async {
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = api.kubeconfig(&dir);
+        let endpoint = fake.endpoint();
+        let a = rt::unblock(move || {
+            let a = agent::Agent::start_with(
+                &dir,
+                &endpoint,
+                &["--kubeconfig".into(), kc.display().to_string()],
+            );
+            for i in 0..5 {
+                a.write_manifest(
+                    &format!("s{i}.yaml"),
+                    &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: s{i}\nspec:\n  containers:\n  - name: c\n    image: {IMAGE}\n    command: [sleep, '3600']\n"),
+                );
+            }
+            a
+        })
+        .await;
+        rt::sleep(Duration::from_secs(30)).await;
+        let pid = a.pid();
+        let running = || {
+            fake.containers()
+                .iter()
+                .filter(|c| c.state == fake_cri::ContainerState::ContainerRunning)
+                .count()
+        };
+        let (rss0, th0, fd0) = proc_figures(pid);
+        println!(
+            "== offline: one node, 10 API pods and 5 static pods ({} containers running)",
+            running()
+        );
+        println!("  connected, settled:        RSS {rss0} KiB, {th0} threads, {fd0} fds");
+        for (mode, set) in [
+            ("refused (apiserver down)", 0u8),
+            ("stalled (no answer at all)", 1u8),
+        ] {
+            match set {
+                0 => api.set_down(true),
+                _ => api.set_stalled(true),
+            }
+            let n0 = api.requests().len();
+            let t0 = Instant::now();
+            let mut samples = Vec::new();
+            while t0.elapsed() < Duration::from_secs(seconds) {
+                rt::sleep(Duration::from_secs(5)).await;
+                samples.push(proc_figures(pid));
+            }
+            let n = api.requests().len() - n0;
+            match set {
+                0 => api.set_down(false),
+                _ => api.set_stalled(false),
+            }
+            let rss: Vec<u64> = samples.iter().map(|s| s.0).collect();
+            let half = rss.len() / 2;
+            let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+            println!(
+                "  {mode}, {:.0} s: RSS first {} KiB, last {} KiB, max {} KiB; mean of the first half {:.0} KiB, of the second {:.0} KiB; threads max {}, fds max {}; {:.1} requests a minute tried; {} containers running at the end",
+                t0.elapsed().as_secs_f64(),
+                rss.first().copied().unwrap_or(0),
+                rss.last().copied().unwrap_or(0),
+                rss.iter().max().copied().unwrap_or(0),
+                mean(&rss[..half]),
+                mean(&rss[half..]),
+                samples.iter().map(|s| s.1).max().unwrap_or(0),
+                samples.iter().map(|s| s.2).max().unwrap_or(0),
+                n as f64 * 60.0 / t0.elapsed().as_secs_f64(),
+                running(),
+            );
+        }
+        // Back: how long until the node's Lease is renewed again.
+        let n0 = api.requests().len();
+        let t0 = Instant::now();
+        let mut back = None;
+        while t0.elapsed() < Duration::from_secs(120) && back.is_none() {
+            rt::sleep(Duration::from_millis(100)).await;
+            if api.requests()[n0..]
+                .iter()
+                .any(|(m, p)| m == "PUT" && p.contains("/leases/"))
+            {
+                back = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        let (rss1, th1, fd1) = proc_figures(pid);
+        match back {
+            Some(s) => println!("  apiserver back: Lease renewed after {s:.1} s"),
+            None => println!("  apiserver back: no Lease renewal within 120 s"),
+        }
+        println!("  after the outage:          RSS {rss1} KiB, {th1} threads, {fd1} fds");
         drop(a);
     }));
 }
@@ -200,5 +329,6 @@ fn storm(clients: usize) {
 fn main() {
     // `cargo bench` passes --bench; any other argument filters nothing here.
     steady(env_u64("FLEET_SECONDS", 120));
+    offline(env_u64("FLEET_OFFLINE_SECONDS", 300));
     storm(usize::try_from(env_u64("FLEET_CLIENTS", 1000)).unwrap_or(1000));
 }

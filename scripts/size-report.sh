@@ -5,7 +5,7 @@
 # of the x86_64 builds (cargo bloat on an unstripped copy of the same build). Asserts nothing.
 #   scripts/size-report.sh [TARGET...]   (default: x86_64, aarch64 gnu and musl, armv7)
 # About 3 minutes a build on 2 cores. Needs cargo-bloat (cargo install cargo-bloat) for the
-# crate shares; without it, only the table.
+# crate shares; without it, or with SIZE_REPORT_TABLE_ONLY=1, only the table.
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
@@ -33,7 +33,9 @@ for t in "${targets[@]}"; do
     done
 done
 
-if command -v cargo-bloat >/dev/null; then
+if [ "${SIZE_REPORT_TABLE_ONLY:-0}" = 1 ]; then
+    :
+elif command -v cargo-bloat >/dev/null; then
     for b in static-only full; do
         echo
         echo "largest crates, x86_64, $b (share of .text, unstripped build):"

@@ -149,6 +149,32 @@ fn write_inner(
     hook(Step::DirSynced, dir)
 }
 
+/// Reads back a JSON file written by [`write`] (a checkpoint): `Ok(None)` when there is none, an
+/// error naming the file when it is unreadable, larger than `max_bytes`, beyond the apiserver
+/// limits, or not the expected JSON.
+#[cfg(feature = "apiserver")]
+pub fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    max_bytes: usize,
+) -> Result<Option<T>, String> {
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(at(&e)),
+    };
+    if bytes.len() > max_bytes {
+        return Err(at(&format!("larger than {max_bytes} bytes")));
+    }
+    crate::limits::check(
+        &bytes,
+        crate::limits::Syntax::Json,
+        &crate::limits::Limits::API,
+    )
+    .map_err(|e| at(&e))?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| at(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod eviction;
 pub(crate) mod hash;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;
@@ -38,6 +39,7 @@ pub(crate) mod volume;
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use config::{Mux, Source};
 use options::Options;
@@ -98,6 +100,89 @@ fn sources(o: &Options) -> Result<Sources, String> {
         );
     }
     Ok(s)
+}
+
+/// The eviction manager's task, wired to the host's signals, the loop and the runtime.
+async fn run_eviction(
+    cfg: eviction::Config,
+    root_dir: std::path::PathBuf,
+    cri: Rc<cri::Cri>,
+    kubelet: Rc<sync_loop::Kubelet>,
+    image_gc: Rc<kuberuntime::image_gc_manager::ImageGcManager>,
+) {
+    let cgroups = cm::detect::detect(std::path::Path::new("/")).ok();
+    // The runtime's image filesystem; nodefs when the runtime does not say (or is down).
+    let image_fs = cri
+        .image_fs_info(cri::v1::ImageFsInfoRequest {})
+        .await
+        .ok()
+        .and_then(|r| r.image_filesystems.into_iter().next())
+        .and_then(|f| f.fs_id)
+        .map(|id| std::path::PathBuf::from(id.mountpoint))
+        .filter(|p| !p.as_os_str().is_empty());
+    log::info!(
+        "eviction: hard {}, soft {}, imagefs {}, memory PSI {}",
+        thresholds(&cfg, true),
+        thresholds(&cfg, false),
+        image_fs
+            .as_ref()
+            .map_or("on nodefs".into(), |p| p.display().to_string()),
+        cfg.memory_psi_threshold
+            .map_or("off".into(), |t| format!("some avg10 >= {t}%")),
+    );
+    let signals = Arc::new(eviction::HostSignals {
+        cgroups: cgroups.clone(),
+        root: "/".into(),
+        root_dir,
+        image_fs,
+    });
+    let usage = Rc::new(eviction::Usage::new(cri, cgroups));
+    let (k1, k2, k3) = (kubelet.clone(), kubelet.clone(), kubelet.clone());
+    let seams = eviction::Seams {
+        signals,
+        candidates: Box::new(move || {
+            let (usage, pods) = (usage.clone(), k1.eviction_pods());
+            Box::pin(async move { usage.candidates(pods).await })
+        }),
+        reclaimers: vec![
+            Box::new(eviction::ContainerGc {
+                rm: kubelet.rm.clone(),
+                cache: kubelet.cache.clone(),
+            }),
+            Box::new(eviction::ImageGc {
+                gc: image_gc,
+                needed: {
+                    let k = kubelet.clone();
+                    Box::new(move || k.needed_images())
+                },
+            }),
+        ],
+        evict: Box::new(move |e| k2.evict(&e.uid, e.grace, &e.message)),
+        pressure: Box::new(move |p| k3.set_pressure(p)),
+    };
+    eviction::run(cfg, seams).await;
+}
+
+fn thresholds(cfg: &eviction::Config, hard: bool) -> String {
+    let v: Vec<String> = cfg
+        .thresholds
+        .iter()
+        .filter(|t| t.hard == hard)
+        .map(|t| {
+            let q = match t.value {
+                eviction::threshold::Amount::Absolute(v) => {
+                    eviction::manager::format_quantity(t.signal.resource(), v)
+                }
+                eviction::threshold::Amount::Percent(p) => format!("{p}%"),
+            };
+            format!("{}<{q}", t.signal.name())
+        })
+        .collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(",")
+    }
 }
 
 /// Runs the agent until SIGTERM or SIGINT; pods keep running after it exits.
@@ -284,7 +369,16 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         #[cfg(not(feature = "local-api"))]
-        let _ = (&ops, &cri);
+        let _ = &ops;
+        let image_gc = Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
+            kubelet.rm.clone(),
+            o.image_gc_policy(),
+            o.pod_infra_container_image.clone(),
+        ));
+        let _image_gc = {
+            let k = kubelet.clone();
+            rt::spawn(image_gc.clone().run(move || k.needed_images()))
+        };
         #[cfg(feature = "local-api")]
         let _server = if o.healthz_port != 0 {
             let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
@@ -309,6 +403,13 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _notify = notifier
             .clone()
             .map(|n| rt::spawn(notify::run(n, kubelet.clone())));
+        let _eviction = rt::spawn(run_eviction(
+            o.eviction.clone(),
+            o.root_dir.clone(),
+            cri,
+            kubelet.clone(),
+            image_gc,
+        ));
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {

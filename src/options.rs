@@ -35,6 +35,20 @@ flags:
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              labels to register the Node with
   --register-with-taints k=v:Effect,...  taints to register the Node with
+  --image-gc-high-threshold PERCENT  image filesystem usage that starts image GC (default 85;
+                                     100 turns it off)
+  --image-gc-low-threshold PERCENT   usage image GC frees down to (default 80)
+  --minimum-image-ttl-duration DUR   an unused image younger than this stays (default 2m0s)
+  --pod-infra-container-image REF    sandbox image never collected (default: the runtime's)
+  --eviction-hard SIG<Q,...          hard eviction thresholds (default memory.available<100Mi,
+                                     nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%)
+  --eviction-soft SIG<Q,...          soft eviction thresholds (each needs a grace period)
+  --eviction-soft-grace-period SIG=DUR,...  how long a soft threshold must hold
+  --eviction-minimum-reclaim SIG=Q,...  what must be available beyond a threshold to release it
+  --eviction-pressure-transition-period DUR  pressure held after the signal clears (default 5m0s)
+  --eviction-max-pod-grace-period SECONDS  most a soft eviction gives a pod (default 0)
+  --eviction-memory-psi-threshold PCT  evict on memory when the node's memory PSI some avg10
+                                     reaches PCT percent, before memory.available does (0: off)
   -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
   --version                          print the version and exit
   -h, --help                         print this help and exit
@@ -56,6 +70,9 @@ pub enum OptionsError {
     Config { path: PathBuf, reason: String },
     #[error("unexpected argument {0:?} (see --help)")]
     Unexpected(String),
+    /// A setting's error that names the flag and value itself.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// What the command line asks for.
@@ -92,6 +109,19 @@ pub struct Options {
     pub node_labels: Vec<(String, String)>,
     /// Taints the Node is registered with (`--register-with-taints k=v:Effect,...`).
     pub register_with_taints: Vec<Taint>,
+    /// Image filesystem usage (percent) at which image GC starts (`imageGCHighThresholdPercent`).
+    pub image_gc_high_threshold_percent: i32,
+    /// Usage (percent) image GC frees down to (`imageGCLowThresholdPercent`).
+    pub image_gc_low_threshold_percent: i32,
+    /// An unused image younger than this is never collected (`imageMinimumGCAge`).
+    pub image_minimum_gc_age: Duration,
+    /// An image unused this long is collected whatever the usage; zero: never
+    /// (`imageMaximumGCAge`).
+    pub image_maximum_gc_age: Duration,
+    /// The sandbox image, never collected (`--pod-infra-container-image`).
+    pub pod_infra_container_image: Option<String>,
+    /// Node-pressure eviction: thresholds, periods, the memory PSI trigger.
+    pub eviction: crate::eviction::Config,
     /// Unknown configuration fields, to be logged once the logger runs.
     pub config_warnings: Vec<String>,
 }
@@ -116,6 +146,12 @@ impl Default for Options {
             apiserver_poll_interval: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
+            pod_infra_container_image: None,
+            eviction: crate::eviction::Config::default(),
             config_warnings: Vec::new(),
         }
     }
@@ -222,6 +258,20 @@ struct KubeletConfiguration {
     healthz_port: Option<u16>,
     healthz_bind_address: Option<String>,
     pod_logs_dir: Option<String>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<i32>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<i32>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+    #[serde(rename = "imageMaximumGCAge")]
+    image_maximum_gc_age: Option<String>,
+    eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    eviction_soft: Option<std::collections::BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_max_pod_grace_period: Option<i32>,
 }
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -229,15 +279,44 @@ const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// Reads a KubeletConfiguration file into `o`. The file must be a regular file within
 /// [`Limits::CONFIG`].
 pub fn load_config(path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let mut ev = crate::eviction::Settings::default();
+    load_config_eviction(path, o, &mut ev)?;
+    o.eviction = ev.build().map_err(|reason| OptionsError::Config {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok(())
+}
+
+fn load_config_eviction(
+    path: &Path,
+    o: &mut Options,
+    ev: &mut crate::eviction::Settings,
+) -> Result<(), OptionsError> {
     let bytes = limits::read_file(path, &Limits::CONFIG).map_err(|e| OptionsError::Config {
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
-    parse_config(&bytes, path, o)
+    parse_config_into(&bytes, path, o, ev)
 }
 
 /// Applies a KubeletConfiguration document to `o`; `path` names it in errors.
 pub fn parse_config(bytes: &[u8], path: &Path, o: &mut Options) -> Result<(), OptionsError> {
+    let mut ev = crate::eviction::Settings::default();
+    parse_config_into(bytes, path, o, &mut ev)?;
+    o.eviction = ev.build().map_err(|reason| OptionsError::Config {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok(())
+}
+
+fn parse_config_into(
+    bytes: &[u8],
+    path: &Path,
+    o: &mut Options,
+    ev: &mut crate::eviction::Settings,
+) -> Result<(), OptionsError> {
     let err = |reason: String| OptionsError::Config {
         path: path.to_owned(),
         reason,
@@ -305,6 +384,38 @@ pub fn parse_config(bytes: &[u8], path: &Path, o: &mut Options) -> Result<(), Op
     if let Some(p) = cfg.pod_logs_dir {
         o.pod_logs_dir = PathBuf::from(p);
     }
+    if let Some(v) = cfg.image_gc_high_threshold_percent {
+        o.image_gc_high_threshold_percent = v;
+    }
+    if let Some(v) = cfg.image_gc_low_threshold_percent {
+        o.image_gc_low_threshold_percent = v;
+    }
+    if let Some(d) = dur("imageMinimumGCAge", &cfg.image_minimum_gc_age)? {
+        o.image_minimum_gc_age = d;
+    }
+    if let Some(d) = dur("imageMaximumGCAge", &cfg.image_maximum_gc_age)? {
+        o.image_maximum_gc_age = d;
+    }
+    use crate::eviction::threshold::Given;
+    let field = |name: &str, m: Option<std::collections::BTreeMap<String, String>>| {
+        m.map(|m| Given {
+            origin: name.to_owned(),
+            value: m.into_iter().collect(),
+        })
+    };
+    // Origins are field names; the error's prefix names the file.
+    ev.hard = field("evictionHard", cfg.eviction_hard);
+    ev.soft = field("evictionSoft", cfg.eviction_soft);
+    ev.soft_grace_period = field("evictionSoftGracePeriod", cfg.eviction_soft_grace_period);
+    ev.minimum_reclaim = field("evictionMinimumReclaim", cfg.eviction_minimum_reclaim);
+    ev.pressure_transition_period = cfg.eviction_pressure_transition_period.map(|v| Given {
+        origin: "evictionPressureTransitionPeriod".into(),
+        value: v,
+    });
+    ev.max_pod_grace_period = cfg.eviction_max_pod_grace_period.map(|v| Given {
+        origin: "evictionMaxPodGracePeriod".into(),
+        value: i64::from(v),
+    });
     const MAX_WARNINGS: usize = 20;
     let more = unknown.len().saturating_sub(MAX_WARNINGS);
     o.config_warnings = unknown
@@ -347,6 +458,17 @@ const FLAGS: &[&str] = &[
     "apiserver-poll-interval",
     "node-labels",
     "register-with-taints",
+    "image-gc-high-threshold",
+    "image-gc-low-threshold",
+    "minimum-image-ttl-duration",
+    "pod-infra-container-image",
+    "eviction-hard",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "eviction-minimum-reclaim",
+    "eviction-pressure-transition-period",
+    "eviction-max-pod-grace-period",
+    "eviction-memory-psi-threshold",
     "v",
 ];
 
@@ -397,13 +519,50 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         pairs.push((name, value));
     }
     let mut o = Options::default();
-    if let Some((_, path)) = pairs.iter().find(|(n, _)| n == "config") {
-        load_config(Path::new(path), &mut o)?;
+    let mut ev = crate::eviction::Settings::default();
+    let cfg_path = pairs
+        .iter()
+        .find(|(n, _)| n == "config")
+        .map(|(_, p)| PathBuf::from(p));
+    if let Some(path) = &cfg_path {
+        load_config_eviction(path, &mut o, &mut ev)?;
     }
+    use crate::eviction::threshold::{Given, parse_map};
     for (name, v) in pairs {
         let flag = format!("--{name}");
+        let map =
+            |sep: char| -> Result<Option<Given<crate::eviction::threshold::Pairs>>, OptionsError> {
+                Ok(Some(Given {
+                    origin: flag.clone(),
+                    value: parse_map(&v, sep).map_err(|r| bad(&flag, &v, r))?,
+                }))
+            };
         match name.as_str() {
             "config" => {}
+            "eviction-hard" => ev.hard = map('<')?,
+            "eviction-soft" => ev.soft = map('<')?,
+            "eviction-soft-grace-period" => ev.soft_grace_period = map('=')?,
+            "eviction-minimum-reclaim" => ev.minimum_reclaim = map('=')?,
+            "eviction-pressure-transition-period" => {
+                ev.pressure_transition_period = Some(Given {
+                    origin: flag.clone(),
+                    value: v,
+                })
+            }
+            "eviction-max-pod-grace-period" => {
+                ev.max_pod_grace_period = Some(Given {
+                    origin: flag.clone(),
+                    value: v
+                        .parse()
+                        .map_err(|_| bad(&flag, &v, "not a number of seconds"))?,
+                })
+            }
+            "eviction-memory-psi-threshold" => {
+                ev.memory_psi_threshold = Some(Given {
+                    origin: flag.clone(),
+                    value: v,
+                })
+            }
             "pod-manifest-path" => o.pod_manifest_path = Some(PathBuf::from(v)),
             "container-runtime-endpoint" => o.container_runtime_endpoint = v,
             "image-service-endpoint" => o.image_service_endpoint = Some(v),
@@ -437,6 +596,22 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "file-check-frequency" => {
                 o.file_check_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
             }
+            "image-gc-high-threshold" => {
+                o.image_gc_high_threshold_percent = v
+                    .parse()
+                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
+            }
+            "image-gc-low-threshold" => {
+                o.image_gc_low_threshold_percent = v
+                    .parse()
+                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
+            }
+            "minimum-image-ttl-duration" => {
+                o.image_minimum_gc_age = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "pod-infra-container-image" => {
+                o.pod_infra_container_image = (!v.is_empty()).then_some(v)
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -445,12 +620,24 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             _ => unreachable!("flag names are checked against FLAGS"),
         }
     }
+    o.eviction = ev.build().map_err(|reason| {
+        // A setting from the file (its field name starts the message) is named with the
+        // file; a flag names itself.
+        match (&cfg_path, !reason.starts_with("--")) {
+            (Some(path), true) => OptionsError::Config {
+                path: path.clone(),
+                reason,
+            },
+            _ => OptionsError::Invalid(reason),
+        }
+    })?;
     if o.sync_frequency.is_zero() {
         return Err(bad("--sync-frequency", "0", "must be positive"));
     }
     if o.file_check_frequency.is_zero() {
         return Err(bad("--file-check-frequency", "0", "must be positive"));
     }
+    validate_image_gc(&o)?;
     crate::cri::parse_endpoint(&o.container_runtime_endpoint).map_err(|e| {
         bad(
             "--container-runtime-endpoint",
@@ -459,6 +646,86 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         )
     })?;
     Ok(Command::Run(Box::new(o)))
+}
+
+/// Go's rendering of a duration ("2m0s", "1h0m0s", "500ms"), for messages.
+fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return if ms == 0 {
+            "0s".into()
+        } else {
+            format!("{ms}ms")
+        };
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let frac = d.subsec_millis();
+    let s = if frac == 0 {
+        format!("{s}s")
+    } else {
+        format!("{}s", format!("{s}.{frac:03}").trim_end_matches('0'))
+    };
+    match (h, m) {
+        (0, 0) => s,
+        (0, m) => format!("{m}m{s}"),
+        (h, m) => format!("{h}h{m}m{s}"),
+    }
+}
+
+/// The image GC settings' checks, with the kubelet's wording: each threshold 0 to 100, the low
+/// one below the high one, a maximum age above the minimum age.
+pub fn validate_image_gc(o: &Options) -> Result<(), OptionsError> {
+    let (high, low) = (
+        o.image_gc_high_threshold_percent,
+        o.image_gc_low_threshold_percent,
+    );
+    let mut errs = Vec::new();
+    if !(0..=100).contains(&high) {
+        errs.push(format!(
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) {high} must be between 0 and 100, inclusive"
+        ));
+    }
+    if !(0..=100).contains(&low) {
+        errs.push(format!(
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be between 0 and 100, inclusive"
+        ));
+    }
+    if low >= high {
+        errs.push(format!(
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) {low} must be less than \
+             imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+        ));
+    }
+    let (min, max) = (o.image_minimum_gc_age, o.image_maximum_gc_age);
+    if !max.is_zero() && max <= min {
+        errs.push(format!(
+            "imageMaximumGCAge {} must be greater than imageMinimumGCAge {}",
+            go_duration(max),
+            go_duration(min)
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(OptionsError::Invalid(format!(
+            "invalid configuration: {}",
+            errs.join("; ")
+        )))
+    }
+}
+
+impl Options {
+    /// The image GC policy; the options have passed [`validate_image_gc`].
+    pub fn image_gc_policy(&self) -> crate::kuberuntime::image_gc_manager::ImageGcPolicy {
+        let pct = |v: i32| u8::try_from(v.clamp(0, 100)).unwrap_or(100);
+        crate::kuberuntime::image_gc_manager::ImageGcPolicy {
+            high_threshold_percent: pct(self.image_gc_high_threshold_percent),
+            low_threshold_percent: pct(self.image_gc_low_threshold_percent),
+            min_age: self.image_minimum_gc_age,
+            max_age: self.image_maximum_gc_age,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -474,6 +741,113 @@ mod tests {
             Command::Run(o) => *o,
             c => panic!("{c:?}"),
         }
+    }
+
+    #[test]
+    fn image_gc_settings_from_flags_and_file_with_upstream_defaults() {
+        let o = run(&["--pod-manifest-path", "/m"]);
+        let p = o.image_gc_policy();
+        assert_eq!(
+            (p.high_threshold_percent, p.low_threshold_percent),
+            (85, 80)
+        );
+        assert_eq!(p.min_age, Duration::from_secs(120));
+        assert_eq!(p.max_age, Duration::ZERO);
+        assert_eq!(o.pod_infra_container_image, None);
+        let o = run(&[
+            "--image-gc-high-threshold=70",
+            "--image-gc-low-threshold",
+            "60",
+            "--minimum-image-ttl-duration=5m",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
+        ]);
+        assert_eq!(
+            (
+                o.image_gc_high_threshold_percent,
+                o.image_gc_low_threshold_percent
+            ),
+            (70, 60)
+        );
+        assert_eq!(o.image_minimum_gc_age, Duration::from_secs(300));
+        assert_eq!(
+            o.pod_infra_container_image.as_deref(),
+            Some("registry.k8s.io/pause:3.10")
+        );
+        let cfg = write_cfg(
+            "gc.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\n\
+             imageMinimumGCAge: 0s\nimageMaximumGCAge: 168h\n",
+        );
+        let o = run(&["--config", cfg.to_str().unwrap()]);
+        let p = o.image_gc_policy();
+        assert_eq!((p.high_threshold_percent, p.low_threshold_percent), (1, 0));
+        assert_eq!(p.min_age, Duration::ZERO);
+        assert_eq!(p.max_age, Duration::from_secs(168 * 3600));
+        assert!(o.config_warnings.is_empty(), "{:?}", o.config_warnings);
+        // The flag wins over the file.
+        let o = run(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--image-gc-low-threshold=0",
+            "--image-gc-high-threshold=50",
+        ]);
+        assert_eq!(o.image_gc_high_threshold_percent, 50);
+    }
+
+    #[test]
+    fn bad_image_gc_settings_name_the_field_and_the_value() {
+        let err = |a: &[&str]| parse(&args(a)).unwrap_err().to_string();
+        assert_eq!(
+            err(&["--image-gc-high-threshold=101"]),
+            "invalid configuration: imageGCHighThresholdPercent (--image-gc-high-threshold) 101 \
+             must be between 0 and 100, inclusive"
+        );
+        let e = err(&["--image-gc-low-threshold=-1"]);
+        assert!(
+            e.contains(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold) -1 must be between 0 and 100"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            err(&["--image-gc-low-threshold=85"]),
+            "invalid configuration: imageGCLowThresholdPercent (--image-gc-low-threshold) 85 \
+             must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85"
+        );
+        assert!(err(&["--image-gc-high-threshold=50"]).contains("80 must be less than"));
+        assert_eq!(
+            err(&["--image-gc-high-threshold=x"]),
+            "flag --image-gc-high-threshold: invalid value \"x\": not a whole number"
+        );
+        let e = err(&["--minimum-image-ttl-duration=soon"]);
+        assert!(
+            e.starts_with("flag --minimum-image-ttl-duration: invalid value \"soon\""),
+            "{e}"
+        );
+        let cfg = write_cfg(
+            "gc-bad.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imageMaximumGCAge: 1m\n",
+        );
+        assert_eq!(
+            err(&["--config", cfg.to_str().unwrap()]),
+            "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"
+        );
+        let cfg = write_cfg(
+            "gc-bad2.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imageMinimumGCAge: later\n",
+        );
+        let e = err(&["--config", cfg.to_str().unwrap()]);
+        assert!(
+            e.contains("gc-bad2.yaml")
+                && e.contains("imageMinimumGCAge: invalid duration \"later\""),
+            "{e}"
+        );
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(go_duration(Duration::from_secs(3725)), "1h2m5s");
+        assert_eq!(go_duration(Duration::from_millis(250)), "250ms");
     }
 
     #[test]
@@ -610,6 +984,90 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/cfg.yaml"), "{e}");
+    }
+
+    #[test]
+    fn eviction_flags_and_config() {
+        use crate::eviction::Signal;
+        use crate::eviction::threshold::Amount;
+        let o = run(&[]);
+        assert_eq!(o.eviction, crate::eviction::Config::default());
+        let p = write_cfg(
+            "evict",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard:\n  memory.available: 200Mi\n  pid.available: \"1000\"\n\
+             evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m30s\n\
+             evictionMinimumReclaim:\n  memory.available: 100Mi\n\
+             evictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 20\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        let t = &o.eviction.thresholds;
+        assert_eq!(t.len(), 3, "{t:?}");
+        assert!(t.iter().any(|t| t.signal == Signal::PidAvailable && t.hard));
+        let soft = t.iter().find(|t| !t.hard).unwrap();
+        assert_eq!(soft.grace, Duration::from_secs(90));
+        assert_eq!(soft.min_reclaim, Some(Amount::Absolute(100 << 20)));
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(o.eviction.max_pod_grace_period, 20);
+        assert_eq!(o.config_warnings, Vec::<String>::new());
+        // Flags override the file, each map whole.
+        let o = run(&[
+            "--config",
+            &ps,
+            "--eviction-hard=memory.available<1Gi,nodefs.available<5%",
+            "--eviction-pressure-transition-period=30s",
+            "--eviction-memory-psi-threshold=10",
+        ]);
+        let hard: Vec<_> = o.eviction.thresholds.iter().filter(|t| t.hard).collect();
+        assert_eq!(hard.len(), 2);
+        assert_eq!(hard[0].value, Amount::Absolute(1 << 30));
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        assert_eq!(o.eviction.memory_psi_threshold, Some(10.0));
+        std::fs::remove_file(&p).unwrap();
+
+        let e = parse(&args(&["--eviction-hard=memory.available>1Gi"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "flag --eviction-hard: invalid value \"memory.available>1Gi\": \"memory.available>1Gi\": expected signal<value"
+        );
+        let e = parse(&args(&["--eviction-soft=memory.available<1Gi"]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--eviction-soft: memory.available: a soft threshold needs a grace period in evictionSoftGracePeriod"
+        );
+        let e = parse(&args(&["--eviction-max-pod-grace-period=soon"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--eviction-max-pod-grace-period") && e.contains("soon"),
+            "{e}"
+        );
+        let p = write_cfg(
+            "evict-bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard:\n  nodefs.available: 110%\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: evictionHard: nodefs.available: percentage \"110%\" must be between 0% and 100%",
+                p.display()
+            )
+        );
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub enum Work {
         /// The pod's namespace and name, to find its logs when the runtime holds nothing.
         namespace: String,
         name: String,
+        /// Evicted: the pod stays (Failed, Evicted) and keeps its status, its containers
+        /// shown terminated, instead of being forgotten.
+        evicted: bool,
     },
 }
 
@@ -121,7 +124,14 @@ async fn inspect(sh: &Shared, uid: &str) -> Result<crate::kubecontainer::PodRunt
     }
 }
 
-async fn terminate(sh: &Shared, uid: &str, grace: i64, namespace: &str, name: &str) -> bool {
+async fn terminate(
+    sh: &Shared,
+    uid: &str,
+    grace: i64,
+    namespace: &str,
+    name: &str,
+    evicted: bool,
+) -> bool {
     let mut st = match inspect(sh, uid).await {
         Ok(st) => st,
         Err(e) => {
@@ -155,7 +165,11 @@ async fn terminate(sh: &Shared, uid: &str, grace: i64, namespace: &str, name: &s
         }
     }
     sh.cache.borrow_mut().remove(uid);
-    sh.status.remove(uid);
+    if evicted {
+        sh.status.eviction_done(uid, rt::now_nanos());
+    } else {
+        sh.status.remove(uid);
+    }
     true
 }
 
@@ -207,9 +221,10 @@ async fn worker_loop(
                 grace,
                 namespace,
                 name,
+                evicted,
                 ..
             } => {
-                if terminate(&sh, &uid, grace, &namespace, &name).await {
+                if terminate(&sh, &uid, grace, &namespace, &name, evicted).await {
                     Done::Terminated { uid: uid.clone() }
                 } else {
                     Done::TerminateFailed { uid: uid.clone() }
@@ -317,6 +332,7 @@ mod tests {
                 grace: 1,
                 namespace: "default".into(),
                 name: "p".into(),
+                evicted: false,
             };
             assert!(!workers.dispatch(term), "replaces the waiting sync");
             assert!(

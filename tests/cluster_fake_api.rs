@@ -777,3 +777,78 @@ fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
         );
     });
 }
+
+#[test]
+fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_condition() {
+    run(async {
+        let (tmp, fake, api) = env("evict");
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = api.kubeconfig(&dir);
+        let endpoint = fake.endpoint();
+        // Never satisfied on this machine: the real memory.available is below its total.
+        let total_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        let args = vec![
+            "--kubeconfig".to_owned(),
+            kc.display().to_string(),
+            format!("--eviction-hard=memory.available<{total_kib}Ki"),
+        ];
+        let a = Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await);
+        api.create_pod(api_pod("hog"));
+        until(
+            &a,
+            "the API pod evicted in the API",
+            Duration::from_secs(40),
+            || {
+                api.get("pods/default/hog").is_some_and(|p| {
+                    p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted"
+                })
+            },
+        )
+        .await;
+        let p = api.get("pods/default/hog").unwrap();
+        let msg = p["status"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("The node was low on resource: memory. Threshold quantity: "),
+            "{msg}"
+        );
+        assert!(
+            p["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True"),
+            "{p}"
+        );
+        until(&a, "its containers gone", Duration::from_secs(10), || {
+            running(&fake, "hog") == 0 && fake.sandboxes().is_empty()
+        })
+        .await;
+        until(
+            &a,
+            "MemoryPressure on the Node",
+            Duration::from_secs(20),
+            || {
+                api.get(&format!("nodes/{NODE}")).is_some_and(|n| {
+                    n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c["type"] == "MemoryPressure"
+                                && c["status"] == "True"
+                                && c["reason"] == "KubeletHasInsufficientMemory"
+                        })
+                    })
+                })
+            },
+        )
+        .await;
+        // An evicted pod is not started again while it stays bound.
+        rt::sleep(Duration::from_secs(3)).await;
+        assert_eq!(running(&fake, "hog"), 0);
+        assert!(fake.sandboxes().is_empty());
+    });
+}

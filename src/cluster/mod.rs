@@ -101,10 +101,12 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
             Ok(()) => Health {
                 ready: true,
                 message: String::new(),
+                pressure: kubelet.pressure(),
             },
             Err(m) => Health {
                 ready: false,
                 message: m,
+                pressure: kubelet.pressure(),
             },
         };
         let now = rfc3339(rt::now_nanos());

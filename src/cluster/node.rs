@@ -36,6 +36,8 @@ pub struct Health {
     pub ready: bool,
     /// Why not, when not ready.
     pub message: String,
+    /// MemoryPressure, DiskPressure and PIDPressure from the eviction manager.
+    pub pressure: crate::eviction::Pressure,
 }
 
 /// Go's GOARCH for this build, as `kubernetes.io/arch` wants it.
@@ -165,6 +167,7 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
     } else {
         health.message.clone()
     };
+    let p = health.pressure;
     let capacity = json!({
         "cpu": f.cpus.to_string(),
         "memory": format!("{}Ki", f.memory_bytes.max(0) / 1024),
@@ -175,9 +178,21 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
         "capacity": capacity,
         "allocatable": capacity,
         "conditions": [
-            condition("MemoryPressure", true, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", old_cond("MemoryPressure"), now),
-            condition("DiskPressure", true, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", old_cond("DiskPressure"), now),
-            condition("PIDPressure", true, "KubeletHasSufficientPID", "kubelet has sufficient PID available", old_cond("PIDPressure"), now),
+            if p.memory {
+                condition("MemoryPressure", false, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available", old_cond("MemoryPressure"), now)
+            } else {
+                condition("MemoryPressure", true, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", old_cond("MemoryPressure"), now)
+            },
+            if p.disk {
+                condition("DiskPressure", false, "KubeletHasDiskPressure", "kubelet has disk pressure", old_cond("DiskPressure"), now)
+            } else {
+                condition("DiskPressure", true, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", old_cond("DiskPressure"), now)
+            },
+            if p.pid {
+                condition("PIDPressure", false, "KubeletHasInsufficientPID", "kubelet has insufficient PID available", old_cond("PIDPressure"), now)
+            } else {
+                condition("PIDPressure", true, "KubeletHasSufficientPID", "kubelet has sufficient PID available", old_cond("PIDPressure"), now)
+            },
             condition("Ready", health.ready, if health.ready { "KubeletReady" } else { "KubeletNotReady" }, &ready_msg, old_cond("Ready"), now),
         ],
         "addresses": [
@@ -262,6 +277,7 @@ mod tests {
         let up = Health {
             ready: true,
             message: String::new(),
+            pressure: Default::default(),
         };
         let s1 = node_status(&f, &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s1["capacity"]["memory"], "1048576Ki");
@@ -276,6 +292,7 @@ mod tests {
         let down = Health {
             ready: false,
             message: "PLEG is not healthy".into(),
+            pressure: Default::default(),
         };
         let s3 = node_status(&f, &down, Some(&s2), "2026-01-01T00:00:20Z");
         assert_eq!(ready(&s3)["status"], "False");
@@ -283,6 +300,36 @@ mod tests {
         assert_eq!(ready(&s3)["lastTransitionTime"], "2026-01-01T00:00:20Z");
         assert!(differs(&s2, &s3));
         assert_eq!(s3["conditions"][0]["status"], "False", "no memory pressure");
+        let pressed = Health {
+            pressure: crate::eviction::Pressure {
+                memory: true,
+                disk: false,
+                pid: true,
+            },
+            ..down
+        };
+        let s4 = node_status(&f, &pressed, Some(&s3), "2026-01-01T00:00:30Z");
+        let c = |i: usize| s4["conditions"][i].clone();
+        assert_eq!(
+            (
+                c(0)["type"].as_str(),
+                c(0)["status"].as_str(),
+                c(0)["reason"].as_str()
+            ),
+            (
+                Some("MemoryPressure"),
+                Some("True"),
+                Some("KubeletHasInsufficientMemory")
+            )
+        );
+        assert_eq!(c(0)["lastTransitionTime"], "2026-01-01T00:00:30Z");
+        assert_eq!(c(1)["status"], "False", "no disk pressure");
+        assert_eq!(c(1)["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            (c(2)["status"].as_str(), c(2)["reason"].as_str()),
+            (Some("True"), Some("KubeletHasInsufficientPID"))
+        );
+        assert!(differs(&s3, &s4));
     }
 
     #[test]

@@ -213,25 +213,9 @@ fn encode_checkpoint(c: &Contents) -> Vec<u8> {
 /// Reads the checkpoint into `store`. A missing file is "nothing known"; an unreadable one is
 /// reported (naming the file) and ignored: the apiserver is then asked again.
 pub fn load_checkpoint(path: &Path, store: &Store) -> Result<usize, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let Some(saved) = crate::atomic_file::read_json::<Saved>(path, MAX_CHECKPOINT)? else {
+        return Ok(0);
     };
-    if bytes.len() > MAX_CHECKPOINT {
-        return Err(format!(
-            "{}: larger than {MAX_CHECKPOINT} bytes",
-            path.display()
-        ));
-    }
-    crate::limits::check(
-        &bytes,
-        crate::limits::Syntax::Json,
-        &crate::limits::Limits::API,
-    )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
-    let saved: Saved =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut c = Contents::default();
     for o in saved.objects {
         let kind = match o.kind.as_str() {

@@ -238,25 +238,9 @@ impl PodSet {
 /// Reads a checkpoint: `Ok(None)` when there is none (unknown), an error naming the file when it
 /// is unreadable (it is then ignored: better to wait for the apiserver than run a guess).
 pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let Some(c) = crate::atomic_file::read_json::<Checkpoint>(path, MAX_CHECKPOINT)? else {
+        return Ok(None);
     };
-    if bytes.len() > MAX_CHECKPOINT {
-        return Err(format!(
-            "{}: larger than {MAX_CHECKPOINT} bytes",
-            path.display()
-        ));
-    }
-    crate::limits::check(
-        &bytes,
-        crate::limits::Syntax::Json,
-        &crate::limits::Limits::API,
-    )
-    .map_err(|e| format!("{}: {e}", path.display()))?;
-    let c: Checkpoint =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {
         pods: c
             .pods

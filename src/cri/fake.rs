@@ -53,6 +53,8 @@ pub const POD_CIDR_PREFIX: &str = "10.88.";
 /// What the fake reports as the runtime.
 pub const RUNTIME_NAME: &str = "containerd";
 pub const RUNTIME_VERSION: &str = "v1.7.0-fake";
+/// The sandbox image of containerd's default configuration.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.8";
 
 fn err(code: Code, message: impl Into<String>) -> Status {
     Status::new(code, message.into())
@@ -147,6 +149,25 @@ impl FakeRuntime {
     /// Adds a local image (the reference is normalised); returns its id. Idempotent.
     pub fn add_image(&self, name: &str) -> String {
         self.state.borrow_mut().add_image(&normalize_ref(name))
+    }
+
+    /// Sets the sandbox image the runtime's configuration names (verbose Status).
+    pub fn set_sandbox_image(&self, name: &str) {
+        self.state.borrow_mut().sandbox_image = name.to_owned();
+    }
+
+    /// Marks a local image pinned, as containerd 1.7 does with its sandbox image.
+    pub fn pin_image(&self, name: &str) {
+        let mut st = self.state.borrow_mut();
+        let i = st.image_index(name).expect("pin_image: no such image");
+        st.images[i].pinned = true;
+    }
+
+    /// Sets the size an image reports; returns nothing, panics for an unknown image.
+    pub fn set_image_size(&self, name: &str, size: u64) {
+        let mut st = self.state.borrow_mut();
+        let i = st.image_index(name).expect("set_image_size: no such image");
+        st.images[i].size = size;
     }
 
     /// Lets PullImage of `name` succeed (adding the image).
@@ -398,6 +419,11 @@ impl RuntimeService for FakeRuntime {
     fn version(&self) -> Call<'_, v1::VersionResponse> {
         self.call("Version", None, |_| Ok(version()))
     }
+    fn status(&self, verbose: bool) -> Call<'_, v1::StatusResponse> {
+        self.call("Status", None, move |st| {
+            Ok(st.status(v1::StatusRequest { verbose }))
+        })
+    }
     fn run_pod_sandbox(
         &self,
         req: v1::RunPodSandboxRequest,
@@ -529,6 +555,23 @@ impl ImageService for FakeRuntime {
             st.pull_image(req).map(|r| r.image_ref)
         })
     }
+    fn list_images(&self) -> Call<'_, Vec<v1::Image>> {
+        self.call("ListImages", None, move |st| {
+            Ok(st.list_images(v1::ListImagesRequest::default()).images)
+        })
+    }
+    fn remove_image(&self, image: &str) -> Call<'_, ()> {
+        let req = v1::RemoveImageRequest {
+            image: super::service::image_spec(image),
+        };
+        self.call("RemoveImage", None, move |st| {
+            st.remove_image(req);
+            Ok(())
+        })
+    }
+    fn image_fs_info(&self) -> Call<'_, v1::ImageFsInfoResponse> {
+        self.call("ImageFsInfo", None, |st| Ok(st.image_fs_info()))
+    }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -592,6 +635,8 @@ pub struct FakeImage {
     pub repo_tags: Vec<String>,
     pub repo_digests: Vec<String>,
     pub size: u64,
+    /// Pinned images are never garbage-collected (containerd 1.7 pins its sandbox image).
+    pub pinned: bool,
 }
 
 /// What an exec (ExecSync) does: wait `delay`, then exit with `exit_code` and this output.
@@ -638,6 +683,8 @@ struct State {
     next_id: u64,
     next_ip: u32,
     network_ready: bool,
+    /// The sandbox image the runtime's configuration names.
+    sandbox_image: String,
     stop_exit_codes: HashMap<String, i32>,
     exec: Option<ExecHandler>,
     // Test hooks.
@@ -771,6 +818,7 @@ impl State {
             next_id: 0,
             next_ip: 2,
             network_ready: true,
+            sandbox_image: DEFAULT_SANDBOX_IMAGE.to_owned(),
             stop_exit_codes: HashMap::new(),
             exec: None,
             delays: HashMap::new(),
@@ -841,6 +889,7 @@ impl State {
             repo_tags: vec![reference.to_owned()],
             repo_digests: vec![digest],
             size: 1_000_000 + h.finish() % 9_000_000,
+            pinned: false,
         });
         id
     }
@@ -864,7 +913,9 @@ impl State {
         };
         let mut info = HashMap::new();
         if r.verbose {
-            info.insert("config".to_owned(), "{}".to_owned());
+            // The part of containerd's CRI plugin configuration picolet reads.
+            let config = serde_json::json!({ "sandboxImage": self.sandbox_image });
+            info.insert("config".to_owned(), config.to_string());
         }
         v1::StatusResponse {
             status: Some(v1::RuntimeStatus {
@@ -1342,7 +1393,7 @@ impl State {
             uid: None,
             username: String::new(),
             spec: None,
-            pinned: false,
+            pinned: im.pinned,
         }
     }
 

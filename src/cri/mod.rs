@@ -228,6 +228,9 @@ impl Cri {
 }
 
 impl RuntimeService for Cri {
+    fn status(&self, verbose: bool) -> Call<'_, v1::StatusResponse> {
+        Box::pin(async move { Cri::status(self, v1::StatusRequest { verbose }).await })
+    }
     fn version(&self) -> Call<'_, v1::VersionResponse> {
         Box::pin(Cri::version(self, v1::VersionRequest::default()))
     }
@@ -322,6 +325,19 @@ impl ImageService for Cri {
             sandbox_config: None,
         };
         Box::pin(async move { Ok(Cri::pull_image(self, req).await?.image_ref) })
+    }
+    fn list_images(&self) -> Call<'_, Vec<v1::Image>> {
+        let req = v1::ListImagesRequest { filter: None };
+        Box::pin(async move { Ok(Cri::list_images(self, req).await?.images) })
+    }
+    fn remove_image(&self, image: &str) -> Call<'_, ()> {
+        let req = v1::RemoveImageRequest {
+            image: service::image_spec(image),
+        };
+        Box::pin(async move { Cri::remove_image(self, req).await.map(drop) })
+    }
+    fn image_fs_info(&self) -> Call<'_, v1::ImageFsInfoResponse> {
+        Box::pin(async move { Cri::image_fs_info(self, v1::ImageFsInfoRequest {}).await })
     }
 }
 

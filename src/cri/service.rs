@@ -22,6 +22,8 @@ pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, CriError>> + 'a>>;
 /// The CRI `RuntimeService` calls picolet makes.
 pub trait RuntimeService {
     fn version(&self) -> Call<'_, v1::VersionResponse>;
+    /// The runtime's conditions; `verbose` adds its configuration (`info["config"]`, JSON).
+    fn status(&self, verbose: bool) -> Call<'_, v1::StatusResponse>;
     fn run_pod_sandbox(&self, req: v1::RunPodSandboxRequest)
     -> Call<'_, v1::RunPodSandboxResponse>;
     fn stop_pod_sandbox(&self, id: &str) -> Call<'_, ()>;
@@ -55,6 +57,12 @@ pub trait ImageService {
     fn image_status(&self, image: &str) -> Call<'_, Option<v1::Image>>;
     /// Pulls an image; returns the image reference the runtime resolved it to.
     fn pull_image(&self, image: &str) -> Call<'_, String>;
+    /// Every image stored locally.
+    fn list_images(&self) -> Call<'_, Vec<v1::Image>>;
+    /// Removes an image (by id or reference); an image that is not there is no error.
+    fn remove_image(&self, image: &str) -> Call<'_, ()>;
+    /// Where the runtime keeps its images, and how much they use.
+    fn image_fs_info(&self) -> Call<'_, v1::ImageFsInfoResponse>;
 }
 
 pub(crate) fn image_spec(image: &str) -> Option<v1::ImageSpec> {

@@ -73,6 +73,9 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
     fn version(&self) -> Call<'_, v1::VersionResponse> {
         timed(&self.ops, "version", self.runtime.version())
     }
+    fn status(&self, verbose: bool) -> Call<'_, v1::StatusResponse> {
+        timed(&self.ops, "status", self.runtime.status(verbose))
+    }
     fn run_pod_sandbox(
         &self,
         req: v1::RunPodSandboxRequest,
@@ -179,6 +182,15 @@ impl<R: ?Sized, I: ImageService + ?Sized> ImageService for Instrumented<R, I> {
     }
     fn pull_image(&self, image: &str) -> Call<'_, String> {
         timed(&self.ops, "pull_image", self.images.pull_image(image))
+    }
+    fn list_images(&self) -> Call<'_, Vec<v1::Image>> {
+        timed(&self.ops, "list_images", self.images.list_images())
+    }
+    fn remove_image(&self, image: &str) -> Call<'_, ()> {
+        timed(&self.ops, "remove_image", self.images.remove_image(image))
+    }
+    fn image_fs_info(&self) -> Call<'_, v1::ImageFsInfoResponse> {
+        timed(&self.ops, "image_fs_info", self.images.image_fs_info())
     }
 }
 

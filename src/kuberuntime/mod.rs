@@ -1,5 +1,6 @@
 //! The runtime manager and what it needs, split as the kubelet splits its kuberuntime package:
-//! `manager` (inspect, sync, forget), `sandbox`, `container`, `image`, `gc`, and `convert`, the
+//! `manager` (inspect, sync, forget), `sandbox`, `container`, `image`, `gc`, `image_gc_manager`
+//! (unused images removed by disk usage and age), and `convert`, the
 //! edge where CRI messages become `kubecontainer` types. The pure parts beside them: `actions`
 //! (desired vs observed → actions), `config` (CRI sandbox and container configs), `env`,
 //! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons); and
@@ -16,6 +17,7 @@ mod exec;
 mod gc;
 mod hooks;
 pub mod image;
+pub mod image_gc_manager;
 pub mod instrumented;
 pub mod labels;
 mod manager;

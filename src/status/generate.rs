@@ -1316,3 +1316,159 @@ mod tests {
         assert_eq!(s.phase.as_deref(), Some(PENDING));
     }
 }
+
+/// The status of a pod the eviction manager evicted, from its last status: phase Failed,
+/// reason `Evicted`, the manager's message, a `DisruptionTarget` condition (reason
+/// `TerminationByKubelet`, as upstream) and Ready/ContainersReady false. Once its containers
+/// are stopped (`killed`), each container that was running shows terminated with exit code
+/// 137 (SIGKILL's, as the runtime reports it) and one that never ran shows upstream's
+/// `ContainerStatusUnknown`.
+pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodStatus {
+    let mut s = prev.clone();
+    s.phase = Some(FAILED.into());
+    s.reason = Some("Evicted".into());
+    s.message = Some(message.to_owned());
+    let at = rfc3339(now);
+    let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
+        let keep = conds
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .and_then(|c| c.last_transition_time.clone());
+        conds.retain(|c| c.type_ != type_);
+        conds.push(PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            last_probe_time: None,
+            last_transition_time: keep.or_else(|| Some(at.clone())),
+            reason: Some(reason.into()),
+            message: msg,
+        });
+    };
+    set(
+        &mut s.conditions,
+        "DisruptionTarget",
+        "True",
+        "TerminationByKubelet",
+        Some(message.to_owned()),
+    );
+    set(&mut s.conditions, READY, "False", "PodFailed", None);
+    set(
+        &mut s.conditions,
+        CONTAINERS_READY,
+        "False",
+        "PodFailed",
+        None,
+    );
+    if killed {
+        for c in s
+            .init_container_statuses
+            .iter_mut()
+            .chain(s.container_statuses.iter_mut())
+        {
+            c.ready = false;
+            if c.state.terminated.is_some() {
+                continue;
+            }
+            let started = c.state.running.take().and_then(|r| r.started_at);
+            let ran = started.is_some();
+            c.state.waiting = None;
+            c.started = Some(false);
+            c.state.terminated = Some(ContainerStateTerminated {
+                exit_code: 137,
+                signal: None,
+                reason: Some(
+                    if ran {
+                        "Error"
+                    } else {
+                        "ContainerStatusUnknown"
+                    }
+                    .into(),
+                ),
+                message: (!ran).then(|| {
+                    "The container could not be located when the pod was terminated".into()
+                }),
+                started_at: started,
+                finished_at: Some(at.clone()),
+                container_id: c.container_id.clone(),
+            });
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod evicted_tests {
+    use super::*;
+
+    #[test]
+    fn evicted_pod_status() {
+        let prev = PodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: vec![PodCondition {
+                type_: READY.into(),
+                status: "True".into(),
+                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }],
+            container_statuses: vec![
+                ContainerStatus {
+                    name: "app".into(),
+                    ready: true,
+                    container_id: Some("containerd://abc".into()),
+                    state: ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some("2026-01-01T00:00:01Z".into()),
+                        }),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ContainerStatus {
+                    name: "never".into(),
+                    state: ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("ImagePullBackOff".into()),
+                            message: None,
+                        }),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let msg = "The node was low on resource: memory. ";
+        let now = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
+        let s = evicted(&prev, msg, now, false);
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        assert_eq!(s.reason.as_deref(), Some("Evicted"));
+        assert_eq!(s.message.as_deref(), Some(msg));
+        let cond = |s: &PodStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).cloned();
+        let d = cond(&s, "DisruptionTarget").unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_deref()),
+            ("True", Some("TerminationByKubelet"))
+        );
+        assert_eq!(cond(&s, READY).unwrap().status, "False");
+        assert!(
+            s.container_statuses[0].state.running.is_some(),
+            "not killed yet"
+        );
+        let k = evicted(&s, msg, now + 5_000_000_000, true);
+        let app = &k.container_statuses[0];
+        let t = app.state.terminated.as_ref().unwrap();
+        assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
+        assert_eq!(t.started_at.as_deref(), Some("2026-01-01T00:00:01Z"));
+        assert_eq!(t.finished_at.as_deref(), Some("2026-01-01T00:00:05Z"));
+        assert_eq!(t.container_id.as_deref(), Some("containerd://abc"));
+        assert!(app.state.running.is_none() && !app.ready);
+        let n = k.container_statuses[1].state.terminated.as_ref().unwrap();
+        assert_eq!(n.reason.as_deref(), Some("ContainerStatusUnknown"));
+        assert!(k.container_statuses[1].state.waiting.is_none());
+        // The DisruptionTarget condition keeps its first transition time.
+        assert_eq!(
+            cond(&k, "DisruptionTarget").unwrap().last_transition_time,
+            d.last_transition_time
+        );
+    }
+}

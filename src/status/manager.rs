@@ -19,6 +19,8 @@ pub struct StatusManager {
     host_ip: String,
     runtime_name: RefCell<String>,
     statuses: RefCell<HashMap<String, PodStatus>>,
+    /// Evicted pods' messages: their status is Failed, Evicted from now on.
+    evictions: RefCell<HashMap<String, String>>,
     probes: RefCell<crate::prober::Results>,
     /// When each pod not yet running was first given a status.
     first_seen: RefCell<HashMap<String, std::time::Instant>>,
@@ -32,6 +34,7 @@ impl StatusManager {
             host_ip: host_ip.to_owned(),
             runtime_name: RefCell::new(DEFAULT_RUNTIME_NAME.to_owned()),
             statuses: RefCell::default(),
+            evictions: RefCell::default(),
             probes: RefCell::default(),
             first_seen: RefCell::default(),
             pod_start: RefCell::new(Histogram::new(POD_START_BUCKETS)),
@@ -78,6 +81,10 @@ impl StatusManager {
             );
             (new, running(old.get(uid)))
         };
+        let new = match self.evictions.borrow().get(uid) {
+            Some(m) => generate::evicted(&new, m, rt::now_nanos(), false),
+            None => new,
+        };
         if !was_running
             && running(Some(&new))
             && let Some(t0) = self.first_seen.borrow_mut().remove(uid)
@@ -86,6 +93,33 @@ impl StatusManager {
             self.pod_start.borrow_mut().observe(secs);
         }
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
+    }
+
+    /// Marks a pod evicted: Failed, reason Evicted, with the eviction manager's message.
+    pub fn evict(&self, pod: &Pod, message: &str) {
+        let uid = pod.metadata.uid.as_str();
+        self.evictions
+            .borrow_mut()
+            .insert(uid.to_owned(), message.to_owned());
+        let prev = self.get(uid).unwrap_or_else(|| pod.status.clone());
+        let new = generate::evicted(&prev, message, rt::now_nanos(), false);
+        self.statuses.borrow_mut().insert(uid.to_owned(), new);
+    }
+
+    pub fn is_evicted(&self, uid: &str) -> bool {
+        self.evictions.borrow().contains_key(uid)
+    }
+
+    /// An evicted pod's containers were stopped: they show terminated.
+    pub fn eviction_done(&self, uid: &str, now: i64) {
+        let Some(m) = self.evictions.borrow().get(uid).cloned() else {
+            return;
+        };
+        let mut st = self.statuses.borrow_mut();
+        if let Some(prev) = st.get(uid) {
+            let new = generate::evicted(prev, &m, now, true);
+            st.insert(uid.to_owned(), new);
+        }
     }
 
     /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
@@ -101,6 +135,7 @@ impl StatusManager {
     }
 
     pub fn remove(&self, uid: &str) {
+        self.evictions.borrow_mut().remove(uid);
         self.statuses.borrow_mut().remove(uid);
         self.first_seen.borrow_mut().remove(uid);
     }

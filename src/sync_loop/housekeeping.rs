@@ -20,6 +20,7 @@ pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: 
             grace: c.grace,
             namespace: c.status.namespace.to_string(),
             name: c.status.name.to_string(),
+            evicted: false,
         };
         log::info!(
             "removing orphaned pod {}/{} ({uid}): no source defines it",

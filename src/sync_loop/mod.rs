@@ -39,6 +39,10 @@ pub struct Kubelet {
     prober: ProbeManager,
     state: RefCell<LoopState>,
     last_loop: RefCell<Instant>,
+    /// Inputs the loop gives itself (finished GC) and others give it (evictions).
+    internal: (async_channel::Sender<Input>, async_channel::Receiver<Input>),
+    /// The node's pressure conditions, as the eviction manager last reported them.
+    pressure: std::cell::Cell<crate::eviction::Pressure>,
 }
 
 impl Kubelet {
@@ -65,7 +69,79 @@ impl Kubelet {
             prober,
             state: RefCell::new(LoopState::new(mux, cfg)),
             last_loop: RefCell::new(rt::now()),
+            internal: async_channel::unbounded(),
+            pressure: std::cell::Cell::default(),
         }
+    }
+
+    /// The node's MemoryPressure, DiskPressure and PIDPressure.
+    pub fn pressure(&self) -> crate::eviction::Pressure {
+        self.pressure.get()
+    }
+
+    pub fn set_pressure(&self, p: crate::eviction::Pressure) {
+        self.pressure.set(p);
+    }
+
+    /// The pods the eviction manager may evict (desired, not stopping, not finished), each
+    /// with its running containers (name, runtime ID).
+    pub fn eviction_pods(&self) -> Vec<crate::eviction::RunningPod> {
+        use crate::kubecontainer::ContainerState;
+        let st = self.state.borrow();
+        let cache = self.cache.borrow();
+        st.pods
+            .pods()
+            .filter(|p| {
+                let uid = &p.metadata.uid;
+                !st.evicted.contains(uid)
+                    && !st.terminating.contains_key(uid)
+                    && !self
+                        .status
+                        .get(uid)
+                        .is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")))
+            })
+            .map(|p| {
+                let running = cache
+                    .get(&p.metadata.uid)
+                    .map(|c| {
+                        c.status
+                            .containers
+                            .iter()
+                            .filter(|c| c.state == ContainerState::Running)
+                            .map(|c| (c.name.to_string(), c.id.to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (p.clone(), running)
+            })
+            .collect()
+    }
+
+    /// Evicts a pod: its status becomes Failed (Evicted, with the message) at once, and the
+    /// loop stops it within the grace period and never runs it again. False when the pod is
+    /// not one that may be evicted (gone, stopping, already evicted).
+    pub fn evict(&self, uid: &str, grace: i64, message: &str) -> bool {
+        let pod = {
+            let st = self.state.borrow();
+            if st.evicted.contains(uid)
+                || st.terminating.contains_key(uid)
+                || self.status.is_evicted(uid)
+            {
+                return false;
+            }
+            match st.pods.get(uid) {
+                Some(p) => p.clone(),
+                None => return false,
+            }
+        };
+        self.status.evict(&pod, message);
+        self.internal
+            .0
+            .try_send(Input::Evict {
+                uid: uid.to_owned(),
+                grace,
+            })
+            .is_ok()
     }
 
     /// Feeds one input to the state and carries out what it decides.
@@ -136,7 +212,7 @@ impl Kubelet {
         events: async_channel::Receiver<pleg::Event>,
         done: async_channel::Receiver<Done>,
     ) {
-        let (internal, internal_rx) = async_channel::unbounded();
+        let (internal, internal_rx) = self.internal.clone();
         // The pod-directory scan reads the disk: it runs on the blocking pool, and its result
         // arrives as the housekeeping input.
         let _housekeeping = {
@@ -296,6 +372,25 @@ impl Kubelet {
             .borrow_mut()
             .finalizable
             .insert(uid, (namespace, name));
+    }
+
+    /// The images the desired pods name (static pods, and API pods, checkpointed ones too),
+    /// which image GC keeps; `None` until every source has been seen and the runtime listed, so
+    /// no image is collected while a pod that needs it is not known yet.
+    pub fn needed_images(&self) -> Option<Vec<String>> {
+        let st = self.state.borrow();
+        if !st.mux.all_sources_seen() || !self.pleg.has_listed() {
+            return None;
+        }
+        let mut v: Vec<String> = st
+            .pods
+            .pods()
+            .flat_map(|p| crate::kuberuntime::image_gc_manager::pod_images(p))
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v.dedup();
+        Some(v)
     }
 
     /// How many pods the node should run.

@@ -37,6 +37,12 @@ pub enum Input {
     Collected(String),
     /// A probe result changed.
     Probe(crate::prober::Update),
+    /// The eviction manager evicts the pod: stop it within `grace` seconds and never run it
+    /// again (its status, already Failed, stays).
+    Evict {
+        uid: String,
+        grace: i64,
+    },
 }
 
 /// What the step reads of the world besides its own state.
@@ -76,6 +82,8 @@ pub(super) struct Term {
     pub grace: i64,
     pub namespace: String,
     pub name: String,
+    /// Evicted: stopped, but kept with its status as a Failed pod.
+    pub evicted: bool,
 }
 
 impl Term {
@@ -85,6 +93,7 @@ impl Term {
             grace: self.grace,
             namespace: self.namespace.clone(),
             name: self.name.clone(),
+            evicted: self.evicted,
         }
     }
 }
@@ -127,6 +136,8 @@ pub struct LoopState {
     deleting: HashMap<String, (String, String)>,
     /// API pods stopped after their deletion, to be deleted from the apiserver.
     pub finalizable: HashMap<String, (String, String)>,
+    /// Evicted pods: still desired by their source, never synced again.
+    pub evicted: HashSet<String>,
     cfg: LoopConfig,
 }
 
@@ -142,6 +153,7 @@ impl LoopState {
             collecting: HashSet::new(),
             deleting: HashMap::new(),
             finalizable: HashMap::new(),
+            evicted: HashSet::new(),
             cfg,
         }
     }
@@ -174,6 +186,27 @@ impl LoopState {
             }
             Input::Collected(uid) => {
                 self.collecting.remove(&uid);
+            }
+            Input::Evict { uid, grace } => {
+                if let Some(p) = self.pods.get(&uid).cloned()
+                    && !self.terminating.contains_key(&uid)
+                    && self.evicted.insert(uid.clone())
+                {
+                    log::info!(
+                        "evicting pod {}/{} ({uid}) with grace period {grace}s",
+                        p.metadata.namespace,
+                        p.metadata.name
+                    );
+                    self.due.remove(&uid);
+                    out.push(Command::StopProbes(uid.clone()));
+                    let term = Term {
+                        grace,
+                        namespace: p.metadata.namespace.clone(),
+                        name: p.metadata.name.clone(),
+                        evicted: true,
+                    };
+                    self.terminate(uid, term, &mut out);
+                }
             }
             Input::Probe(u) => {
                 use crate::prober::{Kind, ProbeResult};
@@ -230,6 +263,7 @@ impl LoopState {
                 );
                 self.pods.remove(&uid);
                 self.due.remove(&uid);
+                self.evicted.remove(&uid);
                 self.deleting.insert(
                     uid.clone(),
                     (pod.metadata.namespace.clone(), pod.metadata.name.clone()),
@@ -239,8 +273,13 @@ impl LoopState {
                     grace: crate::kuberuntime::config::grace_period(&pod),
                     namespace: pod.metadata.namespace.clone(),
                     name: pod.metadata.name.clone(),
+                    evicted: false,
                 };
                 self.terminate(uid, term, out);
+            }
+            Op::Add | Op::Update if self.evicted.contains(&uid) => {
+                // An evicted pod stays stopped; its source's updates are only recorded.
+                self.pods.upsert(Rc::new(pod));
             }
             Op::Add | Op::Update => {
                 log::info!(
@@ -268,6 +307,7 @@ impl LoopState {
                 );
                 self.pods.remove(&uid);
                 self.due.remove(&uid);
+                self.evicted.remove(&uid);
                 if self.finalizable.contains_key(&uid) || self.deleting.contains_key(&uid) {
                     // Gone from the apiserver after picolet stopped it: nothing left to do but
                     // make sure nothing runs.
@@ -279,6 +319,7 @@ impl LoopState {
                     grace: crate::kuberuntime::config::grace_period(&pod),
                     namespace: pod.metadata.namespace.clone(),
                     name: pod.metadata.name.clone(),
+                    evicted: false,
                 };
                 self.terminate(uid, term, out);
             }
@@ -328,6 +369,9 @@ impl LoopState {
 
     /// Dispatches a sync, or defers it to the next tick while the pod may not start.
     fn sync(&mut self, pod: Rc<Pod>, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
+        if self.evicted.contains(&pod.metadata.uid) {
+            return;
+        }
         if let Some(why) = self.start_blocked(&pod, view) {
             log::debug!("pod {} not synced yet: {why}", pod.metadata.name);
             self.due.insert(pod.metadata.uid.clone(), now);

@@ -1100,3 +1100,110 @@ fn the_accounting_endpoints_report_what_the_loop_runs() {
         assert!(crate::server::stats_route(k, ctx, "/pods").await.is_none());
     });
 }
+
+#[test]
+fn image_gc_sees_the_images_of_every_desired_pod_once_the_sources_were_seen() {
+    rt::block_on(async {
+        let h = harness("needed-images");
+        rt::settle().await;
+        assert_eq!(
+            h.kubelet.needed_images(),
+            None,
+            "no source seen yet: nothing may be collected"
+        );
+        let mut waiting = pod("b", "waiting", "sleep 3600");
+        waiting.spec.init_containers = waiting.spec.containers.clone();
+        waiting.spec.init_containers[0].name = "init".into();
+        waiting.spec.containers[0].image = "example.org/app:2".into();
+        h.set_pods(vec![pod("a", "web", "sleep 3600"), waiting])
+            .await;
+        h.run_for(1).await;
+        assert_eq!(
+            h.kubelet.needed_images(),
+            Some(vec!["example.org/app:2".to_owned(), IMAGE.to_owned()]),
+            "init and app containers' images, each once, whether their containers exist or not"
+        );
+        h.set_pods(vec![]).await;
+        assert_eq!(h.kubelet.needed_images(), Some(vec![]));
+    });
+}
+
+#[test]
+fn an_evicted_pod_stops_keeps_its_failed_status_and_never_runs_again() {
+    rt::block_on(async {
+        let h = harness("evict");
+        h.set_pods(vec![
+            pod("a", "victim", "sleep 3600"),
+            pod("b", "bystander", "sleep 3600"),
+        ])
+        .await;
+        h.until("both running", 5, |h| {
+            h.running("a") == 1 && h.running("b") == 1
+        })
+        .await;
+        let listed: Vec<String> = h
+            .kubelet
+            .eviction_pods()
+            .iter()
+            .map(|(p, cs)| format!("{}:{}", p.metadata.name, cs.len()))
+            .collect();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains(&"victim:1".to_owned()), "{listed:?}");
+        let msg =
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 1Mi. ";
+        assert!(h.kubelet.evict("a", 1, msg));
+        assert!(!h.kubelet.evict("a", 1, msg), "once");
+        assert!(!h.kubelet.evict("nope", 1, msg));
+        let st = h.kubelet.status.get("a").unwrap();
+        assert_eq!(
+            (
+                st.phase.as_deref(),
+                st.reason.as_deref(),
+                st.message.as_deref()
+            ),
+            (Some("Failed"), Some("Evicted"), Some(msg)),
+            "the status says so at once"
+        );
+        h.until("victim stopped and removed", 10, |h| {
+            h.running("a") == 0 && h.sandboxes("a") == 0
+        })
+        .await;
+        // It stays stopped through syncs, relists, housekeeping and the source's updates.
+        h.set_pods(vec![
+            pod("a", "victim", "sleep 3600"),
+            pod("b", "bystander", "sleep 3600"),
+        ])
+        .await;
+        h.run_for(70).await;
+        assert_eq!((h.running("a"), h.sandboxes("a")), (0, 0));
+        assert_eq!(h.running("b"), 1, "the other pod is untouched");
+        let st = h.kubelet.status.get("a").unwrap();
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        let c = &st.container_statuses[0];
+        assert_eq!(c.state.terminated.as_ref().map(|t| t.exit_code), Some(137));
+        assert!(
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        );
+        let names: Vec<String> = h
+            .kubelet
+            .eviction_pods()
+            .iter()
+            .map(|(p, _)| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["bystander"], "an evicted pod is no candidate");
+        // Removing its manifest forgets it; a new pod of the same name runs.
+        h.set_pods(vec![pod("b", "bystander", "sleep 3600")]).await;
+        h.run_for(3).await;
+        assert!(h.kubelet.status.get("a").is_none());
+        h.set_pods(vec![
+            pod("a2", "victim", "sleep 3600"),
+            pod("b", "bystander", "sleep 3600"),
+        ])
+        .await;
+        h.until("the new victim runs", 10, |h| h.running("a2") == 1)
+            .await;
+    });
+}

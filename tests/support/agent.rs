@@ -67,13 +67,20 @@ impl Agent {
         a
     }
 
+    /// Image GC is off (a high threshold of 100) unless a test turns it on with flags: whether
+    /// the shared test machine's disk is 85 % full must not decide what a test sees.
     fn spawn(&mut self) {
         let cfg = self.dir.join("config.yaml");
+        // No eviction thresholds: the test machine's disk, shared with parallel builds, must not
+        // evict the pods of unrelated tests. The eviction test sets its own with
+        // `--eviction-hard`, which replaces this.
         fs::write(
             &cfg,
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\n",
+                 staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\n\
+                 imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
+                 evictionHard:\n  memory.available: \"0\"\n",
                 self.manifests.display(),
                 self.endpoint,
                 self.dir.join("logs").display(),

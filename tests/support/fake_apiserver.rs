@@ -40,6 +40,8 @@ struct State {
     forbidden: Vec<String>,
     /// While set, requests are refused at once (the apiserver is "down").
     down: bool,
+    /// While set, requests are read and never answered (a black-holed link).
+    stalled: bool,
     /// TokenRequests received: ("token/<ns>/<sa>", body).
     token_requests: Vec<(String, Value)>,
     tokens_issued: u64,
@@ -274,6 +276,15 @@ impl FakeApi {
         });
     }
 
+    /// Reads every request and never answers it until unset (a link whose far end went silent:
+    /// connections open, nothing comes back); the held connections are closed when it is unset.
+    pub fn set_stalled(&self, stalled: bool) {
+        self.with(|s| {
+            s.stalled = stalled;
+            s.watch_generation += 1;
+        });
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.drop_watches();
@@ -314,14 +325,20 @@ impl FakeApi {
             }
             let received = (line.len() + len) as u64;
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let down = self.with(|s| {
+            let (down, stalled) = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
                 s.times.push(Instant::now());
                 s.bytes_in += received;
-                s.down
+                (s.down, s.stalled)
             });
             if down {
                 return; // connection closed without an answer
+            }
+            if stalled {
+                while self.with(|s| s.stalled) && !self.stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                return;
             }
             let (p, q) = query(&path);
             if q.get("watch").is_some_and(|v| v == "true") {

@@ -1,0 +1,182 @@
+//! Node-pressure eviction end to end: the real picolet binary, a real containerd, and the real
+//! memory signal of this machine. `--eviction-hard=memory.available<` the machine's total memory
+//! can never be satisfied, so the manager evicts every period, one pod at a time, in upstream's
+//! order: the BestEffort pod, then the Burstable one, then the Guaranteed one. Ground truth for
+//! "stopped" comes from `ctr`. Fails (never skips) without containerd, runc and busybox.
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+
+const NODE: &str = "e2e-node";
+
+fn full(name: &str) -> String {
+    format!("{name}-{NODE}")
+}
+
+/// A static pod whose one container sleeps; `resources` is the container's YAML block.
+fn pod_yaml(name: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
+         terminationGracePeriodSeconds: 30\n  containers:\n  - name: main\n    \
+         image: picolet.local/busybox:1\n    command: [\"sleep\", \"3600\"]\n{resources}"
+    )
+}
+
+fn labelled(c: &ScratchContainerd, pod: &str, kind: &str) -> BTreeSet<String> {
+    c.containers_with_labels(&[
+        ("io.kubernetes.pod.name", &full(pod)),
+        ("io.cri-containerd.kind", kind),
+    ])
+    .into_iter()
+    .collect()
+}
+
+fn running_of(c: &ScratchContainerd, pod: &str) -> usize {
+    let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
+    labelled(c, pod, "container").intersection(&running).count()
+}
+
+fn status(a: &Agent, pod: &str) -> (String, String, String) {
+    let p = a.pod(pod).unwrap_or_default();
+    let s = |k: &str| p["status"][k].as_str().unwrap_or_default().to_owned();
+    (s("phase"), s("reason"), s("message"))
+}
+
+fn evicted(a: &Agent, pod: &str) -> bool {
+    let (phase, reason, _) = status(a, pod);
+    phase == "Failed" && reason == "Evicted"
+}
+
+fn mem_total_kib() -> u64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemTotal in /proc/meminfo")
+}
+
+const T: Duration = Duration::from_secs(60);
+// Names sort the other way round from the eviction order, so an order by name cannot pass.
+const GUARANTEED: &str = "a-guaranteed";
+const BURSTABLE: &str = "b-burstable";
+const BEST_EFFORT: &str = "c-besteffort";
+
+#[test]
+fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_period() {
+    let d = test_dir("evict");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let manifests = d.join("a").join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    for (name, res) in [
+        (
+            GUARANTEED,
+            "    resources:\n      requests: {cpu: 100m, memory: 64Mi}\n      limits: {cpu: 100m, memory: 64Mi}\n",
+        ),
+        (BURSTABLE, "    resources:\n      requests: {memory: 8Mi}\n"),
+        (BEST_EFFORT, ""),
+    ] {
+        std::fs::write(manifests.join(format!("{name}.yaml")), pod_yaml(name, res)).unwrap();
+    }
+    let threshold = format!("--eviction-hard=memory.available<{}Ki", mem_total_kib());
+    let a = Agent::start_with(&d.join("a"), &c.endpoint(), &[threshold]);
+
+    // The three start (the first round comes a period after picolet starts).
+    a.wait_for("the three pods running", T, |a| {
+        [GUARANTEED, BURSTABLE, BEST_EFFORT]
+            .iter()
+            .all(|p| running_of(&c, p) == 1 || evicted(a, p))
+    });
+
+    a.wait_for("the BestEffort pod evicted", T, |a| evicted(a, BEST_EFFORT));
+    let t1 = Instant::now();
+    assert!(
+        !evicted(&a, BURSTABLE) && !evicted(&a, GUARANTEED),
+        "the BestEffort pod goes first, alone: {:?} {:?}",
+        status(&a, BURSTABLE),
+        status(&a, GUARANTEED)
+    );
+    let (_, _, message) = status(&a, BEST_EFFORT);
+    assert!(
+        message.starts_with("The node was low on resource: memory. Threshold quantity: ")
+            && message.contains(", available: ")
+            && message.contains("Container main was using "),
+        "{message}"
+    );
+    let p = a.pod(BEST_EFFORT).unwrap();
+    assert!(
+        p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "DisruptionTarget" && c["reason"] == "TerminationByKubelet"),
+        "{p}"
+    );
+    // A hard threshold stops the pod at once (1 s), not after its 30 s grace period.
+    a.wait_for(
+        "the BestEffort pod's containers gone per ctr",
+        Duration::from_secs(15),
+        |_| {
+            labelled(&c, BEST_EFFORT, "container").is_empty()
+                && labelled(&c, BEST_EFFORT, "sandbox").is_empty()
+        },
+    );
+    assert!(t1.elapsed() < Duration::from_secs(15));
+    let cs = &a.pod(BEST_EFFORT).unwrap()["status"]["containerStatuses"][0];
+    assert_eq!(cs["state"]["terminated"]["exitCode"], 137, "{cs}");
+
+    a.wait_for("the Burstable pod evicted", T, |a| evicted(a, BURSTABLE));
+    let t2 = Instant::now();
+    let gap = t2 - t1;
+    assert!(
+        gap >= Duration::from_secs(8) && gap <= Duration::from_secs(15),
+        "one pod per 10 s period: the second came {gap:?} after the first"
+    );
+    assert!(!evicted(&a, GUARANTEED), "{:?}", status(&a, GUARANTEED));
+    assert_eq!(running_of(&c, GUARANTEED), 1);
+
+    a.wait_for("the Guaranteed pod evicted last", T, |a| {
+        evicted(a, GUARANTEED)
+    });
+    let gap = t2.elapsed();
+    assert!(
+        gap >= Duration::from_secs(8) && gap <= Duration::from_secs(15),
+        "the third came {gap:?} after the second"
+    );
+    a.wait_for(
+        "every container gone per ctr",
+        Duration::from_secs(15),
+        |_| {
+            [GUARANTEED, BURSTABLE, BEST_EFFORT]
+                .iter()
+                .all(|p| labelled(&c, p, "container").is_empty())
+        },
+    );
+
+    // Evicted pods stay stopped: nothing comes back over the next periods.
+    std::thread::sleep(Duration::from_secs(12));
+    for p in [GUARANTEED, BURSTABLE, BEST_EFFORT] {
+        assert!(labelled(&c, p, "container").is_empty(), "{p} came back");
+        assert!(evicted(&a, p), "{p}: {:?}", status(&a, p));
+    }
+    let log = a.log_text();
+    let order: Vec<usize> = [BEST_EFFORT, BURSTABLE, GUARANTEED]
+        .iter()
+        .map(|p| {
+            log.find(&format!(
+                "eviction: memory.available threshold met: evicting pod default/{}",
+                full(p)
+            ))
+            .unwrap_or_else(|| panic!("no eviction line for {p}\n{log}"))
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+}
