@@ -103,6 +103,7 @@ fn main() -> ExitCode {
                 .map(|t| config::parse_resolv_conf(&t)),
             pod_logs_dir: work.join("logs"),
             root_dir: work.join("root"),
+            memory_oom_group: false,
         },
         run: run.clone(),
         sandboxes: RefCell::new(Vec::new()),

@@ -84,6 +84,7 @@ fn year_of(unix_secs: i64) -> i64 {
 pub fn host(o: &Options, root: &Path, now_unix_secs: i64) -> Vec<Finding> {
     let mut out = Vec::new();
     cgroups(root, &mut out);
+    out.push(kubepods(&o.cgroups, root));
     out.push(overlayfs(root));
     out.push(manifests(o));
     out.push(root_dir(&o.root_dir));
@@ -125,6 +126,88 @@ fn cgroups(root: &Path, out: &mut Vec<Finding>) {
             "cgroup v1 is deprecated by Kubernetes (1.31) and systemd",
             "boot with `systemd.unified_cgroup_hierarchy=1` on the kernel command line",
         ));
+    }
+}
+
+/// The kubepods tree: where it goes, whether picolet can make it, what the driver needs.
+fn kubepods(c: &crate::cm::CgroupConfig, root: &Path) -> Finding {
+    use crate::cm::{Driver, PodCgroups};
+    if !c.per_qos {
+        return ok(
+            "kubepods",
+            "--cgroups-per-qos=false: no pod cgroups, the runtime places pods",
+        );
+    }
+    let pc = match PodCgroups::new(c, root) {
+        Ok(pc) => pc,
+        Err(e) => {
+            return problem(
+                Level::Fatal,
+                "kubepods",
+                e.to_string(),
+                "mount cgroup2 at /sys/fs/cgroup, or pass --cgroups-per-qos=false \
+                 --enforce-node-allocatable=none",
+            );
+        }
+    };
+    if c.driver == Driver::Systemd && !root.join("run/systemd/system").is_dir() {
+        return problem(
+            Level::Fatal,
+            "kubepods",
+            "--cgroup-driver=systemd, but systemd is not the init system (no /run/systemd/system)",
+            "use --cgroup-driver=cgroupfs, and SystemdCgroup = false in the runtime's runc options",
+        );
+    }
+    let tree = pc.kubepods_path();
+    // The nearest existing level of the tree must be writable in each hierarchy.
+    for dir in pc.hierarchy.dirs(&tree) {
+        let mut probe = dir.as_path();
+        while !probe.exists() {
+            match probe.parent() {
+                Some(p) => probe = p,
+                None => break,
+            }
+        }
+        if let Err(e) = nix::unistd::access(probe, nix::unistd::AccessFlags::W_OK) {
+            return problem(
+                Level::Fatal,
+                "kubepods",
+                format!("cannot create {} under {}: {e}", tree, probe.display()),
+                "run picolet as root (it owns the kubepods cgroup tree)",
+            );
+        }
+    }
+    let needs = match c.driver {
+        Driver::Cgroupfs => "the runtime must use cgroupfs too (containerd: SystemdCgroup = false)",
+        Driver::Systemd => "the runtime must use systemd too (containerd: SystemdCgroup = true)",
+    };
+    ok(
+        "kubepods",
+        format!("{} driver, pods under {tree}; {needs}", c.driver),
+    )
+}
+
+/// The runtime's cgroup driver against `--cgroup-driver`.
+pub async fn cgroup_driver(cri: &crate::cri::Cri, configured: crate::cm::Driver) -> Finding {
+    use crate::cm::runtime;
+    let rt = runtime::runtime_driver(cri).await;
+    match runtime::decide(configured, rt) {
+        Ok((d, None)) => ok(
+            "cgroup driver",
+            format!("{d}; the runtime: {}", rt.describe()),
+        ),
+        Ok((d, Some(w))) => problem(
+            Level::Warn,
+            "cgroup driver",
+            format!("{d}: {w}"),
+            format!("--cgroup-driver={d}"),
+        ),
+        Err(e) => problem(
+            Level::Fatal,
+            "cgroup driver",
+            e,
+            "make --cgroup-driver and the runtime's driver agree",
+        ),
     }
 }
 
@@ -302,17 +385,22 @@ pub fn all(o: &Options) -> Vec<Finding> {
         request: o.runtime_request_timeout,
         ..crate::cri::Deadlines::default()
     };
-    out.push(
-        match crate::cri::Cri::new(&o.container_runtime_endpoint, None, deadlines) {
-            Ok(cri) => crate::rt::block_on(runtime(&cri, &o.container_runtime_endpoint)),
-            Err(e) => problem(
-                Level::Fatal,
-                "runtime",
-                e.to_string(),
-                "pass --container-runtime-endpoint unix:///run/containerd/containerd.sock",
-            ),
-        },
-    );
+    match crate::cri::Cri::new(&o.container_runtime_endpoint, None, deadlines) {
+        Ok(cri) => {
+            let rt = crate::rt::block_on(runtime(&cri, &o.container_runtime_endpoint));
+            let reachable = rt.level == Level::Ok;
+            out.push(rt);
+            if reachable {
+                out.push(crate::rt::block_on(cgroup_driver(&cri, o.cgroups.driver)));
+            }
+        }
+        Err(e) => out.push(problem(
+            Level::Fatal,
+            "runtime",
+            e.to_string(),
+            "pass --container-runtime-endpoint unix:///run/containerd/containerd.sock",
+        )),
+    }
     out
 }
 

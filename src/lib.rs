@@ -185,6 +185,69 @@ fn thresholds(cfg: &eviction::Config, hard: bool) -> String {
     }
 }
 
+/// The kubepods tree (`--cgroups-per-qos`), set up with the driver the runtime agrees to and
+/// kubepods limited to node allocatable; or, without the tree, the cgroup parent pods get.
+async fn pod_cgroups(
+    o: &Options,
+    cri: &cri::Cri,
+    capacity: cm::Allocatable,
+) -> Result<(Option<cm::PodCgroups>, String), String> {
+    let mut cfg = o.cgroups.clone();
+    if !cfg.per_qos {
+        let parent = if cfg.root.trim_matches('/').is_empty() {
+            String::new()
+        } else {
+            cm::CgroupName::parse_root(&cfg.root, cfg.driver).path(cfg.driver)
+        };
+        return Ok((None, parent));
+    }
+    // A runtime still starting must not hold picolet up: its driver is then taken on trust.
+    let said = rt::timeout(
+        std::time::Duration::from_secs(5),
+        cm::runtime::runtime_driver(cri),
+    )
+    .await
+    .unwrap_or(cm::runtime::RuntimeDriver::Unknown);
+    let (driver, warning) = cm::runtime::decide(cfg.driver, said)?;
+    if let Some(w) = warning {
+        log::warn!("{w}");
+    }
+    cfg.driver = driver;
+    let mut pc = cm::PodCgroups::new(&cfg, std::path::Path::new("/"))
+        .map_err(|e| format!("--cgroups-per-qos: {e}"))?;
+    pc.check_oom_setting()?;
+    let allocatable = cfg.enforces_pods().then(|| cfg.allocatable(capacity));
+    let reserved_pids = cfg.reserved().pids;
+    let pids = (reserved_pids > 0)
+        .then(|| std::fs::read_to_string("/proc/sys/kernel/pid_max").ok())
+        .flatten()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .map(|max| (max - reserved_pids).max(1));
+    pc.setup(allocatable, pids).map_err(|e| {
+        format!(
+            "creating the kubepods cgroup tree {}: {e} (run as root, or pass \
+             --cgroups-per-qos=false --enforce-node-allocatable=none)",
+            pc.kubepods_path()
+        )
+    })?;
+    log::info!(
+        "pods under {} ({} driver, {:?}){}{}",
+        pc.kubepods_path(),
+        driver,
+        pc.hierarchy.mode,
+        allocatable.map_or(String::new(), |a| format!(
+            ", limited to {}m CPU and {} bytes of memory",
+            a.milli_cpu, a.memory
+        )),
+        if pc.oom_group() {
+            ", memory.oom.group for containers"
+        } else {
+            ""
+        }
+    );
+    Ok((Some(pc), String::new()))
+}
+
 /// Runs the agent until SIGTERM or SIGINT; pods keep running after it exits.
 pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String> {
     for w in &o.config_warnings {
@@ -247,6 +310,13 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
 
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let capacity = cm::Allocatable {
+            milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
+            memory: node.memory_bytes,
+            ephemeral_storage: 0,
+        };
+        let (cgroups, cgroup_parent) = pod_cgroups(&o, &cri, capacity).await?;
         let cri = Rc::new(cri);
         // Every runtime call is counted for /metrics, as the kubelet's instrumented services.
         let ops = Rc::new(kuberuntime::instrumented::Ops::default());
@@ -257,7 +327,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         ));
         let rm = Rc::new(
             kuberuntime::RuntimeManager::new(counted.clone(), counted, node)
-                .with_objects(objects.clone()),
+                .with_objects(objects.clone())
+                .with_cgroups(cgroups, cgroup_parent)
+                .with_allocatable(o.cgroups.allocatable(capacity)),
         );
         let runtime_version = match rm.version().await {
             Ok(v) => {
@@ -335,7 +407,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 .spawn(move || config::api::run_blocking(c, cfg, tx, m))
                 .map_err(|e| format!("starting the api source thread: {e}"))?;
             let rmn = kubelet.rm.node();
-            let facts = cluster::node::gather(
+            let mut facts = cluster::node::gather(
                 &node_name,
                 &rmn.node_ip,
                 rmn.memory_bytes,
@@ -344,6 +416,13 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 &o.node_labels,
                 &o.register_with_taints,
             );
+            // As upstream, the Node's allocatable also leaves out the hard eviction thresholds.
+            facts.reserved = o.cgroups.reserved();
+            let disk = i64::try_from(facts.ephemeral_storage_bytes).unwrap_or(i64::MAX);
+            let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
+            facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
+            facts.reserved.ephemeral_storage =
+                facts.reserved.ephemeral_storage.saturating_add(nodefs);
             Ok::<_, String>([
                 rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
                 rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),

@@ -74,6 +74,7 @@ pub fn detect(o: &Options) -> Result<NodeContext, String> {
         dns,
         pod_logs_dir: o.pod_logs_dir.clone(),
         root_dir: o.root_dir.clone(),
+        memory_oom_group: false,
     })
 }
 

@@ -49,6 +49,14 @@ flags:
   --eviction-max-pod-grace-period SECONDS  most a soft eviction gives a pod (default 0)
   --eviction-memory-psi-threshold PCT  evict on memory when the node's memory PSI some avg10
                                      reaches PCT percent, before memory.available does (0: off)
+  --cgroup-driver cgroupfs|systemd   how cgroups are named; must match the runtime's
+                                     (default cgroupfs)
+  --cgroups-per-qos[=true|false]     the kubepods tree with QoS and pod cgroups (default true)
+  --cgroup-root PATH                 where the kubepods tree goes (default /)
+  --kube-reserved cpu=100m,memory=100Mi    kept from pods for picolet and the runtime
+  --system-reserved cpu=100m,memory=100Mi  kept from pods for the system
+  --enforce-node-allocatable pods|none     limit kubepods to node allocatable (default pods)
+  --pod-max-pids N                   pids.max of each pod cgroup (default -1: none)
   -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
   --version                          print the version and exit
   -h, --help                         print this help and exit
@@ -124,6 +132,8 @@ pub struct Options {
     pub eviction: crate::eviction::Config,
     /// Unknown configuration fields, to be logged once the logger runs.
     pub config_warnings: Vec<String>,
+    /// The kubepods tree and node allocatable.
+    pub cgroups: crate::cm::CgroupConfig,
 }
 
 impl Default for Options {
@@ -153,6 +163,7 @@ impl Default for Options {
             pod_infra_container_image: None,
             eviction: crate::eviction::Config::default(),
             config_warnings: Vec::new(),
+            cgroups: crate::cm::CgroupConfig::default(),
         }
     }
 }
@@ -272,6 +283,16 @@ struct KubeletConfiguration {
     eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
     eviction_pressure_transition_period: Option<String>,
     eviction_max_pod_grace_period: Option<i32>,
+    cgroup_driver: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    cgroup_root: Option<String>,
+    kube_reserved: Option<std::collections::BTreeMap<String, String>>,
+    system_reserved: Option<std::collections::BTreeMap<String, String>>,
+    enforce_node_allocatable: Option<Vec<String>>,
+    pod_pids_limit: Option<i64>,
+    #[serde(rename = "singleProcessOOMKill")]
+    single_process_oom_kill: Option<bool>,
 }
 
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -416,6 +437,34 @@ fn parse_config_into(
         origin: "evictionMaxPodGracePeriod".into(),
         value: i64::from(v),
     });
+    let cg = &mut o.cgroups;
+    if let Some(d) = cfg.cgroup_driver {
+        cg.driver =
+            crate::cm::Driver::parse(&d).map_err(|r| err(format!("cgroupDriver: {d:?}: {r}")))?;
+    }
+    if let Some(b) = cfg.cgroups_per_qos {
+        cg.per_qos = b;
+    }
+    if let Some(r) = cfg.cgroup_root {
+        cg.root = r;
+    }
+    if let Some(m) = &cfg.kube_reserved {
+        cg.kube_reserved =
+            crate::cm::Reserved::from_map(m).map_err(|r| err(format!("kubeReserved: {r}")))?;
+    }
+    if let Some(m) = &cfg.system_reserved {
+        cg.system_reserved =
+            crate::cm::Reserved::from_map(m).map_err(|r| err(format!("systemReserved: {r}")))?;
+    }
+    if let Some(e) = cfg.enforce_node_allocatable {
+        cg.enforce_node_allocatable = e;
+    }
+    if let Some(n) = cfg.pod_pids_limit {
+        cg.pod_pids_limit = n;
+    }
+    if let Some(b) = cfg.single_process_oom_kill {
+        cg.single_process_oom_kill = Some(b);
+    }
     const MAX_WARNINGS: usize = 20;
     let more = unknown.len().saturating_sub(MAX_WARNINGS);
     o.config_warnings = unknown
@@ -469,8 +518,18 @@ const FLAGS: &[&str] = &[
     "eviction-pressure-transition-period",
     "eviction-max-pod-grace-period",
     "eviction-memory-psi-threshold",
+    "cgroup-driver",
+    "cgroups-per-qos",
+    "cgroup-root",
+    "kube-reserved",
+    "system-reserved",
+    "enforce-node-allocatable",
+    "pod-max-pids",
     "v",
 ];
+
+/// Flags that are booleans: `--flag` alone means true, a value needs `=`, as in Go.
+const BOOL_FLAGS: &[&str] = &["cgroups-per-qos"];
 
 /// Parses the arguments (without the program name).
 pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
@@ -507,6 +566,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         }
         let (name, value) = match stripped.split_once('=') {
             Some((n, v)) => (n.to_owned(), v.to_owned()),
+            None if BOOL_FLAGS.contains(&name) => (name.to_owned(), "true".to_owned()),
             None => {
                 let v = args
                     .get(i)
@@ -612,6 +672,32 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "pod-infra-container-image" => {
                 o.pod_infra_container_image = (!v.is_empty()).then_some(v)
             }
+            "cgroup-driver" => {
+                o.cgroups.driver = crate::cm::Driver::parse(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "cgroups-per-qos" => {
+                o.cgroups.per_qos = v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?
+            }
+            "cgroup-root" => o.cgroups.root = v,
+            "kube-reserved" => {
+                o.cgroups.kube_reserved =
+                    crate::cm::Reserved::parse_flag(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "system-reserved" => {
+                o.cgroups.system_reserved =
+                    crate::cm::Reserved::parse_flag(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "enforce-node-allocatable" => {
+                o.cgroups.enforce_node_allocatable = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
+            "pod-max-pids" => {
+                o.cgroups.pod_pids_limit = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -638,6 +724,9 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         return Err(bad("--file-check-frequency", "0", "must be positive"));
     }
     validate_image_gc(&o)?;
+    // "none" alone means no enforcement, as an empty list.
+    o.cgroups.enforce_node_allocatable.retain(|e| e != "none");
+    o.cgroups.validate().map_err(OptionsError::Invalid)?;
     crate::cri::parse_endpoint(&o.container_runtime_endpoint).map_err(|e| {
         bad(
             "--container-runtime-endpoint",
@@ -905,6 +994,45 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_flags() {
+        let o = run(&[]);
+        assert_eq!(o.cgroups, crate::cm::CgroupConfig::default());
+        assert!(o.cgroups.per_qos && o.cgroups.enforces_pods());
+        let o = run(&[
+            "--cgroup-driver=systemd",
+            "--cgroup-root",
+            "/edge.slice",
+            "--kube-reserved=cpu=100m,memory=100Mi",
+            "--system-reserved",
+            "memory=50Mi",
+            "--pod-max-pids=512",
+            "--cgroups-per-qos",
+        ]);
+        assert_eq!(o.cgroups.driver, crate::cm::Driver::Systemd);
+        assert_eq!(o.cgroups.root, "/edge.slice");
+        assert_eq!(o.cgroups.reserved().memory, 150 << 20);
+        assert_eq!(o.cgroups.reserved().milli_cpu, 100);
+        assert_eq!(o.cgroups.pod_pids_limit, 512);
+        let o = run(&["--cgroups-per-qos=false", "--enforce-node-allocatable=none"]);
+        assert!(!o.cgroups.per_qos && !o.cgroups.enforces_pods());
+        let e = parse(&args(&["--cgroups-per-qos=false"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--enforce-node-allocatable"), "{e}");
+        let e = parse(&args(&["--cgroup-driver=cgroupsfs"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--cgroup-driver") && e.contains("cgroupsfs"),
+            "{e}"
+        );
+        let e = parse(&args(&["--kube-reserved=gpu=1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--kube-reserved") && e.contains("gpu"), "{e}");
+    }
+
+    #[test]
     fn subcommands() {
         assert_eq!(parse(&args(&["--version"])).unwrap(), Command::Version);
         assert_eq!(parse(&args(&["-h"])).unwrap(), Command::Help);
@@ -930,7 +1058,7 @@ mod tests {
     fn config_file_and_flag_precedence() {
         let p = write_cfg(
             "ok",
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\nkubeReserved:\n  cpu: 100m\n  memory: 100Mi\npodPidsLimit: 1024\nenforceNodeAllocatable: [pods]\nmaxPods: 20\n",
         );
         let ps = p.display().to_string();
         let o = run(&["--config", &ps, "--file-check-frequency=7s"]);
@@ -947,7 +1075,10 @@ mod tests {
         assert_eq!(o.container_runtime_endpoint, "unix:///run/k3s.sock");
         assert_eq!(o.healthz_port, 0);
         assert_eq!(o.config_warnings.len(), 1);
-        assert!(o.config_warnings[0].contains("cgroupDriver"));
+        assert!(o.config_warnings[0].contains("maxPods"));
+        assert_eq!(o.cgroups.driver, crate::cm::Driver::Systemd);
+        assert_eq!(o.cgroups.kube_reserved.memory, 100 << 20);
+        assert_eq!(o.cgroups.pod_pids_limit, 1024);
         std::fs::remove_file(p).unwrap();
     }
 

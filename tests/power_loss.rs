@@ -193,6 +193,7 @@ fn sigkill_at_random_instants_never_leaves_a_torn_saved_manifest() {
             .open(&log)
             .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_picolet"))
+            .args(["--cgroups-per-qos=false", "--enforce-node-allocatable=none"])
             .arg("--pod-manifest-path")
             .arg(&manifests)
             .arg("--root-dir")
@@ -383,6 +384,7 @@ fn sigkill_at_random_instants_never_leaves_a_torn_checkpoint() {
             .open(&log)
             .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_picolet"))
+            .args(["--cgroups-per-qos=false", "--enforce-node-allocatable=none"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--root-dir")

@@ -53,7 +53,8 @@ impl Picolet {
         let f = std::fs::File::create(&log).unwrap();
         let m = f.metadata().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_picolet"));
-        cmd.arg("--config")
+        cmd.args(["--cgroups-per-qos=false", "--enforce-node-allocatable=none"])
+            .arg("--config")
             .arg(&cfg)
             .arg("--root-dir")
             .arg(dir.join("kubelet"))

@@ -28,6 +28,8 @@ pub struct NodeFacts {
     pub runtime_version: String,
     pub labels: Vec<(String, String)>,
     pub taints: Vec<Taint>,
+    /// `kubeReserved` plus `systemReserved`: capacity minus this is allocatable.
+    pub reserved: crate::cm::Reserved,
 }
 
 /// The health the Ready condition reports.
@@ -100,6 +102,7 @@ pub fn gather(
         runtime_version: runtime_version.to_owned(),
         labels: labels.to_vec(),
         taints: taints.to_vec(),
+        reserved: crate::cm::Reserved::default(),
     }
 }
 
@@ -156,6 +159,11 @@ fn condition(
     })
 }
 
+/// Bytes in Ki, as the capacity is written.
+fn bytes_quantity(b: i64) -> String {
+    format!("{}Ki", b.max(0) / 1024)
+}
+
 /// The Node's status. `old` is the status last posted (for transition times).
 pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &str) -> Value {
     let old_cond = |t: &str| {
@@ -174,9 +182,29 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
         "pods": f.max_pods.to_string(),
         "ephemeral-storage": format!("{}Ki", f.ephemeral_storage_bytes / 1024),
     });
+    let cpus = i64::try_from(f.cpus).unwrap_or(i64::MAX);
+    let alloc = crate::cm::CgroupConfig {
+        system_reserved: f.reserved.clone(),
+        ..Default::default()
+    }
+    .allocatable(crate::cm::Allocatable {
+        milli_cpu: cpus.saturating_mul(1000),
+        memory: f.memory_bytes.max(0),
+        ephemeral_storage: i64::try_from(f.ephemeral_storage_bytes).unwrap_or(i64::MAX),
+    });
+    let allocatable = json!({
+        "cpu": if alloc.milli_cpu % 1000 == 0 {
+            (alloc.milli_cpu / 1000).to_string()
+        } else {
+            format!("{}m", alloc.milli_cpu)
+        },
+        "memory": bytes_quantity(alloc.memory),
+        "pods": f.max_pods.to_string(),
+        "ephemeral-storage": bytes_quantity(alloc.ephemeral_storage),
+    });
     json!({
         "capacity": capacity,
-        "allocatable": capacity,
+        "allocatable": allocatable,
         "conditions": [
             if p.memory {
                 condition("MemoryPressure", false, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available", old_cond("MemoryPressure"), now)
@@ -254,7 +282,28 @@ mod tests {
                 value: "".into(),
                 effect: "NoSchedule".into(),
             }],
+            reserved: crate::cm::Reserved::default(),
         }
+    }
+
+    #[test]
+    fn allocatable_is_capacity_minus_the_reservations() {
+        let up = Health {
+            ready: true,
+            message: String::new(),
+            pressure: crate::eviction::Pressure::default(),
+        };
+        let s = node_status(&facts(), &up, None, "2026-01-01T00:00:00Z");
+        assert_eq!(s["allocatable"], s["capacity"], "nothing reserved");
+        let mut f = facts();
+        f.reserved =
+            crate::cm::Reserved::parse_flag("cpu=250m,memory=100Mi,ephemeral-storage=1Gi").unwrap();
+        let s = node_status(&f, &up, None, "2026-01-01T00:00:00Z");
+        assert_eq!(s["allocatable"]["cpu"], "3750m");
+        assert_eq!(s["allocatable"]["memory"], "946176Ki");
+        assert_eq!(s["allocatable"]["ephemeral-storage"], "32505856Ki");
+        assert_eq!(s["allocatable"]["pods"], "110");
+        assert_eq!(s["capacity"]["cpu"], "4");
     }
 
     #[test]

@@ -181,6 +181,16 @@ pub fn detect(root: &Path) -> Result<Cgroups, DetectError> {
     })
 }
 
+/// Every cgroup and cgroup2 mount point in `root`'s `proc/self/mountinfo`, named hierarchies
+/// (`name=systemd`) included.
+pub fn mount_points(root: &Path) -> Result<Vec<PathBuf>, DetectError> {
+    let path = root.join("proc/self/mountinfo");
+    Ok(cgroup_mounts(&read(&path)?)
+        .into_iter()
+        .map(|m| m.point)
+        .collect())
+}
+
 /// The exact fix for a missing controller, for the operator.
 pub fn fix(controller: &str, mode: Mode) -> String {
     match (controller, mode) {

@@ -173,6 +173,7 @@ impl Cri {
 
     rpc!(runtime.version(v1::VersionRequest) -> v1::VersionResponse, request);
     rpc!(runtime.status(v1::StatusRequest) -> v1::StatusResponse, request);
+    rpc!(runtime.runtime_config(v1::RuntimeConfigRequest) -> v1::RuntimeConfigResponse, request);
     rpc!(runtime.run_pod_sandbox(v1::RunPodSandboxRequest) -> v1::RunPodSandboxResponse, request);
     rpc!(runtime.stop_pod_sandbox(v1::StopPodSandboxRequest) -> v1::StopPodSandboxResponse, request);
     rpc!(runtime.remove_pod_sandbox(v1::RemovePodSandboxRequest) -> v1::RemovePodSandboxResponse, request);

@@ -158,6 +158,26 @@ pub struct Threshold {
     pub min_reclaim: Option<Amount>,
 }
 
+impl Config {
+    /// What the hard `memory.available` and `nodefs.available` thresholds keep from pods, in
+    /// bytes against the node's memory and root filesystem: the Node's allocatable leaves them
+    /// out, as upstream's (the kubepods cgroup limit does not).
+    pub fn hard_reserved(&self, memory: i64, nodefs: i64) -> (i64, i64) {
+        let hard = |sig: Signal, capacity: i64| {
+            self.thresholds
+                .iter()
+                .filter(|t| t.hard && t.signal == sig)
+                .map(|t| t.value.of(capacity).max(0))
+                .max()
+                .unwrap_or(0)
+        };
+        (
+            hard(Signal::MemoryAvailable, memory),
+            hard(Signal::NodeFsAvailable, nodefs),
+        )
+    }
+}
+
 /// Upstream's hard thresholds on Linux (kubelet v1.34 `DefaultEvictionHard`). pid.available
 /// has no default there either.
 pub const DEFAULT_HARD: [(&str, &str); 4] = [
@@ -364,6 +384,23 @@ mod tests {
             origin: origin.into(),
             value: parse_map(s, sep).unwrap(),
         })
+    }
+
+    #[test]
+    fn the_hard_memory_and_nodefs_thresholds_are_kept_from_allocatable() {
+        let gib = 1i64 << 30;
+        assert_eq!(
+            Config::default().hard_reserved(4 * gib, 100 * gib),
+            (100 << 20, 10 * gib),
+            "100Mi of memory, 10 % of the root filesystem"
+        );
+        let none = Settings {
+            hard: given("--eviction-hard", "memory.available<0", '<'),
+            ..Settings::default()
+        }
+        .build()
+        .unwrap();
+        assert_eq!(none.hard_reserved(4 * gib, 100 * gib), (0, 0));
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct NodeContext {
     pub dns: Option<v1::DnsConfig>,
     pub pod_logs_dir: PathBuf,
     pub root_dir: PathBuf,
+    /// cgroup v2 with `memory.oom.group`: an OOM kill takes the whole container, as upstream
+    /// asks for through `LinuxContainerResources.unified`.
+    pub memory_oom_group: bool,
 }
 
 /// The pod's log directory, as the kubelet names it: `<podLogsDir>/<ns>_<name>_<uid>`.
@@ -238,6 +241,11 @@ fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainer
         cpu_shares: i64::try_from(qos::milli_cpu_to_shares(cpu_req)).unwrap_or(2),
         memory_limit_in_bytes: mem_lim,
         oom_score_adj: qos::oom_score_adj(pod, c, node.memory_bytes),
+        unified: if node.memory_oom_group {
+            HashMap::from([("memory.oom.group".to_owned(), "1".to_owned())])
+        } else {
+            HashMap::new()
+        },
         ..Default::default()
     }
 }
@@ -475,6 +483,7 @@ mod tests {
             pod_logs_dir: "/var/log/pods".into(),
             root_dir: "/var/lib/picolet".into(),
             dns: None,
+            memory_oom_group: false,
         }
     }
 
@@ -632,9 +641,19 @@ mod tests {
         );
         assert_eq!(r.memory_limit_in_bytes, 128 << 20);
         assert_eq!(r.oom_score_adj, -997);
+        assert!(r.unified.is_empty(), "v1: no memory.oom.group");
         let sc = linux.security_context.unwrap();
         assert!(!sc.privileged);
         assert!(sc.masked_paths.contains(&"/proc/kcore".to_owned()));
+
+        // On cgroup v2 the whole container is killed on OOM, as upstream asks.
+        let v2 = NodeContext {
+            memory_oom_group: true,
+            ..node()
+        };
+        let r = resources(&p, &c, &v2);
+        assert_eq!(r.unified.len(), 1);
+        assert_eq!(r.unified["memory.oom.group"], "1");
     }
 
     #[test]

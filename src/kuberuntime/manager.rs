@@ -77,6 +77,12 @@ pub struct RuntimeManager {
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
     /// ConfigMaps, Secrets and tokens the pods' volumes and environments are made of.
     pub(super) objects: crate::objects::Store,
+    /// The kubepods tree (`--cgroups-per-qos`); none: sandboxes get `cgroup_parent`.
+    pub(super) cgroups: Option<crate::cm::PodCgroups>,
+    /// The runtime's cgroup parent when there is no kubepods tree (`--cgroup-root`, or empty).
+    cgroup_parent: String,
+    /// What pods may use of the node (the downward API's default limits).
+    allocatable: Option<crate::cm::Allocatable>,
 }
 
 impl RuntimeManager {
@@ -96,7 +102,42 @@ impl RuntimeManager {
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
             objects: crate::objects::Store::default(),
+            cgroups: None,
+            cgroup_parent: String::new(),
+            allocatable: None,
         }
+    }
+
+    /// Places pods in the kubepods tree (set up already), or, without one, under `parent`.
+    /// Containers get `memory.oom.group` when the tree says the node supports it.
+    pub fn with_cgroups(mut self, cgroups: Option<crate::cm::PodCgroups>, parent: String) -> Self {
+        self.node.memory_oom_group = cgroups
+            .as_ref()
+            .is_some_and(crate::cm::PodCgroups::oom_group);
+        self.cgroups = cgroups;
+        self.cgroup_parent = parent;
+        self
+    }
+
+    /// Node allocatable, for the downward API's resource defaults.
+    pub fn with_allocatable(mut self, a: crate::cm::Allocatable) -> Self {
+        self.allocatable = Some(a);
+        self
+    }
+
+    pub fn pod_cgroups(&self) -> Option<&crate::cm::PodCgroups> {
+        self.cgroups.as_ref()
+    }
+
+    /// Creates the pod's cgroup with its limits (before its sandbox); returns the runtime's
+    /// cgroup parent for it.
+    fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, String> {
+        let Some(pc) = &self.cgroups else {
+            return Ok(self.cgroup_parent.clone());
+        };
+        let specs = self.specs.borrow();
+        pc.ensure_pod(pod, specs.values().map(|p| &**p))
+            .map_err(|e| format!("pod cgroup: {e}"))
     }
 
     /// Shares the store the cluster side fills (the volumes and environments read it).
@@ -107,6 +148,12 @@ impl RuntimeManager {
 
     /// What the downward API gives for a resource without a limit.
     pub(super) fn allocatable(&self) -> crate::projection::NodeAllocatable {
+        if let Some(a) = self.allocatable {
+            return crate::projection::NodeAllocatable {
+                milli_cpu: a.milli_cpu,
+                memory: a.memory,
+            };
+        }
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         crate::projection::NodeAllocatable {
             milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
@@ -362,7 +409,21 @@ impl RuntimeManager {
                 }
             }
         };
-        let sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
+        let mut sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
+        match self.ensure_pod_cgroup(pod) {
+            Ok(parent) => {
+                if let Some(l) = sandbox_cfg.linux.as_mut() {
+                    l.cgroup_parent = parent;
+                }
+            }
+            // A sandbox that exists keeps its cgroup; a limit the kernel refuses to lower under
+            // the pod's usage must not stop its containers from being started.
+            Err(e) if !a.create_sandbox => log::warn!("pod {} ({uid}): {e}", pod.metadata.name),
+            Err(e) => {
+                out.fail(SyncError::CreatePodSandbox(e));
+                return out;
+            }
+        }
         let (sandbox_id, pod_ip) = if a.create_sandbox {
             out.acted = true;
             match self.run_sandbox(pod, &sandbox_cfg).await {
@@ -413,10 +474,24 @@ impl RuntimeManager {
         self.sync_backoff.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
+        if let Some(pc) = &self.cgroups
+            && let Err(e) = pc.update_qos(self.specs.borrow().values().map(|p| &**p))
+        {
+            log::warn!("re-weighing the burstable cgroup: {e}");
+        }
         let logs = (!name.is_empty())
             .then(|| config::log_dir_of(&self.node.pod_logs_dir, namespace, name, uid));
         let (root, uid) = (self.node.root_dir.clone(), uid.to_owned());
+        let cgroups = self.cgroups.clone();
         rt::unblock(move || {
+            if let Some(pc) = cgroups {
+                match pc.remove_pod(&uid) {
+                    Ok(0) => {}
+                    Ok(_) => log::info!("removed the cgroup of pod {uid}"),
+                    // Housekeeping retries what still holds a process.
+                    Err(e) => log::warn!("removing the cgroup of pod {uid}: {e}"),
+                }
+            }
             if let Some(logs) = logs
                 && let Err(e) = fs::remove_dir_all(&logs)
                 && e.kind() != std::io::ErrorKind::NotFound

@@ -85,3 +85,69 @@ impl RuntimeManager {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::cm::{CgroupConfig, PodCgroups, fixture};
+    use crate::cri::fake::FakeRuntime;
+    use crate::kuberuntime::NodeContext;
+    use crate::rt;
+
+    #[test]
+    fn the_pod_cgroup_is_made_before_the_sandbox_and_removed_after_the_pod() {
+        let host = fixture::v2("cpu memory pids");
+        let cfg = CgroupConfig {
+            pod_pids_limit: 32,
+            ..Default::default()
+        };
+        let mut pc = PodCgroups::with_hierarchy(&cfg, host.hierarchy.clone());
+        pc.setup(None, None).unwrap();
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let svc = Rc::new(fake.clone());
+        let node = NodeContext {
+            root_dir: host.root.join("kubelet"),
+            pod_logs_dir: host.root.join("logs"),
+            ..Default::default()
+        };
+        let rm = RuntimeManager::new(svc.clone(), svc, node).with_cgroups(Some(pc), String::new());
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-1"},
+            "spec": {"containers": [{"name": "c", "image": "img:1",
+                "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "16Mi"}}}]}
+        }))
+        .unwrap();
+        let dir = host.root.join("sys/fs/cgroup/kubepods/burstable/podu-1");
+        rt::block_on(async {
+            let out = rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let sb = &fake.sandboxes()[0];
+            assert_eq!(
+                sb.config.linux.as_ref().unwrap().cgroup_parent,
+                "/kubepods/burstable/podu-1"
+            );
+            assert_eq!(
+                std::fs::read_to_string(dir.join("memory.max"))
+                    .unwrap()
+                    .trim(),
+                (16 << 20).to_string()
+            );
+            assert_eq!(
+                std::fs::read_to_string(dir.join("pids.max"))
+                    .unwrap()
+                    .trim(),
+                "32"
+            );
+            // cgroup v2 with memory.oom.group: containers ask for it.
+            let st = rm.pod_status("u-1").await.unwrap();
+            let c = fake.container(&st.containers[0].id).unwrap();
+            let r = c.config.linux.unwrap().resources.unwrap();
+            assert_eq!(r.unified["memory.oom.group"], "1");
+            rm.remove_pod(&st, 0).await.unwrap();
+        });
+        assert!(!dir.exists(), "removed with the pod");
+    }
+}

@@ -190,9 +190,19 @@ impl Kubelet {
             }
             Command::RemovePodDir(uid) => {
                 let (root, tx) = (self.rm.node().root_dir.clone(), internal.clone());
+                let cgroups = self.rm.pod_cgroups().cloned();
                 rt::spawn(async move {
                     let u = uid.clone();
-                    if let Err(e) = rt::unblock(move || volume::cleanup(&root, &u)).await {
+                    let r = rt::unblock(move || {
+                        // A pod cgroup still holding a process stays until a later round.
+                        if let Some(pc) = cgroups
+                            && let Err(e) = pc.remove_pod(&u)
+                        {
+                            log::debug!("leftover cgroup of pod {u} stays for now: {e}");
+                        }
+                        volume::cleanup(&root, &u)
+                    });
+                    if let Err(e) = r.await {
                         log::warn!("removing leftover directory of pod {uid}: {e}");
                     }
                     let _ = tx.send(Input::Collected(uid)).await;
@@ -217,12 +227,24 @@ impl Kubelet {
         // arrives as the housekeeping input.
         let _housekeeping = {
             let (root, tx) = (self.rm.node().root_dir.clone(), internal.clone());
+            let cgroups = self.rm.pod_cgroups().cloned();
             rt::spawn(async move {
                 let mut tick = rt::interval(HOUSEKEEPING_PERIOD);
                 loop {
                     tick.tick().await;
-                    let r = root.clone();
-                    let pod_dirs = rt::unblock(move || volume::pod_dirs(&r)).await;
+                    let (r, cg) = (root.clone(), cgroups.clone());
+                    // Pod directories and pod cgroups alike: what no pod owns is removed.
+                    let pod_dirs = rt::unblock(move || {
+                        let mut uids = volume::pod_dirs(&r);
+                        let found = cg.map(|c| c.list().unwrap_or_default()).unwrap_or_default();
+                        for f in found {
+                            if !uids.contains(&f.uid) {
+                                uids.push(f.uid);
+                            }
+                        }
+                        uids
+                    })
+                    .await;
                     if tx.send(Input::Housekeeping { pod_dirs }).await.is_err() {
                         return;
                     }

@@ -93,7 +93,20 @@ impl Agent {
             .append(true)
             .open(&self.log)
             .unwrap();
+        // Pods go where the runtime puts them unless a test asks for the kubepods tree (under a
+        // --cgroup-root of its own): tests run in parallel and must not share, or create,
+        // cgroups in the machine's own hierarchy.
+        let own_tree = self
+            .extra
+            .iter()
+            .any(|a| a.starts_with("--cgroup-root") || a.starts_with("--cgroups-per-qos"));
+        let no_tree: &[&str] = if own_tree {
+            &[]
+        } else {
+            &["--cgroups-per-qos=false", "--enforce-node-allocatable=none"]
+        };
         let child = picolet_command()
+            .args(no_tree)
             .arg("--config")
             .arg(&cfg)
             .arg("--root-dir")

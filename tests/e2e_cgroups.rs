@@ -1,0 +1,379 @@
+//! End-to-end tests of the kubepods cgroup tree: the real picolet binary against a real
+//! containerd, with a `--cgroup-root` of the test's own (`/picolet-e2e-<pid>-<n>`) so parallel
+//! tests and the machine's own cgroups are never touched; the test removes that tree at the end.
+//! On these hybrid machines the limits are read from the v1 hierarchies and the accounting
+//! from the unified one's `cpu.stat`. They fail, never skip, when containerd, runc or busybox
+//! are missing (`scripts/install-deps.sh` installs them).
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+use serde_json::{Value, json};
+
+const IMAGE: &str = "picolet.local/busybox:1";
+const T: Duration = Duration::from_secs(90);
+
+/// The cgroup tree under the test's root in every hierarchy; removed (deepest first) on drop,
+/// after the containerd that holds processes in it has been stopped.
+struct Tree {
+    root: String,
+    mounts: Vec<PathBuf>,
+}
+
+impl Tree {
+    fn new(name: &str) -> Tree {
+        let root = format!("/picolet-e2e-{}-{name}", std::process::id());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let (pre, post) = l.split_once(" - ")?;
+                let fstype = post.split(' ').next()?;
+                let point = pre.split(' ').nth(4)?;
+                (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(point))
+            })
+            .collect();
+        let t = Tree { root, mounts };
+        t.remove();
+        t
+    }
+
+    /// The directory of `rel` under the root in the hierarchy mounted at `mount`.
+    fn dir(&self, mount: &Path, rel: &str) -> PathBuf {
+        mount
+            .join(self.root.trim_start_matches('/'))
+            .join(rel.trim_start_matches('/'))
+    }
+
+    fn remove(&self) {
+        fn rmdir_tree(d: &Path) {
+            if let Ok(entries) = std::fs::read_dir(d) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        rmdir_tree(&e.path());
+                    }
+                }
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+        for m in &self.mounts {
+            rmdir_tree(&m.join(self.root.trim_start_matches('/')));
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// The mount of a v1 controller on this machine.
+fn v1_mount(controller: &str) -> PathBuf {
+    let cg = picolet::cm::detect::detect(Path::new("/")).unwrap();
+    cg.controllers
+        .iter()
+        .find(|(c, _)| c == controller)
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| panic!("no {controller} controller mounted: {cg:?}"))
+}
+
+fn unified_mount() -> PathBuf {
+    picolet::cm::detect::detect(Path::new("/"))
+        .unwrap()
+        .unified
+        .expect("a cgroup2 mount (these machines have one at /sys/fs/cgroup/unified)")
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
+        .trim()
+        .to_owned()
+}
+
+fn manifest(name: &str, resources: Value, script: &str) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": IMAGE,
+            "command": ["sh", "-c", script], "resources": resources}]}})
+    .to_string()
+}
+
+fn status(a: &Agent, pod: &str) -> Value {
+    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
+}
+
+fn phase(a: &Agent, pod: &str) -> String {
+    status(a, pod)["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn uid(a: &Agent, pod: &str) -> String {
+    a.pod(pod).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The pid of the pod's first container, from the runtime's task list.
+fn container_pid(a: &Agent, c: &ScratchContainerd, pod: &str) -> u32 {
+    let id = status(a, pod)["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_start_matches("containerd://")
+        .to_owned();
+    c.tasks()
+        .into_iter()
+        .find(|t| t.id == id)
+        .unwrap_or_else(|| panic!("no task for container {id:?} of {pod}"))
+        .pid
+}
+
+/// `/proc/<pid>/cgroup` as (hierarchy's controllers, path) pairs.
+fn proc_cgroup(pid: u32) -> Vec<(String, String)> {
+    read(Path::new(&format!("/proc/{pid}/cgroup")))
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let _id = f.next()?;
+            Some((f.next()?.to_owned(), f.next()?.to_owned()))
+        })
+        .collect()
+}
+
+fn check(args: &[&str]) -> String {
+    let out = agent::picolet_command()
+        .arg("check")
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn pods_land_in_the_kubepods_tree_with_their_limits() {
+    let tree = Tree::new("tree");
+    let d = test_dir("cgtree");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let root_flag = format!("--cgroup-root={}", tree.root);
+
+    // Preflight names the tree and what the driver needs, and reads containerd's driver.
+    let out = check(&["--container-runtime-endpoint", &c.endpoint(), &root_flag]);
+    let kp = format!(
+        "ok   kubepods: cgroupfs driver, pods under {}/kubepods",
+        tree.root
+    );
+    assert!(out.lines().any(|l| l.starts_with(&kp)), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l
+                == "ok   cgroup driver: cgroupfs; the runtime: cgroupfs (from its configuration)"),
+        "{out}"
+    );
+    let out = check(&[
+        "--container-runtime-endpoint",
+        &c.endpoint(),
+        "--cgroup-driver=systemd",
+    ]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("FAIL cgroup driver: --cgroup-driver=systemd, but the runtime is configured for cgroupfs")),
+        "{out}"
+    );
+
+    // A pod cgroup left by a pod picolet no longer has (a crash, a reboot of picolet alone).
+    let (cpu, mem, pids) = (v1_mount("cpu"), v1_mount("memory"), v1_mount("pids"));
+    let stale = "kubepods/besteffort/pod00000000-dead-4bad-8bad-000000000000";
+    for m in [&cpu, &mem, &pids] {
+        std::fs::create_dir_all(tree.dir(m, stale)).unwrap();
+    }
+
+    let a = Agent::start_with(
+        &d.join("a"),
+        &c.endpoint(),
+        &[
+            root_flag.clone(),
+            "--kube-reserved=cpu=100m,memory=100Mi".into(),
+            "--system-reserved=memory=28Mi".into(),
+            "--pod-max-pids=64".into(),
+        ],
+    );
+    let unified = unified_mount();
+    // Housekeeping removes it; nothing else under the tree.
+    a.wait_for("the leftover pod cgroup to be removed", T, |_| {
+        [&cpu, &mem, &pids]
+            .iter()
+            .all(|m| !tree.dir(m, stale).exists())
+    });
+    assert!(tree.dir(&mem, "kubepods/besteffort").exists());
+
+    // kubepods holds node allocatable: capacity minus both reservations.
+    let meminfo = read(Path::new("/proc/meminfo"));
+    let total_kb: i64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let allocatable = total_kb * 1024 - (128 << 20);
+    assert_eq!(
+        read(&tree.dir(&mem, "kubepods/memory.limit_in_bytes")),
+        // The kernel rounds the limit down to whole pages.
+        (allocatable / 4096 * 4096).to_string()
+    );
+    let cpus = i64::try_from(std::thread::available_parallelism().unwrap().get()).unwrap();
+    assert_eq!(
+        read(&tree.dir(&cpu, "kubepods/cpu.shares")),
+        ((cpus * 1000 - 100) * 1024 / 1000).to_string()
+    );
+    assert_eq!(read(&tree.dir(&cpu, "kubepods/besteffort/cpu.shares")), "2");
+
+    a.write_manifest(
+        "g.yaml",
+        &manifest(
+            "guaranteed",
+            json!({"limits": {"cpu": "200m", "memory": "64Mi"}}),
+            "while true; do :; done",
+        ),
+    );
+    a.write_manifest(
+        "b.yaml",
+        &manifest(
+            "burstable",
+            json!({"requests": {"cpu": "100m"}, "limits": {"memory": "32Mi"}}),
+            "exec sleep 3600",
+        ),
+    );
+    a.write_manifest(
+        "be.yaml",
+        &manifest("besteffort", json!({}), "exec sleep 3600"),
+    );
+    for p in ["guaranteed", "burstable", "besteffort"] {
+        a.wait_for(&format!("{p} to run"), T, |a| phase(a, p) == "Running");
+    }
+
+    let cases = [
+        ("guaranteed", "kubepods"),
+        ("burstable", "kubepods/burstable"),
+        ("besteffort", "kubepods/besteffort"),
+    ];
+    for (name, parent) in cases {
+        let pod_dir = format!("{parent}/pod{}", uid(&a, name));
+        let pid = container_pid(&a, &c, name);
+        let cg = proc_cgroup(pid);
+        let want = format!("{}/{pod_dir}/", tree.root);
+        // Every hierarchy, v1 and the unified one, places the container under its pod.
+        for controllers in ["cpu,cpuacct", "memory", "pids", ""] {
+            let (_, path) = cg
+                .iter()
+                .find(|(c, _)| {
+                    c == controllers || (controllers == "cpu,cpuacct" && c.contains("cpu"))
+                })
+                .unwrap_or_else(|| panic!("{name}: no {controllers:?} line in {cg:?}"));
+            assert!(path.starts_with(&want), "{name}: {path} not under {want}");
+        }
+        assert_eq!(read(&tree.dir(&pids, &pod_dir).join("pids.max")), "64");
+        // The unified hierarchy accounts the pod's CPU for real.
+        let stat = read(&tree.dir(&unified, &pod_dir).join("cpu.stat"));
+        assert!(stat.starts_with("usage_usec "), "{stat}");
+    }
+    let g = format!("kubepods/pod{}", uid(&a, "guaranteed"));
+    assert_eq!(read(&tree.dir(&cpu, &g).join("cpu.shares")), "204");
+    assert_eq!(
+        read(&tree.dir(&cpu, &g).join("cpu.cfs_period_us")),
+        "100000"
+    );
+    assert_eq!(read(&tree.dir(&cpu, &g).join("cpu.cfs_quota_us")), "20000");
+    assert_eq!(
+        read(&tree.dir(&mem, &g).join("memory.limit_in_bytes")),
+        (64 << 20).to_string()
+    );
+    let b = format!("kubepods/burstable/pod{}", uid(&a, "burstable"));
+    assert_eq!(read(&tree.dir(&cpu, &b).join("cpu.shares")), "102");
+    assert_eq!(read(&tree.dir(&cpu, &b).join("cpu.cfs_quota_us")), "-1");
+    assert_eq!(
+        read(&tree.dir(&mem, &b).join("memory.limit_in_bytes")),
+        (32 << 20).to_string()
+    );
+    // The burstable level weighs its pods' requests.
+    assert_eq!(
+        read(&tree.dir(&cpu, "kubepods/burstable/cpu.shares")),
+        "102"
+    );
+    let be = format!("kubepods/besteffort/pod{}", uid(&a, "besteffort"));
+    assert_eq!(read(&tree.dir(&cpu, &be).join("cpu.shares")), "2");
+
+    // The busy loop of the guaranteed pod is held to its 200m quota, and accounted.
+    let usage = |p: &str| -> u64 {
+        read(&tree.dir(&unified, p).join("cpu.stat"))
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let u0 = usage(&g);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = usage(&g) - u0;
+    assert!(
+        (100_000..=600_000).contains(&used),
+        "200m for 2 s is about 400000 µs, got {used}"
+    );
+
+    // Removing the pod removes its cgroup from every hierarchy.
+    a.remove_manifest("g.yaml");
+    a.wait_for("the guaranteed pod's cgroup to go", T, |_| {
+        tree.mounts.iter().all(|m| !tree.dir(m, &g).exists())
+    });
+    assert!(tree.dir(&mem, &b).exists(), "the other pods keep theirs");
+
+    drop(a);
+    c.stop();
+}
+
+#[test]
+fn a_pod_over_its_memory_limit_is_oom_killed() {
+    let tree = Tree::new("oom");
+    let d = test_dir("cgoom");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start_with(
+        &d.join("a"),
+        &c.endpoint(),
+        &[format!("--cgroup-root={}", tree.root)],
+    );
+    // The string doubles until the pod's 24Mi are gone.
+    a.write_manifest(
+        "hog.yaml",
+        &manifest(
+            "hog",
+            json!({"limits": {"memory": "24Mi", "cpu": "500m"}}),
+            "a=xxxxxxxxxxxxxxxx; while true; do a=\"$a$a\"; done",
+        ),
+    );
+    a.wait_for("the hog to be OOM-killed", T, |a| {
+        status(a, "hog")["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+    });
+    let st = status(&a, "hog");
+    let term = &st["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(term["exitCode"], 137, "{st}");
+    assert_eq!(phase(&a, "hog"), "Failed", "{st}");
+    let pod = format!("kubepods/pod{}", uid(&a, "hog"));
+    let mem = v1_mount("memory");
+    assert_eq!(
+        read(&tree.dir(&mem, &pod).join("memory.limit_in_bytes")),
+        (24 << 20).to_string()
+    );
+    let failcnt: u64 = read(&tree.dir(&mem, &pod).join("memory.failcnt"))
+        .parse()
+        .unwrap();
+    assert!(failcnt > 0, "the pod's cgroup hit its limit");
+    drop(a);
+    c.stop();
+}
