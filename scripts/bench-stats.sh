@@ -35,6 +35,8 @@ trap cleanup EXIT
 
 rm -rf "$WORK"
 mkdir -p "$WORK/manifests"
+# Neither image GC nor eviction: whether the machine's disk (shared with other builds) is 85 %
+# full must not remove the pods being measured.
 cat >"$WORK/config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -42,6 +44,10 @@ staticPodPath: $WORK/manifests
 containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $WORK/logs
 healthzPort: $PORT
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "0"
 CFG
 # No kubepods tree: the benchmark creates no cgroups in the machine's own hierarchy, so each
 # pod's figures are the sum of its containers' (with the tree: one more cgroup read per pod).
