@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what picolet's demo and tests need on a Debian/Ubuntu machine (run as root):
 # a real containerd with runc and the CNI plugins, busybox for the offline test image,
-# and the tools the checks use. With --cross: the cross C toolchains with their C libraries,
+# and the tools the checks use (prometheus-client, pinned, from PyPI). With --cross: the cross C toolchains with their C libraries,
 # qemu-user and the Rust targets, then a check that each target links and runs a trivial
 # program, so a missing piece is named here rather than deep inside the suite. With --k8s:
 # what scripts/k8s-build.sh and scripts/control-plane.sh need to build and run the test
@@ -11,7 +11,7 @@
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
-pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 openssl pyflakes3)
+pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 python3-pip openssl pyflakes3)
 # systemd-analyze checks the unit file (scripts/verify-unit.sh).
 pkgs+=(systemd)
 cross=false
@@ -45,6 +45,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}" >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Prometheus project's own text-format parser: the tests run every /metrics text through it
+# (tests/support/prom_check.py). Pinned; pip because Debian packages no such version.
+prom_client=0.26.0
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('prometheus-client') != '$prom_client')" 2>/dev/null; then
+    echo "install-deps: installing prometheus-client $prom_client for $(command -v python3)" >&2
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+        --break-system-packages "prometheus-client==$prom_client"
 fi
 
 if ! command -v cargo >/dev/null; then

@@ -12,8 +12,8 @@ scripts/install-deps.sh --cross --k8s --fuzz
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== python (the benchmarks' programs): pyflakes"
-pyflakes3 scripts/bench/*.py
+echo "== python (the benchmarks' programs, the Prometheus text check): pyflakes"
+pyflakes3 scripts/bench/*.py tests/support/*.py
 echo "== cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "== each feature combination builds without warnings"

@@ -319,8 +319,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         };
         let (cgroups, cgroup_parent) = pod_cgroups(&o, &cri, capacity).await?;
         let cri = Rc::new(cri);
+        // Every runtime call is counted for /metrics, as the kubelet's instrumented services.
+        let ops = Rc::new(kuberuntime::instrumented::Ops::default());
+        let counted = Rc::new(kuberuntime::instrumented::Instrumented::new(
+            cri.clone(),
+            cri.clone(),
+            ops.clone(),
+        ));
         let rm = Rc::new(
-            kuberuntime::RuntimeManager::new(cri.clone(), cri.clone(), node)
+            kuberuntime::RuntimeManager::new(counted.clone(), counted, node)
                 .with_objects(objects.clone())
                 .with_cgroups(cgroups, cgroup_parent)
                 .with_allocatable(o.cgroups.allocatable(capacity)),
@@ -441,6 +448,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _ = (&runtime_version, &node_name, objects);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
+        #[cfg(not(feature = "local-api"))]
+        let _ = &ops;
         let image_gc = Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
             kubelet.rm.clone(),
             o.image_gc_policy(),
@@ -455,9 +464,16 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
             let l = server::bind(addr).map_err(|e| e.to_string())?;
             log::info!("local API on http://{addr}");
+            let root = std::path::Path::new("/");
+            let stats = Rc::new(server::StatsContext {
+                provider: stats::Provider::new(root, &o.root_dir, cri.clone()),
+                ops,
+                machine: stats::expose::Machine::read(root),
+            });
             Some(rt::spawn(server::serve(
                 l,
                 kubelet.clone(),
+                stats,
                 #[cfg(feature = "file-source")]
                 report,
             )))

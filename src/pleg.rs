@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::kubecontainer::{ContainerState, PodRuntimeStatus, SandboxState};
 use crate::kuberuntime::{self, ListedPod, RuntimeManager};
 use crate::rt;
+use crate::stats::prom::{DEF_BUCKETS, Histogram};
 
 /// The kubelet's relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -204,6 +205,31 @@ pub struct Pleg {
     inflight: Rc<RefCell<HashSet<String>>>,
     /// Pods in the latest listing: a late inspection of a pod gone since is not cached.
     listed: Rc<RefCell<HashSet<String>>>,
+    /// What `/metrics` reports of the relists.
+    pub metrics: RefCell<RelistMetrics>,
+}
+
+/// The kubelet's PLEG metrics: each relist's duration, the interval between relist starts,
+/// and the wall time of the last successful relist.
+#[derive(Debug, Clone)]
+pub struct RelistMetrics {
+    pub duration: Histogram,
+    pub interval: Histogram,
+    /// Monotonic start of the previous relist.
+    last_start: Option<Instant>,
+    /// Unix nanoseconds of the last successful relist.
+    pub last_seen: Option<i64>,
+}
+
+impl Default for RelistMetrics {
+    fn default() -> Self {
+        RelistMetrics {
+            duration: Histogram::new(DEF_BUCKETS),
+            interval: Histogram::new(DEF_BUCKETS),
+            last_start: None,
+            last_seen: None,
+        }
+    }
 }
 
 fn seen_of(p: &ListedPod) -> Seen {
@@ -237,6 +263,7 @@ impl Pleg {
             retry: Rc::default(),
             inflight: Rc::default(),
             listed: Rc::default(),
+            metrics: RefCell::default(),
         }
     }
 
@@ -260,6 +287,23 @@ impl Pleg {
 
     /// One relist: list, diff, inspect changed pods, update the cache, emit events.
     pub async fn relist(&self) -> Result<usize, crate::cri::CriError> {
+        let t0 = rt::now();
+        {
+            let mut m = self.metrics.borrow_mut();
+            if let Some(prev) = m.last_start.replace(t0) {
+                m.interval.observe((t0 - prev).as_secs_f64());
+            }
+        }
+        let r = self.relist_inner().await;
+        let mut m = self.metrics.borrow_mut();
+        m.duration.observe((rt::now() - t0).as_secs_f64());
+        if r.is_ok() {
+            m.last_seen = Some(rt::now_nanos());
+        }
+        r
+    }
+
+    async fn relist_inner(&self) -> Result<usize, crate::cri::CriError> {
         let started = rt::mono_nanos();
         let listing = self.rm.list().await?;
         *self.listed.borrow_mut() = listing.pods.keys().cloned().collect();

@@ -34,6 +34,7 @@ impl PodManager {
         self.by_uid.len()
     }
 
+    /// Every desired pod (image GC and eviction read them in every build).
     pub fn pods(&self) -> impl Iterator<Item = &Rc<Pod>> {
         self.by_uid.values()
     }

@@ -1,8 +1,9 @@
 //! The local HTTP API on 127.0.0.1 (the kubelet's healthz port, 10248), served by hyper on the
 //! same executor: `/healthz`, `/pods` (a PodList with live statuses, as the kubelet serves it)
 //! and `/manifests` (each manifest file, the pod it defines and the error that keeps its newest
-//! content from being used, if any), and `/containerLogs/{namespace}/{pod}/{container}` (a
-//! container's log, streamed; see [`crate::logs`]).
+//! content from being used, if any), `/containerLogs/{namespace}/{pod}/{container}` (a
+//! container's log, streamed; see [`crate::logs`]); and the accounting: `/stats/summary` (the
+//! Summary API), `/metrics`, `/metrics/cadvisor` and `/metrics/resource` (Prometheus text).
 
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
@@ -13,7 +14,10 @@ use hyper::{Request, Response, StatusCode};
 
 #[cfg(feature = "file-source")]
 use crate::config::file::Report;
+use crate::kubecontainer::ContainerState;
+use crate::kuberuntime::instrumented::Ops;
 use crate::rt;
+use crate::stats::{self, expose, prom};
 use crate::sync_loop::Kubelet;
 
 type Body = Full<Bytes>;
@@ -94,6 +98,78 @@ pub fn route(
     }
 }
 
+/// What the accounting endpoints read beside the agent's state.
+pub struct StatsContext {
+    pub provider: stats::Provider,
+    pub ops: Rc<Ops>,
+    pub machine: expose::Machine,
+}
+
+/// The agent's own figures for `/metrics`.
+fn kubelet_metrics(k: &Kubelet, s: &StatsContext) -> String {
+    let (mut running_pods, mut states) = (0, [0usize; 4]);
+    {
+        let cache = k.cache.borrow();
+        for uid in cache.uids() {
+            let Some(c) = cache.get(&uid) else { continue };
+            running_pods += usize::from(
+                c.status
+                    .sandboxes
+                    .iter()
+                    .any(|s| s.state == crate::kubecontainer::SandboxState::Ready),
+            );
+            for ctr in &c.status.containers {
+                states[match ctr.state {
+                    ContainerState::Created => 0,
+                    ContainerState::Running => 1,
+                    ContainerState::Exited => 2,
+                    ContainerState::Unknown => 3,
+                }] += 1;
+            }
+        }
+    }
+    let pleg = k.pleg.metrics.borrow();
+    let ops = s.ops.snapshot();
+    #[allow(clippy::cast_precision_loss, reason = "seconds as f64")]
+    let last_seen = pleg.last_seen.map(|n| n as f64 / 1e9);
+    expose::kubelet(&expose::KubeletView {
+        node_name: &k.rm.node().node_name,
+        running_pods,
+        containers: [
+            ("created", states[0]),
+            ("running", states[1]),
+            ("exited", states[2]),
+            ("unknown", states[3]),
+        ],
+        relist_duration: &pleg.duration,
+        relist_interval: &pleg.interval,
+        pleg_last_seen: last_seen,
+        pod_start: &k.status.pod_start.borrow(),
+        ops: &ops,
+        process: expose::read_process(),
+    })
+}
+
+/// Answers the accounting endpoints; `None` for any other path.
+pub async fn stats_route(k: &Kubelet, s: &StatsContext, path: &str) -> Option<Response<Body>> {
+    let text = |t: String| reply(StatusCode::OK, prom::CONTENT_TYPE, t);
+    let pods = || stats::pods_from_cache(&k.cache.borrow());
+    let node = &k.rm.node().node_name;
+    Some(match path {
+        "/stats/summary" | "/stats/summary/" => json(&s.provider.summary(node, pods()).await),
+        "/metrics" => text(kubelet_metrics(k, s)),
+        "/metrics/cadvisor" => {
+            let snap = s.provider.snapshot(pods()).await;
+            text(expose::cadvisor(&snap, &s.machine))
+        }
+        "/metrics/resource" => {
+            let (snap, sum) = s.provider.snapshot_and_summary(node, pods()).await;
+            text(expose::resource(&sum, snap.at))
+        }
+        _ => return None,
+    })
+}
+
 /// Binds the local API; an error names the address.
 pub fn bind(addr: SocketAddr) -> std::io::Result<smol::Async<TcpListener>> {
     smol::Async::<TcpListener>::bind(addr)
@@ -159,6 +235,7 @@ async fn container_logs(k: &Kubelet, path: &str, query: &str) -> Response<Stream
 pub async fn serve(
     listener: smol::Async<TcpListener>,
     k: Rc<Kubelet>,
+    stats: Rc<StatsContext>,
     #[cfg(feature = "file-source")] report: Report,
 ) {
     loop {
@@ -170,15 +247,20 @@ pub async fn serve(
                 continue;
             }
         };
-        let k = k.clone();
+        let (k, stats) = (k.clone(), stats.clone());
         #[cfg(feature = "file-source")]
         let report = report.clone();
         rt::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let k = k.clone();
+                let (k, stats) = (k.clone(), stats.clone());
                 #[cfg(feature = "file-source")]
                 let report = report.clone();
                 async move {
+                    if req.method() == hyper::Method::GET
+                        && let Some(r) = stats_route(&k, &stats, req.uri().path()).await
+                    {
+                        return Ok::<_, std::convert::Infallible>(r.map(BodyExt::boxed_unsync));
+                    }
                     let logs = req.uri().path().strip_prefix("/containerLogs/");
                     let resp = match logs {
                         Some(p) if req.method() == hyper::Method::GET => {
@@ -192,7 +274,7 @@ pub async fn serve(
                         )
                         .map(BodyExt::boxed_unsync),
                     };
-                    Ok::<_, std::convert::Infallible>(resp)
+                    Ok(resp)
                 }
             });
             let conn = hyper::server::conn::http1::Builder::new()

@@ -7,6 +7,8 @@
 mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
+#[path = "support/prom.rs"]
+mod prom;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -465,6 +467,12 @@ fn check_reports_the_runtime_version_and_cgroups() {
     assert!(!success, "{out}");
 }
 
+const BUSY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
+    terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      medium: Memory\n  \
+    containers:\n  - name: main\n    image: picolet.local/busybox:1\n    command: [\"sh\", \"-c\", \
+    \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && while :; do :; done\"]\n    \
+    volumeMounts:\n    - name: cache\n      mountPath: /cache\n";
+
 /// The accounting of a running container, read from the cgroup of its init process, found
 /// as picolet finds it: the pid from the runtime's verbose ContainerStatus, then
 /// `/proc/<pid>/cgroup`.
@@ -487,15 +495,8 @@ fn cgroup_accounting_of_a_busy_container() {
     let d = test_dir("stats");
     let c = ScratchContainerd::start(&d.join("c"));
     let a = Agent::start(&d.join("a"), &c.endpoint());
-    // 32 MiB into the sandbox's /dev/shm (a tmpfs, charged to the writer), then a busy loop.
-    a.write_manifest(
-        "busy.yaml",
-        &pod_yaml(
-            "busy",
-            "Always",
-            "dd if=/dev/zero of=/dev/shm/fill bs=1048576 count=32 && while :; do :; done",
-        ),
-    );
+    // 32 MiB into a memory-backed emptyDir (a tmpfs, charged to the writer), then a busy loop.
+    a.write_manifest("busy.yaml", BUSY);
     let mut first = None;
     a.wait_for(
         "the busy container's stats",
@@ -573,5 +574,119 @@ fn cgroup_accounting_of_a_busy_container() {
         cri_cpu > 0 && direct.cpu_usage_nanos.unwrap() >= cri_cpu,
         "{cri_cpu} vs {direct:?}"
     );
+
+    served_accounting_of_the_busy_container(&a);
     a.remove_manifest("busy.yaml");
+}
+
+/// The same container as picolet serves it: `/stats/summary` (its rate over two scrapes),
+/// `/metrics/cadvisor`, `/metrics/resource` and `/metrics`, each text read by the
+/// Prometheus project's parser.
+fn served_accounting_of_the_busy_container(a: &Agent) {
+    const MIB32: f64 = 33_554_432.0;
+    let busy = full("busy");
+    let get = |path: &str| {
+        let t = Instant::now();
+        let body = a.get(path).unwrap_or_else(|| panic!("GET {path}"));
+        eprintln!("GET {path}: {} bytes in {:?}", body.len(), t.elapsed());
+        body
+    };
+    let summary = || serde_json::from_str::<serde_json::Value>(&get("/stats/summary")).unwrap();
+    let cadvisor = || prom::check(&get("/metrics/cadvisor"));
+    let ctr = [("pod", busy.as_str()), ("container", "main")];
+    let cpu_of = |f: &serde_json::Value| {
+        prom::sample(f, "container_cpu_usage_seconds_total", &ctr)
+            .expect("the busy container's CPU")
+    };
+    let _ = summary(); // the base of the rate
+    let cpu0 = cpu_of(&cadvisor());
+    std::thread::sleep(Duration::from_secs(2));
+    let s = summary();
+    let fams = cadvisor();
+    let cpu1 = cpu_of(&fams);
+
+    let pod = s["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == busy.as_str())
+        .unwrap_or_else(|| panic!("no {busy} in {s}"));
+    assert_eq!(pod["podRef"]["namespace"], "default");
+    let main = &pod["containers"][0];
+    assert_eq!(main["name"], "main");
+    // A busy loop on 2 shared cores: well over a tenth of a core.
+    let nano = main["cpu"]["usageNanoCores"].as_u64().unwrap_or(0);
+    assert!(nano > 100_000_000, "usageNanoCores {nano}: {main}");
+    let ws = main["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0);
+    assert!(ws >= MIB32, "container working set {ws}: {main}");
+    let pod_ws = pod["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0);
+    assert!(pod_ws >= MIB32, "pod working set {pod_ws}: {pod}");
+    assert!(
+        pod["cpu"]["usageNanoCores"].as_u64().unwrap_or(0) > 100_000_000,
+        "{pod}"
+    );
+    let node = &s["node"];
+    assert_eq!(node["nodeName"], NODE);
+    assert!(
+        node["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert!(
+        node["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0) >= MIB32,
+        "{node}"
+    );
+    assert!(
+        node["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert!(
+        node["runtime"]["imageFs"]["capacityBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{node}"
+    );
+    eprintln!("summary of the busy container: {main}");
+
+    assert!(cpu1 - cpu0 > 0.2, "cadvisor CPU over 2 s: {cpu0} → {cpu1}");
+    let ws = prom::sample(&fams, "container_memory_working_set_bytes", &ctr).unwrap_or(0.0);
+    assert!(ws >= MIB32, "cadvisor working set {ws}");
+    assert!(prom::sample(&fams, "container_processes", &ctr).unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        prom::sample(&fams, "container_oom_events_total", &ctr),
+        Some(0.0)
+    );
+    assert!(prom::sample(&fams, "machine_memory_bytes", &[]).unwrap_or(0.0) > 0.0);
+
+    let res = prom::check(&get("/metrics/resource"));
+    let rc = [
+        ("pod", busy.as_str()),
+        ("container", "main"),
+        ("namespace", "default"),
+    ];
+    assert!(prom::sample(&res, "container_cpu_usage_seconds_total", &rc).unwrap_or(0.0) > 0.0);
+    let ws = prom::sample(&res, "container_memory_working_set_bytes", &rc).unwrap_or(0.0);
+    assert!(ws >= MIB32, "resource working set {ws}");
+    let rp = [("pod", busy.as_str()), ("namespace", "default")];
+    assert!(prom::sample(&res, "pod_memory_working_set_bytes", &rp).unwrap_or(0.0) >= MIB32);
+    assert!(prom::sample(&res, "node_cpu_usage_seconds_total", &[]).unwrap_or(0.0) > 0.0);
+    assert_eq!(prom::sample(&res, "resource_scrape_error", &[]), Some(0.0));
+
+    let k = prom::check(&get("/metrics"));
+    assert!(prom::sample(&k, "kubelet_running_pods", &[]).unwrap_or(0.0) >= 1.0);
+    let running = [("container_state", "running")];
+    assert!(prom::sample(&k, "kubelet_running_containers", &running).unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        prom::sample(&k, "kubelet_node_name", &[("node", NODE)]),
+        Some(1.0)
+    );
+    let relists = prom::sample(&k, "kubelet_pleg_relist_duration_seconds_count", &[]);
+    assert!(relists.unwrap_or(0.0) >= 3.0, "{relists:?}");
+    let lists = [("operation_type", "list_podsandbox")];
+    assert!(prom::sample(&k, "kubelet_runtime_operations_total", &lists).unwrap_or(0.0) >= 3.0);
+    let runs = [("operation_type", "run_podsandbox")];
+    assert!(prom::sample(&k, "kubelet_runtime_operations_total", &runs).unwrap_or(0.0) >= 1.0);
+    let started = prom::sample(&k, "kubelet_pod_start_duration_seconds_count", &[]);
+    assert!(started.unwrap_or(0.0) >= 1.0, "{started:?}");
+    assert!(prom::sample(&k, "process_resident_memory_bytes", &[]).unwrap_or(0.0) > 0.0);
 }

@@ -9,6 +9,8 @@
 mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
+#[path = "support/prom.rs"]
+mod prom;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -376,4 +378,105 @@ fn a_pod_over_its_memory_limit_is_oom_killed() {
     assert!(failcnt > 0, "the pod's cgroup hit its limit");
     drop(a);
     c.stop();
+}
+
+/// A pod in the kubepods tree is accounted from its own cgroup: `/stats/summary` gives the
+/// pod's figures (its busy loop and the 32 MiB it wrote into a memory emptyDir), and
+/// `/metrics/cadvisor` a series for the pod cgroup itself (`container=""`, `id` its path).
+#[test]
+fn a_pod_in_the_tree_is_accounted_from_its_own_cgroup() {
+    let tree = Tree::new("stats");
+    let d = test_dir("cgstats");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start_with(
+        &d.join("a"),
+        &c.endpoint(),
+        &[format!("--cgroup-root={}", tree.root)],
+    );
+    a.write_manifest(
+        "busy.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      \
+         medium: Memory\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
+         command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && \
+         while :; do :; done\"]\n    volumeMounts:\n    - name: cache\n      mountPath: /cache\n",
+    );
+    a.wait_for("the busy pod to run", T, |a| {
+        a.pod("busy")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    let uid = a.pod("busy").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id = format!("{}/kubepods/besteffort/pod{uid}", tree.root);
+    const MIB32: f64 = 33_554_432.0;
+    let summary =
+        |a: &Agent| -> Value { serde_json::from_str(&a.get("/stats/summary").unwrap()).unwrap() };
+    let mut pod = Value::Null;
+    a.wait_for("the pod's working set past 32 MiB", T, |a| {
+        let s = summary(a);
+        pod = s["pods"]
+            .as_array()
+            .and_then(|ps| {
+                ps.iter()
+                    .find(|p| p["podRef"]["uid"] == uid.as_str())
+                    .cloned()
+            })
+            .unwrap_or_default();
+        pod["memory"]["workingSetBytes"].as_f64().unwrap_or(0.0) >= MIB32
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let s = summary(&a);
+    let pod = s["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["uid"] == uid.as_str())
+        .unwrap();
+    let nano = pod["cpu"]["usageNanoCores"].as_u64().unwrap_or(0);
+    assert!(nano > 100_000_000, "pod usageNanoCores {nano}: {pod}");
+    // The pod cgroup holds the pause process too: at least what its container uses.
+    let ctr_cpu = pod["containers"][0]["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .unwrap();
+    let pod_cpu = pod["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap();
+    assert!(
+        pod_cpu >= ctr_cpu,
+        "pod {pod_cpu} < its container {ctr_cpu}"
+    );
+
+    let fams = prom::check(&a.get("/metrics/cadvisor").unwrap());
+    let row = [
+        ("container", ""),
+        ("id", id.as_str()),
+        ("pod", "busy-e2e-node"),
+    ];
+    let ws = prom::sample(&fams, "container_memory_working_set_bytes", &row);
+    assert!(ws.unwrap_or(0.0) >= MIB32, "pod cgroup {id}: {ws:?}");
+    let ctr = [("container", "main"), ("pod", "busy-e2e-node")];
+    let ctr_id = fams
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["samples"].as_array().unwrap())
+        .find(|s| {
+            s["name"] == "container_memory_working_set_bytes" && s["labels"]["container"] == "main"
+        })
+        .map(|s| s["labels"]["id"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        ctr_id.starts_with(&format!("{id}/")),
+        "{ctr_id} not under {id}"
+    );
+    assert!(prom::sample(&fams, "container_cpu_usage_seconds_total", &ctr).unwrap() > 0.0);
+    a.remove_manifest("busy.yaml");
+    a.wait_for("the pod cgroup to be removed", T, |_| {
+        !tree
+            .dir(
+                &v1_mount("memory"),
+                &format!("kubepods/besteffort/pod{uid}"),
+            )
+            .exists()
+    });
 }

@@ -216,6 +216,42 @@ pub async fn container_init_pid(
     Ok(pid_from_info(&st.info))
 }
 
+/// The runtime's facts accounting needs, over the CRI: init pids (verbose ContainerStatus) and
+/// the image filesystem (ImageFsInfo). A failed call is logged at debug level and unknown.
+impl crate::stats::RuntimeFacts for crate::cri::Cri {
+    fn container_pid(&self, container_id: &str) -> crate::stats::Ask<'_, u32> {
+        let id = container_id.to_owned();
+        Box::pin(async move {
+            container_init_pid(self, &id)
+                .await
+                .inspect_err(|e| log::debug!("stats: status of container {id}: {e}"))
+                .ok()
+                .flatten()
+        })
+    }
+
+    fn image_fs(&self) -> crate::stats::Ask<'_, crate::stats::ImageFs> {
+        Box::pin(async move {
+            let r = self
+                .image_fs_info(v1::ImageFsInfoRequest {})
+                .await
+                .inspect_err(|e| log::debug!("stats: ImageFsInfo: {e}"))
+                .ok()?;
+            image_fs_from(&r)
+        })
+    }
+}
+
+fn image_fs_from(r: &v1::ImageFsInfoResponse) -> Option<crate::stats::ImageFs> {
+    let u = r.image_filesystems.first()?;
+    let mountpoint = u.fs_id.as_ref()?.mountpoint.clone();
+    (!mountpoint.is_empty()).then(|| crate::stats::ImageFs {
+        mountpoint: PathBuf::from(mountpoint),
+        used_bytes: u.used_bytes.as_ref().map(|v| v.value),
+        inodes_used: u.inodes_used.as_ref().map(|v| v.value),
+    })
+}
+
 fn pid_from_info(info: &HashMap<String, String>) -> Option<u32> {
     let v: serde_json::Value = serde_json::from_str(info.get("info")?).ok()?;
     let pid = u32::try_from(v.get("pid")?.as_u64()?).ok()?;

@@ -3,7 +3,8 @@
 //! (unused images removed by disk usage and age), and `convert`, the
 //! edge where CRI messages become `kubecontainer` types. The pure parts beside them: `actions`
 //! (desired vs observed → actions), `config` (CRI sandbox and container configs), `env`,
-//! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons).
+//! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons); and
+//! `instrumented`, the runtime services wrapped to count calls for `/metrics`.
 
 pub mod actions;
 pub mod backoff;
@@ -17,6 +18,7 @@ mod gc;
 mod hooks;
 pub mod image;
 pub mod image_gc_manager;
+pub mod instrumented;
 pub mod labels;
 mod manager;
 mod sandbox;

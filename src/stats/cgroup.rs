@@ -25,6 +25,24 @@ pub struct Stats {
     /// PSI "some" avg10, percent: v2 only, and only with CONFIG_PSI.
     pub cpu_pressure_some_avg10: Option<f64>,
     pub memory_pressure_some_avg10: Option<f64>,
+    /// Cumulative minor and major page faults (`pgfault`, `pgmajfault`).
+    pub page_faults: Option<u64>,
+    pub major_page_faults: Option<u64>,
+    /// The memory limit; `None` when unlimited (v2 `max`, v1's huge default).
+    pub memory_limit_bytes: Option<u64>,
+    /// PSI stall totals, microseconds: what some / all tasks waited for CPU, memory, IO.
+    pub pressure: Pressure,
+}
+
+/// PSI `total=` counters (microseconds) of `cpu.pressure`, `memory.pressure`, `io.pressure`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pressure {
+    pub cpu_some_usec: Option<u64>,
+    pub cpu_full_usec: Option<u64>,
+    pub memory_some_usec: Option<u64>,
+    pub memory_full_usec: Option<u64>,
+    pub io_some_usec: Option<u64>,
+    pub io_full_usec: Option<u64>,
 }
 
 /// A process's cgroup per controller (v1), or its one v2 path (key ""), from
@@ -103,6 +121,19 @@ fn psi_some_avg10(s: &str) -> Option<f64> {
         .ok()
 }
 
+/// The `total=` of the `some` or `full` line.
+fn psi_total(s: &str, which: &str) -> Option<u64> {
+    let line = s.lines().find(|l| l.starts_with(which))?;
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("total="))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// v1 reports "no limit" as the largest page-aligned value (2^63 rounded down to a page).
+const V1_UNLIMITED: u64 = 1 << 62;
+
 fn working_set(usage: Option<u64>, inactive_file: Option<u64>) -> Option<u64> {
     usage.map(|u| u.saturating_sub(inactive_file.unwrap_or(0)))
 }
@@ -137,7 +168,24 @@ fn read_v2(dir: &Path) -> Stats {
         }
         (rd, wr) = (Some(r), Some(w));
     }
+    let (cpu_p, mem_p, io_p) = (
+        read(&dir.join("cpu.pressure")),
+        read(&dir.join("memory.pressure")),
+        read(&dir.join("io.pressure")),
+    );
+    let total = |f: &Option<String>, which| f.as_deref().and_then(|s| psi_total(s, which));
     Stats {
+        page_faults: keyed(&mem_stat, "pgfault"),
+        major_page_faults: keyed(&mem_stat, "pgmajfault"),
+        memory_limit_bytes: read(&dir.join("memory.max")).and_then(|s| s.trim().parse().ok()),
+        pressure: Pressure {
+            cpu_some_usec: total(&cpu_p, "some"),
+            cpu_full_usec: total(&cpu_p, "full"),
+            memory_some_usec: total(&mem_p, "some"),
+            memory_full_usec: total(&mem_p, "full"),
+            io_some_usec: total(&io_p, "some"),
+            io_full_usec: total(&io_p, "full"),
+        },
         cpu_usage_nanos: read(&dir.join("cpu.stat"))
             .and_then(|s| keyed(&s, "usage_usec"))
             .map(|u| u.saturating_mul(1000)),
@@ -148,9 +196,8 @@ fn read_v2(dir: &Path) -> Stats {
         io_read_bytes: rd,
         io_write_bytes: wr,
         pids: read_u64(&dir.join("pids.current")),
-        cpu_pressure_some_avg10: read(&dir.join("cpu.pressure")).and_then(|s| psi_some_avg10(&s)),
-        memory_pressure_some_avg10: read(&dir.join("memory.pressure"))
-            .and_then(|s| psi_some_avg10(&s)),
+        cpu_pressure_some_avg10: cpu_p.as_deref().and_then(psi_some_avg10),
+        memory_pressure_some_avg10: mem_p.as_deref().and_then(psi_some_avg10),
     }
 }
 
@@ -193,6 +240,12 @@ fn read_v1(dirs: &BTreeMap<String, PathBuf>) -> Stats {
         pids: file("pids", "pids.current").and_then(|p| read_u64(&p)),
         cpu_pressure_some_avg10: None,
         memory_pressure_some_avg10: None,
+        page_faults: keyed(&mem_stat, "total_pgfault"),
+        major_page_faults: keyed(&mem_stat, "total_pgmajfault"),
+        memory_limit_bytes: file("memory", "memory.limit_in_bytes")
+            .and_then(|p| read_u64(&p))
+            .filter(|&l| l < V1_UNLIMITED),
+        pressure: Pressure::default(),
     }
 }
 
@@ -227,7 +280,7 @@ mod tests {
                 (&f("memory.current"), "10485760\n"),
                 (
                     &f("memory.stat"),
-                    "anon 4194304\nfile 6291456\nkernel 0\nactive_file 2097152\ninactive_file 4194304\n",
+                    "anon 4194304\nfile 6291456\nkernel 0\nactive_file 2097152\ninactive_file 4194304\npgfault 1200\npgmajfault 7\n",
                 ),
                 (
                     &f("memory.events"),
@@ -238,6 +291,7 @@ mod tests {
                     "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n179:0 rbytes=1 wbytes=2 rios=1 wios=1 dbytes=0 dios=0\n",
                 ),
                 (&f("pids.current"), "3\n"),
+                (&f("memory.max"), "max\n"),
                 (
                     &f("memory.pressure"),
                     "some avg10=1.50 avg60=0.20 avg300=0.00 total=12345\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
@@ -263,6 +317,11 @@ mod tests {
         );
         assert_eq!(s.pids, Some(3));
         assert_eq!(s.memory_pressure_some_avg10, Some(1.5));
+        assert_eq!(s.pressure.memory_some_usec, Some(12345));
+        assert_eq!(s.pressure.memory_full_usec, Some(0));
+        assert_eq!(s.pressure.cpu_some_usec, None);
+        assert_eq!((s.page_faults, s.major_page_faults), (Some(1200), Some(7)));
+        assert_eq!(s.memory_limit_bytes, None, "max is no limit");
         // No cpu.pressure in the fixture (a kernel without PSI): unknown, not zero.
         assert_eq!(s.cpu_pressure_some_avg10, None);
         std::fs::remove_dir_all(root).unwrap();
@@ -284,7 +343,7 @@ mod tests {
                 ),
                 (
                     &format!("sys/fs/cgroup/memory/{p}/memory.stat"),
-                    "cache 4096000\nrss 100\ninactive_file 1\ntotal_cache 4096000\ntotal_rss 3000000\ntotal_inactive_file 2000000\n",
+                    "cache 4096000\nrss 100\ninactive_file 1\ntotal_cache 4096000\ntotal_rss 3000000\ntotal_inactive_file 2000000\ntotal_pgfault 99\ntotal_pgmajfault 3\n",
                 ),
                 (
                     &format!("sys/fs/cgroup/memory/{p}/memory.oom_control"),
@@ -295,6 +354,10 @@ mod tests {
                     "8:0 Read 4096\n8:0 Write 512\n8:0 Sync 0\n8:0 Async 4608\n8:0 Total 4608\nTotal 4608\n",
                 ),
                 (&format!("sys/fs/cgroup/pids/{p}/pids.current"), "5\n"),
+                (
+                    &format!("sys/fs/cgroup/memory/{p}/memory.limit_in_bytes"),
+                    "67108864\n",
+                ),
             ],
         );
         let cg = Cgroups {
@@ -318,6 +381,8 @@ mod tests {
         assert_eq!((s.io_read_bytes, s.io_write_bytes), (Some(4096), Some(512)));
         assert_eq!(s.pids, Some(5));
         assert_eq!(s.memory_pressure_some_avg10, None);
+        assert_eq!((s.page_faults, s.major_page_faults), (Some(99), Some(3)));
+        assert_eq!(s.memory_limit_bytes, Some(64 << 20));
         std::fs::remove_dir_all(root).unwrap();
     }
 
@@ -502,5 +567,43 @@ mod node_tests {
             n.cgroup.memory_working_set_bytes.unwrap(),
         );
         assert!(ws > 0 && ws <= total, "{n:?}");
+    }
+}
+
+/// The cgroup's path inside its hierarchy (cAdvisor's `id` label: `/kubepods/.../<id>`), from
+/// `/proc/<pid>/cgroup`: the v2 path, or on v1 the memory controller's (the cpu one's without
+/// memory).
+pub fn cgroup_id(cg: &Cgroups, proc_cgroup: &str) -> Option<String> {
+    let paths = parse_proc_cgroup(proc_cgroup);
+    match cg.mode {
+        Mode::Unified => paths.get("").cloned(),
+        Mode::Hybrid | Mode::Legacy => paths
+            .get("memory")
+            .or_else(|| paths.get("cpuacct"))
+            .or_else(|| paths.get("cpu"))
+            .cloned(),
+    }
+}
+
+impl Location {
+    /// The enclosing cgroup (the pod's, for a container placed under its pod).
+    pub fn parent(&self) -> Option<Location> {
+        match self {
+            Location::V2(d) => Some(Location::V2(d.parent()?.to_path_buf())),
+            Location::V1(dirs) => dirs
+                .iter()
+                .map(|(c, d)| Some((c.clone(), d.parent()?.to_path_buf())))
+                .collect::<Option<BTreeMap<_, _>>>()
+                .map(Location::V1),
+        }
+    }
+
+    /// The last component of the directory (of the memory controller's, on v1).
+    pub fn name(&self) -> Option<&str> {
+        let d = match self {
+            Location::V2(d) => d,
+            Location::V1(dirs) => dirs.get("memory").or_else(|| dirs.values().next())?,
+        };
+        d.file_name()?.to_str()
     }
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use crate::api::{Pod, PodStatus};
 use crate::kubecontainer::PodRuntimeStatus;
 use crate::rt;
+use crate::stats::prom::{Histogram, POD_START_BUCKETS};
 
 use super::generate;
 
@@ -21,6 +22,10 @@ pub struct StatusManager {
     /// Evicted pods' messages: their status is Failed, Evicted from now on.
     evictions: RefCell<HashMap<String, String>>,
     probes: RefCell<crate::prober::Results>,
+    /// When each pod not yet running was first given a status.
+    first_seen: RefCell<HashMap<String, std::time::Instant>>,
+    /// Seconds from a pod's first status to its first Running (`kubelet_pod_start_duration_seconds`).
+    pub pod_start: RefCell<Histogram>,
 }
 
 impl StatusManager {
@@ -31,6 +36,8 @@ impl StatusManager {
             statuses: RefCell::default(),
             evictions: RefCell::default(),
             probes: RefCell::default(),
+            first_seen: RefCell::default(),
+            pod_start: RefCell::new(Histogram::new(POD_START_BUCKETS)),
         }
     }
 
@@ -55,9 +62,14 @@ impl StatusManager {
         waiting: impl Fn(&str) -> Option<(String, String)>,
     ) {
         let uid = pod.metadata.uid.as_str();
-        let new = {
+        let running = |s: Option<&PodStatus>| s.and_then(|s| s.phase.as_deref()) == Some("Running");
+        let now = rt::now();
+        let (new, was_running) = {
             let old = self.statuses.borrow();
-            generate::generate(
+            if old.get(uid).is_none() {
+                self.first_seen.borrow_mut().insert(uid.to_owned(), now);
+            }
+            let new = generate::generate(
                 pod,
                 rt_status,
                 &waiting,
@@ -66,12 +78,20 @@ impl StatusManager {
                 &self.host_ip,
                 &self.runtime_name.borrow(),
                 rt::now_nanos(),
-            )
+            );
+            (new, running(old.get(uid)))
         };
         let new = match self.evictions.borrow().get(uid) {
             Some(m) => generate::evicted(&new, m, rt::now_nanos(), false),
             None => new,
         };
+        if !was_running
+            && running(Some(&new))
+            && let Some(t0) = self.first_seen.borrow_mut().remove(uid)
+        {
+            let secs = now.saturating_duration_since(t0).as_secs_f64();
+            self.pod_start.borrow_mut().observe(secs);
+        }
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
 
@@ -117,5 +137,65 @@ impl StatusManager {
     pub fn remove(&self, uid: &str) {
         self.evictions.borrow_mut().remove(uid);
         self.statuses.borrow_mut().remove(uid);
+        self.first_seen.borrow_mut().remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Container;
+    use crate::kubecontainer::{ContainerState, ContainerStatus, SandboxState, SandboxStatus};
+
+    #[test]
+    fn pod_start_duration_from_first_status_to_running_once() {
+        let clock = rt::FakeClock::install();
+        let mut pod = Pod::default();
+        pod.metadata.uid = "u1".into();
+        pod.metadata.name = "web".into();
+        pod.spec.containers = vec![Container {
+            name: "app".into(),
+            image: "img".into(),
+            ..Default::default()
+        }];
+        let m = StatusManager::new("10.0.0.1");
+        let pending = PodRuntimeStatus {
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        m.update(&pod, &pending, |_| None);
+        let mut running = pending.clone();
+        running.sandboxes = vec![SandboxStatus {
+            id: "sb".into(),
+            attempt: 0,
+            state: SandboxState::Ready,
+            created_at: 1,
+            ip: None,
+            host_network: false,
+        }];
+        running.containers = vec![ContainerStatus {
+            id: "c".into(),
+            sandbox_id: "sb".into(),
+            name: "app".into(),
+            state: ContainerState::Running,
+            created_at: 1,
+            started_at: 2,
+            finished_at: 0,
+            exit_code: 0,
+            image: "img".into(),
+            image_ref: "ref".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        }];
+        clock.advance(std::time::Duration::from_secs(3));
+        m.update(&pod, &running, |_| None);
+        assert_eq!(m.get("u1").unwrap().phase.as_deref(), Some("Running"));
+        clock.advance(std::time::Duration::from_secs(3));
+        m.update(&pod, &running, |_| None);
+        let h = m.pod_start.borrow();
+        assert_eq!(h.count(), 1, "observed once");
+        assert!((h.sum() - 3.0).abs() < 1e-9, "{}", h.sum());
     }
 }

@@ -1164,6 +1164,62 @@ fn systemd_hears_ready_once_listed_and_the_watchdog_stops_while_the_pleg_stalls(
     });
 }
 
+/// The accounting endpoints over the loop's own state: the pod it runs in `/stats/summary`,
+/// and `/metrics` counting it, its containers, the relists and its start.
+#[cfg(feature = "local-api")]
+#[test]
+fn the_accounting_endpoints_report_what_the_loop_runs() {
+    struct NoFacts;
+    impl crate::stats::RuntimeFacts for NoFacts {
+        fn container_pid(&self, _: &str) -> crate::stats::Ask<'_, u32> {
+            Box::pin(async { None })
+        }
+        fn image_fs(&self) -> crate::stats::Ask<'_, crate::stats::ImageFs> {
+            Box::pin(async { None })
+        }
+    }
+    rt::block_on(async {
+        let h = harness("stats");
+        // A root without cgroups: the pods and containers are listed, with no figures.
+        let ctx = crate::server::StatsContext {
+            provider: crate::stats::Provider::new(&h.dir, &h.dir, Rc::new(NoFacts)),
+            ops: Rc::default(),
+            machine: crate::stats::expose::Machine::default(),
+        };
+        h.set_pods(vec![pod("a", "web", "sleep 3600")]).await;
+        h.until("a running", 5, |h| h.running("a") == 1).await;
+        h.run_for(3).await;
+        let (k, ctx) = (&h.kubelet, &ctx);
+        let body = |path| async move {
+            let r = crate::server::stats_route(k, ctx, path).await.unwrap();
+            assert_eq!(r.status(), hyper::StatusCode::OK);
+            let b = http_body_util::BodyExt::collect(r.into_body()).await;
+            String::from_utf8(b.unwrap().to_bytes().to_vec()).unwrap()
+        };
+        let s: serde_json::Value = serde_json::from_str(&body("/stats/summary").await).unwrap();
+        assert_eq!(s["node"]["nodeName"], "node");
+        assert_eq!(s["pods"][0]["podRef"]["uid"], "a");
+        assert_eq!(s["pods"][0]["podRef"]["name"], "web");
+        assert_eq!(s["pods"][0]["containers"][0]["name"], "main");
+        let m = body("/metrics").await;
+        for line in [
+            "kubelet_running_pods 1\n",
+            "kubelet_running_containers{container_state=\"running\"} 1\n",
+            "kubelet_node_name{node=\"node\"} 1\n",
+            "kubelet_pod_start_duration_seconds_count 1\n",
+        ] {
+            assert!(m.contains(line), "{line:?} not in\n{m}");
+        }
+        let relists = m
+            .lines()
+            .find_map(|l| l.strip_prefix("kubelet_pleg_relist_duration_seconds_count "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap();
+        assert!(relists >= 3, "{relists}");
+        assert!(crate::server::stats_route(k, ctx, "/pods").await.is_none());
+    });
+}
+
 #[test]
 fn image_gc_sees_the_images_of_every_desired_pod_once_the_sources_were_seen() {
     rt::block_on(async {

@@ -1,0 +1,279 @@
+//! The kubelet's Summary API (`stats/v1alpha1`, served at `/stats/summary`) as serde structs
+//! with upstream's JSON names, and its assembly from one [`Snapshot`] (pure): usage in
+//! nanocores from the previous snapshot's cumulative CPU ([`Rates`]).
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::cgroup::{Stats, usage_nano_cores};
+use super::{FsSample, Snapshot};
+use crate::api::time::rfc3339;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    pub node: NodeStats,
+    pub pods: Vec<PodStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStats {
+    pub node_name: String,
+    pub start_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlimit: Option<RlimitStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_fs: Option<FsStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RlimitStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maxpid: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub curproc: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStats {
+    pub pod_ref: PodReference,
+    pub start_time: String,
+    pub containers: Vec<ContainerStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PodReference {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessStats {
+    #[serde(rename = "process_count", skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStats {
+    pub name: String,
+    pub start_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_nano_cores: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_core_nano_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_set_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_faults: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub major_page_faults: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FsStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_free: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_used: Option<u64>,
+}
+
+/// Below this window two samples are too close for a rate; the previous rate stands.
+const MIN_RATE_WINDOW_NANOS: i64 = 1_000_000_000;
+
+/// The previous cumulative CPU of each node, pod and container, for `usageNanoCores` as the
+/// rate since then (upstream's CRI stats provider keeps the same cache). The first snapshot
+/// of an object has no rate.
+#[derive(Debug, Default)]
+pub struct Rates {
+    prev: HashMap<String, Prev>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Prev {
+    usage: u64,
+    /// Monotonic nanoseconds of the sample.
+    at: i64,
+    rate: Option<u64>,
+}
+
+impl Rates {
+    /// The rate of `key` from its previous sample to this one (`at` monotonic nanoseconds).
+    pub fn rate(&mut self, key: &str, usage: u64, at: i64) -> Option<u64> {
+        match self.prev.get_mut(key) {
+            Some(p) if at.saturating_sub(p.at) >= MIN_RATE_WINDOW_NANOS => {
+                let r = u64::try_from(p.at)
+                    .ok()
+                    .zip(u64::try_from(at).ok())
+                    .and_then(|(a0, a1)| usage_nano_cores((p.usage, a0), (usage, a1)));
+                *p = Prev { usage, at, rate: r };
+                r
+            }
+            Some(p) => p.rate,
+            None => {
+                self.prev.insert(
+                    key.to_owned(),
+                    Prev {
+                        usage,
+                        at,
+                        rate: None,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// Forgets the objects not in `keys` (gone pods and containers).
+    pub fn retain(&mut self, keys: &HashSet<String>) {
+        self.prev.retain(|k, _| keys.contains(k));
+    }
+}
+
+fn cpu(time: &str, s: &Stats, rate: Option<u64>) -> Option<CpuStats> {
+    s.cpu_usage_nanos.map(|u| CpuStats {
+        time: time.to_owned(),
+        usage_nano_cores: rate,
+        usage_core_nano_seconds: Some(u),
+    })
+}
+
+/// Memory as upstream reports it; `availableBytes` is limit minus working set, when there is a
+/// limit (the node's limit is its memory).
+fn memory(time: &str, s: &Stats, limit: Option<u64>) -> Option<MemoryStats> {
+    let ws = s.memory_working_set_bytes;
+    (s.memory_usage_bytes.is_some() || ws.is_some()).then(|| MemoryStats {
+        time: time.to_owned(),
+        available_bytes: limit.zip(ws).map(|(l, w)| l.saturating_sub(w)),
+        usage_bytes: s.memory_usage_bytes,
+        working_set_bytes: ws,
+        rss_bytes: s.memory_rss_bytes,
+        page_faults: s.page_faults,
+        major_page_faults: s.major_page_faults,
+    })
+}
+
+fn fs(time: &str, f: &FsSample) -> FsStats {
+    FsStats {
+        time: time.to_owned(),
+        available_bytes: Some(f.available_bytes),
+        capacity_bytes: Some(f.capacity_bytes),
+        used_bytes: Some(f.used_bytes),
+        inodes_free: Some(f.inodes_free),
+        inodes: Some(f.inodes),
+        inodes_used: Some(f.inodes.saturating_sub(f.inodes_free)),
+    }
+}
+
+/// Builds the Summary of one snapshot, advancing `rates`.
+pub fn assemble(snap: &Snapshot, node_name: &str, rates: &mut Rates) -> Summary {
+    let time = rfc3339(snap.at);
+    let mut keys = HashSet::new();
+    let mut rate = |key: String, s: &Stats| {
+        let r = s
+            .cpu_usage_nanos
+            .and_then(|u| rates.rate(&key, u, snap.mono));
+        keys.insert(key);
+        r
+    };
+    let n = &snap.node;
+    let node = NodeStats {
+        node_name: node_name.to_owned(),
+        start_time: rfc3339(n.boot_time),
+        cpu: cpu(&time, &n.stats.cgroup, rate("node".into(), &n.stats.cgroup)),
+        memory: memory(&time, &n.stats.cgroup, n.stats.memory_total_bytes),
+        fs: n.fs.as_ref().map(|f| fs(&time, f)),
+        runtime: n.image_fs.as_ref().map(|f| RuntimeStats {
+            image_fs: Some(fs(&time, f)),
+        }),
+        rlimit: Some(RlimitStats {
+            time: time.clone(),
+            maxpid: n.max_pid,
+            curproc: n.processes,
+        }),
+    };
+    let pods = snap
+        .pods
+        .iter()
+        .map(|p| PodStats {
+            pod_ref: PodReference {
+                name: p.name.clone(),
+                namespace: p.namespace.clone(),
+                uid: p.uid.clone(),
+            },
+            start_time: rfc3339(p.start),
+            containers: p
+                .containers
+                .iter()
+                .map(|c| ContainerStats {
+                    name: c.name.clone(),
+                    start_time: rfc3339(c.started_at),
+                    cpu: cpu(&time, &c.stats, rate(format!("ctr/{}", c.id), &c.stats)),
+                    memory: memory(&time, &c.stats, c.stats.memory_limit_bytes),
+                })
+                .collect(),
+            cpu: cpu(&time, &p.stats, rate(format!("pod/{}", p.uid), &p.stats)),
+            memory: memory(&time, &p.stats, p.stats.memory_limit_bytes),
+            process_stats: p.stats.pids.map(|n| ProcessStats {
+                process_count: Some(n),
+            }),
+        })
+        .collect();
+    rates.retain(&keys);
+    Summary { node, pods }
+}
