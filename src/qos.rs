@@ -134,11 +134,12 @@ pub fn oom_score_adj(pod: &Pod, c: &Container, node_memory_bytes: i64) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::Quantity;
 
-    fn container(req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
+    /// A container with the given requests and limits (test helper, also for `cm`).
+    pub(crate) fn container(req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
         let mut c = Container {
             name: "c".into(),
             image: "i".into(),
@@ -157,7 +158,7 @@ mod tests {
         c
     }
 
-    fn pod(cs: Vec<Container>) -> Pod {
+    pub(crate) fn pod(cs: Vec<Container>) -> Pod {
         let mut p = Pod::default();
         p.spec.containers = cs;
         p

@@ -178,32 +178,7 @@ pub fn v1_files(r: &ResourceConfig) -> Vec<(&'static str, Setting)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Quantity;
-
-    fn container(req: &[(&str, &str)], lim: &[(&str, &str)]) -> Container {
-        let mut c = Container {
-            name: "c".into(),
-            image: "i".into(),
-            ..Default::default()
-        };
-        for (k, v) in req {
-            c.resources
-                .requests
-                .insert((*k).into(), Quantity::parse(v).unwrap());
-        }
-        for (k, v) in lim {
-            c.resources
-                .limits
-                .insert((*k).into(), Quantity::parse(v).unwrap());
-        }
-        c
-    }
-
-    fn pod(cs: Vec<Container>) -> Pod {
-        let mut p = Pod::default();
-        p.spec.containers = cs;
-        p
-    }
+    use crate::qos::tests::{container, pod};
 
     #[test]
     fn weight_mapping_matches_the_runtimes() {
