@@ -40,7 +40,9 @@ containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $WORK/logs
 healthzPort: $PORT
 EOF
-"$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench >"$WORK/picolet.log" 2>&1 &
+# No kubepods tree: nothing may be left in the machine's cgroup hierarchy.
+"$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench \
+    --cgroups-per-qos=false --enforce-node-allocatable=none >"$WORK/picolet.log" 2>&1 &
 PICOLET=$!
 say "  picolet pid $PICOLET"
 

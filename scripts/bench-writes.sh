@@ -65,7 +65,7 @@ podLogsDir: $WORK/logs
 healthzPort: $PORT
 EOF
 "$PICOLET_BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench \
-    </dev/null >"$WORK/picolet.log" 2>&1 &
+    --cgroups-per-qos=false --enforce-node-allocatable=none </dev/null >"$WORK/picolet.log" 2>&1 &
 PICOLET=$!
 say "  picolet pid $PICOLET ($PICOLET_BIN), its log $WORK/picolet.log (default verbosity)"
 for ((p = 0; p < PODS; p++)); do

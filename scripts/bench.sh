@@ -246,7 +246,10 @@ containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $WORK/logs
 healthzPort: $PORT
 EOF
+# No kubepods tree: a benchmark must leave no cgroups in the machine's hierarchy behind (the
+# scratch containerd kills the pods after picolet has stopped, so nothing would remove them).
 "$REPO/target/release/picolet" --config "$WORK/config.yaml" --root-dir "$WORK/kubelet" \
+    --cgroups-per-qos=false --enforce-node-allocatable=none \
     --hostname-override "$NODE" </dev/null >"$WORK/picolet.log" 2>&1 3>&- 4>&- &
 PICOLET_PID=$!
 say "  picolet: pid $PICOLET_PID, API http://127.0.0.1:$PORT, log $WORK/picolet.log (default verbosity)"

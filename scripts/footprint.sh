@@ -61,6 +61,17 @@ stop_picolet() {
     wait "$PICOLET_PID" 2>/dev/null || true
     PICOLET_PID=
 }
+# picolet runs with its kubepods tree, as by default, but under a cgroup root of this script's
+# own, removed at the end in every mounted hierarchy: the pods outlive each picolet, so no
+# picolet is left to remove their cgroups.
+CGROUP_ROOT=/picolet-footprint
+remove_cgroups() {
+    local mnt
+    while read -r mnt; do
+        [[ -d $mnt$CGROUP_ROOT ]] && find "$mnt$CGROUP_ROOT" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u)
+    return 0
+}
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
@@ -68,6 +79,7 @@ cleanup() {
     stop_picolet
     [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$CP_DIR" >/dev/null 2>&1
     [[ $CONTAINERD_STARTED == 1 ]] && bash "$SCRATCH" stop "$DIR" 2>&1 | sed 's/^/  /'
+    remove_cgroups
     exit "$rc"
 }
 trap cleanup EXIT
@@ -165,6 +177,7 @@ staticPodPath: $WORK/manifests
 containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $WORK/logs
 healthzPort: $PORT
+cgroupRoot: $CGROUP_ROOT
 EOF
 
 for n in "${COUNTS[@]}"; do
