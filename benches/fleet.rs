@@ -90,25 +90,32 @@ fn ten_api_pods(api: &FakeApi) {
     }
 }
 
+/// A fake runtime with the test image and picolet joined to `api` as a node, started off the
+/// executor thread.
+async fn joined_node(tmp: &TempDir, api: &FakeApi) -> (FakeCri, agent::Agent) {
+    let fake = FakeCri::start(tmp.path());
+    fake.add_image(IMAGE);
+    let dir = tmp.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let kc = api.kubeconfig(&dir);
+    let endpoint = fake.endpoint();
+    let a = rt::unblock(move || {
+        agent::Agent::start_with(
+            &dir,
+            &endpoint,
+            &["--kubeconfig".into(), kc.display().to_string()],
+        )
+    })
+    .await;
+    (fake, a)
+}
+
 fn steady(seconds: u64) {
     let tmp = TempDir::new("fleet");
     let api = FakeApi::start();
     ten_api_pods(&api);
     rt::block_on(Box::pin(async {
-        let fake = FakeCri::start(tmp.path());
-        fake.add_image(IMAGE);
-        let dir = tmp.path().join("a");
-        std::fs::create_dir_all(&dir).unwrap();
-        let kc = api.kubeconfig(&dir);
-        let endpoint = fake.endpoint();
-        let a = rt::unblock(move || {
-            agent::Agent::start_with(
-                &dir,
-                &endpoint,
-                &["--kubeconfig".into(), kc.display().to_string()],
-            )
-        })
-        .await;
+        let (fake, a) = joined_node(&tmp, &api).await;
         // Let it settle: registration, pods started, statuses sent.
         rt::sleep(Duration::from_secs(20)).await;
         let running = fake
@@ -168,18 +175,8 @@ fn offline(seconds: u64) {
     let api = FakeApi::start();
     ten_api_pods(&api);
     rt::block_on(Box::pin(async {
-        let fake = FakeCri::start(tmp.path());
-        fake.add_image(IMAGE);
-        let dir = tmp.path().join("a");
-        std::fs::create_dir_all(&dir).unwrap();
-        let kc = api.kubeconfig(&dir);
-        let endpoint = fake.endpoint();
+        let (fake, a) = joined_node(&tmp, &api).await;
         let a = rt::unblock(move || {
-            let a = agent::Agent::start_with(
-                &dir,
-                &endpoint,
-                &["--kubeconfig".into(), kc.display().to_string()],
-            );
             for i in 0..5 {
                 a.write_manifest(
                     &format!("s{i}.yaml"),
