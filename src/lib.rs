@@ -113,14 +113,9 @@ async fn run_eviction(
 ) {
     let cgroups = cm::detect::detect(std::path::Path::new("/")).ok();
     // The runtime's image filesystem; nodefs when the runtime does not say (or is down).
-    let image_fs = cri
-        .image_fs_info(cri::v1::ImageFsInfoRequest {})
+    let image_fs = stats::RuntimeFacts::image_fs(&*cri)
         .await
-        .ok()
-        .and_then(|r| r.image_filesystems.into_iter().next())
-        .and_then(|f| f.fs_id)
-        .map(|id| std::path::PathBuf::from(id.mountpoint))
-        .filter(|p| !p.as_os_str().is_empty());
+        .map(|f| f.mountpoint);
     log::info!(
         "eviction: hard {}, soft {}, imagefs {}, memory PSI {}",
         thresholds(&cfg, true),
