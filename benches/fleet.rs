@@ -166,6 +166,44 @@ fn proc_figures(pid: u32) -> (u64, u64, usize) {
     (field("VmRSS:"), field("Threads:"), fds)
 }
 
+/// Where a process's resident memory lies, from /proc/<pid>/smaps: mapped files (the binary and
+/// its libraries), the main heap, and other anonymous memory (malloc arenas, thread stacks).
+fn memory_parts(pid: u32) -> (u64, u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let (mut file, mut heap, mut anon) = (0, 0, 0);
+    let mut part = 0u8;
+    for line in smaps.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some(rss) = line.strip_prefix("Rss:") {
+            let kib: u64 = rss
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            match part {
+                0 => file += kib,
+                1 => heap += kib,
+                _ => anon += kib,
+            }
+        } else if words.len() >= 5 && words[0].contains('-') && !words[0].ends_with(':') {
+            // "start-end perms offset dev inode [name]": a file has an inode.
+            part = if words[4] != "0" {
+                0
+            } else if words.get(5) == Some(&"[heap]") {
+                1
+            } else {
+                2
+            };
+        }
+    }
+    (file, heap, anon)
+}
+
+fn memory_line(pid: u32) -> String {
+    let (file, heap, anon) = memory_parts(pid);
+    format!("files {file} KiB, heap {heap} KiB, other anonymous {anon} KiB")
+}
+
 /// picolet with 10 API pods and 5 static pods loses its apiserver: first every connection is
 /// refused (the server is down), then every request is read and never answered (a black-holed
 /// link), `seconds` each; then the apiserver answers again. RSS, threads and descriptors are
@@ -199,7 +237,10 @@ fn offline(seconds: u64) {
             "== offline: one node, 10 API pods and 5 static pods ({} containers running)",
             running()
         );
-        println!("  connected, settled:        RSS {rss0} KiB, {th0} threads, {fd0} fds");
+        println!(
+            "  connected, settled:        RSS {rss0} KiB ({}), {th0} threads, {fd0} fds",
+            memory_line(pid)
+        );
         for (mode, set) in [
             ("refused (apiserver down)", 0u8),
             ("stalled (no answer at all)", 1u8),
@@ -211,9 +252,21 @@ fn offline(seconds: u64) {
             let n0 = api.requests().len();
             let t0 = Instant::now();
             let mut samples = Vec::new();
+            // A line every tenth of the outage (at least every 10 min): the trend, not only the ends.
+            let every = (seconds / 10).clamp(5, 600);
+            let mut said = 0;
             while t0.elapsed() < Duration::from_secs(seconds) {
                 rt::sleep(Duration::from_secs(5)).await;
                 samples.push(proc_figures(pid));
+                let at = t0.elapsed().as_secs();
+                if at / every > said {
+                    said = at / every;
+                    let (rss, th, _) = proc_figures(pid);
+                    println!(
+                        "    {at:>5} s: RSS {rss} KiB ({}), {th} threads",
+                        memory_line(pid)
+                    );
+                }
             }
             let n = api.requests().len() - n0;
             match set {
@@ -255,7 +308,10 @@ fn offline(seconds: u64) {
             Some(s) => println!("  apiserver back: Lease renewed after {s:.1} s"),
             None => println!("  apiserver back: no Lease renewal within 120 s"),
         }
-        println!("  after the outage:          RSS {rss1} KiB, {th1} threads, {fd1} fds");
+        println!(
+            "  after the outage:          RSS {rss1} KiB ({}), {th1} threads, {fd1} fds",
+            memory_line(pid)
+        );
         drop(a);
     }));
 }

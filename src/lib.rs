@@ -20,6 +20,7 @@ pub mod kuberuntime;
 pub mod limits;
 pub mod logger;
 pub mod logs;
+pub mod malloc;
 pub mod node;
 pub mod notify;
 pub mod objects;
@@ -490,6 +491,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             kubelet.clone(),
             image_gc,
         ));
+        let _trim = rt::spawn(malloc::run_trim());
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {

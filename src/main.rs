@@ -4,6 +4,8 @@ use nix::sys::signal::{SigSet, Signal};
 use picolet::options::{self, Command};
 
 fn main() -> ExitCode {
+    // Before any thread starts: one malloc arena for all of them.
+    picolet::malloc::limit_arenas();
     // Block the exit signals before any thread starts, so every thread inherits the mask and
     // one thread can take them with sigwait.
     let mut set = SigSet::empty();
