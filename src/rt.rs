@@ -2,8 +2,9 @@
 //!
 //! Everything picolet does runs on a single-threaded `smol` local executor kept in a thread-local,
 //! so any code on the main thread can spawn without threading a handle through every call.
-//! Besides that thread there is smol's reactor thread (async-io) and the `blocking` pool that
-//! `unblock` uses for file reads that may stall.
+//! Besides that thread there is smol's reactor thread (async-io) and the blocking pool that
+//! `unblock` uses for file reads that may stall and apiserver calls (its threads are kept while
+//! work keeps coming).
 //!
 //! This module also adapts the executor, timers and sockets to hyper's runtime traits, so the CRI
 //! client (HTTP/2 over a unix socket) and the local HTTP API run here without a tokio runtime.
@@ -60,7 +61,211 @@ impl Drop for InFlight {
 /// Runs a blocking closure on the blocking thread pool.
 pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let _in_flight = InFlight::new();
-    smol::unblock(f).await
+    let (tx, rx) = async_channel::bounded(1);
+    pool::POOL.submit(Box::new(move || {
+        let _ = tx.send_blocking(f());
+    }));
+    rx.recv()
+        .await
+        .unwrap_or_else(|_| panic!("a closure on the blocking pool panicked"))
+}
+
+/// The blocking pool: threads started on demand, each kept [`pool::KEEP_ALIVE`] after its last
+/// closure. picolet's blocking work is periodic (housekeeping's directory scan every 2 s, the
+/// Lease every 10 s, file reads), so the same threads serve it for as long as it runs: no thread
+/// is started and torn down every few seconds, which cost a thread's start-up each time and, over
+/// hours, heap fragmentation (README, "Measured").
+mod pool {
+    use std::collections::VecDeque;
+    use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+    use std::time::Duration;
+
+    pub type Job = Box<dyn FnOnce() + Send>;
+
+    /// How long an idle thread waits for work before it ends.
+    pub const KEEP_ALIVE: Duration = Duration::from_secs(120);
+    /// The most threads at once (blocking calls that hang, such as reads of a stuck mount or
+    /// calls to a silent apiserver, each hold one until their deadline).
+    pub const MAX_THREADS: usize = 64;
+
+    struct State {
+        queue: VecDeque<Job>,
+        threads: usize,
+        idle: usize,
+    }
+
+    pub struct Pool {
+        state: Mutex<State>,
+        work: Condvar,
+        keep_alive: Duration,
+        max_threads: usize,
+    }
+
+    pub static POOL: Pool = Pool::new(KEEP_ALIVE, MAX_THREADS);
+
+    impl Pool {
+        pub const fn new(keep_alive: Duration, max_threads: usize) -> Pool {
+            Pool {
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    threads: 0,
+                    idle: 0,
+                }),
+                work: Condvar::new(),
+                keep_alive,
+                max_threads,
+            }
+        }
+
+        fn lock(&self) -> MutexGuard<'_, State> {
+            // Closures run outside the lock: a panic in one never leaves the state half-changed.
+            self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// Queues `job`: an idle thread takes it, else a new thread if the pool has room, else
+        /// the first thread to finish its closure.
+        pub fn submit(&'static self, job: Job) {
+            let mut st = self.lock();
+            st.queue.push_back(job);
+            // Idle threads beyond the jobs already queued for them: wake one.
+            if st.idle >= st.queue.len() {
+                self.work.notify_one();
+            } else if st.threads < self.max_threads {
+                st.threads += 1;
+                let spawned = std::thread::Builder::new()
+                    .name("blocking".into())
+                    .spawn(move || self.worker());
+                if let Err(e) = spawned {
+                    st.threads -= 1;
+                    log::warn!("starting a blocking-pool thread: {e}; the work waits for one");
+                }
+            }
+        }
+
+        fn worker(&'static self) {
+            /// Counts the thread out when it ends, also through a panicking closure.
+            struct Leaving(&'static Pool);
+            impl Drop for Leaving {
+                fn drop(&mut self) {
+                    self.0.lock().threads -= 1;
+                }
+            }
+            let _leaving = Leaving(self);
+            let mut st = self.lock();
+            loop {
+                if let Some(job) = st.queue.pop_front() {
+                    drop(st);
+                    job();
+                    st = self.lock();
+                    continue;
+                }
+                st.idle += 1;
+                let (next, waited) = self
+                    .work
+                    .wait_timeout(st, self.keep_alive)
+                    .unwrap_or_else(PoisonError::into_inner);
+                st = next;
+                st.idle -= 1;
+                // Work queued meanwhile is taken even after a timeout: it may have been counted
+                // on this thread.
+                if waited.timed_out() && st.queue.is_empty() {
+                    return;
+                }
+            }
+        }
+
+        #[cfg(test)]
+        pub fn threads(&self) -> usize {
+            self.lock().threads
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::sync::mpsc;
+        use std::time::Instant;
+
+        fn pool(keep_alive: Duration, max: usize) -> &'static Pool {
+            Box::leak(Box::new(Pool::new(keep_alive, max)))
+        }
+
+        fn run_on(p: &'static Pool, f: impl FnOnce() + Send + 'static) -> mpsc::Receiver<()> {
+            let (tx, rx) = mpsc::channel();
+            p.submit(Box::new(move || {
+                f();
+                let _ = tx.send(());
+            }));
+            rx
+        }
+
+        fn wait_until(what: &str, ok: impl Fn() -> bool) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !ok() {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+
+        #[test]
+        fn periodic_work_reuses_one_thread() {
+            let p = pool(Duration::from_secs(60), 8);
+            let mut ids = Vec::new();
+            for _ in 0..20 {
+                let (tx, rx) = mpsc::channel();
+                p.submit(Box::new(move || {
+                    let _ = tx.send(std::thread::current().id());
+                }));
+                ids.push(rx.recv().unwrap());
+                // The thread goes back to waiting before the next closure comes.
+                wait_until("the thread waits again", || p.lock().idle == 1);
+            }
+            assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+            assert_eq!(p.threads(), 1);
+        }
+
+        #[test]
+        fn hanging_closures_take_threads_up_to_the_limit_then_queue() {
+            let p = pool(Duration::from_secs(60), 2);
+            let (release_tx, release_rx) = mpsc::channel::<()>();
+            let release_rx = std::sync::Arc::new(Mutex::new(release_rx));
+            let hang = |r: std::sync::Arc<Mutex<mpsc::Receiver<()>>>| {
+                move || {
+                    let _ = r.lock().unwrap().recv();
+                }
+            };
+            let a = run_on(p, hang(release_rx.clone()));
+            let b = run_on(p, hang(release_rx.clone()));
+            let c = run_on(p, || {});
+            wait_until("two threads started", || p.threads() == 2);
+            // Both threads hang: the third closure waits in the queue, no third thread.
+            assert!(c.recv_timeout(Duration::from_millis(100)).is_err());
+            assert_eq!(p.threads(), 2);
+            release_tx.send(()).unwrap();
+            c.recv_timeout(Duration::from_secs(10)).unwrap();
+            release_tx.send(()).unwrap();
+            for r in [a, b] {
+                r.recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+            assert_eq!(p.threads(), 2);
+        }
+
+        #[test]
+        fn idle_threads_end_after_the_keep_alive() {
+            let p = pool(Duration::from_millis(50), 8);
+            let done: Vec<_> = (0..3)
+                .map(|_| run_on(p, || std::thread::sleep(Duration::from_millis(20))))
+                .collect();
+            for r in done {
+                r.recv().unwrap();
+            }
+            wait_until("idle threads ended", || p.threads() == 0);
+            // And the pool starts a thread again when work comes.
+            run_on(p, || {})
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap();
+        }
+    }
 }
 
 // -------------------------------------------------------------------------------------------
