@@ -145,6 +145,45 @@ fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, String> {
     Ok(b.build())
 }
 
+/// Resolves the apiserver's address on the calling thread. ureq's own resolver starts a thread
+/// for every request that has a deadline, to time the lookup out: one thread started and ended
+/// per apiserver call. Calls already run on the blocking pool, so a lookup may block there: an
+/// IP address needs none, a name is looked up with the system resolver, whose own timeouts
+/// (resolv.conf) bound it.
+#[derive(Debug)]
+struct InlineResolver;
+
+impl ureq::unversioned::resolver::Resolver for InlineResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        _timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        use std::net::{SocketAddr, ToSocketAddrs};
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(ureq::Error::BadUri(uri.to_string()));
+        };
+        let host_port =
+            ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
+                .ok_or_else(|| ureq::Error::BadUri(uri.to_string()))?;
+        let found: Vec<SocketAddr> = match host_port.parse::<SocketAddr>() {
+            Ok(a) => vec![a],
+            Err(_) => host_port.to_socket_addrs()?.collect(),
+        };
+        let mut out = self.empty();
+        for a in config.ip_family().keep_wanted(found.into_iter()) {
+            if out.try_push(a).is_err() {
+                break;
+            }
+        }
+        if out.is_empty() {
+            return Err(ureq::Error::HostNotFound);
+        }
+        Ok(out)
+    }
+}
+
 impl Client {
     pub fn new(conn: &Connection) -> Result<Client, String> {
         let config = ureq::Agent::config_builder()
@@ -155,7 +194,11 @@ impl Client {
             .max_idle_connections_per_host(2)
             .build();
         Ok(Client {
-            agent: ureq::Agent::new_with_config(config),
+            agent: ureq::Agent::with_parts(
+                config,
+                ureq::unversioned::transport::DefaultConnector::new(),
+                InlineResolver,
+            ),
             server: conn.server.clone(),
             credentials: conn.credentials.clone(),
         })
@@ -261,5 +304,48 @@ impl Client {
     pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
         let resp = self.send("GET", path, None, Some(idle))?;
         Ok(resp.into_body().into_reader())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ureq::unversioned::resolver::Resolver;
+    use ureq::unversioned::transport::NextTimeout;
+
+    fn resolve(url: &str, family: ureq::config::IpFamily) -> Result<Vec<String>, ureq::Error> {
+        let uri: ureq::http::Uri = url.parse().unwrap();
+        let config = ureq::Agent::config_builder().ip_family(family).build();
+        Ok(InlineResolver
+            .resolve(&uri, &config, NextTimeout::default())?
+            .iter()
+            .map(|a| a.to_string())
+            .collect())
+    }
+
+    #[test]
+    fn addresses_resolve_without_a_lookup_and_names_on_this_thread() {
+        use ureq::config::IpFamily::*;
+        assert_eq!(
+            resolve("https://10.0.0.7:6443/api", Any).unwrap(),
+            ["10.0.0.7:6443"]
+        );
+        assert_eq!(
+            resolve("https://[fd00::7]/api", Any).unwrap(),
+            ["[fd00::7]:443"]
+        );
+        assert_eq!(
+            resolve("http://127.0.0.1/x", Any).unwrap(),
+            ["127.0.0.1:80"]
+        );
+        // The agent's address family applies to literals too.
+        assert!(matches!(
+            resolve("https://[fd00::7]:6443/", Ipv4Only),
+            Err(ureq::Error::HostNotFound)
+        ));
+        // A name goes to the system resolver (/etc/hosts has localhost everywhere).
+        let local = resolve("https://localhost:6443/", Any).unwrap();
+        assert!(local.iter().all(|a| a.ends_with(":6443")), "{local:?}");
+        assert!(!local.is_empty());
     }
 }
