@@ -37,7 +37,7 @@ pub(crate) mod server;
 pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
-pub(crate) mod volume;
+pub mod volume;
 
 use std::cell::RefCell;
 use std::rc::Rc;

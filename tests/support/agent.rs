@@ -251,6 +251,10 @@ impl Drop for Agent {
 /// fresh `<dir>/a`.
 pub fn test_dir(name: &str) -> PathBuf {
     let d = PathBuf::from(format!("/tmp/pe2e-{name}"));
+    // What an earlier run's pods mounted (secret volumes' tmpfs) goes first.
+    for m in picolet::volume::mounts_under(&d.join("a")) {
+        let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+    }
     let _ = fs::remove_dir_all(d.join("a"));
     fs::create_dir_all(d.join("a")).unwrap();
     d

@@ -510,6 +510,15 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        unmount_under(&self.0);
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Unmounts whatever a picolet mounted under `dir` (the tmpfs of secret and projected volumes
+/// stays when a test kills picolet, as it does for a node's pods), deepest first.
+pub fn unmount_under(dir: &Path) {
+    for m in picolet::volume::mounts_under(dir) {
+        let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
     }
 }
