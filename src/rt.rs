@@ -77,7 +77,7 @@ pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
 /// hours, heap fragmentation (README, "Measured").
 mod pool {
     use std::collections::VecDeque;
-    use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+    use std::sync::{Mutex, MutexGuard, PoisonError};
     use std::time::Duration;
 
     pub type Job = Box<dyn FnOnce() + Send>;
@@ -91,12 +91,13 @@ mod pool {
     struct State {
         queue: VecDeque<Job>,
         threads: usize,
-        idle: usize,
+        /// Idle threads, the most recently idle last: work goes to it, so under light periodic
+        /// work one thread stays busy and the others reach their keep-alive and end.
+        idle: Vec<std::thread::Thread>,
     }
 
     pub struct Pool {
         state: Mutex<State>,
-        work: Condvar,
         keep_alive: Duration,
         max_threads: usize,
     }
@@ -109,9 +110,8 @@ mod pool {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     threads: 0,
-                    idle: 0,
+                    idle: Vec::new(),
                 }),
-                work: Condvar::new(),
                 keep_alive,
                 max_threads,
             }
@@ -122,14 +122,13 @@ mod pool {
             self.state.lock().unwrap_or_else(PoisonError::into_inner)
         }
 
-        /// Queues `job`: an idle thread takes it, else a new thread if the pool has room, else
-        /// the first thread to finish its closure.
+        /// Queues `job`: the most recently idle thread takes it, else a new thread if the pool
+        /// has room, else the first thread to finish its closure.
         pub fn submit(&'static self, job: Job) {
             let mut st = self.lock();
             st.queue.push_back(job);
-            // Idle threads beyond the jobs already queued for them: wake one.
-            if st.idle >= st.queue.len() {
-                self.work.notify_one();
+            if let Some(t) = st.idle.pop() {
+                t.unpark();
             } else if st.threads < self.max_threads {
                 st.threads += 1;
                 let spawned = std::thread::Builder::new()
@@ -151,6 +150,7 @@ mod pool {
                 }
             }
             let _leaving = Leaving(self);
+            let me = std::thread::current();
             let mut st = self.lock();
             loop {
                 if let Some(job) = st.queue.pop_front() {
@@ -159,17 +159,26 @@ mod pool {
                     st = self.lock();
                     continue;
                 }
-                st.idle += 1;
-                let (next, waited) = self
-                    .work
-                    .wait_timeout(st, self.keep_alive)
-                    .unwrap_or_else(PoisonError::into_inner);
-                st = next;
-                st.idle -= 1;
-                // Work queued meanwhile is taken even after a timeout: it may have been counted
-                // on this thread.
-                if waited.timed_out() && st.queue.is_empty() {
-                    return;
+                st.idle.push(me.clone());
+                let since = std::time::Instant::now();
+                loop {
+                    drop(st);
+                    let left = self.keep_alive.saturating_sub(since.elapsed());
+                    if !left.is_zero() {
+                        std::thread::park_timeout(left);
+                    }
+                    st = self.lock();
+                    // Still listed as idle: nobody handed this thread work.
+                    if let Some(i) = st.idle.iter().position(|t| t.id() == me.id()) {
+                        if since.elapsed() < self.keep_alive {
+                            continue; // woken early without work
+                        }
+                        st.idle.remove(i);
+                        if st.queue.is_empty() {
+                            return;
+                        }
+                    }
+                    break;
                 }
             }
         }
@@ -218,7 +227,7 @@ mod pool {
                 }));
                 ids.push(rx.recv().unwrap());
                 // The thread goes back to waiting before the next closure comes.
-                wait_until("the thread waits again", || p.lock().idle == 1);
+                wait_until("the thread waits again", || p.lock().idle.len() == 1);
             }
             assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
             assert_eq!(p.threads(), 1);
@@ -248,6 +257,27 @@ mod pool {
                 r.recv_timeout(Duration::from_secs(10)).unwrap();
             }
             assert_eq!(p.threads(), 2);
+        }
+
+        #[test]
+        fn after_a_burst_periodic_work_keeps_one_thread() {
+            let p = pool(Duration::from_millis(200), 8);
+            let burst: Vec<_> = (0..4)
+                .map(|_| run_on(p, || std::thread::sleep(Duration::from_millis(50))))
+                .collect();
+            assert_eq!(p.threads(), 4);
+            for r in burst {
+                r.recv().unwrap();
+            }
+            // Work every 20 ms: the most recently idle thread takes it each time, the other three
+            // reach their keep-alive.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while p.threads() > 1 {
+                assert!(Instant::now() < deadline, "{} threads stay", p.threads());
+                run_on(p, || {}).recv().unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(p.threads(), 1);
         }
 
         #[test]
