@@ -74,7 +74,7 @@ pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
 /// closure. picolet's blocking work is periodic (housekeeping's directory scan every 2 s, the
 /// Lease every 10 s, file reads), so the same threads serve it for as long as it runs: no thread
 /// is started and torn down every few seconds, which cost a thread's start-up each time and, over
-/// hours, heap fragmentation (README, "Measured").
+/// hours, heap fragmentation (README, "Figures").
 mod pool {
     use std::collections::VecDeque;
     use std::sync::{Mutex, MutexGuard, PoisonError};
