@@ -208,6 +208,17 @@ mod pool {
             rx
         }
 
+        /// `n` closures at once, each sleeping `each`: one new thread for each; waits for all.
+        fn burst(p: &'static Pool, n: usize, each: Duration) {
+            let done: Vec<_> = (0..n)
+                .map(|_| run_on(p, move || std::thread::sleep(each)))
+                .collect();
+            assert_eq!(p.threads(), n);
+            for r in done {
+                r.recv().unwrap();
+            }
+        }
+
         fn wait_until(what: &str, ok: impl Fn() -> bool) {
             let deadline = Instant::now() + Duration::from_secs(10);
             while !ok() {
@@ -262,13 +273,7 @@ mod pool {
         #[test]
         fn after_a_burst_periodic_work_keeps_one_thread() {
             let p = pool(Duration::from_millis(200), 8);
-            let burst: Vec<_> = (0..4)
-                .map(|_| run_on(p, || std::thread::sleep(Duration::from_millis(50))))
-                .collect();
-            assert_eq!(p.threads(), 4);
-            for r in burst {
-                r.recv().unwrap();
-            }
+            burst(p, 4, Duration::from_millis(50));
             // Work every 20 ms: the most recently idle thread takes it each time, the other three
             // reach their keep-alive.
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -283,12 +288,7 @@ mod pool {
         #[test]
         fn idle_threads_end_after_the_keep_alive() {
             let p = pool(Duration::from_millis(50), 8);
-            let done: Vec<_> = (0..3)
-                .map(|_| run_on(p, || std::thread::sleep(Duration::from_millis(20))))
-                .collect();
-            for r in done {
-                r.recv().unwrap();
-            }
+            burst(p, 3, Duration::from_millis(20));
             wait_until("idle threads ended", || p.threads() == 0);
             // And the pool starts a thread again when work comes.
             run_on(p, || {})
