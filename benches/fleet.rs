@@ -13,7 +13,8 @@
 //!
 //! `cargo bench --bench fleet` (about 14 min); `FLEET_SECONDS` sets the steady window (default
 //! 120), `FLEET_OFFLINE_SECONDS` each outage (default 300), `FLEET_CLIENTS` the number of sources
-//! (default 1000), `FLEET_PHASES` which of `steady,offline,storm` run (default all).
+//! (default 1000), `FLEET_PHASES` which of `steady,offline,storm` run (default all),
+//! `FLEET_OFFLINE_MODES` which outages of `refused,stalled` the offline phase has (default both).
 
 #[path = "../tests/support/agent.rs"]
 mod agent;
@@ -241,10 +242,16 @@ fn offline(seconds: u64) {
             "  connected, settled:        RSS {rss0} KiB ({}), {th0} threads, {fd0} fds",
             memory_line(pid)
         );
+        let modes =
+            std::env::var("FLEET_OFFLINE_MODES").unwrap_or_else(|_| "refused,stalled".into());
         for (mode, set) in [
             ("refused (apiserver down)", 0u8),
             ("stalled (no answer at all)", 1u8),
         ] {
+            let name = if set == 0 { "refused" } else { "stalled" };
+            if !modes.split(',').any(|m| m.trim() == name) {
+                continue;
+            }
             match set {
                 0 => api.set_down(true),
                 _ => api.set_stalled(true),

@@ -21,6 +21,14 @@ pub const MAX_BODY: u64 = 32 << 20;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Each connection's input and output buffer (ureq's default is 128 KiB each, and a TLS
+/// connection has a pair at each layer). Bodies stream through them in pieces of this size; a
+/// response's head must fit, and is refused by name past half of it (the apiserver's is under
+/// 1 KiB). A call in flight, an open watch
+/// and an idle pooled connection each hold their buffers, so this is the largest share of what a
+/// joined node holds for its apiserver, and of what calls stuck behind a silent one hold.
+const IO_BUFFER: usize = 16 << 10;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// The apiserver answered with an error status.
@@ -192,6 +200,9 @@ impl Client {
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
             .max_idle_connections_per_host(2)
+            .input_buffer_size(IO_BUFFER)
+            .output_buffer_size(IO_BUFFER)
+            .max_response_header_size(IO_BUFFER / 2)
             .build();
         Ok(Client {
             agent: ureq::Agent::with_parts(
@@ -321,6 +332,86 @@ mod tests {
             .iter()
             .map(|a| a.to_string())
             .collect())
+    }
+
+    /// A one-connection HTTP/1.1 server on loopback: reads one request (head and a
+    /// `Content-Length` body), hands it to `answer`, writes what that returns, closes.
+    fn serve_once(answer: impl FnOnce(&[u8], &[u8]) -> Vec<u8> + Send + 'static) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(stream.try_clone().unwrap());
+            let mut head = Vec::new();
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).unwrap();
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+                head.extend_from_slice(line.as_bytes());
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            let out = answer(&head, &body);
+            (&stream).write_all(&out).unwrap();
+        });
+        format!("http://{addr}")
+    }
+
+    fn client(server: String) -> Client {
+        Client::new(&Connection {
+            server,
+            ca: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            credentials: Credentials::None,
+            namespace: String::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn bodies_far_larger_than_the_buffers_go_both_ways_whole() {
+        // 300 KiB up and 1 MiB down, through 16 KiB buffers, byte for byte.
+        let up: Vec<u8> = (0..300 << 10).map(|i: u32| (i % 251) as u8).collect();
+        let down: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 241) as u8).collect();
+        let (want_up, reply) = (up.clone(), down.clone());
+        let server = serve_once(move |head, body| {
+            assert!(head.starts_with(b"PUT /big HTTP/1.1\r\n"));
+            assert!(body == want_up, "request body changed on the way");
+            let mut out = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                reply.len()
+            )
+            .into_bytes();
+            out.extend_from_slice(&reply);
+            out
+        });
+        let got = client(server)
+            .call("PUT", "/big", Some(("application/json", up)))
+            .unwrap();
+        assert_eq!(got.len(), down.len());
+        assert!(got == down, "response body changed on the way");
+    }
+
+    #[test]
+    fn a_response_head_larger_than_the_buffer_is_an_error_naming_the_call() {
+        let server = serve_once(|_, _| {
+            let filler = "x".repeat(IO_BUFFER);
+            format!("HTTP/1.1 200 OK\r\nX-Filler: {filler}\r\nContent-Length: 0\r\n\r\n")
+                .into_bytes()
+        });
+        let e = client(server).call("GET", "/api", None).unwrap_err();
+        assert!(e.is_transport(), "{e:?}");
+        let text = e.to_string();
+        assert!(text.starts_with("GET /api: "), "{text}");
+        assert!(text.contains("header"), "{text}");
     }
 
     #[test]
