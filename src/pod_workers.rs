@@ -203,9 +203,13 @@ async fn worker_loop(
                     }
                     std::future::pending().await
                 };
-                let retry_after =
-                    futures_lite::future::or(async { Some(sync(&sh, &pod).await) }, cancelled)
-                        .await;
+                // Boxed, here and below: a sync's state machine is some 16 KiB, and inline it
+                // would size every idle worker's task, one per pod, for the pod's whole life.
+                let retry_after = futures_lite::future::or(
+                    async { Some(Box::pin(sync(&sh, &pod)).await) },
+                    cancelled,
+                )
+                .await;
                 if retry_after.is_none() {
                     log::info!(
                         "sync of pod {} cancelled: the pod is being removed",
@@ -224,7 +228,7 @@ async fn worker_loop(
                 evicted,
                 ..
             } => {
-                if terminate(&sh, &uid, grace, &namespace, &name, evicted).await {
+                if Box::pin(terminate(&sh, &uid, grace, &namespace, &name, evicted)).await {
                     Done::Terminated { uid: uid.clone() }
                 } else {
                     Done::TerminateFailed { uid: uid.clone() }
@@ -294,6 +298,33 @@ mod tests {
             "spec": {"containers": [{"name": "c", "image": image}]}
         });
         Rc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn an_idle_worker_holds_a_small_task_whatever_a_sync_needs() {
+        // One worker task lives as long as its pod; a sync's state lives only while it runs.
+        let fake = Rc::new(FakeRuntime::new());
+        let (done, _rx) = async_channel::unbounded();
+        let sh = Rc::new(Shared {
+            rm: Rc::new(RuntimeManager::new(
+                fake.clone(),
+                fake,
+                NodeContext::default(),
+            )),
+            cache: Rc::default(),
+            status: Rc::new(StatusManager::new("192.0.2.1")),
+            done,
+        });
+        let (_wake, rx) = async_channel::bounded(1);
+        let task = worker_loop(sh.clone(), "u".into(), Rc::default(), rx);
+        let p = pod("u", "i:1");
+        let one_sync = sync(&sh, &p);
+        let (task, one_sync) = (size_of_val(&task), size_of_val(&one_sync));
+        assert!(task <= 1024, "a worker task is {task} bytes");
+        assert!(
+            one_sync > task,
+            "a sync ({one_sync} bytes) is inside the task"
+        );
     }
 
     #[test]
