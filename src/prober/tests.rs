@@ -520,3 +520,25 @@ fn https_probes_talk_tls_without_verifying_the_certificate() {
         ));
     });
 }
+
+#[test]
+fn a_worker_task_is_small_whatever_a_probe_needs() {
+    // A worker lives as long as its container; a probe's state lives only while it runs.
+    let e = env("size");
+    let p = pod(serde_json::json!({"livenessProbe": {"httpGet": {"port": 80}}}));
+    let task = worker::run(
+        e.pm.ctx.clone(),
+        p.clone(),
+        "main".into(),
+        Kind::Liveness,
+        Duration::ZERO,
+    );
+    let spec = p.spec.containers[0].liveness_probe.as_ref().unwrap();
+    let one_probe = e.pm.ctx.run(spec, &p.spec.containers[0], "id", "10.0.0.1");
+    let (task, one_probe) = (size_of_val(&task), size_of_val(&one_probe));
+    assert!(task <= 1024, "a probe worker task is {task} bytes");
+    assert!(
+        one_probe > task,
+        "a probe ({one_probe} bytes) is inside the task"
+    );
+}

@@ -220,7 +220,9 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
             Action::Probe => {
                 let mut outcome = Outcome::Error(String::new());
                 for _ in 0..MAX_RETRIES {
-                    outcome = ctx.run(spec, c, &id, &v.pod_ip).await;
+                    // Boxed: a probe's state machine (an HTTP or gRPC client) is some 11 KiB, and
+                    // inline it would size the task for the container's whole life.
+                    outcome = Box::pin(ctx.run(spec, c, &id, &v.pod_ip)).await;
                     if !matches!(outcome, Outcome::Error(_)) {
                         break;
                     }
