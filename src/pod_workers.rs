@@ -323,7 +323,7 @@ mod tests {
         assert!(task <= 1024, "a worker task is {task} bytes");
         assert!(
             one_sync > task,
-            "a sync ({one_sync} bytes) is inside the task"
+            "a sync ({one_sync} bytes) is what boxing keeps out of the task ({task} bytes)"
         );
     }
 

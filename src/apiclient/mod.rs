@@ -24,9 +24,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Each connection's input and output buffer (ureq's default is 128 KiB each, and a TLS
 /// connection has a pair at each layer). Bodies stream through them in pieces of this size; a
 /// response's head must fit, and is refused by name past half of it (the apiserver's is under
-/// 1 KiB). A call in flight, an open watch
-/// and an idle pooled connection each hold their buffers, so this is the largest share of what a
-/// joined node holds for its apiserver, and of what calls stuck behind a silent one hold.
+/// 1 KiB). A call in flight, an open watch and an idle pooled connection each hold their
+/// buffers, so this is the largest share of what a joined node holds for its apiserver, and of
+/// what calls stuck behind a silent one hold.
 const IO_BUFFER: usize = 16 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -334,13 +334,16 @@ mod tests {
             .collect())
     }
 
+    /// The head and the body of the request a test server read.
+    type Seen = std::thread::JoinHandle<(Vec<u8>, Vec<u8>)>;
+
     /// A one-connection HTTP/1.1 server on loopback: reads one request (head and a
-    /// `Content-Length` body), hands it to `answer`, writes what that returns, closes.
-    fn serve_once(answer: impl FnOnce(&[u8], &[u8]) -> Vec<u8> + Send + 'static) -> String {
+    /// `Content-Length` body), answers `reply`, closes, and hands back the request it read.
+    fn serve_once(reply: Vec<u8>) -> (String, Seen) {
         use std::io::{BufRead, BufReader, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
+        let server = std::thread::spawn(move || {
             let (stream, _) = listener.accept().unwrap();
             let mut r = BufReader::new(stream.try_clone().unwrap());
             let mut head = Vec::new();
@@ -358,10 +361,10 @@ mod tests {
             }
             let mut body = vec![0; len];
             r.read_exact(&mut body).unwrap();
-            let out = answer(&head, &body);
-            (&stream).write_all(&out).unwrap();
+            (&stream).write_all(&reply).unwrap();
+            (head, body)
         });
-        format!("http://{addr}")
+        (format!("http://{addr}"), server)
     }
 
     fn client(server: String) -> Client {
@@ -381,33 +384,33 @@ mod tests {
         // 300 KiB up and 1 MiB down, through 16 KiB buffers, byte for byte.
         let up: Vec<u8> = (0..300 << 10).map(|i: u32| (i % 251) as u8).collect();
         let down: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 241) as u8).collect();
-        let (want_up, reply) = (up.clone(), down.clone());
-        let server = serve_once(move |head, body| {
-            assert!(head.starts_with(b"PUT /big HTTP/1.1\r\n"));
-            assert!(body == want_up, "request body changed on the way");
-            let mut out = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                reply.len()
-            )
-            .into_bytes();
-            out.extend_from_slice(&reply);
-            out
-        });
-        let got = client(server)
-            .call("PUT", "/big", Some(("application/json", up)))
+        let mut reply = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            down.len()
+        )
+        .into_bytes();
+        reply.extend_from_slice(&down);
+        let (url, server) = serve_once(reply);
+        let got = client(url)
+            .call("PUT", "/big", Some(("application/json", up.clone())))
             .unwrap();
+        let (head, body) = server.join().unwrap();
+        assert!(head.starts_with(b"PUT /big HTTP/1.1\r\n"));
+        assert_eq!(body.len(), up.len());
+        assert!(body == up, "request body changed on the way");
         assert_eq!(got.len(), down.len());
         assert!(got == down, "response body changed on the way");
     }
 
     #[test]
     fn a_response_head_larger_than_the_buffer_is_an_error_naming_the_call() {
-        let server = serve_once(|_, _| {
-            let filler = "x".repeat(IO_BUFFER);
+        let filler = "x".repeat(IO_BUFFER);
+        let (url, server) = serve_once(
             format!("HTTP/1.1 200 OK\r\nX-Filler: {filler}\r\nContent-Length: 0\r\n\r\n")
-                .into_bytes()
-        });
-        let e = client(server).call("GET", "/api", None).unwrap_err();
+                .into_bytes(),
+        );
+        let e = client(url).call("GET", "/api", None).unwrap_err();
+        server.join().unwrap();
         assert!(e.is_transport(), "{e:?}");
         let text = e.to_string();
         assert!(text.starts_with("GET /api: "), "{text}");

@@ -539,6 +539,6 @@ fn a_worker_task_is_small_whatever_a_probe_needs() {
     assert!(task <= 1024, "a probe worker task is {task} bytes");
     assert!(
         one_probe > task,
-        "a probe ({one_probe} bytes) is inside the task"
+        "a probe ({one_probe} bytes) is what boxing keeps out of the task ({task} bytes)"
     );
 }
