@@ -226,7 +226,7 @@ fn offline(seconds: u64) {
         })
         .await;
         rt::sleep(Duration::from_secs(30)).await;
-        let pid = a.pid();
+        let pid = a.picolet_pid();
         let running = || {
             fake.containers()
                 .iter()

@@ -139,9 +139,42 @@ impl Agent {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// SIGKILL, as a crash would.
+    /// The picolet process: the child itself, or, under a `PICOLET_TEST_RUNNER` that stays its
+    /// parent (heaptrack's wrapper, say), the first descendant named `picolet` (the child when
+    /// there is none yet).
+    pub fn picolet_pid(&self) -> u32 {
+        let comm = |p: u32| fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        let mut todo = vec![self.pid()];
+        while let Some(p) = todo.pop() {
+            if comm(p).trim_end() == "picolet" {
+                return p;
+            }
+            for task in fs::read_dir(format!("/proc/{p}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+                todo.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+        self.pid()
+    }
+
+    /// SIGKILL, as a crash would (picolet itself first, when a runner wraps it).
     pub fn kill9(&mut self) {
+        let inner = self.picolet_pid();
         if let Some(mut c) = self.child.take() {
+            if inner != c.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(inner.cast_signed()),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
