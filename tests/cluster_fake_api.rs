@@ -331,6 +331,71 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
 }
 
 #[test]
+fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_watch() {
+    run(async {
+        let (tmp, fake, api) = env("deadlink");
+        api.create_pod(api_pod("web"));
+        let a = start(&tmp, &fake, &api).await;
+        until(&a, "web running", Duration::from_secs(10), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        let watches = || {
+            api.requests()
+                .iter()
+                .filter(|(_, p)| p.contains("watch=true"))
+                .count()
+        };
+        until(&a, "a watch open", Duration::from_secs(10), || {
+            watches() == 1
+        })
+        .await;
+        // The link goes silent and takes every connection with it, the open watch included
+        // (which asked for 300 to 600 s). Lease renewals time out after 10 s each; the second
+        // in a row closes every connection.
+        api.cut_link(true);
+        until(
+            &a,
+            "picolet closing its connections after two unanswered renewals",
+            Duration::from_secs(60),
+            || a.log_text().contains("closing every connection"),
+        )
+        .await;
+        api.cut_link(false);
+        api.create_pod(api_pod("late"));
+        // Caught up by a new watch from where the old one was (no list), not after the dead
+        // watch's 300 s or more: at most an attempt in flight (its answer's 30 s deadline) and
+        // a backoff (at most 30 s).
+        until(
+            &a,
+            "the pod created after the link came back running",
+            Duration::from_secs(120),
+            || running(&fake, "late") == 1,
+        )
+        .await;
+        let lists = api
+            .requests()
+            .iter()
+            .filter(|(m, p)| {
+                m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
+            })
+            .count();
+        assert_eq!(
+            lists, 1,
+            "resumed from the last resourceVersion, not listed again"
+        );
+        until(
+            &a,
+            "the lease renewed again",
+            Duration::from_secs(30),
+            || a.log_text().contains("the apiserver answers again"),
+        )
+        .await;
+        assert_eq!(running(&fake, "web"), 1, "web kept running through the cut");
+    });
+}
+
+#[test]
 fn a_forbidden_identity_is_reported_clearly() {
     run(async {
         let (tmp, fake, api) = env("403");

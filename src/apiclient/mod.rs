@@ -10,6 +10,7 @@
 pub mod kubeconfig;
 
 use std::io::Read;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kubeconfig::{Connection, Credentials};
@@ -17,7 +18,8 @@ use kubeconfig::{Connection, Credentials};
 /// Largest response body read into memory (a list of one node's pods is far smaller).
 pub const MAX_BODY: u64 = 32 << 20;
 
-/// Deadlines of ordinary calls; watches set their own.
+/// Deadlines of ordinary calls; watches set their own, heartbeats pass theirs
+/// ([`Client::json_within`]).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -92,12 +94,26 @@ struct StatusBody {
     message: String,
 }
 
-/// A connection to one apiserver; cheap to clone (one connection pool).
+/// A connection to one apiserver; cheap to clone (the clones share one connection pool).
 #[derive(Clone)]
 pub struct Client {
-    agent: ureq::Agent,
+    pool: Arc<Pool>,
     server: String,
     credentials: Credentials,
+}
+
+/// The agent every clone uses, swapped for a new one by [`Client::close_connections`].
+struct Pool {
+    config: ureq::config::Config,
+    agent: Mutex<ureq::Agent>,
+}
+
+fn agent(config: &ureq::config::Config) -> ureq::Agent {
+    ureq::Agent::with_parts(
+        config.clone(),
+        ureq::unversioned::transport::DefaultConnector::new(),
+        InlineResolver,
+    )
 }
 
 impl std::fmt::Debug for Client {
@@ -205,11 +221,10 @@ impl Client {
             .max_response_header_size(IO_BUFFER / 2)
             .build();
         Ok(Client {
-            agent: ureq::Agent::with_parts(
+            pool: Arc::new(Pool {
+                agent: Mutex::new(agent(&config)),
                 config,
-                ureq::unversioned::transport::DefaultConnector::new(),
-                InlineResolver,
-            ),
+            }),
             server: conn.server.clone(),
             credentials: conn.credentials.clone(),
         })
@@ -219,12 +234,39 @@ impl Client {
         &self.server
     }
 
+    fn agent(&self) -> ureq::Agent {
+        self.pool
+            .agent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Closes every connection to the apiserver, idle or in use, as the kubelet does when its
+    /// heartbeat fails again and again: a call or a watch blocked on a connection whose far end
+    /// is gone (a NAT mapping lost, a link that came back while its connections did not) fails
+    /// at once instead of waiting out its deadline, up to 10 minutes for a watch. Later calls,
+    /// from every clone, open new connections.
+    pub fn close_connections(&self) {
+        let fresh = agent(&self.pool.config);
+        let old = std::mem::replace(
+            &mut *self
+                .pool
+                .agent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            fresh,
+        );
+        old.shutdown();
+    }
+
     fn send(
         &self,
         method: &'static str,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
         timeout: Option<Duration>,
+        head: Option<Duration>,
     ) -> Result<ureq::http::Response<ureq::Body>, ApiError> {
         let transport = |message: String| ApiError::Transport {
             method,
@@ -243,12 +285,13 @@ impl Client {
             req = req.header("Content-Type", ct);
         }
         let req = req.body(bytes).map_err(|e| transport(e.to_string()))?;
-        let req = self
-            .agent
+        let agent = self.agent();
+        let req = agent
             .configure_request(req)
             .timeout_global(timeout)
+            .timeout_recv_response(head)
             .build();
-        let resp = self.agent.run(req).map_err(|e| transport(e.to_string()))?;
+        let resp = agent.run(req).map_err(|e| transport(e.to_string()))?;
         let code = resp.status().as_u16();
         if (200..300).contains(&code) {
             return Ok(resp);
@@ -280,7 +323,18 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Vec<u8>, ApiError> {
-        let resp = self.send(method, path, body, Some(CALL_TIMEOUT))?;
+        self.call_within(method, path, body, CALL_TIMEOUT)
+    }
+
+    /// [`Client::call`] with a deadline of its own for the whole call.
+    fn call_within(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        deadline: Duration,
+    ) -> Result<Vec<u8>, ApiError> {
+        let resp = self.send(method, path, body, Some(deadline), None)?;
         resp.into_body()
             .with_config()
             .limit(MAX_BODY)
@@ -299,7 +353,18 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<T, ApiError> {
-        let bytes = self.call(method, path, body)?;
+        self.json_within(method, path, body, CALL_TIMEOUT)
+    }
+
+    /// [`Client::json`] with a deadline of its own for the whole call.
+    pub fn json_within<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        deadline: Duration,
+    ) -> Result<T, ApiError> {
+        let bytes = self.call_within(method, path, body, deadline)?;
         // The linear pre-pass bounds what the parse below may cost, whatever the server sends.
         crate::limits::check(
             &bytes,
@@ -311,9 +376,20 @@ impl Client {
     }
 
     /// A long request whose body is read as it arrives (a watch). `idle` bounds the whole
-    /// request: the server is asked to end the watch before it (`timeoutSeconds`).
+    /// request: the server is asked to end the watch before it (`timeoutSeconds`). The response's
+    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), so a watch sent
+    /// on a connection that died on the way fails then, not at the end of `idle`.
     pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
-        let resp = self.send("GET", path, None, Some(idle))?;
+        self.stream_within(path, idle, CALL_TIMEOUT)
+    }
+
+    fn stream_within(
+        &self,
+        path: &str,
+        idle: Duration,
+        head: Duration,
+    ) -> Result<impl Read + use<>, ApiError> {
+        let resp = self.send("GET", path, None, Some(idle), Some(head))?;
         Ok(resp.into_body().into_reader())
     }
 }
@@ -400,6 +476,136 @@ mod tests {
         assert!(body == up, "request body changed on the way");
         assert_eq!(got.len(), down.len());
         assert!(got == down, "response body changed on the way");
+    }
+
+    /// A server that reads each request and, per connection in order of arrival, starts a watch
+    /// and then goes silent (`Watch`), never answers (`Silent`), or answers 200 `{}` (`Answer`);
+    /// it sends the request lines it read, as they arrive.
+    #[derive(Clone, Copy)]
+    enum Conn {
+        Watch,
+        Silent,
+        Answer,
+    }
+
+    fn serve_each(script: Vec<Conn>) -> (String, std::sync::mpsc::Receiver<String>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (seen, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for how in script {
+                let Ok((stream, _)) = listener.accept() else {
+                    return;
+                };
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(stream.try_clone().unwrap());
+                    let mut first = String::new();
+                    r.read_line(&mut first).unwrap();
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let _ = seen.send(first.trim_end().to_owned());
+                    let mut w = &stream;
+                    match how {
+                        Conn::Watch => {
+                            let event = b"{\"type\":\"BOOKMARK\"}\n";
+                            let _ = write!(
+                                w,
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+                                event.len()
+                            );
+                            let _ = w.write_all(event);
+                            let _ = w.write_all(b"\r\n");
+                        }
+                        Conn::Silent => {}
+                        Conn::Answer => {
+                            let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+                        }
+                    }
+                    // Hold the connection open, saying nothing more, until the client closes it.
+                    let mut rest = Vec::new();
+                    let _ = std::io::Read::read_to_end(&mut r, &mut rest);
+                });
+            }
+        });
+        (format!("http://{addr}"), rx)
+    }
+
+    #[test]
+    fn closing_the_connections_ends_a_silent_watch_and_call_at_once_and_calls_go_on() {
+        use std::sync::mpsc::channel;
+        let (url, seen) = serve_each(vec![Conn::Watch, Conn::Silent, Conn::Answer]);
+        let c = client(url);
+        let (done_tx, done) = channel();
+        let (w, tx) = (c.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            let mut body = w.stream("/watch", Duration::from_secs(600)).unwrap();
+            let mut buf = Vec::new();
+            let r = body.read_to_end(&mut buf);
+            let _ = tx.send(format!("watch: {} bytes then {r:?}", buf.len()));
+        });
+        assert_eq!(
+            seen.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "GET /watch HTTP/1.1"
+        );
+        let (k, tx) = (c.clone(), done_tx);
+        std::thread::spawn(move || {
+            let r = k.call("PUT", "/lease", None);
+            let _ = tx.send(format!("call: {r:?}"));
+        });
+        assert_eq!(
+            seen.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "PUT /lease HTTP/1.1"
+        );
+        // Both wait on their connections (600 s and 30 s deadlines), until:
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(done.try_recv().is_err(), "nothing ended before the close");
+        c.close_connections();
+        let mut ended: Vec<String> = (0..2)
+            .map(|_| {
+                done.recv_timeout(Duration::from_secs(5))
+                    .expect("ended by the close")
+            })
+            .collect();
+        ended.sort();
+        assert!(ended[0].starts_with("call: Err(Transport"), "{ended:?}");
+        assert!(ended[1].starts_with("watch: "), "{ended:?}");
+        assert!(
+            ended[1].contains("Err("),
+            "the watch ends in an error, not a clean end: {ended:?}"
+        );
+        // The client, and its clones, go on with new connections.
+        assert_eq!(c.call("GET", "/after", None).unwrap(), b"{}");
+        assert_eq!(
+            seen.recv_timeout(Duration::from_secs(5)).unwrap(),
+            "GET /after HTTP/1.1"
+        );
+    }
+
+    #[test]
+    fn a_watch_whose_answer_never_comes_fails_after_the_head_deadline() {
+        let (url, seen) = serve_each(vec![Conn::Silent]);
+        let started = std::time::Instant::now();
+        let e = client(url)
+            .stream_within(
+                "/watch",
+                Duration::from_secs(600),
+                Duration::from_millis(300),
+            )
+            .err()
+            .expect("no answer is an error");
+        seen.recv().unwrap();
+        assert!(e.is_transport(), "{e:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ended by the head's deadline, not the watch's ({:?})",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -35,6 +35,15 @@ pub const LEASE_DURATION_SECS: u32 = 40;
 pub const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// How often pod statuses are compared with the apiserver's.
 pub const POD_STATUS_PERIOD: Duration = Duration::from_secs(1);
+/// Deadline of a heartbeat call (the Lease, the node status), as the kubelet's: the shorter of
+/// the status update period and the lease duration, so a renewal that hangs leaves time to try
+/// again before the Lease runs out.
+pub const HEARTBEAT_TIMEOUT: Duration = STATUS_UPDATE;
+/// Lease renewals that got no answer at all (refused, reset, timed out) this many times in a row
+/// close every connection to the apiserver, as the kubelet's `onRepeatedHeartbeatFailure` does:
+/// a watch or a call blocked on a connection that died silently then fails at once and is tried
+/// again on a new one, instead of waiting out its deadline after the link is back.
+pub const CLOSE_CONNECTIONS_AFTER: u32 = 2;
 
 const MERGE_PATCH: &str = "application/merge-patch+json";
 
@@ -43,6 +52,26 @@ async fn call(
     method: &'static str,
     path: String,
     body: Option<Value>,
+) -> Result<Value, ApiError> {
+    call_within(client, method, path, body, None).await
+}
+
+/// A heartbeat call: [`call`] with [`HEARTBEAT_TIMEOUT`].
+async fn heartbeat(
+    client: &Client,
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+) -> Result<Value, ApiError> {
+    call_within(client, method, path, body, Some(HEARTBEAT_TIMEOUT)).await
+}
+
+async fn call_within(
+    client: &Client,
+    method: &'static str,
+    path: String,
+    body: Option<Value>,
+    deadline: Option<Duration>,
 ) -> Result<Value, ApiError> {
     let c = client.clone();
     rt::unblock(move || {
@@ -54,7 +83,11 @@ async fn call(
             };
             (ct, serde_json::to_vec(&b).unwrap_or_default())
         });
-        c.json::<Value>(method, &path, body.as_ref().map(|(ct, b)| (*ct, b.clone())))
+        let body = body.as_ref().map(|(ct, b)| (*ct, b.clone()));
+        match deadline {
+            Some(d) => c.json_within::<Value>(method, &path, body, d),
+            None => c.json::<Value>(method, &path, body),
+        }
     })
     .await
 }
@@ -115,7 +148,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
             .as_ref()
             .is_none_or(|p| node::differs(p, &status) || rt::now() - posted_at >= STATUS_REPORT);
         if due {
-            match call(
+            match heartbeat(
                 &client,
                 "PATCH",
                 path.clone(),
@@ -157,10 +190,12 @@ pub async fn run_lease(client: Client, node_name: String) {
     let mut jitter = Jitter::new(&node_name);
     let mut lease: Option<Value> = None;
     let mut failures = 0u32;
+    // Renewals in a row that got no answer at all.
+    let mut unanswered = 0u32;
     loop {
         let now = rfc3339_micro(rt::now_nanos());
         let result = match lease.take() {
-            None => match call(&client, "GET", path.clone(), None).await {
+            None => match heartbeat(&client, "GET", path.clone(), None).await {
                 Ok(l) => Ok(l),
                 Err(e) if e.is_not_found() => {
                     let body = json!({
@@ -173,7 +208,7 @@ pub async fn run_lease(client: Client, node_name: String) {
                             "renewTime": now,
                         },
                     });
-                    call(
+                    heartbeat(
                         &client,
                         "POST",
                         "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases".into(),
@@ -187,12 +222,16 @@ pub async fn run_lease(client: Client, node_name: String) {
                 l["spec"]["renewTime"] = json!(now);
                 l["spec"]["holderIdentity"] = json!(node_name);
                 l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);
-                call(&client, "PUT", path.clone(), Some(l)).await
+                heartbeat(&client, "PUT", path.clone(), Some(l)).await
             }
         };
         match result {
             Ok(l) => {
+                if unanswered >= CLOSE_CONNECTIONS_AFTER {
+                    log::info!("the apiserver answers again: node lease renewed");
+                }
                 failures = 0;
+                unanswered = 0;
                 lease = Some(l);
                 // Renew every 10 s, a little early or late so a fleet does not beat in step.
                 let spread = jitter.below(Duration::from_secs(2));
@@ -202,6 +241,22 @@ pub async fn run_lease(client: Client, node_name: String) {
                 failures = failures.saturating_add(1);
                 if !e.is_conflict() {
                     log_failure("renewing the node lease", &e, &node_name, failures);
+                }
+                unanswered = if e.is_transport() {
+                    unanswered.saturating_add(1)
+                } else {
+                    0
+                };
+                if unanswered >= CLOSE_CONNECTIONS_AFTER {
+                    if unanswered == CLOSE_CONNECTIONS_AFTER {
+                        log::warn!(
+                            "node lease: {unanswered} renewals in a row got no answer; closing \
+                             every connection to the apiserver, so no call or watch waits on \
+                             a dead one (again after each further failure, quietly)"
+                        );
+                    }
+                    let c = client.clone();
+                    rt::unblock(move || c.close_connections()).await;
                 }
                 rt::sleep(backoff_delay(failures.min(3), &mut jitter)).await;
             }

@@ -42,6 +42,10 @@ struct State {
     down: bool,
     /// While set, requests are read and never answered (a black-holed link).
     stalled: bool,
+    /// While set, the link is cut: as `stalled`, and every connection open when it was cut, or
+    /// opened while it is, stays dead for good (`link_cuts` counts the cuts).
+    link_cut: bool,
+    link_cuts: u64,
     /// TokenRequests received: ("token/<ns>/<sa>", body).
     token_requests: Vec<(String, Value)>,
     tokens_issued: u64,
@@ -285,6 +289,40 @@ impl FakeApi {
         });
     }
 
+    /// Cuts the link to the node (`true`) or brings it back. While cut, requests are read and
+    /// never answered. Unlike `set_stalled`, nothing is closed, then or after: a connection open
+    /// when the link was cut, or opened while it was, never carries another byte (a NAT mapping
+    /// lost, a cellular link that came back with new addresses), not even an open watch's
+    /// events or a close. Only what the node opens after the link is back is answered.
+    pub fn cut_link(&self, cut: bool) {
+        self.with(|s| {
+            s.link_cut = cut;
+            if cut {
+                s.link_cuts += 1;
+            }
+        });
+    }
+
+    /// A connection whose path is gone: reads and drops whatever comes, answers nothing, until
+    /// the node closes it or the fake stops.
+    fn dead(&self, conn: &TcpStream) {
+        let mut c = conn;
+        let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut buf = [0u8; 4096];
+        while !self.stop.load(Ordering::SeqCst) {
+            match c.read(&mut buf) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.drop_watches();
@@ -292,6 +330,7 @@ impl FakeApi {
     }
 
     fn serve(&self, conn: TcpStream) {
+        let cuts = self.with(|s| s.link_cuts);
         let mut r = BufReader::new(conn.try_clone().unwrap());
         let mut w = conn;
         loop {
@@ -325,12 +364,16 @@ impl FakeApi {
             }
             let received = (line.len() + len) as u64;
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let (down, stalled) = self.with(|s| {
+            let (down, stalled, dead) = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
                 s.times.push(Instant::now());
                 s.bytes_in += received;
-                (s.down, s.stalled)
+                (s.down, s.stalled, s.link_cut || s.link_cuts != cuts)
             });
+            if dead {
+                self.dead(&w);
+                return;
+            }
             if down {
                 return; // connection closed without an answer
             }
@@ -342,7 +385,7 @@ impl FakeApi {
             }
             let (p, q) = query(&path);
             if q.get("watch").is_some_and(|v| v == "true") {
-                self.watch(&mut w, &q);
+                self.watch(&mut w, &q, cuts);
                 return;
             }
             let (code, v) = self.handle(&method, &p, &q, body);
@@ -504,7 +547,7 @@ impl FakeApi {
         })
     }
 
-    fn watch(&self, w: &mut TcpStream, q: &BTreeMap<String, String>) {
+    fn watch(&self, w: &mut TcpStream, q: &BTreeMap<String, String>, cuts: u64) {
         let from: u64 = q
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
@@ -548,6 +591,11 @@ impl FakeApi {
         let mut sent = from;
         let t0 = Instant::now();
         loop {
+            if g.link_cuts != cuts {
+                drop(g);
+                self.dead(w);
+                return;
+            }
             if g.watch_generation != generation || self.stop.load(Ordering::SeqCst) {
                 // Dropped: no clean end of the chunked body, as a cut connection.
                 drop(g);
