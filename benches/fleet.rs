@@ -8,13 +8,15 @@
 //!    reconnects spread over the seconds after it returns.
 //!
 //! 3. One picolet with 10 API pods and 5 static pods while its apiserver refuses every
-//!    connection, then while it reads requests and never answers: RSS, threads and descriptors
-//!    over the outage, and how soon the Lease is renewed once it is back.
+//!    connection, then while it reads requests and never answers, then while its link is cut
+//!    with every connection left dead: RSS, threads and descriptors over each outage, and how
+//!    soon after each the Lease is renewed and a pod created on return runs.
 //!
-//! `cargo bench --bench fleet` (about 14 min); `FLEET_SECONDS` sets the steady window (default
+//! `cargo bench --bench fleet` (about 20 min); `FLEET_SECONDS` sets the steady window (default
 //! 120), `FLEET_OFFLINE_SECONDS` each outage (default 300), `FLEET_CLIENTS` the number of sources
 //! (default 1000), `FLEET_PHASES` which of `steady,offline,storm` run (default all),
-//! `FLEET_OFFLINE_MODES` which outages of `refused,stalled` the offline phase has (default both).
+//! `FLEET_OFFLINE_MODES` which outages of `refused,stalled,cut` the offline phase has (default
+//! all three; `cut` leaves every connection open at the time dead for good).
 
 #[path = "../tests/support/agent.rs"]
 mod agent;
@@ -243,19 +245,21 @@ fn offline(seconds: u64) {
             memory_line(pid)
         );
         let modes =
-            std::env::var("FLEET_OFFLINE_MODES").unwrap_or_else(|_| "refused,stalled".into());
-        for (mode, set) in [
-            ("refused (apiserver down)", 0u8),
-            ("stalled (no answer at all)", 1u8),
+            std::env::var("FLEET_OFFLINE_MODES").unwrap_or_else(|_| "refused,stalled,cut".into());
+        for (mode, name) in [
+            ("refused (apiserver down)", "refused"),
+            ("stalled (no answer at all)", "stalled"),
+            ("cut (no answer, every connection left dead)", "cut"),
         ] {
-            let name = if set == 0 { "refused" } else { "stalled" };
             if !modes.split(',').any(|m| m.trim() == name) {
                 continue;
             }
-            match set {
-                0 => api.set_down(true),
-                _ => api.set_stalled(true),
-            }
+            let set = |on: bool| match name {
+                "refused" => api.set_down(on),
+                "stalled" => api.set_stalled(on),
+                _ => api.cut_link(on),
+            };
+            set(true);
             let n0 = api.requests().len();
             let t0 = Instant::now();
             let mut samples = Vec::new();
@@ -276,13 +280,42 @@ fn offline(seconds: u64) {
                 }
             }
             let n = api.requests().len() - n0;
-            match set {
-                0 => api.set_down(false),
-                _ => api.set_stalled(false),
+            set(false);
+            // Back: a pod is created at once; how long until the Lease is renewed and the pod
+            // runs (the watch resumed).
+            let late = format!("late-{name}");
+            api.create_pod(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": late, "namespace": "default"},
+                "spec": {"nodeName": "e2e-node", "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}]}
+            }));
+            let n1 = api.requests().len();
+            let t1 = Instant::now();
+            let (mut lease, mut runs) = (None, None);
+            while t1.elapsed() < Duration::from_secs(900) && (lease.is_none() || runs.is_none()) {
+                rt::sleep(Duration::from_millis(100)).await;
+                if lease.is_none()
+                    && api.requests()[n1..]
+                        .iter()
+                        .any(|(m, p)| m == "PUT" && p.contains("/leases/"))
+                {
+                    lease = Some(t1.elapsed().as_secs_f64());
+                }
+                if runs.is_none()
+                    && fake.containers().iter().any(|c| {
+                        c.state == fake_cri::ContainerState::ContainerRunning
+                            && c.config.labels.get("io.kubernetes.pod.name") == Some(&late)
+                    })
+                {
+                    runs = Some(t1.elapsed().as_secs_f64());
+                }
             }
             let rss: Vec<u64> = samples.iter().map(|s| s.0).collect();
             let half = rss.len() / 2;
             let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+            let secs =
+                |v: Option<f64>| v.map_or("not within 900 s".into(), |s| format!("{s:.1} s"));
             println!(
                 "  {mode}, {:.0} s: RSS first {} KiB, last {} KiB, max {} KiB; mean of the first half {:.0} KiB, of the second {:.0} KiB; threads max {}, fds max {}; {:.1} requests a minute tried; {} containers running at the end",
                 t0.elapsed().as_secs_f64(),
@@ -296,27 +329,15 @@ fn offline(seconds: u64) {
                 n as f64 * 60.0 / t0.elapsed().as_secs_f64(),
                 running(),
             );
-        }
-        // Back: how long until the node's Lease is renewed again.
-        let n0 = api.requests().len();
-        let t0 = Instant::now();
-        let mut back = None;
-        while t0.elapsed() < Duration::from_secs(120) && back.is_none() {
-            rt::sleep(Duration::from_millis(100)).await;
-            if api.requests()[n0..]
-                .iter()
-                .any(|(m, p)| m == "PUT" && p.contains("/leases/"))
-            {
-                back = Some(t0.elapsed().as_secs_f64());
-            }
+            println!(
+                "  back from {name}: Lease renewed after {}, a pod created on return running after {}",
+                secs(lease),
+                secs(runs)
+            );
         }
         let (rss1, th1, fd1) = proc_figures(pid);
-        match back {
-            Some(s) => println!("  apiserver back: Lease renewed after {s:.1} s"),
-            None => println!("  apiserver back: no Lease renewal within 120 s"),
-        }
         println!(
-            "  after the outage:          RSS {rss1} KiB ({}), {th1} threads, {fd1} fds",
+            "  after the outages:         RSS {rss1} KiB ({}), {th1} threads, {fd1} fds",
             memory_line(pid)
         );
         drop(a);
