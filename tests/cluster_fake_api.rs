@@ -173,20 +173,8 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
             running(&fake, "one") == 1
         })
         .await;
-        let lists = || {
-            api.requests()
-                .iter()
-                .filter(|(m, p)| {
-                    m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
-                })
-                .count()
-        };
-        let watches = || {
-            api.count(
-                "GET",
-                "/api/v1/pods?fieldSelector=spec.nodeName%3De2e-node&watch=true",
-            )
-        };
+        let lists = || api.pod_lists();
+        let watches = || api.pod_watches();
         assert_eq!(lists(), 1);
         let w0 = watches();
 
@@ -260,13 +248,7 @@ fn a_watch_that_keeps_expiring_backs_off_instead_of_listing_in_a_loop() {
         })
         .await;
         rt::sleep(Duration::from_secs(6)).await;
-        let lists = api
-            .requests()
-            .iter()
-            .filter(|(m, p)| {
-                m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
-            })
-            .count();
+        let lists = api.pod_lists();
         // Backoff windows of 1, 2, 4 s: at most a handful of lists, never hundreds.
         assert!(lists <= 6, "{lists} lists in ~6 s");
         assert!(lists >= 2, "it does keep trying: {lists}");
@@ -340,14 +322,8 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
             running(&fake, "web") == 1
         })
         .await;
-        let watches = || {
-            api.requests()
-                .iter()
-                .filter(|(_, p)| p.contains("watch=true"))
-                .count()
-        };
         until(&a, "a watch open", Duration::from_secs(10), || {
-            watches() == 1
+            api.pod_watches() == 1
         })
         .await;
         // The link goes silent and takes every connection with it, the open watch included
@@ -373,15 +349,9 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
             || running(&fake, "late") == 1,
         )
         .await;
-        let lists = api
-            .requests()
-            .iter()
-            .filter(|(m, p)| {
-                m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
-            })
-            .count();
         assert_eq!(
-            lists, 1,
+            api.pod_lists(),
+            1,
             "resumed from the last resourceVersion, not listed again"
         );
         until(

@@ -1,5 +1,6 @@
 //! A fake kube-apiserver on loopback (plain HTTP, std threads), for what a real one cannot be
-//! made to do on command: drop every watch, answer 410 Gone, refuse with 403, stall. It keeps
+//! made to do on command: drop every watch, answer 410 Gone, refuse with 403, stall, cut the link
+//! and leave its connections dead. It keeps
 //! Nodes, Leases and Pods as JSON with one resourceVersion counter and an event log, and speaks
 //! the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=`), watch
 //! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
@@ -149,6 +150,23 @@ impl FakeApi {
                 .filter(|(m, p)| m == method && p.starts_with(path_prefix))
                 .count()
         })
+    }
+
+    /// Lists of the node's pods received (watches not counted).
+    pub fn pod_lists(&self) -> usize {
+        self.with(|s| {
+            s.requests
+                .iter()
+                .filter(|(m, p)| {
+                    m == "GET" && p.starts_with("/api/v1/pods?") && !p.contains("watch=true")
+                })
+                .count()
+        })
+    }
+
+    /// Watches of the node's pods received.
+    pub fn pod_watches(&self) -> usize {
+        self.count("GET", "/api/v1/pods?") - self.pod_lists()
     }
 
     pub fn requests(&self) -> Vec<(String, String)> {
