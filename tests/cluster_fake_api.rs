@@ -366,6 +366,41 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
 }
 
 #[test]
+fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
+    run(async {
+        let (tmp, fake, api) = env("silent");
+        api.create_pod(api_pod("web"));
+        let a = start(&tmp, &fake, &api).await;
+        until(&a, "web running", Duration::from_secs(10), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        until(&a, "a watch open", Duration::from_secs(10), || {
+            api.pod_watches() == 1
+        })
+        .await;
+        // The watch (asking for 300 to 600 s) says nothing more while every other call is
+        // answered, so the heartbeat never fails. A bookmark comes every minute on a live
+        // watch: 150 s of silence ends it, and a new one resumes from its resourceVersion.
+        api.silence_watches();
+        api.create_pod(api_pod("late"));
+        until(
+            &a,
+            "the pod created after the watch fell silent running",
+            Duration::from_secs(240),
+            || running(&fake, "late") == 1,
+        )
+        .await;
+        assert_eq!(api.pod_watches(), 2);
+        assert_eq!(api.pod_lists(), 1, "resumed, not listed again");
+        assert!(
+            !a.log_text().contains("closing every connection"),
+            "the heartbeat kept working"
+        );
+    });
+}
+
+#[test]
 fn a_forbidden_identity_is_reported_clearly() {
     run(async {
         let (tmp, fake, api) = env("403");

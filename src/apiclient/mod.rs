@@ -22,6 +22,20 @@ pub const MAX_BODY: u64 = 32 << 20;
 /// ([`Client::json_within`]).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A watch that carries nothing for this long is taken for dead and ended. The apiserver sends a
+/// bookmark about once a minute on a watch that asked for them while anything in the cluster
+/// changes (its watch cache's bookmark frequency; v1.37.2 sent them 60 s apart here, and its
+/// own identity Lease alone changes every 10 s), so this much silence means the connection died
+/// on the way (an apiserver gone behind a load balancer, a NAT mapping lost), not a quiet node.
+pub const WATCH_SILENCE: Duration = Duration::from_secs(150);
+
+/// How long a request may take: in all, for the answer's head, and for each read.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    whole: Duration,
+    head: Option<Duration>,
+    per_read: Option<Duration>,
+}
 
 /// Each connection's input and output buffer (ureq's default is 128 KiB each, and a TLS
 /// connection has a pair at each layer). Bodies stream through them in pieces of this size; a
@@ -265,8 +279,7 @@ impl Client {
         method: &'static str,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
-        timeout: Option<Duration>,
-        head: Option<Duration>,
+        deadlines: Deadlines,
     ) -> Result<ureq::http::Response<ureq::Body>, ApiError> {
         let transport = |message: String| ApiError::Transport {
             method,
@@ -288,8 +301,9 @@ impl Client {
         let agent = self.agent();
         let req = agent
             .configure_request(req)
-            .timeout_global(timeout)
-            .timeout_recv_response(head)
+            .timeout_global(Some(deadlines.whole))
+            .timeout_recv_response(deadlines.head)
+            .timeout_per_read(deadlines.per_read)
             .build();
         let resp = agent.run(req).map_err(|e| transport(e.to_string()))?;
         let code = resp.status().as_u16();
@@ -334,7 +348,12 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         deadline: Duration,
     ) -> Result<Vec<u8>, ApiError> {
-        let resp = self.send(method, path, body, Some(deadline), None)?;
+        let deadlines = Deadlines {
+            whole: deadline,
+            head: None,
+            per_read: None,
+        };
+        let resp = self.send(method, path, body, deadlines)?;
         resp.into_body()
             .with_config()
             .limit(MAX_BODY)
@@ -377,19 +396,26 @@ impl Client {
 
     /// A long request whose body is read as it arrives (a watch). `idle` bounds the whole
     /// request: the server is asked to end the watch before it (`timeoutSeconds`). The response's
-    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), so a watch sent
-    /// on a connection that died on the way fails then, not at the end of `idle`.
+    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), and the body
+    /// may not fall silent for [`WATCH_SILENCE`]: a watch on a connection that died on the way
+    /// fails then, not at the end of `idle`.
     pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
-        self.stream_within(path, idle, CALL_TIMEOUT)
+        self.stream_within(
+            path,
+            Deadlines {
+                whole: idle,
+                head: Some(CALL_TIMEOUT),
+                per_read: Some(WATCH_SILENCE),
+            },
+        )
     }
 
     fn stream_within(
         &self,
         path: &str,
-        idle: Duration,
-        head: Duration,
+        deadlines: Deadlines,
     ) -> Result<impl Read + use<>, ApiError> {
-        let resp = self.send("GET", path, None, Some(idle), Some(head))?;
+        let resp = self.send("GET", path, None, deadlines)?;
         Ok(resp.into_body().into_reader())
     }
 }
@@ -590,13 +616,14 @@ mod tests {
     #[test]
     fn a_watch_whose_answer_never_comes_fails_after_the_head_deadline() {
         let (url, seen) = serve_each(vec![Conn::Silent]);
+        let deadlines = Deadlines {
+            whole: Duration::from_secs(600),
+            head: Some(Duration::from_millis(300)),
+            per_read: None,
+        };
         let started = std::time::Instant::now();
         let e = client(url)
-            .stream_within(
-                "/watch",
-                Duration::from_secs(600),
-                Duration::from_millis(300),
-            )
+            .stream_within("/watch", deadlines)
             .err()
             .expect("no answer is an error");
         seen.recv().unwrap();
@@ -604,6 +631,31 @@ mod tests {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "ended by the head's deadline, not the watch's ({:?})",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_watch_that_falls_silent_fails_after_the_silence_deadline() {
+        let (url, seen) = serve_each(vec![Conn::Watch]);
+        let deadlines = Deadlines {
+            whole: Duration::from_secs(600),
+            head: Some(Duration::from_secs(30)),
+            per_read: Some(Duration::from_millis(300)),
+        };
+        let started = std::time::Instant::now();
+        let mut body = client(url).stream_within("/watch", deadlines).unwrap();
+        seen.recv().unwrap();
+        let mut buf = Vec::new();
+        let r = body.read_to_end(&mut buf);
+        assert!(r.is_err(), "silence is an error, not a clean end: {r:?}");
+        assert_eq!(
+            buf, b"{\"type\":\"BOOKMARK\"}\n",
+            "what came before the silence is kept"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ended by the silence deadline, not the watch's ({:?})",
             started.elapsed()
         );
     }

@@ -1,6 +1,6 @@
 //! A fake kube-apiserver on loopback (plain HTTP, std threads), for what a real one cannot be
 //! made to do on command: drop every watch, answer 410 Gone, refuse with 403, stall, cut the link
-//! and leave its connections dead. It keeps
+//! and leave its connections dead, silence the watches. It keeps
 //! Nodes, Leases and Pods as JSON with one resourceVersion counter and an event log, and speaks
 //! the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=`), watch
 //! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
@@ -47,6 +47,8 @@ struct State {
     /// opened while it is, stays dead for good (`link_cuts` counts the cuts).
     link_cut: bool,
     link_cuts: u64,
+    /// Bumped to make every open watch fall silent for good (its connection left open).
+    watch_silences: u64,
     /// TokenRequests received: ("token/<ns>/<sa>", body).
     token_requests: Vec<(String, Value)>,
     tokens_issued: u64,
@@ -319,6 +321,12 @@ impl FakeApi {
                 s.link_cuts += 1;
             }
         });
+    }
+
+    /// Every open watch falls silent for good, its connection open, while everything else goes on
+    /// answering (the apiserver behind a load balancer gone with the watch's connection, say).
+    pub fn silence_watches(&self) {
+        self.with(|s| s.watch_silences += 1);
     }
 
     /// A connection whose path is gone: reads and drops whatever comes, answers nothing, until
@@ -605,11 +613,12 @@ impl FakeApi {
             let _ = w.write_all(b"0\r\n\r\n");
             return;
         }
-        let generation = g.watch_generation;
+        let (generation, silences) = (g.watch_generation, g.watch_silences);
         let mut sent = from;
         let t0 = Instant::now();
+        let mut said = Instant::now();
         loop {
-            if g.link_cuts != cuts {
+            if g.link_cuts != cuts || g.watch_silences != silences {
                 drop(g);
                 self.dead(w);
                 return;
@@ -633,9 +642,14 @@ impl FakeApi {
                     return;
                 }
                 sent = sent.max(rv);
+                said = Instant::now();
             }
-            if last > sent {
-                // Other objects moved the counter: a bookmark keeps the watcher current.
+            // The real apiserver's watch cache sends a bookmark about every minute (the Leases of
+            // a live cluster move its resourceVersion all the time); so does this one.
+            if last > sent || said.elapsed() >= Duration::from_secs(60) {
+                said = Instant::now();
+                // Other objects moved the counter, or a minute passed: a bookmark keeps the
+                // watcher current.
                 if !send(
                     w,
                     &json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": last.to_string()}}}),
