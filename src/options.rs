@@ -994,6 +994,7 @@ mod tests {
             "--image-gc-high-threshold=50",
         ]);
         assert_eq!(o.image_gc_high_threshold_percent, 50);
+        std::fs::remove_file(&cfg).unwrap();
     }
 
     #[test]
@@ -1035,6 +1036,7 @@ mod tests {
             err(&["--config", cfg.to_str().unwrap()]),
             "invalid configuration: imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s"
         );
+        std::fs::remove_file(&cfg).unwrap();
         let cfg = write_cfg(
             "gc-bad2.yaml",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
@@ -1046,6 +1048,7 @@ mod tests {
                 && e.contains("imageMinimumGCAge: invalid duration \"later\""),
             "{e}"
         );
+        std::fs::remove_file(&cfg).unwrap();
         assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(go_duration(Duration::from_secs(3725)), "1h2m5s");
         assert_eq!(go_duration(Duration::from_millis(250)), "250ms");
