@@ -312,20 +312,26 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
     });
 }
 
+/// picolet joined with pod `web` running and its pod watch open.
+async fn web_running_and_watched(tag: &str) -> (TempDir, FakeCri, FakeApi, Arc<Agent>) {
+    let (tmp, fake, api) = env(tag);
+    api.create_pod(api_pod("web"));
+    let a = start(&tmp, &fake, &api).await;
+    until(&a, "web running", Duration::from_secs(10), || {
+        running(&fake, "web") == 1
+    })
+    .await;
+    until(&a, "a watch open", Duration::from_secs(10), || {
+        api.pod_watches() == 1
+    })
+    .await;
+    (tmp, fake, api, a)
+}
+
 #[test]
 fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_watch() {
     run(async {
-        let (tmp, fake, api) = env("deadlink");
-        api.create_pod(api_pod("web"));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "web running", Duration::from_secs(10), || {
-            running(&fake, "web") == 1
-        })
-        .await;
-        until(&a, "a watch open", Duration::from_secs(10), || {
-            api.pod_watches() == 1
-        })
-        .await;
+        let (_tmp, fake, api, a) = web_running_and_watched("deadlink").await;
         // The link goes silent and takes every connection with it, the open watch included
         // (which asked for 300 to 600 s). Lease renewals time out after 10 s each; the second
         // in a row closes every connection.
@@ -368,17 +374,7 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
 #[test]
 fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
     run(async {
-        let (tmp, fake, api) = env("silent");
-        api.create_pod(api_pod("web"));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "web running", Duration::from_secs(10), || {
-            running(&fake, "web") == 1
-        })
-        .await;
-        until(&a, "a watch open", Duration::from_secs(10), || {
-            api.pod_watches() == 1
-        })
-        .await;
+        let (_tmp, fake, api, a) = web_running_and_watched("silent").await;
         // The watch (asking for 300 to 600 s) says nothing more while every other call is
         // answered, so the heartbeat never fails. A bookmark comes every minute on a live
         // watch: 150 s of silence ends it, and a new one resumes from its resourceVersion.
