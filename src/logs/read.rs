@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Seek};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -242,8 +242,7 @@ fn read_raw(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<Raw> {
 }
 
 fn open(path: &Path) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
-    let f = fs::File::open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))?;
+    let f = open_file(path)?;
     let ino = f.metadata()?.ino();
     let r: Box<dyn BufRead + Send> = if path.extension().is_some_and(|e| e == "gz") {
         Box::new(BufReader::new(flate2::read::GzDecoder::new(f)))
@@ -253,13 +252,17 @@ fn open(path: &Path) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
     Ok((r, ino))
 }
 
-/// How many lines a file holds (partial records joined; unparsable lines not counted).
-fn count_lines(path: &Path) -> io::Result<u64> {
-    let (mut r, _) = open(path)?;
+fn open_file(path: &Path) -> io::Result<fs::File> {
+    fs::File::open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))
+}
+
+/// How many lines a reader holds (partial records joined; unparsable lines not counted).
+fn count_lines(r: &mut dyn BufRead) -> io::Result<u64> {
     let mut buf = Vec::new();
     let (mut n, mut pending) = (0u64, [false; 2]);
     loop {
-        match read_raw(&mut *r, &mut buf)? {
+        match read_raw(r, &mut buf)? {
             Raw::Eof => break,
             Raw::Line | Raw::Unterminated => {
                 if let Ok(rec) = format::parse_record(&buf) {
@@ -273,6 +276,40 @@ fn count_lines(path: &Path) -> io::Result<u64> {
         }
     }
     Ok(n + pending.iter().filter(|p| **p).count() as u64)
+}
+
+/// The live log as it was when a request came: the file opened then (a rotation meanwhile
+/// renames it, and it is still this one that is read) and its length then. A request that
+/// does not follow reads no further than that length, so `tailLines=N` gives N lines however
+/// fast the container writes.
+struct Snapshot {
+    file: fs::File,
+    len: u64,
+}
+
+impl Snapshot {
+    /// The file from its start, up to the snapshot's length unless `follow`.
+    fn reader(mut self, follow: bool) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
+        self.file.rewind()?;
+        let ino = self.file.metadata()?.ino();
+        let r: Box<dyn BufRead + Send> = if follow {
+            Box::new(BufReader::with_capacity(32 * 1024, self.file))
+        } else {
+            Box::new(BufReader::with_capacity(
+                32 * 1024,
+                self.file.take(self.len),
+            ))
+        };
+        Ok((r, ino))
+    }
+
+    fn count_lines(&mut self) -> io::Result<u64> {
+        self.file.rewind()?;
+        count_lines(&mut BufReader::with_capacity(
+            32 * 1024,
+            (&self.file).take(self.len),
+        ))
+    }
 }
 
 struct Current {
@@ -304,6 +341,8 @@ pub struct Reader {
     follow: bool,
     /// Bytes of an unterminated last line of the live log, read again with the rest of it.
     carry: Vec<u8>,
+    /// The live log as it was at the request; None when it did not exist.
+    snapshot: Option<Snapshot>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -345,17 +384,38 @@ impl Reader {
                 ));
             }
         }
+        let mut snapshot = match open_file(live) {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                Some(Snapshot { file, len })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
         let mut skip = 0;
         if let Some(t) = o.tail {
-            let counts = files
-                .iter()
-                .map(|f| match count_lines(f) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-                    r => r,
-                })
-                .collect::<io::Result<Vec<u64>>>()?;
+            // Newest first, and only as many files as the tail reaches into: a short tail of a
+            // busy log reads the live file alone, not every gzipped one.
+            let mut counts = Vec::new();
+            let mut sum = 0;
+            for f in files.iter().rev() {
+                // At least the newest, so that `tailLines=0&follow` still follows it.
+                if sum >= t && !counts.is_empty() {
+                    break;
+                }
+                let n = match (&mut snapshot, f == live) {
+                    (Some(s), true) => s.count_lines()?,
+                    _ => match open(f).and_then(|(mut r, _)| count_lines(&mut *r)) {
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                        r => r?,
+                    },
+                };
+                sum += n;
+                counts.push(n);
+            }
+            counts.reverse();
             let (first, s) = tail_start(&counts, t);
-            files.drain(..first);
+            files.drain(..files.len() - counts.len() + first);
             skip = s;
         }
         Ok(Reader {
@@ -367,6 +427,7 @@ impl Reader {
             out: Output::new(o),
             follow: o.follow,
             carry: Vec::new(),
+            snapshot,
         })
     }
 
@@ -405,7 +466,14 @@ impl Reader {
                     break;
                 };
                 let live = self.files.is_empty() && path == self.live;
-                match open(&path) {
+                let opened = match self.snapshot.take() {
+                    Some(s) if live => s.reader(self.follow),
+                    s => {
+                        self.snapshot = s;
+                        open(&path)
+                    }
+                };
+                match opened {
                     Ok((reader, ino)) => {
                         self.cur = Some(Current {
                             path,
@@ -757,6 +825,50 @@ mod tests {
         r.stop_following();
         assert_eq!(r.pump(&mut sink).unwrap(), Pump::Done);
         assert_eq!(lines(&got), ["a", "bc", "d", "e"]);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_request_reads_the_log_as_it_was_when_it_came() {
+        let d = dir("snapshot");
+        let live = rotated_log(&d);
+        let append = |i: u32| {
+            let mut f = fs::OpenOptions::new().append(true).open(&live).unwrap();
+            io::Write::write_all(&mut f, rec(i, "F", &format!("line {i}")).as_bytes()).unwrap();
+        };
+        let opts = |tail, follow| LogOptions {
+            tail,
+            follow,
+            ..Default::default()
+        };
+        let pump_all = |r: &mut Reader| {
+            let mut got = Vec::new();
+            r.pump(&mut |c| {
+                got.extend_from_slice(&c);
+                true
+            })
+            .unwrap();
+            lines(&got)
+        };
+        // Lines written between the request and the reading: not in the answer, whose tail
+        // is exactly the lines asked for.
+        let mut tail = Reader::new(&live, &opts(Some(2), false)).unwrap();
+        let mut whole = Reader::new(&live, &opts(None, false)).unwrap();
+        append(10);
+        append(11);
+        assert_eq!(pump_all(&mut tail), ["line 8", "line 9"]);
+        let want: Vec<String> = (0..10).map(|i| format!("line {i}")).collect();
+        assert_eq!(pump_all(&mut whole), want);
+        // Rotated in between: the file the request saw is the one read.
+        let mut tail = Reader::new(&live, &opts(Some(3), false)).unwrap();
+        fs::rename(&live, d.join("0.log.20240501-130000")).unwrap();
+        fs::write(&live, rec(20, "F", "line 20")).unwrap();
+        assert_eq!(pump_all(&mut tail), ["line 9", "line 10", "line 11"]);
+        // Following, what comes after is wanted; tailLines=0 starts at the end.
+        let mut follow = Reader::new(&live, &opts(Some(0), true)).unwrap();
+        assert_eq!(pump_all(&mut follow), Vec::<String>::new());
+        append(21);
+        assert_eq!(pump_all(&mut follow), ["line 21"]);
         let _ = fs::remove_dir_all(&d);
     }
 
