@@ -335,6 +335,9 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
         // The link goes silent and takes every connection with it, the open watch included
         // (which asked for 300 to 600 s). Lease renewals time out after 10 s each; the second
         // in a row closes every connection.
+        let lease =
+            format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}");
+        let lease_reads = api.count("GET", &lease);
         api.cut_link(true);
         until(
             &a,
@@ -368,6 +371,11 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
         )
         .await;
         assert_eq!(running(&fake, "web"), 1, "web kept running through the cut");
+        assert_eq!(
+            api.count("GET", &lease),
+            lease_reads,
+            "the Lease held was renewed with a PUT, not read again first"
+        );
     });
 }
 

@@ -91,6 +91,10 @@ impl ApiError {
     pub fn is_transport(&self) -> bool {
         matches!(self, ApiError::Transport { .. })
     }
+    /// The apiserver is overloaded or failing (429, 5xx): the request itself was fine.
+    pub fn is_server_error(&self) -> bool {
+        matches!(self.code(), Some(429 | 500..=599))
+    }
     pub(crate) fn decode(what: impl Into<String>, e: impl std::fmt::Display) -> ApiError {
         ApiError::Decode {
             what: what.into(),

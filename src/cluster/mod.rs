@@ -194,6 +194,8 @@ pub async fn run_lease(client: Client, node_name: String) {
     let mut unanswered = 0u32;
     loop {
         let now = rfc3339_micro(rt::now_nanos());
+        // The Lease to renew after a failed PUT, when it is still worth renewing.
+        let mut held = None;
         let result = match lease.take() {
             None => match heartbeat(&client, "GET", path.clone(), None).await {
                 Ok(l) => Ok(l),
@@ -222,7 +224,16 @@ pub async fn run_lease(client: Client, node_name: String) {
                 l["spec"]["renewTime"] = json!(now);
                 l["spec"]["holderIdentity"] = json!(node_name);
                 l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);
-                heartbeat(&client, "PUT", path.clone(), Some(l)).await
+                let r = heartbeat(&client, "PUT", path.clone(), Some(l.clone())).await;
+                // No answer, or the apiserver failing: the Lease held is still the newest
+                // known, and the first renewal after the outage is one PUT, not a GET and a
+                // PUT. A conflict or any other refusal reads it again.
+                if r.as_ref()
+                    .is_err_and(|e| e.is_transport() || e.is_server_error())
+                {
+                    held = Some(l);
+                }
+                r
             }
         };
         match result {
@@ -258,6 +269,7 @@ pub async fn run_lease(client: Client, node_name: String) {
                     let c = client.clone();
                     rt::unblock(move || c.close_connections()).await;
                 }
+                lease = held;
                 rt::sleep(backoff_delay(failures.min(3), &mut jitter)).await;
             }
         }
