@@ -218,7 +218,16 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
     }
 
     // The Node authorizer: the pods bound to this node and what they reference, nothing else.
-    cp.as_node(NODE, &["-n", NS, "get", "pod", "own-pod"]).ok();
+    // The authorizer's graph learns of new pods through an informer: allow it a moment.
+    cp.wait_for(
+        "the node to be allowed its own pod",
+        Duration::from_secs(30),
+        || {
+            cp.as_node(NODE, &["-n", NS, "get", "pod", "own-pod"])
+                .success
+                .then_some(())
+        },
+    );
     expect_forbidden(
         cp.as_node(NODE, &["-n", NS, "get", "pod", "other-pod"]),
         "a node reading a pod bound to another node",
@@ -378,16 +387,23 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
             "{p}"
         );
     }
-    let ready = cp.admin(&[
-        "-n",
-        NS,
-        "get",
-        "deployment",
-        "web",
-        "-o",
-        "jsonpath={.status.replicas}",
-    ]);
-    assert_eq!(ready, "3");
+    // The Deployment's status follows its ReplicaSet's, a moment after the pods are bound.
+    cp.wait_for(
+        "the Deployment to count 3 replicas",
+        Duration::from_secs(60),
+        || {
+            (cp.admin(&[
+                "-n",
+                NS,
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.status.replicas}",
+            ]) == "3")
+                .then_some(())
+        },
+    );
 
     // The TokenRequest API, called as the kubelet calls it (a POST to the service account's
     // token subresource): the node gets a token for the service account of a pod bound to it,

@@ -118,11 +118,11 @@ fn run_as_non_root_seccomp_and_refused_apparmor() {
     a.wait_for("the non-root container ran", T, |_| {
         read(&out.join("uid")).trim() == "1000"
     });
-    assert!(
-        status(&a, "nonroot-user")["containerStatuses"][0]["state"]["running"].is_object(),
-        "{}",
-        status(&a, "nonroot-user")
-    );
+    // The container writes its uid as soon as it starts; its status says so once picolet has
+    // seen it start.
+    a.wait_for("nonroot-user running", T, |a| {
+        status(a, "nonroot-user")["containerStatuses"][0]["state"]["running"].is_object()
+    });
     a.wait_for("both seccomp pods wrote their status", T, |_| {
         read(&out.join("seccomp-default")).contains("Seccomp:")
             && read(&out.join("seccomp-none")).contains("Seccomp:")

@@ -159,18 +159,23 @@ fn unused_images_are_collected_and_needed_ones_kept() {
     ]
     .map(String::from)
     .to_vec();
-    let mut a = Agent::start_with(&d.join("a"), &c.endpoint(), &gc_flags);
-    a.write_manifest("run.yaml", &pod_yaml("run", BUSYBOX_IMAGE));
-    a.write_manifest("gone.yaml", &pod_yaml("gone", GONE));
-    a.write_manifest(
-        "waiting.yaml",
-        &format!(
+    // In place before picolet starts: the first collection, a second after the start, must
+    // already know the images they need, however slowly this test gets to write them.
+    let manifests = d.join("a").join("manifests");
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(manifests.join("run.yaml"), pod_yaml("run", BUSYBOX_IMAGE)).unwrap();
+    std::fs::write(manifests.join("gone.yaml"), pod_yaml("gone", GONE)).unwrap();
+    std::fs::write(
+        manifests.join("waiting.yaml"),
+        format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: waiting\nspec:\n  \
              terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init\n    \
              image: {BUSYBOX_IMAGE}\n    command: [sleep, '3600']\n  containers:\n  \
              - name: main\n    image: {WAITING}\n    command: [sleep, '3600']\n"
         ),
-    );
+    )
+    .unwrap();
+    let mut a = Agent::start_with(&d.join("a"), &c.endpoint(), &gc_flags);
 
     a.wait_for("the first image collection", T, |a| collections(a) >= 1);
     let left = images(&c);

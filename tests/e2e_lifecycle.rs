@@ -73,8 +73,10 @@ fn probes_restart_unhealthy_containers_and_drive_readiness() {
     let www = host_dir(&d.join("a"), "www");
     let shared = host_dir(&d.join("a"), "shared");
     std::fs::write(www.join("index.html"), "ok\n").unwrap();
+    // 5 s for each exec (the default is 1): with a threshold of 1, one slow `runc exec` on a
+    // loaded machine would restart the healthy container.
     let liveness = json!({"exec": {"command": ["cat", "/tmp/health"]},
-        "initialDelaySeconds": 5, "periodSeconds": 2, "failureThreshold": 1});
+        "initialDelaySeconds": 5, "periodSeconds": 2, "failureThreshold": 1, "timeoutSeconds": 5});
     let mut failing = container(
         "main",
         "echo ok > /tmp/health; sleep 10; rm -f /tmp/health; sleep 600",
@@ -380,7 +382,8 @@ fn sidecars_start_before_and_stop_after_the_app_sharing_its_processes() {
     side["volumeMounts"] = mount.clone();
     side["lifecycle"] =
         json!({"preStop": {"exec": {"command": ["sh", "-c", "echo side stop >> /shared/log"]}}});
-    side["startupProbe"] = json!({"exec": {"command": ["true"]}, "periodSeconds": 1});
+    side["startupProbe"] =
+        json!({"exec": {"command": ["true"]}, "periodSeconds": 1, "timeoutSeconds": 5});
     let mut app = container(
         "app",
         "echo app up >> /shared/log; sleep 2; ps > /shared/ps; trap 'exit 0' TERM; while true; do sleep 1; done",

@@ -278,21 +278,43 @@ fn count_lines(r: &mut dyn BufRead) -> io::Result<u64> {
     Ok(n + pending.iter().filter(|p| **p).count() as u64)
 }
 
-/// The live log as it was when a request came: the file opened then (a rotation meanwhile
-/// renames it, and it is still this one that is read) and its length then. A request that
-/// does not follow reads no further than that length, so `tailLines=N` gives N lines however
-/// fast the container writes.
+/// One of a log's files as it was when a request came: opened then, so a rotation meanwhile
+/// (the live file renamed, a rotated one gzipped, the oldest removed) changes nothing of what
+/// is read, with its length then. A request that does not follow reads no further than that
+/// length, so `tailLines=N` gives N lines however fast the container writes.
 struct Snapshot {
+    path: PathBuf,
     file: fs::File,
     len: u64,
 }
 
 impl Snapshot {
+    /// None when the file is gone.
+    fn open(path: &Path) -> io::Result<Option<Snapshot>> {
+        match open_file(path) {
+            Ok(file) => Ok(Some(Snapshot {
+                len: file.metadata()?.len(),
+                path: path.to_owned(),
+                file,
+            })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn gzipped(&self) -> bool {
+        self.path.extension().is_some_and(|e| e == "gz")
+    }
+
     /// The file from its start, up to the snapshot's length unless `follow`.
     fn reader(mut self, follow: bool) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
         self.file.rewind()?;
         let ino = self.file.metadata()?.ino();
-        let r: Box<dyn BufRead + Send> = if follow {
+        let r: Box<dyn BufRead + Send> = if self.gzipped() {
+            Box::new(BufReader::new(flate2::read::GzDecoder::new(
+                self.file.take(self.len),
+            )))
+        } else if follow {
             Box::new(BufReader::with_capacity(32 * 1024, self.file))
         } else {
             Box::new(BufReader::with_capacity(
@@ -305,10 +327,12 @@ impl Snapshot {
 
     fn count_lines(&mut self) -> io::Result<u64> {
         self.file.rewind()?;
-        count_lines(&mut BufReader::with_capacity(
-            32 * 1024,
-            (&self.file).take(self.len),
-        ))
+        let f = (&self.file).take(self.len);
+        if self.gzipped() {
+            count_lines(&mut BufReader::new(flate2::read::GzDecoder::new(f)))
+        } else {
+            count_lines(&mut BufReader::with_capacity(32 * 1024, f))
+        }
     }
 }
 
@@ -332,7 +356,9 @@ pub enum Pump {
 /// Reads a container's log files in order. `Send`, so it moves into the blocking pool for each
 /// pump and back.
 pub struct Reader {
-    files: VecDeque<PathBuf>,
+    /// The files still to read, oldest first; after a rotation seen while following, the
+    /// live log's path alone, opened when its turn comes.
+    files: VecDeque<(PathBuf, Option<Snapshot>)>,
     live: PathBuf,
     cur: Option<Current>,
     skip: u64,
@@ -341,15 +367,16 @@ pub struct Reader {
     follow: bool,
     /// Bytes of an unterminated last line of the live log, read again with the rest of it.
     carry: Vec<u8>,
-    /// The live log as it was at the request; None when it did not exist.
-    snapshot: Option<Snapshot>,
 }
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reader")
             .field("live", &self.live)
-            .field("files", &self.files)
+            .field(
+                "files",
+                &self.files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -384,32 +411,23 @@ impl Reader {
                 ));
             }
         }
-        let mut snapshot = match open_file(live) {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                Some(Snapshot { file, len })
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
+        let mut files = files
+            .iter()
+            .map(|f| Snapshot::open(f))
+            .filter_map(Result::transpose)
+            .collect::<io::Result<Vec<Snapshot>>>()?;
         let mut skip = 0;
         if let Some(t) = o.tail {
             // Newest first, and only as many files as the tail reaches into: a short tail of a
             // busy log reads the live file alone, not every gzipped one.
             let mut counts = Vec::new();
             let mut sum = 0;
-            for f in files.iter().rev() {
+            for f in files.iter_mut().rev() {
                 // At least the newest, so that `tailLines=0&follow` still follows it.
                 if sum >= t && !counts.is_empty() {
                     break;
                 }
-                let n = match (&mut snapshot, f == live) {
-                    (Some(s), true) => s.count_lines()?,
-                    _ => match open(f).and_then(|(mut r, _)| count_lines(&mut *r)) {
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-                        r => r?,
-                    },
-                };
+                let n = f.count_lines()?;
                 sum += n;
                 counts.push(n);
             }
@@ -419,7 +437,10 @@ impl Reader {
             skip = s;
         }
         Ok(Reader {
-            files: files.into(),
+            files: files
+                .into_iter()
+                .map(|f| (f.path.clone(), Some(f)))
+                .collect(),
             live: live.to_owned(),
             cur: None,
             skip,
@@ -427,7 +448,6 @@ impl Reader {
             out: Output::new(o),
             follow: o.follow,
             carry: Vec::new(),
-            snapshot,
         })
     }
 
@@ -457,7 +477,7 @@ impl Reader {
                 break;
             }
             let Some(cur) = &mut self.cur else {
-                let Some(path) = self.files.pop_front() else {
+                let Some((path, snapshot)) = self.files.pop_front() else {
                     // The live log was missing when the reader opened (a container whose log
                     // was removed): what the rotated files held is all there is.
                     for l in self.joiner.finish() {
@@ -466,12 +486,9 @@ impl Reader {
                     break;
                 };
                 let live = self.files.is_empty() && path == self.live;
-                let opened = match self.snapshot.take() {
-                    Some(s) if live => s.reader(self.follow),
-                    s => {
-                        self.snapshot = s;
-                        open(&path)
-                    }
+                let opened = match snapshot {
+                    Some(s) => s.reader(live && self.follow),
+                    None => open(&path),
                 };
                 match opened {
                     Ok((reader, ino)) => {
@@ -516,7 +533,7 @@ impl Reader {
                         if now.is_some() && now != Some(cur.ino) {
                             let path = cur.path.clone();
                             self.cur = None;
-                            self.files.push_back(path);
+                            self.files.push_back((path, None));
                             continue;
                         }
                         if !out.is_empty() && !sink(out) {
@@ -858,6 +875,15 @@ mod tests {
         append(11);
         assert_eq!(pump_all(&mut tail), ["line 8", "line 9"]);
         let want: Vec<String> = (0..10).map(|i| format!("line {i}")).collect();
+        // A rotated file compressed (and the plain one removed) before its turn comes.
+        let plain = d.join("0.log.20240501-121000");
+        let mut e = flate2::write::GzEncoder::new(
+            fs::File::create(d.join("0.log.20240501-121000.gz")).unwrap(),
+            flate2::Compression::default(),
+        );
+        io::Write::write_all(&mut e, &fs::read(&plain).unwrap()).unwrap();
+        e.finish().unwrap();
+        fs::remove_file(&plain).unwrap();
         assert_eq!(pump_all(&mut whole), want);
         // Rotated in between: the file the request saw is the one read.
         let mut tail = Reader::new(&live, &opts(Some(3), false)).unwrap();

@@ -194,6 +194,12 @@ impl Agent {
         self.spawn();
     }
 
+    /// Starts picolet again with these flags instead of the ones it had.
+    pub fn restart_with(&mut self, extra: &[String]) {
+        self.extra = extra.to_vec();
+        self.restart();
+    }
+
     pub fn write_manifest(&self, name: &str, content: &str) {
         // Write then rename, as editors and config tools do, so no half-written file is seen.
         let tmp = self.manifests.join(format!(".{name}.tmp"));
