@@ -13,7 +13,7 @@ mod containerd;
 mod prom;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
@@ -321,12 +321,17 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
             .and_then(|v| v.parse().ok())
             .unwrap()
     };
-    let u0 = usage(&g);
+    // Timed by the clock, not the sleep: a loaded machine stretches the window.
+    let (u0, t0) = (usage(&g), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
-    let used = usage(&g) - u0;
+    let (used, window) = (
+        usage(&g) - u0,
+        u64::try_from(t0.elapsed().as_micros()).unwrap(),
+    );
     assert!(
-        (100_000..=600_000).contains(&used),
-        "200m for 2 s is about 400000 µs, got {used}"
+        used >= window / 20 && used <= window / 5 + 100_000,
+        "200m for {window} µs is about {} µs, got {used}",
+        window / 5
     );
 
     // Removing the pod removes its cgroup from every hierarchy.

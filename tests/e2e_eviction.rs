@@ -70,20 +70,6 @@ const GUARANTEED: &str = "a-guaranteed";
 const BURSTABLE: &str = "b-burstable";
 const BEST_EFFORT: &str = "c-besteffort";
 
-/// Seconds since midnight of the line saying `pod` is evicted (the klog header's
-/// `hh:mm:ss.uuuuuu`).
-fn eviction_time(log: &str, pod: &str) -> Option<f64> {
-    let what = format!(
-        "eviction: memory.available threshold met: evicting pod default/{}",
-        full(pod)
-    );
-    let line = log.lines().find(|l| l.contains(&what))?;
-    let clock = line.split_whitespace().nth(1)?;
-    let mut parts = clock.split(':');
-    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
-    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
-}
-
 #[test]
 fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_period() {
     let d = test_dir("evict");
@@ -166,15 +152,16 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
         evicted(a, GUARANTEED)
     });
     // One pod per 10 s round, by picolet's own clock: the times of its eviction lines.
-    let log = a.log_text();
-    let at: Vec<f64> = [BEST_EFFORT, BURSTABLE, GUARANTEED]
-        .iter()
-        .map(|p| {
-            eviction_time(&log, p).unwrap_or_else(|| panic!("no eviction line for {p}\n{log}"))
-        })
-        .collect();
-    for (i, w) in at.windows(2).enumerate() {
-        let gap = (w[1] - w[0]).rem_euclid(86_400.0); // across midnight too
+    let line = |p: &str| {
+        format!(
+            "eviction: memory.available threshold met: evicting pod default/{}",
+            full(p)
+        )
+    };
+    for (i, w) in [BEST_EFFORT, BURSTABLE, GUARANTEED].windows(2).enumerate() {
+        let gap = a
+            .log_gap(&line(w[0]), &line(w[1]))
+            .unwrap_or_else(|| panic!("no eviction lines for {w:?}\n{}", a.log_text()));
         assert!(
             (8.0..=15.0).contains(&gap),
             "one pod per 10 s period: eviction {} came {gap:.3} s after the one before",

@@ -249,6 +249,27 @@ impl Agent {
     }
 
     /// Polls `cond` until it holds, or panics with `what` and picolet's log.
+    /// When picolet logged the first line containing `what`: seconds since midnight, from the
+    /// klog header's `hh:mm:ss.uuuuuu`. Gaps between two such times are picolet's own, not
+    /// when a polling test happened to see something.
+    pub fn log_time(&self, what: &str) -> Option<f64> {
+        let log = self.log_text();
+        let line = log.lines().find(|l| l.contains(what))?;
+        let clock = line.split_whitespace().nth(1)?;
+        let mut parts = clock.split(':');
+        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    }
+
+    /// Seconds from one logged line to a later one (across midnight too).
+    pub fn log_gap(&self, from: &str, to: &str) -> Option<f64> {
+        Some((self.log_time(to)? - self.log_time(from)?).rem_euclid(86_400.0))
+    }
+
     pub fn wait_for(&self, what: &str, limit: Duration, mut cond: impl FnMut(&Agent) -> bool) {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
