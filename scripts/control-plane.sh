@@ -157,19 +157,41 @@ wait_for() {
 # ---------------------------------------------------------------- ports
 
 # free_ports N: N distinct TCP ports in 20000-32767 (below the kernel's
-# ephemeral range) that nothing listens on or is connected from.
+# ephemeral range) that nothing listens on or is connected from, and that no
+# other start has taken in the last 10 minutes: two control planes starting at
+# once (tests run in parallel) pick before either binds, so each records what
+# it took in a shared file, under a lock.
+PORTS_TAKEN=${TMPDIR:-/tmp}/picolet-control-plane-ports
 free_ports() {
     local -A used=()
-    local p n=0 tries=0
+    local p t n=0 tries=0 now
+    now=$(date +%s)
+    exec {lock}>>"$PORTS_TAKEN.lock"
+    flock "$lock"
     while read -r p; do used[${p##*:}]=1; done < <(ss -Htan | awk '{ print $4 }')
+    local kept=()
+    if [[ -f $PORTS_TAKEN ]]; then
+        while read -r p t; do
+            [[ $p =~ ^[0-9]+$ && $t =~ ^[0-9]+$ ]] || continue
+            ((now - t < 600)) || continue
+            used[$p]=1
+            kept+=("$p $t")
+        done <"$PORTS_TAKEN"
+    fi
+    local picked=()
     while ((n < $1)); do
         ((tries++ < 1000)) || die "found no free loopback ports"
         p=$((20000 + RANDOM % 12768))
         [[ -z ${used[$p]+x} ]] || continue
         used[$p]=1
-        printf '%s\n' "$p"
+        picked+=("$p")
+        kept+=("$p $now")
         n=$((n + 1))
     done
+    printf '%s\n' "${kept[@]}" >"$PORTS_TAKEN.new" && mv -f "$PORTS_TAKEN.new" "$PORTS_TAKEN"
+    flock -u "$lock"
+    exec {lock}>&-
+    printf '%s\n' "${picked[@]}"
 }
 
 # ---------------------------------------------------------------- certificates

@@ -192,7 +192,7 @@ mod pool {
     #[cfg(test)]
     mod tests {
         use super::*;
-        use std::sync::mpsc;
+        use std::sync::{Arc, mpsc};
         use std::time::Instant;
 
         fn pool(keep_alive: Duration, max: usize) -> &'static Pool {
@@ -208,12 +208,20 @@ mod pool {
             rx
         }
 
-        /// `n` closures at once, each sleeping `each`: one new thread for each; waits for all.
-        fn burst(p: &'static Pool, n: usize, each: Duration) {
+        /// `n` closures at once, each held until all are submitted: one new thread for each;
+        /// waits for all.
+        fn burst(p: &'static Pool, n: usize) {
+            let (release_tx, release_rx) = mpsc::channel::<()>();
+            let release = Arc::new(Mutex::new(release_rx));
             let done: Vec<_> = (0..n)
-                .map(|_| run_on(p, move || std::thread::sleep(each)))
+                .map(|_| {
+                    let release = Arc::clone(&release);
+                    // Each waits for the end of the burst (the sender dropped).
+                    run_on(p, move || while release.lock().unwrap().recv().is_ok() {})
+                })
                 .collect();
             assert_eq!(p.threads(), n);
+            drop(release_tx);
             for r in done {
                 r.recv().unwrap();
             }
@@ -273,7 +281,7 @@ mod pool {
         #[test]
         fn after_a_burst_periodic_work_keeps_one_thread() {
             let p = pool(Duration::from_millis(200), 8);
-            burst(p, 4, Duration::from_millis(50));
+            burst(p, 4);
             // Work every 20 ms: the most recently idle thread takes it each time, the other three
             // reach their keep-alive.
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -288,7 +296,7 @@ mod pool {
         #[test]
         fn idle_threads_end_after_the_keep_alive() {
             let p = pool(Duration::from_millis(50), 8);
-            burst(p, 3, Duration::from_millis(20));
+            burst(p, 3);
             wait_until("idle threads ended", || p.threads() == 0);
             // And the pool starts a thread again when work comes.
             run_on(p, || {})
