@@ -384,7 +384,7 @@ start_controllers() {
 
 check_prerequisites() {
     local missing=() c
-    for c in openssl ss setsid timeout awk; do
+    for c in openssl ss setsid flock timeout awk; do
         command -v "$c" >/dev/null || missing+=("$c")
     done
     [[ ${#missing[@]} -eq 0 ]] ||
@@ -420,6 +420,7 @@ cmd_start() {
     make_pki
     local ports=()
     mapfile -t ports < <(free_ports 5)
+    ((${#ports[@]} == 5)) || die "could not pick 5 free loopback ports (see the error above)"
     ETCD_PORT=${ports[0]} ETCD_PEER_PORT=${ports[1]} APISERVER_PORT=${ports[2]}
     SCHEDULER_PORT=${ports[3]} CONTROLLER_MANAGER_PORT=${ports[4]}
     APISERVER=https://127.0.0.1:$APISERVER_PORT

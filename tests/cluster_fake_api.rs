@@ -381,6 +381,59 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
 }
 
 #[test]
+fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_conflict() {
+    run(async {
+        let (tmp, fake, api) = env("lostlease");
+        let a = start(&tmp, &fake, &api).await;
+        let lease =
+            format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}");
+        until(
+            &a,
+            "the lease renewed once",
+            Duration::from_secs(30),
+            || api.count("PUT", &lease) >= 1,
+        )
+        .await;
+        // The next renewal lands, and its answer is lost: picolet keeps the Lease it had,
+        // whose PUT then conflicts with the one that landed.
+        let from = api.requests().len();
+        api.lose_answers("PUT", &lease, 1);
+        until(
+            &a,
+            "the lost renewal, the conflict, a read and a renewal that lands",
+            Duration::from_secs(40),
+            || {
+                api.requests()[from..]
+                    .iter()
+                    .filter(|(_, p)| *p == lease)
+                    .count()
+                    >= 4
+            },
+        )
+        .await;
+        let (reqs, times) = (api.requests(), api.request_times());
+        let seen: Vec<(&str, Instant)> = reqs[from..]
+            .iter()
+            .zip(&times[from..])
+            .filter(|((_, p), _)| *p == lease)
+            .map(|((m, _), t)| (m.as_str(), *t))
+            .take(4)
+            .collect();
+        let methods: Vec<&str> = seen.iter().map(|(m, _)| *m).collect();
+        assert_eq!(methods, ["PUT", "PUT", "GET", "PUT"], "{reqs:?}");
+        // The conflict reads again at once, and what was read is renewed at once: not after a
+        // back-off or a renewal period (about 10 s).
+        let after_conflict = seen[3].1 - seen[1].1;
+        assert!(
+            after_conflict < Duration::from_secs(5),
+            "renewed {after_conflict:?} after the conflict"
+        );
+        let renewed = api.get(&format!("leases/kube-node-lease/{NODE}")).unwrap();
+        assert_eq!(renewed["spec"]["holderIdentity"], NODE);
+    });
+}
+
+#[test]
 fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
     run(async {
         let (_tmp, fake, api, a) = web_running_and_watched("silent").await;

@@ -181,8 +181,12 @@ fn restart_policies_and_crash_backoff() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The gaps by picolet's own clock: when it started each instance.
+    // The gaps by picolet's own clock: when it started each instance. The restart count is in
+    // the status as soon as the instance is made, a moment before picolet logs its start.
     let started = |n: u32| format!("started container main of pod crash-e2e-node (restart {n})");
+    a.wait_for("the third restart logged", T, |a| {
+        a.log_time(&started(3)).is_some()
+    });
     let gap = |n: u32| {
         a.log_gap(&started(n - 1), &started(n))
             .unwrap_or_else(|| panic!("no start of restart {n}\n{}", a.log_text()))

@@ -130,11 +130,19 @@ impl Listener {
                         }
                     }
                     // Each timeout checks whether the listener is still there.
-                    Err(_) => {
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock
+                                | std::io::ErrorKind::TimedOut
+                                | std::io::ErrorKind::Interrupted
+                        ) =>
+                    {
                         if tx.send((Instant::now(), String::new())).is_err() {
                             return;
                         }
                     }
+                    Err(e) => panic!("receiving on the notify socket: {e}"),
                 }
             }
         });

@@ -192,13 +192,16 @@ pub async fn run_lease(client: Client, node_name: String) {
     let mut failures = 0u32;
     // Renewals in a row that got no answer at all.
     let mut unanswered = 0u32;
+    // A conflict was just met: the next is not read again at once but waits its turn.
+    let mut conflicted = false;
     loop {
         let now = rfc3339_micro(rt::now_nanos());
         // The Lease to renew after a failed PUT, when it is still worth renewing.
         let mut held = None;
         let result = match lease.take() {
+            // Read (or made, when missing), then renewed at once.
             None => match heartbeat(&client, "GET", path.clone(), None).await {
-                Ok(l) => Ok(l),
+                Ok(l) => renew_lease(&client, &path, &node_name, &now, l, &mut held).await,
                 Err(e) if e.is_not_found() => {
                     let body = json!({
                         "apiVersion": "coordination.k8s.io/v1",
@@ -220,22 +223,19 @@ pub async fn run_lease(client: Client, node_name: String) {
                 }
                 Err(e) => Err(e),
             },
-            Some(mut l) => {
-                l["spec"]["renewTime"] = json!(now);
-                l["spec"]["holderIdentity"] = json!(node_name);
-                l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);
-                let r = heartbeat(&client, "PUT", path.clone(), Some(l.clone())).await;
-                // No answer, or the apiserver failing: the Lease held is still the newest
-                // known, and the first renewal after the outage is one PUT, not a GET and a
-                // PUT. A conflict or any other refusal reads it again.
-                if r.as_ref()
-                    .is_err_and(|e| e.is_transport() || e.is_server_error())
-                {
-                    held = Some(l);
-                }
-                r
-            }
+            Some(l) => renew_lease(&client, &path, &node_name, &now, l, &mut held).await,
         };
+        if let Err(e) = &result
+            && e.is_conflict()
+            && !conflicted
+        {
+            // Someone else wrote it, or a renewal whose answer was lost did land: read it
+            // again at once rather than after a back-off.
+            conflicted = true;
+            log::debug!("node lease: {e}; reading it again");
+            continue;
+        }
+        conflicted = false;
         match result {
             Ok(l) => {
                 if unanswered >= CLOSE_CONNECTIONS_AFTER {
@@ -274,6 +274,30 @@ pub async fn run_lease(client: Client, node_name: String) {
             }
         }
     }
+}
+
+/// One renewal of the Lease `l`: a PUT with the renew time `now`. When it gets no answer, or
+/// the apiserver is failing, `held` keeps the Lease: it is still the newest known, and the
+/// first renewal after the outage is one PUT, not a GET and a PUT. A conflict or any other
+/// refusal leaves `held` empty, so the Lease is read again.
+async fn renew_lease(
+    client: &Client,
+    path: &str,
+    node_name: &str,
+    now: &str,
+    mut l: Value,
+    held: &mut Option<Value>,
+) -> Result<Value, ApiError> {
+    l["spec"]["renewTime"] = json!(now);
+    l["spec"]["holderIdentity"] = json!(node_name);
+    l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);
+    let r = heartbeat(client, "PUT", path.to_owned(), Some(l.clone())).await;
+    if r.as_ref()
+        .is_err_and(|e| e.is_transport() || e.is_server_error())
+    {
+        *held = Some(l);
+    }
+    r
 }
 
 /// Publishes the status of the pods the apiserver gave this node: whenever the status picolet

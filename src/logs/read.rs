@@ -381,6 +381,52 @@ impl std::fmt::Debug for Reader {
     }
 }
 
+/// Opens every file of the log whose live file is `live`, oldest first. A rotation between
+/// listing the directory and opening a file (the live file renamed and not yet made again, a
+/// rotated file gzipped and removed) lists again, a few times, so that no file is skipped. An
+/// error when neither the live log nor any rotated file exists.
+fn open_all(live: &Path) -> io::Result<Vec<Snapshot>> {
+    const ATTEMPTS: u32 = 3;
+    let dir = live.parent().unwrap_or(Path::new("."));
+    let name = live
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    for attempt in 1..=ATTEMPTS {
+        let names = match rotate::list_dir(dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
+        };
+        let mut paths: Vec<PathBuf> = rotate::all_logs(name, &names)
+            .into_iter()
+            .map(|n| dir.join(n))
+            .collect();
+        let mut whole = names.iter().any(|n| n == name);
+        if !whole {
+            paths.pop();
+        }
+        let mut files = Vec::with_capacity(paths.len());
+        for p in &paths {
+            match Snapshot::open(p)? {
+                Some(s) => files.push(s),
+                None => whole = false,
+            }
+        }
+        if whole || attempt == ATTEMPTS {
+            if files.is_empty() {
+                break;
+            }
+            return Ok(files);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("failed to open log file {:?}: no such file", live.display()),
+    ))
+}
+
 /// How many bytes are handed to the sink at a time.
 const CHUNK: usize = 32 * 1024;
 
@@ -388,36 +434,11 @@ impl Reader {
     /// Opens the log whose live file is `live`, with its rotated files. An error when neither
     /// the live log nor any rotated file exists.
     pub fn new(live: &Path, o: &LogOptions) -> io::Result<Reader> {
-        let dir = live.parent().unwrap_or(Path::new("."));
-        let name = live
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default();
-        let names = match rotate::list_dir(dir) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
-        };
-        let mut files: Vec<PathBuf> = rotate::all_logs(name, &names)
-            .into_iter()
-            .map(|n| dir.join(n))
-            .collect();
-        if !names.iter().any(|n| n == name) {
-            files.pop();
-            if files.is_empty() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("failed to open log file {:?}: no such file", live.display()),
-                ));
-            }
-        }
-        let mut files = files
-            .iter()
-            .map(|f| Snapshot::open(f))
-            .filter_map(Result::transpose)
-            .collect::<io::Result<Vec<Snapshot>>>()?;
+        let mut files = open_all(live)?;
         let mut skip = 0;
-        if let Some(t) = o.tail {
+        if o.tail == Some(0) && !o.follow {
+            files.clear();
+        } else if let Some(t) = o.tail {
             // Newest first, and only as many files as the tail reaches into: a short tail of a
             // busy log reads the live file alone, not every gzipped one.
             let mut counts = Vec::new();
@@ -499,8 +520,6 @@ impl Reader {
                             live,
                         })
                     }
-                    // Removed by a rotation meanwhile: go on with the next.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && !live => {}
                     Err(e) => return Err(e),
                 }
                 continue;
@@ -528,11 +547,12 @@ impl Reader {
                 Raw::Eof if !cur.live => self.cur = None,
                 Raw::Eof => {
                     if self.follow {
-                        // Rotated meanwhile: this file is complete; the runtime writes a new one.
+                        // Rotated meanwhile: the runtime writes a new file. What it wrote to
+                        // this one after the end just read is read first, to this file's end.
                         let now = fs::metadata(&cur.path).map(|m| m.ino()).ok();
                         if now.is_some() && now != Some(cur.ino) {
+                            cur.live = false;
                             let path = cur.path.clone();
-                            self.cur = None;
                             self.files.push_back((path, None));
                             continue;
                         }

@@ -248,7 +248,6 @@ impl Agent {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Polls `cond` until it holds, or panics with `what` and picolet's log.
     /// When picolet logged the first line containing `what`: seconds since midnight, from the
     /// klog header's `hh:mm:ss.uuuuuu`. Gaps between two such times are picolet's own, not
     /// when a polling test happened to see something.
@@ -270,6 +269,7 @@ impl Agent {
         Some((self.log_time(to)? - self.log_time(from)?).rem_euclid(86_400.0))
     }
 
+    /// Polls `cond` until it holds, or panics with `what` and picolet's log.
     pub fn wait_for(&self, what: &str, limit: Duration, mut cond: impl FnMut(&Agent) -> bool) {
         let t0 = Instant::now();
         while t0.elapsed() < limit {

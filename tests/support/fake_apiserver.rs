@@ -49,6 +49,10 @@ struct State {
     link_cuts: u64,
     /// Bumped to make every open watch fall silent for good (its connection left open).
     watch_silences: u64,
+    /// The next this many requests of a method and path prefix are carried out and their
+    /// answer lost (the connection closed instead): a write that landed while its caller saw a
+    /// failure.
+    lose_answers: Vec<(String, String, u32)>,
     /// TokenRequests received: ("token/<ns>/<sa>", body).
     token_requests: Vec<(String, Value)>,
     tokens_issued: u64,
@@ -300,6 +304,16 @@ impl FakeApi {
         });
     }
 
+    /// The next `n` requests of `method` whose path starts with `prefix` are carried out, and
+    /// the connection is closed instead of answering: the caller sees no answer though its
+    /// write landed.
+    pub fn lose_answers(&self, method: &str, prefix: &str, n: u32) {
+        self.with(|s| {
+            s.lose_answers
+                .push((method.to_owned(), prefix.to_owned(), n))
+        });
+    }
+
     /// Reads every request and never answers it until unset (a link whose far end went silent:
     /// connections open, nothing comes back); the held connections are closed when it is unset.
     pub fn set_stalled(&self, stalled: bool) {
@@ -415,6 +429,16 @@ impl FakeApi {
                 return;
             }
             let (code, v) = self.handle(&method, &p, &q, body);
+            let lost = self.with(|s| {
+                let hit = s
+                    .lose_answers
+                    .iter_mut()
+                    .find(|(m, pre, n)| *n > 0 && *m == method && path.starts_with(pre.as_str()));
+                hit.map(|(_, _, n)| *n -= 1).is_some()
+            });
+            if lost {
+                return;
+            }
             let text = serde_json::to_vec(&v).unwrap();
             let head = format!(
                 "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
