@@ -310,7 +310,14 @@ impl Drop for Agent {
 /// containerd goes in `<dir>/c` (its start script clears what an earlier run left), picolet in a
 /// fresh `<dir>/a`.
 pub fn test_dir(name: &str) -> PathBuf {
-    let d = PathBuf::from(format!("/tmp/pe2e-{name}"));
+    // Short (a containerd socket's path must fit in 108 bytes), and apart for each checkout:
+    // two checkouts' test runs at once never share a directory.
+    let checkout = env!("CARGO_MANIFEST_DIR")
+        .bytes()
+        .fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+    let d = PathBuf::from(format!("/tmp/pe2e-{:04x}-{name}", checkout & 0xffff));
     // What an earlier run's pods mounted (secret volumes' tmpfs) goes first.
     for m in picolet::volume::mounts_under(&d.join("a")) {
         let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
