@@ -241,22 +241,6 @@ fn read_raw(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<Raw> {
     }
 }
 
-fn open(path: &Path) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
-    let f = open_file(path)?;
-    let ino = f.metadata()?.ino();
-    let r: Box<dyn BufRead + Send> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(BufReader::new(flate2::read::GzDecoder::new(f)))
-    } else {
-        Box::new(BufReader::with_capacity(32 * 1024, f))
-    };
-    Ok((r, ino))
-}
-
-fn open_file(path: &Path) -> io::Result<fs::File> {
-    fs::File::open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", path.display())))
-}
-
 /// How many lines a reader holds (partial records joined; unparsable lines not counted).
 fn count_lines(r: &mut dyn BufRead) -> io::Result<u64> {
     let mut buf = Vec::new();
@@ -278,6 +262,15 @@ fn count_lines(r: &mut dyn BufRead) -> io::Result<u64> {
     Ok(n + pending.iter().filter(|p| **p).count() as u64)
 }
 
+/// The records of `raw`, a log file's bytes: decompressed when the file is gzipped.
+fn records<'a>(gzipped: bool, raw: impl Read + Send + 'a) -> Box<dyn BufRead + Send + 'a> {
+    if gzipped {
+        Box::new(BufReader::new(flate2::read::GzDecoder::new(raw)))
+    } else {
+        Box::new(BufReader::with_capacity(32 * 1024, raw))
+    }
+}
+
 /// One of a log's files as it was when a request came: opened then, so a rotation meanwhile
 /// (the live file renamed, a rotated one gzipped, the oldest removed) changes nothing of what
 /// is read, with its length then. A request that does not follow reads no further than that
@@ -291,14 +284,17 @@ struct Snapshot {
 impl Snapshot {
     /// None when the file is gone.
     fn open(path: &Path) -> io::Result<Option<Snapshot>> {
-        match open_file(path) {
+        match fs::File::open(path) {
             Ok(file) => Ok(Some(Snapshot {
                 len: file.metadata()?.len(),
                 path: path.to_owned(),
                 file,
             })),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("opening {}: {e}", path.display()),
+            )),
         }
     }
 
@@ -306,33 +302,18 @@ impl Snapshot {
         self.path.extension().is_some_and(|e| e == "gz")
     }
 
-    /// The file from its start, up to the snapshot's length unless `follow`.
+    /// The file from its start, up to the snapshot's length unless `follow` (a gzipped file
+    /// is complete: its length is its end).
     fn reader(mut self, follow: bool) -> io::Result<(Box<dyn BufRead + Send>, u64)> {
         self.file.rewind()?;
         let ino = self.file.metadata()?.ino();
-        let r: Box<dyn BufRead + Send> = if self.gzipped() {
-            Box::new(BufReader::new(flate2::read::GzDecoder::new(
-                self.file.take(self.len),
-            )))
-        } else if follow {
-            Box::new(BufReader::with_capacity(32 * 1024, self.file))
-        } else {
-            Box::new(BufReader::with_capacity(
-                32 * 1024,
-                self.file.take(self.len),
-            ))
-        };
-        Ok((r, ino))
+        let limit = if follow { u64::MAX } else { self.len };
+        Ok((records(self.gzipped(), self.file.take(limit)), ino))
     }
 
     fn count_lines(&mut self) -> io::Result<u64> {
         self.file.rewind()?;
-        let f = (&self.file).take(self.len);
-        if self.gzipped() {
-            count_lines(&mut BufReader::new(flate2::read::GzDecoder::new(f)))
-        } else {
-            count_lines(&mut BufReader::with_capacity(32 * 1024, f))
-        }
+        count_lines(&mut *records(self.gzipped(), (&self.file).take(self.len)))
     }
 }
 
@@ -356,9 +337,10 @@ pub enum Pump {
 /// Reads a container's log files in order. `Send`, so it moves into the blocking pool for each
 /// pump and back.
 pub struct Reader {
-    /// The files still to read, oldest first; after a rotation seen while following, the
-    /// live log's path alone, opened when its turn comes.
-    files: VecDeque<(PathBuf, Option<Snapshot>)>,
+    /// The files still to read, oldest first.
+    files: VecDeque<Snapshot>,
+    /// Following, a rotation was seen: the new live log is opened once these are read.
+    reopen_live: bool,
     live: PathBuf,
     cur: Option<Current>,
     skip: u64,
@@ -375,7 +357,7 @@ impl std::fmt::Debug for Reader {
             .field("live", &self.live)
             .field(
                 "files",
-                &self.files.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+                &self.files.iter().map(|f| &f.path).collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -458,10 +440,8 @@ impl Reader {
             skip = s;
         }
         Ok(Reader {
-            files: files
-                .into_iter()
-                .map(|f| (f.path.clone(), Some(f)))
-                .collect(),
+            files: files.into(),
+            reopen_live: false,
             live: live.to_owned(),
             cur: None,
             skip,
@@ -498,7 +478,18 @@ impl Reader {
                 break;
             }
             let Some(cur) = &mut self.cur else {
-                let Some((path, snapshot)) = self.files.pop_front() else {
+                let next = match self.files.pop_front() {
+                    None if std::mem::take(&mut self.reopen_live) => {
+                        Some(Snapshot::open(&self.live)?.ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!("{} gone after a rotation", self.live.display()),
+                            )
+                        })?)
+                    }
+                    next => next,
+                };
+                let Some(file) = next else {
                     // The live log was missing when the reader opened (a container whose log
                     // was removed): what the rotated files held is all there is.
                     for l in self.joiner.finish() {
@@ -506,22 +497,15 @@ impl Reader {
                     }
                     break;
                 };
-                let live = self.files.is_empty() && path == self.live;
-                let opened = match snapshot {
-                    Some(s) => s.reader(live && self.follow),
-                    None => open(&path),
-                };
-                match opened {
-                    Ok((reader, ino)) => {
-                        self.cur = Some(Current {
-                            path,
-                            reader,
-                            ino,
-                            live,
-                        })
-                    }
-                    Err(e) => return Err(e),
-                }
+                let live = self.files.is_empty() && file.path == self.live;
+                let path = file.path.clone();
+                let (reader, ino) = file.reader(live && self.follow)?;
+                self.cur = Some(Current {
+                    path,
+                    reader,
+                    ino,
+                    live,
+                });
                 continue;
             };
             match read_raw(&mut *cur.reader, &mut raw)? {
@@ -552,8 +536,7 @@ impl Reader {
                         let now = fs::metadata(&cur.path).map(|m| m.ino()).ok();
                         if now.is_some() && now != Some(cur.ino) {
                             cur.live = false;
-                            let path = cur.path.clone();
-                            self.files.push_back((path, None));
+                            self.reopen_live = true;
                             continue;
                         }
                         if !out.is_empty() && !sink(out) {
