@@ -313,6 +313,11 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
     });
 }
 
+/// The node's Lease, as picolet requests it.
+fn lease_path() -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")
+}
+
 /// picolet joined with pod `web` running and its pod watch open.
 async fn web_running_and_watched(tag: &str) -> (TempDir, FakeCri, FakeApi, Arc<Agent>) {
     let (tmp, fake, api) = env(tag);
@@ -336,8 +341,7 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
         // The link goes silent and takes every connection with it, the open watch included
         // (which asked for 300 to 600 s). Lease renewals time out after 10 s each; the second
         // in a row closes every connection.
-        let lease =
-            format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}");
+        let lease = lease_path();
         let lease_reads = api.count("GET", &lease);
         api.cut_link(true);
         until(
@@ -385,8 +389,7 @@ fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_confl
     run(async {
         let (tmp, fake, api) = env("lostlease");
         let a = start(&tmp, &fake, &api).await;
-        let lease =
-            format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}");
+        let lease = lease_path();
         until(
             &a,
             "the lease renewed once",
