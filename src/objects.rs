@@ -443,7 +443,8 @@ pub struct ObjectEnv {
     /// From `envFrom`, in order, prefixes applied.
     pub from: Vec<(String, String)>,
     /// By index in `env`: the value of a `configMapKeyRef`/`secretKeyRef`, or `None` when it
-    /// is optional and absent (the variable is then left out, as upstream).
+    /// is optional and absent (the variable is then left out, as upstream); the runtime manager
+    /// adds the `resourceFieldRef` values (`kuberuntime::env::resource_refs`).
     pub refs: HashMap<usize, Option<String>>,
 }
 

@@ -1326,3 +1326,42 @@ fn an_evicted_pod_stops_keeps_its_failed_status_and_never_runs_again() {
             .await;
     });
 }
+
+#[test]
+fn env_resource_field_refs_get_the_containers_resources() {
+    rt::block_on(async {
+        let h = harness("envres");
+        let p = pod_json(
+            "er",
+            serde_json::json!({
+                "containers": [
+                    {"name": "c", "image": IMAGE, "command": ["sleep", "3600"],
+                     "resources": {"limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}},
+                     "env": [
+                        // As the apiserver sends an unset divisor: "0", read as 1.
+                        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}}},
+                        {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"containerName": "c", "resource": "limits.memory", "divisor": "1Mi"}}},
+                        {"name": "CPU_REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+                        {"name": "SIDE_MEM", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "requests.memory"}}}
+                     ]},
+                    {"name": "side", "image": IMAGE, "command": ["sleep", "3600"],
+                     "resources": {"requests": {"memory": "1Gi"}}}
+                ]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("c running", 3, |h| h.running("er") == 2).await;
+        let c = &h.instances("c")[0];
+        let get = |k: &str| {
+            c.config
+                .envs
+                .iter()
+                .find(|e| e.key == k)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(get("MEM").as_deref(), Some("67108864"));
+        assert_eq!(get("MEM_MI").as_deref(), Some("64"));
+        assert_eq!(get("CPU_REQ").as_deref(), Some("250"));
+        assert_eq!(get("SIDE_MEM").as_deref(), Some("1073741824"));
+    });
+}
