@@ -182,10 +182,12 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
             }),
         ),
     );
-    // grace 0: the container still gets SIGTERM and 2 s to act on it.
+    // grace 0: the container still gets SIGTERM and 2 s to act on it. The shell waits on a
+    // background child, so its trap runs the moment SIGTERM comes (a foreground child would
+    // hold the trap until it exits, and a loaded machine can stretch that past the 2 s).
     let term = container(
         "main",
-        "trap 'echo term > /data/term; exit 0' TERM; echo up > /data/up; while true; do sleep 0.2; done",
+        "trap 'echo term > /data/term; exit 0' TERM; echo up > /data/up; sleep 3600 & wait",
     );
     let mut term = term;
     term["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
