@@ -605,10 +605,10 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
             .filter_map(|m| Some((m.path.clone(), m.problem()?.to_owned())))
             .collect();
         for (path, err) in &errors {
-            if last_errors.get(path) != Some(err) {
-                if let Some(line) = manifests.get(path).and_then(Manifest::problem_line) {
-                    log::error!("{line}");
-                }
+            if last_errors.get(path) != Some(err)
+                && let Some(line) = manifests.get(path).and_then(Manifest::problem_line)
+            {
+                log::error!("{line}");
             }
         }
         last_errors = errors;
