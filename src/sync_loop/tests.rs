@@ -1365,3 +1365,49 @@ fn env_resource_field_refs_get_the_containers_resources() {
         assert_eq!(get("SIDE_MEM").as_deref(), Some("1073741824"));
     });
 }
+
+#[test]
+fn a_sandbox_that_cannot_be_created_shows_its_error_in_every_containers_status() {
+    rt::block_on(async {
+        let h = harness("sandboxerr");
+        let msg = "failed to create containerd task: seccomp profile /var/lib/kubelet/seccomp/none.json: no such file";
+        h.fake.fail_next("RunPodSandbox", tonic::Code::Unknown, msg);
+        let p = pod_json(
+            "sb",
+            serde_json::json!({
+                "initContainers": [{"name": "init", "image": IMAGE, "command": ["true"]}],
+                "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.run_for(1).await;
+        let st = h.status_of("sb");
+        let all: Vec<_> = st
+            .init_container_statuses
+            .iter()
+            .chain(&st.container_statuses)
+            .collect();
+        assert_eq!(all.len(), 2);
+        for c in &all {
+            let w = c.state.waiting.as_ref().expect("waiting");
+            assert_eq!(
+                w.reason.as_deref(),
+                Some("CreatePodSandboxError"),
+                "{}",
+                c.name
+            );
+            let m = w.message.as_deref().unwrap_or_default();
+            assert!(m.contains(msg), "{}: {m}", c.name);
+        }
+        // Once the sandbox is made, the error goes: the app container waits for the init one,
+        // not on an old sandbox error.
+        h.until("the init container running", 20, |h| h.running("sb") == 1)
+            .await;
+        h.run_for(1).await;
+        let st = h.status_of("sb");
+        let init = &st.init_container_statuses[0].state;
+        assert!(init.running.is_some(), "{init:?}");
+        let w = st.container_statuses[0].state.waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("PodInitializing"), "{w:?}");
+    });
+}
