@@ -235,7 +235,7 @@ impl RuntimeManager {
     pub async fn list(&self) -> Result<Listing, CriError> {
         let sbs = self.runtime.list_pod_sandbox(None).await?;
         let cs = self.runtime.list_containers(None).await?;
-        Ok(Listing::group(sbs, cs, true))
+        Ok(Listing::group(sbs, cs, Some(&self.node.node_name)))
     }
 
     /// A quick view of a listed pod without any per-object calls.
@@ -326,7 +326,7 @@ impl RuntimeManager {
             .await?;
         // Everything carrying the UID of a pod picolet runs is that pod's, marked or not (an
         // earlier picolet may have created it without the mark): it is adopted, or cleaned up.
-        let p = Listing::group(sandboxes, containers, false)
+        let p = Listing::group(sandboxes, containers, None)
             .pods
             .remove(uid)
             .unwrap_or_default();

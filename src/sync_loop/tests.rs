@@ -183,6 +183,62 @@ fn an_edited_pod_waits_until_its_old_version_is_gone() {
 }
 
 #[test]
+fn a_termination_that_keeps_failing_is_retried_less_and_less_often() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("a", "web", "v1")])),
+        t0,
+        view,
+    );
+    step(
+        &mut st,
+        Input::Done(Done::Synced {
+            uid: "a".into(),
+            retry_after: None,
+        }),
+        t0,
+        view,
+    );
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![])), t0, view);
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    // Each failure doubles the wait before the next try: 2, 4, 8, ... s, up to 5 min.
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        step(
+            &mut st,
+            Input::Done(Done::TerminateFailed { uid: "a".into() }),
+            now,
+            view,
+        );
+        let failed_at = now;
+        loop {
+            now += Duration::from_secs(1);
+            if !terminations(&step(&mut st, Input::Tick, now, view)).is_empty() {
+                break;
+            }
+        }
+        waits.push((now - failed_at).as_secs());
+    }
+    assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    // Success forgets the count.
+    step(
+        &mut st,
+        Input::Done(Done::Terminated { uid: "a".into() }),
+        now,
+        view,
+    );
+    assert!(st.terminating.is_empty());
+}
+
+#[test]
 fn synced_pods_come_due_again_by_their_retry_or_the_sync_frequency() {
     let cache = Cache::default();
     let view = View {
@@ -1409,5 +1465,47 @@ fn a_sandbox_that_cannot_be_created_shows_its_error_in_every_containers_status()
         assert!(init.running.is_some(), "{init:?}");
         let w = st.container_statuses[0].state.waiting.as_ref().unwrap();
         assert_eq!(w.reason.as_deref(), Some("PodInitializing"), "{w:?}");
+    });
+}
+
+#[test]
+fn another_nodes_pods_on_a_shared_runtime_are_not_orphans() {
+    rt::block_on(async {
+        let h = harness("shared-runtime");
+        // The picolet of another node, on the same containerd, runs its own pod.
+        let theirs = pod_json(
+            "theirs",
+            serde_json::json!({
+                "containers": [{"name": "t", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        let mut other_node = h.kubelet.rm.node().clone();
+        other_node.node_name = "other-node".into();
+        let other = crate::kuberuntime::RuntimeManager::new(
+            Rc::new(h.fake.clone()),
+            Rc::new(h.fake.clone()),
+            other_node,
+        );
+        let st = other.pod_status("theirs").await.unwrap();
+        other.sync_pod(&theirs, &st).await;
+        assert_eq!(h.running("theirs"), 1);
+        let mine = pod_json(
+            "mine",
+            serde_json::json!({
+                "containers": [{"name": "m", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![mine]).await;
+        h.until("mine running", 10, |h| h.running("mine") == 1)
+            .await;
+        // Housekeeping has run several times: the other node's pod is left alone.
+        h.run_for(10).await;
+        assert_eq!(
+            h.running("theirs"),
+            1,
+            "another node's pod is not an orphan"
+        );
+        assert!(h.fake.stops().is_empty(), "{:?}", h.fake.stops());
+        assert_eq!(h.fake.calls("RemovePodSandbox"), 0);
     });
 }
