@@ -688,6 +688,17 @@ impl Errors {
         self.unix_id(&format!("{p}.runAsUser"), sc.run_as_user);
         self.unix_id(&format!("{p}.runAsGroup"), sc.run_as_group);
         self.unix_id(&format!("{p}.fsGroup"), sc.fs_group);
+        if let Some(v) = sc
+            .fs_group_change_policy
+            .as_deref()
+            .filter(|v| !["Always", "OnRootMismatch"].contains(v))
+        {
+            self.add(
+                &format!("{p}.fsGroupChangePolicy"),
+                v,
+                &supported(&["Always", "OnRootMismatch"]),
+            );
+        }
         for (k, g) in sc.supplemental_groups.iter().enumerate() {
             self.unix_id(&format!("{p}.supplementalGroups[{k}]"), Some(*g));
         }
@@ -3030,6 +3041,23 @@ mod tests {
             ..Default::default()
         });
         assert_valid(&p);
+        let policy = |p: &mut Pod, v: Option<&str>| {
+            p.spec
+                .security_context
+                .as_mut()
+                .unwrap()
+                .fs_group_change_policy = v.map(Into::into);
+        };
+        policy(&mut p, Some("OnRootMismatch"));
+        assert_valid(&p);
+        policy(&mut p, Some("Sometimes"));
+        assert_one(
+            &p,
+            "spec.securityContext.fsGroupChangePolicy",
+            "Sometimes",
+            "supported values",
+        );
+        policy(&mut p, None);
         let sc = p.spec.security_context.as_mut().unwrap();
         sc.fs_group = Some(-5);
         assert_one(
