@@ -120,8 +120,13 @@ pub fn validate_pod(pod: &Pod) -> Vec<FieldError> {
     let mut e = Errors(Vec::new());
     e.meta(&pod.metadata);
     e.spec(&pod.spec);
+    e.apparmor_annotations(pod);
     e.0
 }
+
+/// The per-container AppArmor annotation the kubelet still honours (for static pods, whose
+/// annotations the apiserver never turns into fields).
+const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 struct Errors(Vec<FieldError>);
 
@@ -590,6 +595,46 @@ impl Errors {
         }
         if selinux.is_some() {
             self.add(&format!("{p}.seLinuxOptions"), "", SELINUX_REFUSED);
+        }
+    }
+
+    /// `container.apparmor.security.beta.kubernetes.io/<container>`: read as the field it stands
+    /// for (`runtime/default` is RuntimeDefault, `localhost/<profile>` Localhost, `unconfined`
+    /// Unconfined), refused as the field would be.
+    fn apparmor_annotations(&mut self, pod: &Pod) {
+        for (k, v) in &pod.metadata.annotations {
+            let Some(name) = k.strip_prefix(APPARMOR_ANNOTATION) else {
+                continue;
+            };
+            let path = format!("metadata.annotations[{k}]");
+            let known = pod
+                .spec
+                .containers
+                .iter()
+                .chain(&pod.spec.init_containers)
+                .any(|c| c.name == name);
+            if !known {
+                self.add(&path, name, "must name a container of the pod");
+                continue;
+            }
+            let kind = match v.as_str() {
+                "runtime/default" => continue,
+                "unconfined" => "Unconfined",
+                l if l.starts_with("localhost/") => "Localhost",
+                other => {
+                    self.add(
+                        &path,
+                        other,
+                        &supported(&["runtime/default", "localhost/<profile>", "unconfined"]),
+                    );
+                    continue;
+                }
+            };
+            self.add(
+                &path,
+                v,
+                &format!("(AppArmor type {kind}) {APPARMOR_REFUSED}"),
+            );
         }
     }
 
@@ -3016,6 +3061,47 @@ mod tests {
             "spec.containers[0].securityContext.capabilities.add[0]",
             "",
             "required",
+        );
+    }
+
+    #[test]
+    fn apparmor_annotations_are_read_as_the_field() {
+        let mut p = base();
+        let key = "container.apparmor.security.beta.kubernetes.io/main";
+        let set = |p: &mut Pod, k: &str, v: &str| {
+            p.metadata.annotations.clear();
+            p.metadata.annotations.insert(k.into(), v.into());
+        };
+        set(&mut p, key, "runtime/default");
+        assert_valid(&p);
+        set(&mut p, key, "localhost/k8s-apparmor-example-deny-write");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "localhost/k8s-apparmor-example-deny-write",
+            "(AppArmor type Localhost) is not supported by picolet",
+        );
+        set(&mut p, key, "unconfined");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "unconfined",
+            "(AppArmor type Unconfined)",
+        );
+        set(&mut p, key, "bogus");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "bogus",
+            "supported values",
+        );
+        let other = "container.apparmor.security.beta.kubernetes.io/nope";
+        set(&mut p, other, "runtime/default");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{other}]"),
+            "nope",
+            "a container of the pod",
         );
     }
 
