@@ -103,6 +103,9 @@ pub enum PullPolicy {
 #[serde(default, rename_all = "camelCase")]
 pub struct PodSpec {
     pub containers: Vec<Container>,
+    /// Pod-level resources: kept opaque so that validation refuses them by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub init_containers: Vec<Container>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -216,6 +219,9 @@ pub struct PodSecurityContext {
     /// `Always` (the default) or `OnRootMismatch`: when the volumes' ownership is changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs_group_change_policy: Option<String>,
+    /// `Merge` (the default: the image's groups join the listed ones) or `Strict`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supplemental_groups_policy: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub supplemental_groups: Vec<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -352,6 +352,13 @@ impl Errors {
 
     fn spec(&mut self, s: &PodSpec) {
         let volumes = self.volumes(s);
+        if s.resources.is_some() {
+            self.add(
+                "spec.resources",
+                "",
+                "pod-level resources are not supported by picolet (set each container's resources)",
+            );
+        }
 
         if s.containers.is_empty() {
             self.required("spec.containers");
@@ -733,6 +740,19 @@ impl Errors {
         self.unix_id(&format!("{p}.runAsUser"), sc.run_as_user);
         self.unix_id(&format!("{p}.runAsGroup"), sc.run_as_group);
         self.unix_id(&format!("{p}.fsGroup"), sc.fs_group);
+        match sc.supplemental_groups_policy.as_deref() {
+            None | Some("Merge") => {}
+            Some("Strict") => self.add(
+                &format!("{p}.supplementalGroupsPolicy"),
+                "Strict",
+                "is not supported by picolet: the runtime adds the groups the image's /etc/group gives the user (Merge)",
+            ),
+            Some(v) => self.add(
+                &format!("{p}.supplementalGroupsPolicy"),
+                v,
+                &supported(&["Merge", "Strict"]),
+            ),
+        }
         if let Some(v) = sc
             .fs_group_change_policy
             .as_deref()
@@ -3144,6 +3164,31 @@ mod tests {
             "supported values",
         );
         policy(&mut p, None);
+        let groups = |p: &mut Pod, v: Option<&str>| {
+            p.spec
+                .security_context
+                .as_mut()
+                .unwrap()
+                .supplemental_groups_policy = v.map(Into::into);
+        };
+        groups(&mut p, Some("Merge"));
+        assert_valid(&p);
+        groups(&mut p, Some("Strict"));
+        assert_one(
+            &p,
+            "spec.securityContext.supplementalGroupsPolicy",
+            "Strict",
+            "not supported by picolet",
+        );
+        groups(&mut p, None);
+        p.spec.resources = Some(json!({"limits": {"cpu": "1"}}));
+        assert_one(
+            &p,
+            "spec.resources",
+            "",
+            "pod-level resources are not supported",
+        );
+        p.spec.resources = None;
         let sc = p.spec.security_context.as_mut().unwrap();
         sc.fs_group = Some(-5);
         assert_one(
