@@ -505,7 +505,7 @@ pub async fn run_mirrors(
             }) else {
                 continue;
             };
-            let Some(status) = kubelet.status.get(&p.metadata.uid) else {
+            let Some(status) = kubelet.pod_status(&p.metadata.uid) else {
                 continue;
             };
             if status == m.status || sent.get(&m.uid) == Some(&status) {

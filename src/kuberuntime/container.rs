@@ -110,7 +110,7 @@ impl RuntimeManager {
                     "CrashLoopBackOff",
                     format!(
                         "back-off {} restarting failed container={} pod={}_{}({uid})",
-                        crate::options::format_duration(delay),
+                        crate::api::format_duration(delay),
                         c.name,
                         pod.metadata.name,
                         config::namespace(pod)

@@ -108,7 +108,7 @@ impl RuntimeManager {
             ..Default::default()
         };
         let mut hook = None;
-        if let Ok(r) = self.runtime.container_status(&c.id).await
+        if let Ok(r) = self.runtime.container_status(&c.id, false).await
             && let Some(s) = r.status
         {
             hook = s

@@ -251,7 +251,7 @@ impl RuntimeManager {
         let futs = st
             .containers
             .iter()
-            .map(|c| self.runtime.container_status(&c.id));
+            .map(|c| self.runtime.container_status(&c.id, false));
         let results = join_all(futs).await;
         let mut out = Vec::with_capacity(results.len());
         let mut messages = Vec::new();
