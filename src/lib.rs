@@ -25,6 +25,8 @@ pub mod node;
 pub mod notify;
 pub mod objects;
 pub mod options;
+#[cfg(feature = "node-api")]
+pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
@@ -377,6 +379,11 @@ fn start_cluster(
     let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
     facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
     facts.reserved.ephemeral_storage = facts.reserved.ephemeral_storage.saturating_add(nodefs);
+    facts.kubelet_port = if cfg!(feature = "node-api") {
+        o.node_api_port().unwrap_or(0)
+    } else {
+        0
+    };
     let kubelet = &parts.kubelet;
     Ok(vec![
         rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
@@ -397,19 +404,14 @@ fn start_cluster(
     ])
 }
 
-/// The local API on `--healthz-port` (none when it is 0).
+/// The local API on `--healthz-port` (none when it is 0) and the node API on `--port`.
 #[cfg(feature = "local-api")]
 fn start_server(
     o: &Options,
     parts: &Parts,
     #[cfg(feature = "file-source")] report: config::file::Report,
-) -> Result<Option<rt::Task<()>>, String> {
-    if o.healthz_port == 0 {
-        return Ok(None);
-    }
-    let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
-    let l = server::bind(addr).map_err(|e| e.to_string())?;
-    log::info!("local API on http://{addr}");
+    #[cfg(feature = "apiserver")] client: Option<&apiclient::Client>,
+) -> Result<Vec<rt::Task<()>>, String> {
     let root = std::path::Path::new("/");
     let ctx = Rc::new(server::Context {
         host: parts.kubelet.clone(),
@@ -421,7 +423,92 @@ fn start_server(
         #[cfg(feature = "file-source")]
         report,
     });
-    Ok(Some(rt::spawn(server::serve(l, ctx))))
+    let mut tasks = Vec::new();
+    if o.healthz_port != 0 {
+        let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
+        let l = server::bind(addr).map_err(|e| e.to_string())?;
+        log::info!("local API on http://{addr}");
+        tasks.push(rt::spawn(server::serve(l, ctx.clone())));
+    }
+    #[cfg(feature = "node-api")]
+    if let Some(port) = o.node_api_port() {
+        tasks.push(start_node_api(o, port, parts, ctx, client)?);
+    }
+    #[cfg(all(feature = "apiserver", not(feature = "node-api")))]
+    let _ = client;
+    Ok(tasks)
+}
+
+/// The node API: its serving certificate (given, or self-signed under `<root-dir>/pki`), TLS,
+/// authentication and authorization, and the listener.
+#[cfg(feature = "node-api")]
+fn start_node_api(
+    o: &Options,
+    port: u16,
+    parts: &Parts,
+    ctx: Rc<server::Context>,
+    client: Option<&apiclient::Client>,
+) -> Result<rt::Task<()>, String> {
+    let s = &o.serving;
+    let node = parts.rm.node();
+    let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let mut ips = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+            if let Ok(ip) = node.node_ip.parse() {
+                ips.insert(0, ip);
+            }
+            let names = [node.node_name.clone(), "localhost".to_owned()];
+            let now = rt::now_nanos().div_euclid(1_000_000_000);
+            pki::ensure_self_signed(&o.root_dir.join("pki"), &node.node_name, &names, &ips, now)
+                .map_err(|e| format!("the node API's self-signed certificate: {e}"))?
+        }
+    };
+    let tls = server::node_api::tls_config(&cert, &key, s.client_ca_file.as_deref(), s.tls13_only)
+        .map_err(|e| format!("the node API's TLS: {e}"))?;
+    let webhook = s.webhook_authn.unwrap_or(client.is_some());
+    let authz = match s.authorization {
+        Some(m) => m,
+        None if client.is_some() => options::AuthorizationMode::Webhook,
+        None => options::AuthorizationMode::AlwaysAllow,
+    };
+    let need =
+        |what: &str| format!("{what} needs --kubeconfig (the apiserver answers the reviews)");
+    if webhook && client.is_none() {
+        return Err(need("--authentication-token-webhook"));
+    }
+    if authz == options::AuthorizationMode::Webhook && client.is_none() {
+        return Err(need("--authorization-mode=Webhook"));
+    }
+    let auth = server::auth::Auth::new(
+        s.anonymous,
+        webhook.then(|| client.cloned()).flatten(),
+        s.webhook_cache_ttl,
+        (authz == options::AuthorizationMode::Webhook)
+            .then(|| client.cloned())
+            .flatten(),
+        s.authorized_ttl,
+        s.unauthorized_ttl,
+        node.node_name.clone(),
+    );
+    let addr = std::net::SocketAddr::new(s.address, port);
+    let l = server::node_api::bind(addr)?;
+    log::info!(
+        "node API on https://{addr} (certificate {}, client CA {}, token webhook {}, authorization {:?}, anonymous {})",
+        cert.display(),
+        s.client_ca_file
+            .as_ref()
+            .map_or("none".into(), |p| p.display().to_string()),
+        if webhook { "on" } else { "off" },
+        authz,
+        if s.anonymous { "on" } else { "off" },
+    );
+    let api = Rc::new(server::node_api::NodeApi {
+        ctx,
+        auth,
+        configz: server::node_api::configz(o, port),
+    });
+    Ok(rt::spawn(server::node_api::serve(l, tls, api)))
 }
 
 /// Upkeep beside the loop: image GC, log rotation, eviction, the malloc trim, and the systemd
@@ -592,6 +679,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             &parts,
             #[cfg(feature = "file-source")]
             report,
+            #[cfg(feature = "apiserver")]
+            src.apiserver.as_ref(),
         )?;
         let _upkeep = start_upkeep(&o, &parts, notifier.clone());
         let main = kubelet.run(snap_rx, ev_rx, done_rx);

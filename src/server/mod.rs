@@ -7,10 +7,19 @@
 //! - `local`: `/healthz`, `/pods`, `/manifests`, answered from the host's state (pure).
 //! - `stats`: `/stats/summary`, `/metrics`, `/metrics/cadvisor`, `/metrics/resource`.
 //! - `logs`: `/containerLogs/{namespace}/{pod}/{container}`, streamed.
+//! - `node_api` (feature `node-api`): the kubelet's HTTPS API on `--port`, each request
+//!   authenticated and authorized by `auth`, with `/configz` and the streaming endpoints of
+//!   `streaming` (exec, attach, port-forward proxied to the runtime's streaming server, `/run`).
 
+#[cfg(feature = "node-api")]
+pub mod auth;
 mod local;
 mod logs;
+#[cfg(feature = "node-api")]
+pub mod node_api;
 mod stats;
+#[cfg(feature = "node-api")]
+mod streaming;
 
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
@@ -53,7 +62,35 @@ pub trait Host {
         reader: crate::logs::read::Reader,
         tx: async_channel::Sender<Bytes>,
     ) -> std::pin::Pin<Box<dyn Future<Output = ()>>>;
+    /// The runtime's streaming URL running `cmd` in a running container.
+    fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String>;
+    /// The runtime's streaming URL attached to a running container.
+    fn attach_url(&self, t: Target, s: Streams) -> Answer<String>;
+    /// The runtime's streaming URL forwarding ports of a running pod.
+    fn port_forward_url(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        ports: Vec<i32>,
+    ) -> Answer<String>;
+    /// Runs `cmd` in a running container and returns what it wrote (`/run`).
+    fn run(&self, t: Target, cmd: Vec<String>) -> Answer<Vec<u8>>;
 }
+
+pub use crate::kuberuntime::streaming::Streams;
+
+/// A container as a streaming request names it (`/exec/{namespace}/{pod}[/{uid}]/{container}`).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub uid: Option<&'a str>,
+    pub container: &'a str,
+}
+
+/// An answer the host computes asynchronously, or an HTTP status and message.
+pub type Answer<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, (u16, String)>>>>;
 
 /// The figures `/metrics` reports of the agent itself.
 #[derive(Debug, Clone)]

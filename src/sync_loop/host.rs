@@ -3,7 +3,64 @@
 
 use super::Kubelet;
 use crate::kubecontainer::{ContainerState, SandboxState};
-use crate::server::{Host, HostMetrics};
+use crate::server::{Answer, Host, HostMetrics, Streams, Target};
+
+impl Kubelet {
+    /// The pod a request names: 404 "pod does not exist" as the kubelet says, also when a UID
+    /// is given and differs.
+    fn named_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+    ) -> Result<std::rc::Rc<crate::api::Pod>, (u16, String)> {
+        self.pod_by_name(namespace, pod)
+            .filter(|p| uid.is_none_or(|u| u == p.metadata.uid))
+            .ok_or_else(|| (404, "pod does not exist".to_owned()))
+    }
+
+    /// The running instance of a container: 404 "container not found" when there is none.
+    fn running_container(&self, t: Target) -> Result<String, (u16, String)> {
+        let p = self.named_pod(t.namespace, t.pod, t.uid)?;
+        let not_found = || (404, format!("container not found ({:?})", t.container));
+        let cache = self.cache.borrow();
+        let cached = cache.get(&p.metadata.uid).ok_or_else(not_found)?;
+        cached
+            .status
+            .containers
+            .iter()
+            .filter(|c| *c.name == *t.container && c.state == ContainerState::Running)
+            .max_by_key(|c| c.created_at)
+            .map(|c| c.id.to_string())
+            .ok_or_else(not_found)
+    }
+
+    /// The ready sandbox of a pod: 404 when it has none running.
+    fn running_sandbox(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+    ) -> Result<String, (u16, String)> {
+        let p = self.named_pod(namespace, pod, uid)?;
+        let cache = self.cache.borrow();
+        cache
+            .get(&p.metadata.uid)
+            .and_then(|c| {
+                c.status
+                    .sandboxes
+                    .iter()
+                    .find(|s| s.state == SandboxState::Ready)
+                    .map(|s| s.id.to_string())
+            })
+            .ok_or_else(|| (404, format!("pod {pod:?} is not running")))
+    }
+}
+
+/// A runtime error as the node API answers it.
+fn runtime_error(e: crate::cri::CriError) -> (u16, String) {
+    (500, e.to_string())
+}
 
 impl Host for Kubelet {
     fn node_name(&self) -> String {
@@ -75,5 +132,45 @@ impl Host for Kubelet {
         tx: async_channel::Sender<bytes::Bytes>,
     ) -> std::pin::Pin<Box<dyn Future<Output = ()>>> {
         Box::pin(crate::logs::stream(self.cache.clone(), at, reader, tx))
+    }
+
+    fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String> {
+        let found = self.running_container(t);
+        let rm = self.rm.clone();
+        Box::pin(async move { rm.exec_url(&found?, cmd, s).await.map_err(runtime_error) })
+    }
+
+    fn attach_url(&self, t: Target, s: Streams) -> Answer<String> {
+        let found = self.running_container(t);
+        let rm = self.rm.clone();
+        Box::pin(async move { rm.attach_url(&found?, s).await.map_err(runtime_error) })
+    }
+
+    fn port_forward_url(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        ports: Vec<i32>,
+    ) -> Answer<String> {
+        let found = self.running_sandbox(namespace, pod, uid);
+        let rm = self.rm.clone();
+        Box::pin(async move {
+            rm.port_forward_url(&found?, ports)
+                .await
+                .map_err(runtime_error)
+        })
+    }
+
+    fn run(&self, t: Target, cmd: Vec<String>) -> Answer<Vec<u8>> {
+        let found = self.running_container(t);
+        let rm = self.rm.clone();
+        Box::pin(async move {
+            let out = rm
+                .exec_sync(&found?, &cmd, std::time::Duration::ZERO)
+                .await
+                .map_err(|e| (500, e.to_string()))?;
+            Ok(out.output)
+        })
     }
 }
