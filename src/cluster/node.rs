@@ -340,8 +340,14 @@ mod tests {
         assert!(KUBELET_VERSION.starts_with("v1.37.2-picolet."));
         // Where the apiserver reaches the node API, by address type.
         assert_eq!(s1["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
-        assert_eq!(s1["addresses"][0], json!({"type": "InternalIP", "address": "192.0.2.7"}));
-        assert_eq!(s1["addresses"][1], json!({"type": "Hostname", "address": "edge-1"}));
+        assert_eq!(
+            s1["addresses"][0],
+            json!({"type": "InternalIP", "address": "192.0.2.7"})
+        );
+        assert_eq!(
+            s1["addresses"][1],
+            json!({"type": "Hostname", "address": "edge-1"})
+        );
         let ready = |s: &Value| s["conditions"][3].clone();
         assert_eq!(ready(&s1)["status"], "True");
         let s2 = node_status(&f, &up, Some(&s1), "2026-01-01T00:00:10Z");

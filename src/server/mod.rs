@@ -63,10 +63,13 @@ pub trait Host {
         tx: async_channel::Sender<Bytes>,
     ) -> std::pin::Pin<Box<dyn Future<Output = ()>>>;
     /// The runtime's streaming URL running `cmd` in a running container.
+    #[cfg(feature = "node-api")]
     fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String>;
     /// The runtime's streaming URL attached to a running container.
+    #[cfg(feature = "node-api")]
     fn attach_url(&self, t: Target, s: Streams) -> Answer<String>;
     /// The runtime's streaming URL forwarding ports of a running pod.
+    #[cfg(feature = "node-api")]
     fn port_forward_url(
         &self,
         namespace: &str,
@@ -75,11 +78,14 @@ pub trait Host {
         ports: Vec<i32>,
     ) -> Answer<String>;
     /// Runs `cmd` in a running container and returns what it wrote (`/run`).
+    #[cfg(feature = "node-api")]
     fn run(&self, t: Target, cmd: Vec<String>) -> Answer<Vec<u8>>;
 }
 
+#[cfg(feature = "node-api")]
 pub use crate::kuberuntime::streaming::Streams;
 
+#[cfg(feature = "node-api")]
 /// A container as a streaming request names it (`/exec/{namespace}/{pod}[/{uid}]/{container}`).
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
@@ -89,6 +95,7 @@ pub struct Target<'a> {
     pub container: &'a str,
 }
 
+#[cfg(feature = "node-api")]
 /// An answer the host computes asynchronously, or an HTTP status and message.
 pub type Answer<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, (u16, String)>>>>;
 

@@ -44,10 +44,9 @@ fn query_values<'a>(query: &'a str, name: &str) -> Vec<std::borrow::Cow<'a, str>
         .collect()
 }
 
+/// A stream flag as the apiserver sends it: `1` for on.
 fn flag(query: &str, name: &str) -> bool {
-    query_values(query, name)
-        .last()
-        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+    query_values(query, name).first().is_some_and(|v| v == "1")
 }
 
 fn percent_decode(s: &str) -> std::borrow::Cow<'_, str> {
@@ -77,12 +76,13 @@ fn percent_decode(s: &str) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(&out).into_owned().into()
 }
 
-/// Which streams the query asks for (`stdin`, `stdout`, `stderr`, `tty`).
+/// Which streams the query asks for, in the apiserver's parameter names (`input`, `output`,
+/// `error`, `tty`).
 fn streams(query: &str) -> Streams {
     Streams {
-        stdin: flag(query, "stdin"),
-        stdout: flag(query, "stdout"),
-        stderr: flag(query, "stderr"),
+        stdin: flag(query, "input"),
+        stdout: flag(query, "output"),
+        stderr: flag(query, "error"),
         tty: flag(query, "tty"),
     }
 }
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn queries_name_streams_commands_and_targets() {
-        let q = "command=sh&command=-c&command=echo%20hi%3B+ls&stdin=1&stdout=true&tty=0";
+        let q = "command=sh&command=-c&command=echo%20hi%3B+ls&input=1&output=1&error=true&tty=0";
         let cmd: Vec<String> = query_values(q, "command")
             .into_iter()
             .map(|c| c.into_owned())

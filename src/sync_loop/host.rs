@@ -3,8 +3,11 @@
 
 use super::Kubelet;
 use crate::kubecontainer::{ContainerState, SandboxState};
-use crate::server::{Answer, Host, HostMetrics, Streams, Target};
+#[cfg(feature = "node-api")]
+use crate::server::{Answer, Streams, Target};
+use crate::server::{Host, HostMetrics};
 
+#[cfg(feature = "node-api")]
 impl Kubelet {
     /// The pod a request names: 404 "pod does not exist" as the kubelet says, also when a UID
     /// is given and differs.
@@ -58,6 +61,7 @@ impl Kubelet {
 }
 
 /// A runtime error as the node API answers it.
+#[cfg(feature = "node-api")]
 fn runtime_error(e: crate::cri::CriError) -> (u16, String) {
     (500, e.to_string())
 }
@@ -134,18 +138,21 @@ impl Host for Kubelet {
         Box::pin(crate::logs::stream(self.cache.clone(), at, reader, tx))
     }
 
+    #[cfg(feature = "node-api")]
     fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String> {
         let found = self.running_container(t);
         let rm = self.rm.clone();
         Box::pin(async move { rm.exec_url(&found?, cmd, s).await.map_err(runtime_error) })
     }
 
+    #[cfg(feature = "node-api")]
     fn attach_url(&self, t: Target, s: Streams) -> Answer<String> {
         let found = self.running_container(t);
         let rm = self.rm.clone();
         Box::pin(async move { rm.attach_url(&found?, s).await.map_err(runtime_error) })
     }
 
+    #[cfg(feature = "node-api")]
     fn port_forward_url(
         &self,
         namespace: &str,
@@ -162,6 +169,7 @@ impl Host for Kubelet {
         })
     }
 
+    #[cfg(feature = "node-api")]
     fn run(&self, t: Target, cmd: Vec<String>) -> Answer<Vec<u8>> {
         let found = self.running_container(t);
         let rm = self.rm.clone();
