@@ -13,6 +13,7 @@ pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod eviction;
 pub(crate) mod hash;
 pub(crate) mod kubecontainer;
@@ -385,7 +386,10 @@ fn start_cluster(
         0
     };
     let kubelet = &parts.kubelet;
+    let recorder = Rc::new(events::Recorder::new(&node_name));
+    events::install(recorder.clone());
     Ok(vec![
+        rt::spawn(events::run(recorder, client.clone())),
         rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
         rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
         rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),

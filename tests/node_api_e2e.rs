@@ -390,6 +390,58 @@ fn kubectl_reaches_pods_through_the_node_api() {
     // (The apiserver's own node proxy, /api/v1/nodes/NODE/proxy/..., refuses a node whose
     // address is loopback, as here: "address not allowed".)
 
+    // Events, through the apiserver: the pod's containers, a crash loop counted in one object,
+    // the node's own.
+    let reasons = |name: &str| {
+        jsonpath(&[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "jsonpath={range .items[*]}{.reason}={.count}{\"\\n\"}{end}",
+        ])
+    };
+    let web_events = reasons("web");
+    for r in ["Pulled=", "Created=", "Started="] {
+        assert!(web_events.contains(r), "{r} not in {web_events}");
+    }
+    let node_events = reasons(NODE);
+    for r in ["Starting=", "NodeReady=", "NodeHasSufficientMemory="] {
+        assert!(node_events.contains(r), "{r} not in {node_events}");
+    }
+    kubectl(
+        &cp,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crasher\n  namespace: default\nspec:\n  \
+             nodeName: {NODE}\n  tolerations:\n  - operator: Exists\n  containers:\n  - name: main\n    \
+             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, 'exit 1']\n"
+        )),
+    )
+    .ok();
+    wait(
+        "a crash loop counted in one BackOff event",
+        Duration::from_secs(90),
+        &a,
+        &cp,
+        || {
+            let e = reasons("crasher");
+            let backoffs: Vec<u64> = e
+                .lines()
+                .filter_map(|l| l.strip_prefix("BackOff="))
+                .filter_map(|c| c.parse().ok())
+                .collect();
+            backoffs.len() == 1 && backoffs[0] >= 2
+        },
+    );
+    let described = kubectl(&cp, &["describe", "pod", "crasher"], None).ok();
+    assert!(
+        described.contains("Back-off restarting failed container main"),
+        "{described}"
+    );
+    kubectl(&cp, &["delete", "pod", "crasher", "--wait=false"], None).ok();
+
     // Nothing restarted along the way.
     let restarts = jsonpath(&[
         "get",

@@ -150,7 +150,15 @@ impl RuntimeManager {
             .await
             {
                 Ok(Ok(())) => log::debug!("preStop hook of container {} completed", c.name),
-                Ok(Err(m)) => log::warn!("FailedPreStopHook: container {}: {m}", c.name),
+                Ok(Err(m)) => match pod {
+                    Some(p) => crate::events::record(
+                        &crate::events::ObjectRef::container(p, &c.name),
+                        crate::events::Type::Warning,
+                        "FailedPreStopHook",
+                        &m,
+                    ),
+                    None => log::warn!("FailedPreStopHook: container {}: {m}", c.name),
+                },
                 Err(_) => log::info!(
                     "preStop hook of container {} did not complete in {grace} seconds",
                     c.name

@@ -368,12 +368,11 @@ impl RuntimeManager {
         }
         out.acted |= !a.containers_to_kill.is_empty();
         let kills = a.containers_to_kill.iter().map(|k| async move {
-            // The kubelet's "Killing" event.
-            log::info!(
-                "Killing: container {} of pod {}: {}",
-                k.name,
-                pod.metadata.name,
-                k.reason
+            crate::events::record(
+                &crate::events::ObjectRef::container(pod, &k.name),
+                crate::events::Type::Normal,
+                "Killing",
+                &format!("Stopping container {}: {}", k.name, k.reason),
             );
             let Some(c) = st.containers.iter().find(|c| c.id == k.id) else {
                 return Ok(());

@@ -137,6 +137,12 @@ impl Kubelet {
             }
         };
         self.status.evict(&pod, message);
+        crate::events::record(
+            &crate::events::ObjectRef::pod(&pod),
+            crate::events::Type::Warning,
+            "Evicted",
+            message,
+        );
         self.internal
             .0
             .try_send(Input::Evict {
