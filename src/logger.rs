@@ -50,8 +50,15 @@ pub fn level_for(verbosity: u8) -> log::LevelFilter {
     }
 }
 
-/// Formats one line (pure, for tests).
+/// Formats one line (pure, for tests). Line breaks inside the message (a hook's or a probe's
+/// output, a runtime's error) are escaped, so one entry is always one line of the log.
 pub fn format_line(level: log::Level, nanos: i64, pid: u32, target: &str, msg: &str) -> String {
+    let msg = msg.trim_end_matches(['\n', '\r']);
+    let msg: std::borrow::Cow<'_, str> = if msg.contains(['\n', '\r']) {
+        msg.replace('\n', "\\n").replace('\r', "\\r").into()
+    } else {
+        msg.into()
+    };
     let letter = match level {
         log::Level::Error => 'E',
         log::Level::Warn => 'W',
@@ -117,6 +124,24 @@ mod tests {
         let nanos = 1_709_622_489_000_123_456;
         let l = format_line(log::Level::Warn, nanos, 42, "picolet::sync_loop", "hello");
         assert_eq!(l, "W0305 07:08:09.000123      42 sync_loop] hello\n");
+    }
+
+    #[test]
+    fn a_message_with_line_breaks_stays_one_line() {
+        let nanos = 1_709_622_489_000_123_456;
+        let msg = "FailedPostStartHook: ... message: \"line one\nline two\r\n\"\n";
+        let l = format_line(
+            log::Level::Warn,
+            nanos,
+            42,
+            "picolet::kuberuntime::container",
+            msg,
+        );
+        assert_eq!(
+            l,
+            "W0305 07:08:09.000123      42 container] FailedPostStartHook: ... message: \"line one\\nline two\\r\\n\"\n"
+        );
+        assert_eq!(l.lines().count(), 1);
     }
 
     #[test]

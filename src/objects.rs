@@ -301,11 +301,15 @@ impl ApiVolume {
     }
 }
 
-/// The volume's API source, if any. Only pods from the apiserver may have one (validation
-/// refuses them in static pods, as upstream), so a build without the apiserver client links none
-/// of this.
+/// The volume's projected source, if any. configMap and secret volumes come only from the
+/// apiserver (validation refuses them in static pods, as upstream), so a build without the
+/// apiserver client reads only downwardAPI and projected volumes, which static pods may use (with
+/// downwardAPI sources alone).
 pub fn api_volume(v: &crate::api::Volume) -> Option<Result<ApiVolume, String>> {
-    if cfg!(feature = "apiserver") {
+    if cfg!(feature = "apiserver")
+        || v.other.contains_key("downwardAPI")
+        || v.other.contains_key("projected")
+    {
         ApiVolume::of(v)
     } else {
         None
@@ -443,7 +447,8 @@ pub struct ObjectEnv {
     /// From `envFrom`, in order, prefixes applied.
     pub from: Vec<(String, String)>,
     /// By index in `env`: the value of a `configMapKeyRef`/`secretKeyRef`, or `None` when it
-    /// is optional and absent (the variable is then left out, as upstream).
+    /// is optional and absent (the variable is then left out, as upstream); the runtime manager
+    /// adds the `resourceFieldRef` values (`kuberuntime::env::resource_refs`).
     pub refs: HashMap<usize, Option<String>>,
 }
 

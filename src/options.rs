@@ -755,11 +755,21 @@ const BOOL_FLAGS: &[&str] = &[
 /// Parses the arguments (without the program name).
 pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
     if args.first().map(String::as_str) == Some("validate") {
-        let files: Vec<PathBuf> = args[1..].iter().map(PathBuf::from).collect();
-        if files.is_empty() {
-            return Err(OptionsError::MissingValue("validate FILE".into()));
+        let rest = &args[1..];
+        if rest.iter().any(|a| a == "-h" || a == "--help") {
+            return Ok(Command::Help);
         }
-        return Ok(Command::Validate(files));
+        if let Some(flag) = rest.iter().find(|a| a.len() > 1 && a.starts_with('-')) {
+            return Err(OptionsError::Invalid(format!(
+                "validate takes manifest files, not flags: {flag:?} (a file whose name starts with '-' is ./{flag})"
+            )));
+        }
+        if rest.is_empty() {
+            return Err(OptionsError::Invalid(
+                "validate needs at least one manifest file: picolet validate FILE...".into(),
+            ));
+        }
+        return Ok(Command::Validate(rest.iter().map(PathBuf::from).collect()));
     }
     if args.first().map(String::as_str) == Some("logs") {
         if args[1..].iter().any(|a| a == "-h" || a == "--help") {
@@ -1277,7 +1287,24 @@ mod tests {
             parse(&args(&["validate", "a.yaml"])).unwrap(),
             Command::Validate(vec!["a.yaml".into()])
         );
-        assert!(parse(&args(&["validate"])).is_err());
+        assert_eq!(
+            parse(&args(&["validate"])).unwrap_err().to_string(),
+            "validate needs at least one manifest file: picolet validate FILE..."
+        );
+        assert_eq!(
+            parse(&args(&["validate", "--help"])).unwrap(),
+            Command::Help
+        );
+        assert_eq!(
+            parse(&args(&["validate", "a.yaml", "-h"])).unwrap(),
+            Command::Help
+        );
+        assert_eq!(
+            parse(&args(&["validate", "--strict", "a.yaml"]))
+                .unwrap_err()
+                .to_string(),
+            "validate takes manifest files, not flags: \"--strict\" (a file whose name starts with '-' is ./--strict)"
+        );
         match parse(&args(&["check", "--root-dir", "/r"])).unwrap() {
             Command::Check(o) => assert_eq!(o.root_dir, PathBuf::from("/r")),
             c => panic!("{c:?}"),

@@ -170,8 +170,7 @@ fn field_value(pod: &Pod, path: &str) -> Result<String, String> {
     })
 }
 
-/// A container's resource as the downward API gives it: its limit (the node's allocatable when
-/// unset) or request, divided by the divisor and rounded up.
+/// A container's resource as the downward API gives it in a volume: the container is named.
 fn resource_value(
     pod: &Pod,
     r: &ResourceFieldSelector,
@@ -184,21 +183,37 @@ fn resource_value(
         .chain(&pod.spec.init_containers)
         .find(|c| c.name == r.container_name)
         .ok_or_else(|| format!("resourceFieldRef: no container {:?}", r.container_name))?;
-    let (set, name) = match r.resource.split_once('.') {
+    container_resource(c, &r.resource, r.divisor.as_ref(), node)
+}
+
+/// A container's resource as the downward API gives it (volume items and env): its limit (the
+/// node's allocatable when unset) or request, divided by the divisor and rounded up. A zero
+/// divisor is one unit: the apiserver writes an unset divisor as `"0"`, and upstream reads it so.
+pub fn container_resource(
+    c: &crate::api::Container,
+    resource: &str,
+    divisor: Option<&Quantity>,
+    node: NodeAllocatable,
+) -> Result<String, String> {
+    let (set, name) = match resource.split_once('.') {
         Some(("limits", n)) => (&c.resources.limits, n),
         Some(("requests", n)) => (&c.resources.requests, n),
         _ => {
             return Err(format!(
-                "resourceFieldRef: unsupported resource {:?}",
-                r.resource
+                "resourceFieldRef: unsupported resource {resource:?}"
             ));
         }
     };
-    let is_limit = r.resource.starts_with("limits.");
-    let d = r.divisor.as_ref().map_or(1_000_000_000, Quantity::nanos);
+    let is_limit = resource.starts_with("limits.");
+    let d = divisor
+        .filter(|q| !q.is_zero())
+        .map_or(1_000_000_000, Quantity::nanos);
     let div = |value_nanos: i128| -> Result<String, String> {
-        if d <= 0 {
-            return Err("resourceFieldRef: divisor must be positive".into());
+        if d < 0 {
+            let shown = divisor.map(Quantity::as_str).unwrap_or_default();
+            return Err(format!(
+                "resourceFieldRef: divisor {shown:?} must not be negative"
+            ));
         }
         // Ceiling division, as upstream's ExtractContainerResourceValue.
         let q = (value_nanos + d - 1).div_euclid(d);
@@ -211,8 +226,7 @@ fn resource_value(
         ("memory", None) if is_limit => div(i128::from(node.memory) * 1_000_000_000),
         ("cpu" | "memory" | "ephemeral-storage", None) => Ok("0".into()),
         _ => Err(format!(
-            "resourceFieldRef: unsupported resource {:?}",
-            r.resource
+            "resourceFieldRef: unsupported resource {resource:?}"
         )),
     }
 }
@@ -482,6 +496,12 @@ spec:
       - {path: mem, resourceFieldRef: {containerName: c, resource: limits.memory, divisor: 1Mi}}
       - {path: cpu, resourceFieldRef: {containerName: c, resource: limits.cpu}}
       - {path: cpu-req, resourceFieldRef: {containerName: c, resource: requests.cpu, divisor: 1m}}
+  - name: podinfo
+    downwardAPI:
+      items:
+      - {path: mem, resourceFieldRef: {containerName: c, resource: limits.memory, divisor: \"0\"}}
+      - {path: cpu-req, resourceFieldRef: {containerName: c, resource: requests.cpu, divisor: \"0\"}}
+      - {path: cpu, resourceFieldRef: {containerName: c, resource: limits.cpu, divisor: \"0\"}}
 ";
 
     fn names(p: &Payload) -> Vec<(&str, u32)> {
@@ -620,5 +640,19 @@ spec:
         // No CPU limit: the node's allocatable, rounded up to whole cores.
         assert_eq!(text("cpu"), "2");
         assert_eq!(text("cpu-req"), "250");
+    }
+
+    #[test]
+    fn a_zero_divisor_as_the_apiserver_sends_an_unset_one_counts_as_one() {
+        let p = pod(POD);
+        let node = NodeAllocatable {
+            milli_cpu: 1500,
+            memory: 1 << 30,
+        };
+        let f = payload(&p, &vol(&p, 9), &Contents::default(), node).unwrap();
+        let text = |k: &str| String::from_utf8(f[k].data.clone()).unwrap();
+        assert_eq!(text("mem"), (64u64 << 20).to_string());
+        assert_eq!(text("cpu-req"), "1", "250m rounded up to a whole core");
+        assert_eq!(text("cpu"), "2");
     }
 }

@@ -182,6 +182,47 @@ fn prepare_api_volume(
     Ok(path)
 }
 
+fn fs_group(pod: &Pod) -> Option<u32> {
+    let g = pod.spec.security_context.as_ref()?.fs_group?;
+    u32::try_from(g).ok()
+}
+
+/// Gives a volume to the pod's fsGroup as upstream's SetVolumeOwnership does: every file and
+/// directory in the group, readable and writable by it, directories setgid (so what containers
+/// create there is the group's too). Symbolic links are given the group but keep their mode.
+/// The walk is skipped when the root is already right, whatever `fsGroupChangePolicy` says:
+/// `OnRootMismatch` asks exactly that, and `Always` (upstream: at each mount, which for an
+/// emptyDir is once per pod) comes to the same, since picolet prepares volumes at every sync and
+/// a root it set right is one whose tree it walked then (a mode a container changes below it
+/// later stays as the container left it, as upstream until the next mount).
+fn set_ownership(root: &Path, gid: u32) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    const DIR_BITS: u32 = 0o2000 | 0o660 | 0o110;
+    let md = fs::symlink_metadata(root)?;
+    if md.gid() == gid && md.mode() & DIR_BITS == DIR_BITS {
+        return Ok(());
+    }
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let md = fs::symlink_metadata(&p)?;
+        std::os::unix::fs::lchown(&p, None, Some(gid))?;
+        if md.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = md.mode() & 0o7777 | 0o660;
+        if md.is_dir() {
+            mode |= 0o2000 | 0o110;
+            for e in fs::read_dir(&p)? {
+                stack.push(e?.path());
+            }
+        }
+        if mode != md.mode() & 0o7777 {
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
 /// Makes every volume of the pod ready and returns volume name → host path.
 pub fn prepare(
     root: &Path,
@@ -219,6 +260,9 @@ pub fn prepare(
                     None => "mode=0777".to_owned(),
                 };
                 mount_tmpfs(&v.name, &path, &data)?;
+            }
+            if let Some(gid) = fs_group(pod) {
+                set_ownership(&path, gid).map_err(io_err(&v.name, &path))?;
             }
             out.insert(v.name.clone(), path);
         } else {
@@ -354,6 +398,57 @@ mod tests {
         assert_eq!(pod_dirs(&root), vec!["u1".to_owned()]);
         cleanup(&root, "u1").unwrap();
         assert!(!pod_dir(&root, "u1").exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn empty_dir_belongs_to_the_fs_group_with_setgid() {
+        use std::os::unix::fs::MetadataExt;
+        // Root (as the suite runs) may give any group; anyone else only one of their own.
+        let me = fs::metadata("/proc/self").unwrap();
+        let gid: u32 = if me.uid() == 0 { 2000 } else { me.gid() };
+        let root = tmp("fsgroup");
+        let mut p = pod_with(vec![Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]);
+        p.spec.security_context = Some(crate::api::PodSecurityContext {
+            fs_group: Some(i64::from(gid)),
+            ..Default::default()
+        });
+        let path = prepare(&root, &p, &Store::default(), NA).unwrap()["data"].clone();
+        let md = fs::metadata(&path).unwrap();
+        assert_eq!(md.gid(), gid);
+        assert_eq!(md.mode() & 0o7777, 0o2777, "drwxrwsrwx");
+        // A volume left from before (a picolet without fsGroup): its root and what is in it are
+        // brought to the group, files group-writable, directories setgid.
+        let sub = path.join("sub");
+        fs::create_dir(&sub).unwrap();
+        fs::set_permissions(&sub, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(sub.join("f"), "x").unwrap();
+        fs::set_permissions(sub.join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", path.join("link")).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
+        prepare(&root, &p, &Store::default(), NA).unwrap();
+        let (d, f) = (
+            fs::metadata(&sub).unwrap(),
+            fs::metadata(sub.join("f")).unwrap(),
+        );
+        assert_eq!((d.gid(), d.mode() & 0o7777), (gid, 0o2770));
+        assert_eq!((f.gid(), f.mode() & 0o7777), (gid, 0o660));
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o2777);
+        // OnRootMismatch: a root that is right means nothing below is looked at.
+        p.spec
+            .security_context
+            .as_mut()
+            .unwrap()
+            .fs_group_change_policy = Some("OnRootMismatch".into());
+        fs::set_permissions(sub.join("f"), fs::Permissions::from_mode(0o600)).unwrap();
+        prepare(&root, &p, &Store::default(), NA).unwrap();
+        let f = fs::metadata(sub.join("f")).unwrap();
+        assert_eq!(f.mode() & 0o7777, 0o600, "root matched: not walked");
+        cleanup(&root, "u1").unwrap();
         fs::remove_dir_all(&root).unwrap();
     }
 

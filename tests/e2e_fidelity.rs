@@ -1,7 +1,8 @@
 //! End-to-end tests of the pod fields picolet applies as the kubelet does, the real picolet
 //! binary against a real containerd each test starts: runAsNonRoot against the image's user,
 //! seccomp profiles, a refused appArmorProfile, hostAliases and the managed /etc/hosts,
-//! dnsConfig in resolv.conf, subPathExpr, and the 2 s grace period floor. They fail, never skip,
+//! dnsConfig in resolv.conf, subPathExpr, the 2 s grace period floor, the downward API and
+//! fsGroup on an emptyDir in a static pod. They fail, never skip,
 //! when containerd, runc or busybox are missing (`scripts/install-deps.sh` installs them).
 
 #[path = "support/agent.rs"]
@@ -182,10 +183,12 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
             }),
         ),
     );
-    // grace 0: the container still gets SIGTERM and 2 s to act on it.
+    // grace 0: the container still gets SIGTERM and 2 s to act on it. The shell waits on a
+    // background child, so its trap runs the moment SIGTERM comes (a foreground child would
+    // hold the trap until it exits, and a loaded machine can stretch that past the 2 s).
     let term = container(
         "main",
-        "trap 'echo term > /data/term; exit 0' TERM; echo up > /data/up; while true; do sleep 0.2; done",
+        "trap 'echo term > /data/term; exit 0' TERM; echo up > /data/up; sleep 3600 & wait",
     );
     let mut term = term;
     term["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
@@ -242,5 +245,77 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
         read(&data.join("term")).trim(),
         "term",
         "SIGTERM reached the container before SIGKILL"
+    );
+}
+
+/// A static pod with the downward API (a volume with a zero divisor, as the apiserver writes
+/// an unset one, and env `resourceFieldRef`) and an emptyDir under an fsGroup, as the
+/// documentation's `security-context.yaml` has it: run as user 1000, the emptyDir
+/// `drwxrwsrwx 0:2000` and a file made there in group 2000.
+#[test]
+fn downward_api_and_fs_group_in_a_static_pod() {
+    let d = test_dir("fidelity-downward");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    let out = host_dir(&d.join("a"), "out");
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mut main = container(
+        "main",
+        "cat /etc/podinfo/mem /etc/podinfo/name > /out/files; echo \"$MEM_MI $CPU_M\" > /out/env; \
+         touch /data/demo/made; ls -ldn /data/demo > /out/dir; \
+         ls -ln /data/demo/made > /out/made; exec sleep 600",
+    );
+    main["resources"] = json!({"limits": {"memory": "64Mi", "cpu": "500m"}});
+    main["env"] = json!([
+        {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+        {"name": "CPU_M", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}}
+    ]);
+    main["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 3000});
+    main["volumeMounts"] = json!([
+        {"name": "out", "mountPath": "/out"},
+        {"name": "podinfo", "mountPath": "/etc/podinfo"},
+        {"name": "demo", "mountPath": "/data/demo"}
+    ]);
+    let mut volumes = out_volume(&out);
+    let list = volumes.as_array_mut().unwrap();
+    list.push(json!({"name": "podinfo", "downwardAPI": {"items": [
+        {"path": "mem", "resourceFieldRef": {"containerName": "main", "resource": "limits.memory", "divisor": "0"}},
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}
+    ]}}));
+    list.push(json!({"name": "demo", "emptyDir": {}}));
+    a.write_manifest(
+        "downward.json",
+        &manifest(
+            "downward",
+            json!({"securityContext": {"fsGroup": 2000}, "containers": [main], "volumes": volumes}),
+        ),
+    );
+    a.wait_for("the pod wrote what it saw", T, |_| {
+        !read(&out.join("made")).is_empty()
+    });
+    assert_eq!(read(&out.join("files")), "67108864downward-e2e-node");
+    assert_eq!(read(&out.join("env")).trim(), "64 500");
+    // `ls -ln`: mode, links, uid, gid, ...
+    let fields = |f: &str| -> Vec<String> {
+        read(&out.join(f))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let dir = fields("dir");
+    assert_eq!(
+        (dir[0].as_str(), dir[2].as_str(), dir[3].as_str()),
+        ("drwxrwsrwx", "0", "2000"),
+        "{dir:?}"
+    );
+    let made = fields("made");
+    assert_eq!(
+        (made[2].as_str(), made[3].as_str()),
+        ("1000", "2000"),
+        "{made:?}"
+    );
+    assert_eq!(
+        status(&a, "downward")["containerStatuses"][0]["restartCount"],
+        0
     );
 }

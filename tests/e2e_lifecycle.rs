@@ -398,7 +398,7 @@ fn sidecars_start_before_and_stop_after_the_app_sharing_its_processes() {
         json!({"exec": {"command": ["true"]}, "periodSeconds": 1, "timeoutSeconds": 5});
     let mut app = container(
         "app",
-        "echo app up >> /shared/log; sleep 2; ps > /shared/ps; trap 'exit 0' TERM; while true; do sleep 1; done",
+        "echo app up >> /shared/log; sleep 2; ps > /shared/ps; trap 'exit 0' TERM; sleep 3600 & wait",
     );
     app["volumeMounts"] = mount;
     app["lifecycle"] =

@@ -213,6 +213,9 @@ pub struct PodSecurityContext {
     pub run_as_non_root: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs_group: Option<i64>,
+    /// `Always` (the default) or `OnRootMismatch`: when the volumes' ownership is changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs_group_change_policy: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub supplemental_groups: Vec<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]

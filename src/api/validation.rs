@@ -10,7 +10,7 @@ use std::fmt;
 use super::pod::{
     Container, ContainerPort, HttpGetAction, IntOrString, LifecycleHandler, ObjectMeta, Pod,
     PodDnsConfig, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecurityContext, Volume,
+    SecurityContext,
 };
 
 /// One validation failure: the field, its offending value ("" when the
@@ -55,6 +55,55 @@ pub const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
 const SELINUX_REFUSED: &str = "is not supported by picolet: it passes no SELinux labels to the runtime (remove it, or run the pod under a kubelet on an SELinux host)";
 const APPARMOR_REFUSED: &str = "is not supported by picolet: only type RuntimeDefault, what the runtime applies anyway, is accepted";
 
+const UNSUPPORTED_VOLUME: &str = "volume type is not supported by picolet (only hostPath, emptyDir, downwardAPI and projected downwardAPI sources are)";
+
+/// `fieldRef` paths a downwardAPI volume item may name (besides `metadata.labels['KEY']` and
+/// `metadata.annotations['KEY']`).
+const VOLUME_FIELD_PATHS: [&str; 5] = [
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.labels",
+    "metadata.annotations",
+];
+
+/// The resources a `resourceFieldRef` may name.
+const RESOURCE_FIELDS: [&str; 6] = [
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+];
+
+fn volume_field_path(path: &str) -> bool {
+    VOLUME_FIELD_PATHS.contains(&path)
+        || ["metadata.labels", "metadata.annotations"].iter().any(|m| {
+            path.strip_prefix(m)
+                .and_then(|r| r.strip_prefix("['"))
+                .and_then(|r| r.strip_suffix("']"))
+                .is_some_and(|k| !k.is_empty())
+        })
+}
+
+/// The API objects a volume kind (or projected source) names, which a static pod may not.
+fn api_objects(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "configMap" => "ConfigMaps",
+        "secret" => "Secrets",
+        "persistentVolumeClaim" | "ephemeral" => "PersistentVolumeClaims",
+        "serviceAccountToken" => "ServiceAccounts (tokens)",
+        "clusterTrustBundle" => "ClusterTrustBundles",
+        "podCertificate" => "PodCertificateRequests",
+        _ => return None,
+    })
+}
+
+fn static_refers_to(what: &str) -> String {
+    format!("a static pod may not reference API objects ({what}), as with the kubelet")
+}
+
 /// Env `fieldRef` paths picolet can fill in.
 pub const SUPPORTED_FIELD_PATHS: [&str; 7] = [
     "metadata.name",
@@ -71,8 +120,13 @@ pub fn validate_pod(pod: &Pod) -> Vec<FieldError> {
     let mut e = Errors(Vec::new());
     e.meta(&pod.metadata);
     e.spec(&pod.spec);
+    e.apparmor_annotations(pod);
     e.0
 }
+
+/// The per-container AppArmor annotation the kubelet still honours (for static pods, whose
+/// annotations the apiserver never turns into fields).
+const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 struct Errors(Vec<FieldError>);
 
@@ -297,7 +351,7 @@ impl Errors {
     // ---- spec ----
 
     fn spec(&mut self, s: &PodSpec) {
-        let volumes = self.volumes(&s.volumes);
+        let volumes = self.volumes(s);
 
         if s.containers.is_empty() {
             self.required("spec.containers");
@@ -325,6 +379,29 @@ impl Errors {
             } else {
                 // init containers run one at a time, so only conflicts within one count
                 self.host_ports(c, &p, s.host_network, &mut BTreeSet::new());
+            }
+        }
+
+        let containers = [
+            ("containers", &s.containers),
+            ("initContainers", &s.init_containers),
+        ];
+        for (list, cs) in containers {
+            for (i, c) in cs.iter().enumerate() {
+                for (j, e) in c.env.iter().enumerate() {
+                    let Some(r) = e
+                        .value_from
+                        .as_ref()
+                        .and_then(|f| f.resource_field_ref.as_ref())
+                    else {
+                        continue;
+                    };
+                    let rp = format!("spec.{list}[{i}].env[{j}].valueFrom.resourceFieldRef");
+                    match serde_json::from_value(r.clone()) {
+                        Ok(r) => self.resource_field(&r, &rp, s),
+                        Err(err) => self.add(&rp, "", &err.to_string()),
+                    }
+                }
             }
         }
 
@@ -521,6 +598,46 @@ impl Errors {
         }
     }
 
+    /// `container.apparmor.security.beta.kubernetes.io/<container>`: read as the field it stands
+    /// for (`runtime/default` is RuntimeDefault, `localhost/<profile>` Localhost, `unconfined`
+    /// Unconfined), refused as the field would be.
+    fn apparmor_annotations(&mut self, pod: &Pod) {
+        for (k, v) in &pod.metadata.annotations {
+            let Some(name) = k.strip_prefix(APPARMOR_ANNOTATION) else {
+                continue;
+            };
+            let path = format!("metadata.annotations[{k}]");
+            let known = pod
+                .spec
+                .containers
+                .iter()
+                .chain(&pod.spec.init_containers)
+                .any(|c| c.name == name);
+            if !known {
+                self.add(&path, name, "must name a container of the pod");
+                continue;
+            }
+            let kind = match v.as_str() {
+                "runtime/default" => continue,
+                "unconfined" => "Unconfined",
+                l if l.starts_with("localhost/") => "Localhost",
+                other => {
+                    self.add(
+                        &path,
+                        other,
+                        &supported(&["runtime/default", "localhost/<profile>", "unconfined"]),
+                    );
+                    continue;
+                }
+            };
+            self.add(
+                &path,
+                v,
+                &format!("(AppArmor type {kind}) {APPARMOR_REFUSED}"),
+            );
+        }
+    }
+
     fn host_ports<'a>(
         &mut self,
         c: &'a Container,
@@ -616,6 +733,17 @@ impl Errors {
         self.unix_id(&format!("{p}.runAsUser"), sc.run_as_user);
         self.unix_id(&format!("{p}.runAsGroup"), sc.run_as_group);
         self.unix_id(&format!("{p}.fsGroup"), sc.fs_group);
+        if let Some(v) = sc
+            .fs_group_change_policy
+            .as_deref()
+            .filter(|v| !["Always", "OnRootMismatch"].contains(v))
+        {
+            self.add(
+                &format!("{p}.fsGroupChangePolicy"),
+                v,
+                &supported(&["Always", "OnRootMismatch"]),
+            );
+        }
         for (k, g) in sc.supplemental_groups.iter().enumerate() {
             self.unix_id(&format!("{p}.supplementalGroups[{k}]"), Some(*g));
         }
@@ -639,9 +767,9 @@ impl Errors {
     // ---- volumes ----
 
     /// Returns the names containers may mount.
-    fn volumes<'a>(&mut self, volumes: &'a [Volume]) -> BTreeSet<&'a str> {
+    fn volumes<'a>(&mut self, spec: &'a PodSpec) -> BTreeSet<&'a str> {
         let mut names = BTreeSet::new();
-        for (i, v) in volumes.iter().enumerate() {
+        for (i, v) in spec.volumes.iter().enumerate() {
             let p = format!("spec.volumes[{i}]");
             self.dns_label(&format!("{p}.name"), &v.name);
             if !v.name.is_empty() && !names.insert(v.name.as_str()) {
@@ -656,12 +784,16 @@ impl Errors {
             } else if sources > 1 {
                 self.add(&p, "", "may not specify more than 1 volume type");
             }
-            for kind in v.other.keys() {
-                self.add(
-                    &format!("{p}.{kind}"),
-                    kind,
-                    "volume type is not supported by picolet (only hostPath and emptyDir are)",
-                );
+            for (kind, value) in &v.other {
+                let path = format!("{p}.{kind}");
+                match kind.as_str() {
+                    "downwardAPI" => self.downward_volume(value, &path, spec),
+                    "projected" => self.projected_volume(value, &path, spec),
+                    _ => match api_objects(kind) {
+                        Some(what) => self.add(&path, kind, &static_refers_to(what)),
+                        None => self.add(&path, kind, UNSUPPORTED_VOLUME),
+                    },
+                }
             }
             if let Some(hp) = &v.host_path {
                 let path = format!("{p}.hostPath.path");
@@ -706,6 +838,157 @@ impl Errors {
             }
         }
         names
+    }
+
+    /// A downwardAPI volume: what the node can fill in from the pod itself.
+    fn downward_volume(&mut self, value: &serde_json::Value, p: &str, spec: &PodSpec) {
+        let v: crate::objects::DownwardApiVolume = match serde_json::from_value(value.clone()) {
+            Ok(v) => v,
+            Err(e) => return self.add(p, "", &e.to_string()),
+        };
+        self.file_mode(v.default_mode, &format!("{p}.defaultMode"));
+        self.downward_items(&v.items, &format!("{p}.items"), spec);
+    }
+
+    fn downward_items(
+        &mut self,
+        items: &[crate::objects::DownwardApiFile],
+        p: &str,
+        spec: &PodSpec,
+    ) {
+        let mut paths = BTreeSet::new();
+        for (j, it) in items.iter().enumerate() {
+            let ip = format!("{p}[{j}]");
+            self.projected_path(&it.path, &format!("{ip}.path"));
+            if !it.path.is_empty() && !paths.insert(it.path.as_str()) {
+                self.add(&format!("{ip}.path"), &it.path, DUPLICATE);
+            }
+            self.file_mode(it.mode, &format!("{ip}.mode"));
+            match (&it.field_ref, &it.resource_field_ref) {
+                (Some(f), None) => {
+                    let fp = format!("{ip}.fieldRef.fieldPath");
+                    if f.field_path.is_empty() {
+                        self.required(&fp);
+                    } else if !volume_field_path(&f.field_path) {
+                        self.add(
+                            &fp,
+                            &f.field_path,
+                            &format!(
+                                "is not supported in a downwardAPI volume; {} or metadata.labels['KEY'] / metadata.annotations['KEY']",
+                                supported(&VOLUME_FIELD_PATHS)
+                            ),
+                        );
+                    }
+                }
+                (None, Some(r)) => {
+                    let rp = format!("{ip}.resourceFieldRef");
+                    if r.container_name.is_empty() {
+                        self.required(&format!("{rp}.containerName"));
+                    }
+                    self.resource_field(r, &rp, spec);
+                }
+                _ => self.add(
+                    &ip,
+                    "",
+                    "must specify exactly one of: fieldRef, resourceFieldRef",
+                ),
+            }
+        }
+    }
+
+    /// A projected volume: downwardAPI sources only, every other source naming an API object.
+    fn projected_volume(&mut self, value: &serde_json::Value, p: &str, spec: &PodSpec) {
+        let v: crate::objects::ProjectedVolume = match serde_json::from_value(value.clone()) {
+            Ok(v) => v,
+            Err(e) => return self.add(p, "", &e.to_string()),
+        };
+        self.file_mode(v.default_mode, &format!("{p}.defaultMode"));
+        for (j, src) in v.sources.iter().enumerate() {
+            let sp = format!("{p}.sources[{j}]");
+            let refs = [
+                ("configMap", src.config_map.is_some()),
+                ("secret", src.secret.is_some()),
+                ("serviceAccountToken", src.service_account_token.is_some()),
+                ("clusterTrustBundle", src.cluster_trust_bundle.is_some()),
+                ("podCertificate", src.pod_certificate.is_some()),
+            ];
+            for (kind, set) in refs {
+                if set {
+                    let what = api_objects(kind).unwrap_or("API objects");
+                    self.add(&format!("{sp}.{kind}"), kind, &static_refers_to(what));
+                }
+            }
+            if let Some(d) = &src.downward_api {
+                self.downward_items(&d.items, &format!("{sp}.downwardAPI.items"), spec);
+            }
+        }
+    }
+
+    /// A `resourceFieldRef` (volume item or env): a resource the downward API exposes, of a
+    /// container of the pod, with a divisor upstream accepts for it.
+    fn resource_field(
+        &mut self,
+        r: &crate::objects::ResourceFieldSelector,
+        p: &str,
+        spec: &PodSpec,
+    ) {
+        if !r.container_name.is_empty()
+            && !spec
+                .containers
+                .iter()
+                .chain(&spec.init_containers)
+                .any(|c| c.name == r.container_name)
+        {
+            self.add(
+                &format!("{p}.containerName"),
+                &r.container_name,
+                "must be the name of a container of the pod",
+            );
+        }
+        let rp = format!("{p}.resource");
+        let cpu = match r.resource.as_str() {
+            "" => return self.required(&rp),
+            "limits.cpu" | "requests.cpu" => true,
+            res if RESOURCE_FIELDS.contains(&res) => false,
+            other => return self.add(&rp, other, &supported(&RESOURCE_FIELDS)),
+        };
+        let Some(d) = r.divisor.as_ref().filter(|d| !d.is_zero()) else {
+            // Unset, or "0" as the apiserver writes an unset one: 1.
+            return;
+        };
+        let ok: &[&str] = if cpu {
+            &["1m", "1"]
+        } else {
+            &[
+                "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei",
+            ]
+        };
+        if !ok
+            .iter()
+            .any(|v| super::Quantity::parse(v).is_ok_and(|q| q.nanos() == d.nanos()))
+        {
+            self.add(&format!("{p}.divisor"), d.as_str(), &supported(ok));
+        }
+    }
+
+    fn projected_path(&mut self, path: &str, p: &str) {
+        if path.is_empty() {
+            self.required(p);
+        } else if path.starts_with('/') {
+            self.add(p, path, "must be a relative path");
+        } else if has_backsteps(path) {
+            self.add(p, path, BACKSTEPS);
+        }
+    }
+
+    fn file_mode(&mut self, mode: Option<i32>, p: &str) {
+        if let Some(m) = mode.filter(|m| !(0..=0o777).contains(m)) {
+            self.add(
+                p,
+                &m.to_string(),
+                "must be a number between 0 and 0777 (octal), both inclusive",
+            );
+        }
     }
 
     // ---- containers ----
@@ -826,7 +1109,7 @@ impl Errors {
             self.add(
                 &format!("{p}.envFrom"),
                 "",
-                "envFrom is not supported by picolet in static pods",
+                &static_refers_to("ConfigMaps, Secrets"),
             );
         }
         for (j, ev) in c.env.iter().enumerate() {
@@ -879,18 +1162,17 @@ impl Errors {
                     );
                 }
             }
-            let opaque = [
-                ("resourceFieldRef", from.resource_field_ref.is_some()),
-                ("configMapKeyRef", from.config_map_key_ref.is_some()),
-                ("secretKeyRef", from.secret_key_ref.is_some()),
+            let objects = [
+                (
+                    "configMapKeyRef",
+                    "ConfigMaps",
+                    from.config_map_key_ref.is_some(),
+                ),
+                ("secretKeyRef", "Secrets", from.secret_key_ref.is_some()),
             ];
-            for (name, set) in opaque {
+            for (name, what, set) in objects {
                 if set {
-                    self.add(
-                        &format!("{vp}.{name}"),
-                        "",
-                        &format!("{name} is not supported by picolet"),
-                    );
+                    self.add(&format!("{vp}.{name}"), "", &static_refers_to(what));
                 }
             }
         }
@@ -1240,7 +1522,7 @@ mod tests {
     use crate::api::pod::{
         Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, GrpcAction,
         HostPathVolumeSource, HttpGetAction, HttpHeader, ObjectFieldSelector, SeccompProfile,
-        Sysctl, TcpSocketAction, Toleration, VolumeMount,
+        Sysctl, TcpSocketAction, Toleration, Volume, VolumeMount,
     };
     use crate::api::quantity::Quantity;
     use serde_json::json;
@@ -1728,7 +2010,7 @@ mod tests {
             &p,
             "spec.containers[0].env[0].valueFrom.secretKeyRef",
             "",
-            "secretKeyRef is not supported by picolet",
+            "a static pod may not reference API objects (Secrets)",
         );
         let cm = EnvVarSource {
             config_map_key_ref: Some(json!({"name": "c", "key": "k"})),
@@ -1739,7 +2021,7 @@ mod tests {
             &p,
             "spec.containers[0].env[0].valueFrom.configMapKeyRef",
             "",
-            "not supported by picolet",
+            "a static pod may not reference API objects (ConfigMaps)",
         );
         c0(&mut p).env = Vec::new();
         c0(&mut p).env_from = vec![json!({"configMapRef": {"name": "c"}})];
@@ -1747,19 +2029,45 @@ mod tests {
             &p,
             "spec.containers[0].envFrom",
             "",
-            "envFrom is not supported by picolet in static pods",
+            "a static pod may not reference API objects",
         );
         c0(&mut p).env_from = Vec::new();
-        let rf = EnvVarSource {
-            resource_field_ref: Some(json!({"resource": "limits.cpu"})),
+        // resourceFieldRef names nothing outside the pod: allowed, as upstream.
+        let rf = |v: serde_json::Value| EnvVarSource {
+            resource_field_ref: Some(v),
             ..Default::default()
         };
-        c0(&mut p).env = vec![var(None, rf)];
+        for ok in [
+            json!({"resource": "limits.cpu"}),
+            json!({"resource": "requests.cpu", "divisor": "1m"}),
+            json!({"resource": "limits.memory", "divisor": "0"}),
+            json!({"containerName": "main", "resource": "limits.memory", "divisor": "1Mi"}),
+        ] {
+            c0(&mut p).env = vec![var(None, rf(ok))];
+            assert_valid(&p);
+        }
+        let rp = "spec.containers[0].env[0].valueFrom.resourceFieldRef";
+        c0(&mut p).env = vec![var(
+            None,
+            rf(json!({"resource": "limits.cpu", "divisor": "1Mi"})),
+        )];
+        assert_one(&p, &format!("{rp}.divisor"), "1Mi", "\"1m\", \"1\"");
+        c0(&mut p).env = vec![var(None, rf(json!({"resource": "limits.gpu"})))];
         assert_one(
             &p,
-            "spec.containers[0].env[0].valueFrom.resourceFieldRef",
-            "",
-            "not supported by picolet",
+            &format!("{rp}.resource"),
+            "limits.gpu",
+            "supported values",
+        );
+        c0(&mut p).env = vec![var(
+            None,
+            rf(json!({"containerName": "nope", "resource": "limits.memory"})),
+        )];
+        assert_one(
+            &p,
+            &format!("{rp}.containerName"),
+            "nope",
+            "a container of the pod",
         );
 
         c0(&mut p).env = vec![var(None, EnvVarSource::default())];
@@ -1994,9 +2302,9 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_volume_kinds_are_named() {
+    fn volumes_naming_api_objects_are_refused_for_that_reason() {
         let p = yaml(
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: cfg, mountPath: /etc/cfg}\n  volumes:\n  - name: cfg\n    configMap: {name: my-config}\n  - name: claim\n    persistentVolumeClaim: {claimName: data}\n  - name: token\n    projected: {sources: []}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: cfg, mountPath: /etc/cfg}\n  volumes:\n  - name: cfg\n    configMap: {name: my-config}\n  - name: claim\n    persistentVolumeClaim: {claimName: data}\n  - name: token\n    projected: {sources: [{serviceAccountToken: {path: t}}, {downwardAPI: {items: [{path: n, fieldRef: {fieldPath: metadata.name}}]}}, {secret: {name: s}}]}\n  - name: nfs\n    nfs: {server: h, path: /x}\n",
         );
         let errs = validate_pod(&p);
         let got: Vec<(&str, &str)> = errs
@@ -2011,16 +2319,65 @@ mod tests {
                     "spec.volumes[1].persistentVolumeClaim",
                     "persistentVolumeClaim"
                 ),
-                ("spec.volumes[2].projected", "projected"),
+                (
+                    "spec.volumes[2].projected.sources[0].serviceAccountToken",
+                    "serviceAccountToken"
+                ),
+                ("spec.volumes[2].projected.sources[2].secret", "secret"),
+                ("spec.volumes[3].nfs", "nfs"),
             ]
         );
         assert!(
-            errs.iter()
-                .all(|e| e.message.contains("not supported by picolet"))
+            errs[..4].iter().all(|e| e
+                .message
+                .starts_with("a static pod may not reference API objects")),
+            "{errs:#?}"
         );
         assert_eq!(
             errs[0].to_string(),
-            "spec.volumes[0].configMap: volume type is not supported by picolet (only hostPath and emptyDir are): \"configMap\""
+            "spec.volumes[0].configMap: a static pod may not reference API objects (ConfigMaps), as with the kubelet: \"configMap\""
+        );
+        assert_eq!(
+            errs[4].to_string(),
+            "spec.volumes[3].nfs: volume type is not supported by picolet (only hostPath, emptyDir, downwardAPI and projected downwardAPI sources are): \"nfs\""
+        );
+    }
+
+    #[test]
+    fn downward_api_volumes_are_allowed_and_checked() {
+        let ok = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: info, mountPath: /etc/info}\n  volumes:\n  - name: info\n    downwardAPI:\n      defaultMode: 420\n      items:\n      - {path: labels, fieldRef: {fieldPath: metadata.labels}}\n      - {path: app, fieldRef: {fieldPath: \"metadata.labels['app']\"}}\n      - {path: mem, resourceFieldRef: {containerName: c, resource: limits.memory, divisor: 1Mi}}\n      - {path: cpu, resourceFieldRef: {containerName: c, resource: requests.cpu, divisor: \"0\"}}\n  - name: pinfo\n    projected: {sources: [{downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}}]}\n",
+        );
+        assert_valid(&ok);
+        let bad = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n  volumes:\n  - name: info\n    downwardAPI:\n      items:\n      - {path: ip, fieldRef: {fieldPath: status.podIP}}\n      - {path: ../up, fieldRef: {fieldPath: metadata.name}}\n      - {path: mem, resourceFieldRef: {resource: limits.memory}}\n      - {path: x, mode: 4096, resourceFieldRef: {containerName: other, resource: limits.cpu}}\n      - {path: both}\n",
+        );
+        let errs = validate_pod(&bad);
+        let got: Vec<(&str, &str)> = errs
+            .iter()
+            .map(|e| (e.path.as_str(), e.value.as_str()))
+            .collect();
+        let it = "spec.volumes[0].downwardAPI.items";
+        assert_eq!(
+            got,
+            [
+                (
+                    format!("{it}[0].fieldRef.fieldPath").as_str(),
+                    "status.podIP"
+                ),
+                (format!("{it}[1].path").as_str(), "../up"),
+                (
+                    format!("{it}[2].resourceFieldRef.containerName").as_str(),
+                    ""
+                ),
+                (format!("{it}[3].mode").as_str(), "4096"),
+                (
+                    format!("{it}[3].resourceFieldRef.containerName").as_str(),
+                    "other"
+                ),
+                (format!("{it}[4]").as_str(), ""),
+            ],
+            "{errs:#?}"
         );
     }
 
@@ -2042,7 +2399,11 @@ mod tests {
             .insert("secret".into(), json!({"secretName": "s"}));
         p.spec.volumes = vec![mixed];
         assert_has(&p, "spec.volumes[0]", "more than 1 volume type");
-        assert_has(&p, "spec.volumes[0].secret", "not supported by picolet");
+        assert_has(
+            &p,
+            "spec.volumes[0].secret",
+            "may not reference API objects",
+        );
     }
 
     #[test]
@@ -2149,7 +2510,7 @@ mod tests {
             &p,
             "spec.volumes[0].secret",
             "secret",
-            "not supported by picolet",
+            "may not reference API objects",
         );
     }
 
@@ -2704,6 +3065,47 @@ mod tests {
     }
 
     #[test]
+    fn apparmor_annotations_are_read_as_the_field() {
+        let mut p = base();
+        let key = "container.apparmor.security.beta.kubernetes.io/main";
+        let set = |p: &mut Pod, k: &str, v: &str| {
+            p.metadata.annotations.clear();
+            p.metadata.annotations.insert(k.into(), v.into());
+        };
+        set(&mut p, key, "runtime/default");
+        assert_valid(&p);
+        set(&mut p, key, "localhost/k8s-apparmor-example-deny-write");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "localhost/k8s-apparmor-example-deny-write",
+            "(AppArmor type Localhost) is not supported by picolet",
+        );
+        set(&mut p, key, "unconfined");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "unconfined",
+            "(AppArmor type Unconfined)",
+        );
+        set(&mut p, key, "bogus");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{key}]"),
+            "bogus",
+            "supported values",
+        );
+        let other = "container.apparmor.security.beta.kubernetes.io/nope";
+        set(&mut p, other, "runtime/default");
+        assert_one(
+            &p,
+            &format!("metadata.annotations[{other}]"),
+            "nope",
+            "a container of the pod",
+        );
+    }
+
+    #[test]
     fn pod_security_context() {
         let mut p = base();
         p.spec.security_context = Some(PodSecurityContext {
@@ -2725,6 +3127,23 @@ mod tests {
             ..Default::default()
         });
         assert_valid(&p);
+        let policy = |p: &mut Pod, v: Option<&str>| {
+            p.spec
+                .security_context
+                .as_mut()
+                .unwrap()
+                .fs_group_change_policy = v.map(Into::into);
+        };
+        policy(&mut p, Some("OnRootMismatch"));
+        assert_valid(&p);
+        policy(&mut p, Some("Sometimes"));
+        assert_one(
+            &p,
+            "spec.securityContext.fsGroupChangePolicy",
+            "Sometimes",
+            "supported values",
+        );
+        policy(&mut p, None);
         let sc = p.spec.security_context.as_mut().unwrap();
         sc.fs_group = Some(-5);
         assert_one(

@@ -87,6 +87,19 @@ impl Manifest {
     pub fn problem(&self) -> Option<&str> {
         self.error.as_deref().or(self.dup.as_deref())
     }
+
+    /// The log line for [`Manifest::problem`]: it says a last valid version is kept only when
+    /// this file's pod runs (a file whose pod another file's shadows keeps nothing running).
+    fn problem_line(&self) -> Option<String> {
+        let err = self.problem()?;
+        Some(match (&self.pod, &self.error, &self.dup) {
+            (Some(p), Some(_), None) => format!(
+                "{err} (keeping the last valid version of pod {})",
+                p.metadata.name
+            ),
+            _ => err.to_owned(),
+        })
+    }
 }
 
 /// The file source's view, shared with the local API.
@@ -592,15 +605,10 @@ pub async fn run(cfg: FileSourceConfig, tx: async_channel::Sender<Snapshot>, rep
             .filter_map(|m| Some((m.path.clone(), m.problem()?.to_owned())))
             .collect();
         for (path, err) in &errors {
-            if last_errors.get(path) != Some(err) {
-                let kept = manifests.get(path).and_then(|m| m.pod.as_ref());
-                match kept {
-                    Some(p) => log::error!(
-                        "{err} (keeping the last valid version of pod {})",
-                        p.metadata.name
-                    ),
-                    None => log::error!("{err}"),
-                }
+            if last_errors.get(path) != Some(err)
+                && let Some(line) = manifests.get(path).and_then(Manifest::problem_line)
+            {
+                log::error!("{line}");
             }
         }
         last_errors = errors;
@@ -1003,6 +1011,28 @@ mod tests {
         assert_eq!(pods[0].spec.containers[0].image, "busybox:2");
         assert_eq!(winners, running);
         assert!(m[&d.join("0.yaml")].problem().unwrap().contains("b.yaml"));
+        // Its log line claims no kept version: its pod never ran.
+        let line = m[&d.join("0.yaml")].problem_line().unwrap();
+        assert!(
+            line.ends_with(&format!(
+                "already defined by {}",
+                d.join("b.yaml").display()
+            )),
+            "{line}"
+        );
+        // The running file turned invalid: its last valid version is kept, and said so.
+        fs::write(
+            d.join("b.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: [x]}\n",
+        )
+        .unwrap();
+        let mut m = scan_m(&d, m);
+        let _ = pick(&mut m, &running);
+        let line = m[&d.join("b.yaml")].problem_line().unwrap();
+        assert!(
+            line.contains("(keeping the last valid version of pod "),
+            "{line}"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -243,7 +243,7 @@ pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSan
         log_directory: pod_log_dir(&node.pod_logs_dir, pod).display().to_string(),
         dns_config: pod_dns(pod, node.dns.as_ref()),
         port_mappings,
-        labels: labels::sandbox_labels(&m.labels, &m.name, ns, &m.uid),
+        labels: labels::sandbox_labels(&m.labels, &m.name, ns, &m.uid, &node.node_name),
         annotations: m
             .annotations
             .iter()
@@ -548,7 +548,7 @@ pub fn container_config(
             .map(|(key, value)| v1::KeyValue { key, value })
             .collect(),
         mounts,
-        labels: labels::container_labels(&c.name, &m.name, ns, &m.uid),
+        labels: labels::container_labels(&c.name, &m.name, ns, &m.uid, &node.node_name),
         annotations,
         log_path: format!("{}/{}.log", c.name, i.restart_count),
         stdin: c.stdin,

@@ -166,10 +166,16 @@ impl RuntimeManager {
         if let Err(m) = super::image::verify_run_as_non_root(pod, c, &user) {
             return refuse(config_error(m), out);
         }
-        let object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
+        let mut object_env = match crate::objects::container_env(pod, c, &self.objects.lock()) {
             Ok(e) => e,
             Err(m) => return refuse(config_error(m), out),
         };
+        match super::env::resource_refs(pod, c, self.allocatable()) {
+            Ok(r) => object_env
+                .refs
+                .extend(r.into_iter().map(|(i, v)| (i, Some(v)))),
+            Err(m) => return refuse(config_error(m), out),
+        }
         let env = config::container_env(pod, &self.node, c, ctx.pod_ip, &object_env);
         let mut subpaths = HashMap::new();
         for vm in &c.volume_mounts {

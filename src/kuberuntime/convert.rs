@@ -142,18 +142,17 @@ pub struct ListedPod {
 }
 
 impl Listing {
-    /// Groups sandboxes and containers by the pod UID label. With `marked_only`, objects
-    /// without picolet's mark (another node agent's) are left out; objects without a pod UID
-    /// label (not a pod's) always are.
+    /// Groups sandboxes and containers by the pod UID label. With `owner` (this node's name),
+    /// objects that are not this node's picolet's (another node agent's, or another node's
+    /// picolet's on a shared runtime) are left out; objects without a pod UID label (not a
+    /// pod's) always are.
     pub(crate) fn group(
         sandboxes: Vec<v1::PodSandbox>,
         containers: Vec<v1::Container>,
-        marked_only: bool,
+        owner: Option<&str>,
     ) -> Listing {
         let mut l = Listing::default();
-        let ours = |l: &HashMap<String, String>| {
-            !marked_only || l.get(labels::MANAGED).is_some_and(|v| v == "true")
-        };
+        let ours = |l: &HashMap<String, String>| owner.is_none_or(|node| labels::owned_by(l, node));
         for s in sandboxes.iter().filter(|s| ours(&s.labels)) {
             let Some(uid) = s.labels.get(labels::POD_UID) else {
                 continue;

@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
-use crate::api::Container;
-use crate::objects::ObjectEnv;
+use crate::api::{Container, Pod};
+use crate::objects::{ObjectEnv, ResourceFieldSelector};
+use crate::projection::{NodeAllocatable, container_resource};
 
 /// Values the downward API can hand to a container through `fieldRef`.
 #[derive(Debug, Clone, Default)]
@@ -105,6 +106,47 @@ pub fn resolve(
         }
     }
     out
+}
+
+/// The values of the container's `resourceFieldRef` variables, by index in `env`: the named
+/// container's resources (this container's when none is named), as the downward API gives them.
+/// An error names the variable (the container's CreateContainerConfigError).
+pub fn resource_refs(
+    pod: &Pod,
+    c: &Container,
+    node: NodeAllocatable,
+) -> Result<HashMap<usize, String>, String> {
+    let mut out = HashMap::new();
+    for (i, e) in c.env.iter().enumerate() {
+        let Some(r) = e
+            .value_from
+            .as_ref()
+            .and_then(|f| f.resource_field_ref.as_ref())
+        else {
+            continue;
+        };
+        let fail = |m: String| format!("env {:?}: {m}", e.name);
+        let r: ResourceFieldSelector = serde_json::from_value(r.clone())
+            .map_err(|err| fail(format!("resourceFieldRef: {err}")))?;
+        let target = if r.container_name.is_empty() {
+            c
+        } else {
+            pod.spec
+                .containers
+                .iter()
+                .chain(&pod.spec.init_containers)
+                .find(|x| x.name == r.container_name)
+                .ok_or_else(|| {
+                    fail(format!(
+                        "resourceFieldRef: no container {:?}",
+                        r.container_name
+                    ))
+                })?
+        };
+        let v = container_resource(target, &r.resource, r.divisor.as_ref(), node).map_err(fail)?;
+        out.insert(i, v);
+    }
+    Ok(out)
 }
 
 /// Command and args with `$(VAR)` references to the container's env expanded.

@@ -21,6 +21,16 @@ pub const PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 /// objects carrying it, so a kubelet sharing the same containerd keeps its pods.
 pub const MANAGED: &str = "io.picolet.managed";
 
+/// The node whose picolet created the object. Several nodes may share one containerd (a test
+/// rig, a board running two node names): each lists and cleans up only its own objects. Objects
+/// without it (made by picolet before it was added) count as this node's.
+pub const NODE: &str = "io.picolet.node";
+
+/// Whether a listed object is this node's picolet's: marked, and of this node or of none.
+pub fn owned_by(labels: &Map, node: &str) -> bool {
+    labels.get(MANAGED).is_some_and(|v| v == "true") && labels.get(NODE).is_none_or(|n| n == node)
+}
+
 pub type Map = HashMap<String, String>;
 
 /// Labels on a pod sandbox: the pod's own labels plus its identity.
@@ -29,6 +39,7 @@ pub fn sandbox_labels(
     name: &str,
     ns: &str,
     uid: &str,
+    node: &str,
 ) -> Map {
     let mut m: Map = pod_labels
         .iter()
@@ -38,16 +49,18 @@ pub fn sandbox_labels(
     m.insert(POD_NAMESPACE.into(), ns.into());
     m.insert(POD_UID.into(), uid.into());
     m.insert(MANAGED.into(), "true".into());
+    m.insert(NODE.into(), node.into());
     m
 }
 
-pub fn container_labels(container: &str, name: &str, ns: &str, uid: &str) -> Map {
+pub fn container_labels(container: &str, name: &str, ns: &str, uid: &str, node: &str) -> Map {
     let mut m = Map::new();
     m.insert(POD_NAME.into(), name.into());
     m.insert(POD_NAMESPACE.into(), ns.into());
     m.insert(POD_UID.into(), uid.into());
     m.insert(CONTAINER_NAME.into(), container.into());
     m.insert(MANAGED.into(), "true".into());
+    m.insert(NODE.into(), node.into());
     m
 }
 
@@ -96,8 +109,30 @@ mod tests {
         let mut pl = std::collections::BTreeMap::new();
         pl.insert(POD_UID.to_string(), "forged".to_string());
         pl.insert("app".to_string(), "web".to_string());
-        let m = sandbox_labels(&pl, "n", "ns", "u");
+        let m = sandbox_labels(&pl, "n", "ns", "u", "node");
         assert_eq!(m[POD_UID], "u");
         assert_eq!(m["app"], "web");
+    }
+
+    #[test]
+    fn objects_of_another_node_are_not_owned() {
+        let mine = container_labels("c", "p", "ns", "u", "node-a");
+        assert!(owned_by(&mine, "node-a"));
+        assert!(!owned_by(&mine, "node-b"), "another node's picolet made it");
+        let mut old = mine.clone();
+        old.remove(NODE);
+        assert!(owned_by(&old, "node-b"), "made before the label: anyone's");
+        old.remove(MANAGED);
+        assert!(!owned_by(&old, "node-a"), "not picolet's");
+        let s = sandbox_labels(
+            &[(NODE.to_owned(), "forged".to_owned())]
+                .into_iter()
+                .collect(),
+            "p",
+            "ns",
+            "u",
+            "node-a",
+        );
+        assert_eq!(s[NODE], "node-a", "a pod label cannot claim another node");
     }
 }

@@ -209,6 +209,22 @@ impl RuntimeManager {
         }
     }
 
+    /// Records a failure of the whole pod (its volumes, its sandbox) as the waiting reason of
+    /// every container, so the status says why none runs.
+    fn wait_all_on(&self, pod: &Pod, e: &SyncError) {
+        let uid = &pod.metadata.uid;
+        for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
+            self.set_waiting(uid, &c.name, e.reason(), e.to_string());
+        }
+    }
+
+    /// Forgets the pod's waiting reasons of one kind once what failed has worked.
+    fn clear_waiting_reason(&self, uid: &str, reason: &str) {
+        self.waiting
+            .borrow_mut()
+            .retain(|(u, _), w| u != uid || w.reason != reason);
+    }
+
     pub(super) fn clear_waiting(&self, uid: &str, container: &str) {
         self.waiting
             .borrow_mut()
@@ -219,7 +235,7 @@ impl RuntimeManager {
     pub async fn list(&self) -> Result<Listing, CriError> {
         let sbs = self.runtime.list_pod_sandbox(None).await?;
         let cs = self.runtime.list_containers(None).await?;
-        Ok(Listing::group(sbs, cs, true))
+        Ok(Listing::group(sbs, cs, Some(&self.node.node_name)))
     }
 
     /// A quick view of a listed pod without any per-object calls.
@@ -310,7 +326,7 @@ impl RuntimeManager {
             .await?;
         // Everything carrying the UID of a pod picolet runs is that pod's, marked or not (an
         // earlier picolet may have created it without the mark): it is adopted, or cleaned up.
-        let p = Listing::group(sandboxes, containers, false)
+        let p = Listing::group(sandboxes, containers, None)
             .pods
             .remove(uid)
             .unwrap_or_default();
@@ -402,12 +418,13 @@ impl RuntimeManager {
             let (root, p) = (self.node.root_dir.clone(), pod.clone());
             let (objects, alloc) = (self.objects.clone(), self.allocatable());
             match rt::unblock(move || volume::prepare(&root, &p, &objects, alloc)).await {
-                Ok(v) => v,
+                Ok(v) => {
+                    self.clear_waiting_reason(uid, SyncError::Volumes(String::new()).reason());
+                    v
+                }
                 Err(e) => {
                     let e = SyncError::Volumes(e.to_string());
-                    for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
-                        self.set_waiting(uid, &c.name, e.reason(), e.to_string());
-                    }
+                    self.wait_all_on(pod, &e);
                     out.fail(e);
                     return out;
                 }
@@ -424,16 +441,24 @@ impl RuntimeManager {
             // the pod's usage must not stop its containers from being started.
             Err(e) if !a.create_sandbox => log::warn!("pod {} ({uid}): {e}", pod.metadata.name),
             Err(e) => {
-                out.fail(SyncError::CreatePodSandbox(e));
+                let e = SyncError::CreatePodSandbox(e);
+                self.wait_all_on(pod, &e);
+                out.fail(e);
                 return out;
             }
         }
         let (sandbox_id, pod_ip) = if a.create_sandbox {
             out.acted = true;
             match self.run_sandbox(pod, &sandbox_cfg).await {
-                Ok(x) => x,
+                Ok(x) => {
+                    let reason = SyncError::CreatePodSandbox(String::new()).reason();
+                    self.clear_waiting_reason(uid, reason);
+                    x
+                }
                 Err(e) => {
-                    out.fail(SyncError::CreatePodSandbox(e));
+                    let e = SyncError::CreatePodSandbox(e);
+                    self.wait_all_on(pod, &e);
+                    out.fail(e);
                     return out;
                 }
             }

@@ -171,6 +171,55 @@ fn a_failing_exec_liveness_probe_fails_after_the_threshold_and_then_holds() {
 }
 
 #[test]
+fn an_instance_seen_created_before_it_runs_is_not_killed_by_its_probes() {
+    let e = env("created");
+    rt::block_on(async {
+        e.clock.advance(Duration::from_secs(60));
+        e.fake
+            .set_exec_handler(|_, cmd| (cmd == ["true"]).then(|| ExecReply::exit(0)));
+        let p = pod(serde_json::json!({"livenessProbe": {
+            "exec": {"command": ["true"]},
+            "initialDelaySeconds": 5, "periodSeconds": 10, "failureThreshold": 3
+        }}));
+        e.sync(&p).await;
+        // The relist caught the instance between CreateContainer and StartContainer.
+        let mut st = e.rm.pod_status("u1").await.unwrap();
+        for c in &mut st.containers {
+            c.state = crate::kubecontainer::ContainerState::Created;
+            c.started_at = 0;
+        }
+        e.cache.borrow_mut().put(st, rt::mono_nanos(), None);
+        e.pm.add_pod(&p);
+        rt::settle().await;
+        // It runs at the next relist, well within the initial delay.
+        e.advance(1).await;
+        e.refresh().await;
+        e.advance(1).await;
+        assert_eq!(
+            e.result(Kind::Liveness),
+            Some(ProbeResult::Success),
+            "no probe has run: the instance is alive"
+        );
+        assert!(
+            !e.drain().contains(&(Kind::Liveness, ProbeResult::Failure)),
+            "no failure reached the loop"
+        );
+        // The loop's sync of the running pod keeps the instance.
+        let id = e.id();
+        e.sync(&p).await;
+        assert_eq!(e.id(), id, "not killed");
+        assert_eq!(e.fake.calls("StopContainer"), 0);
+        e.advance(10).await;
+        assert_eq!(
+            e.fake.calls("ExecSync"),
+            1,
+            "probed once the delay was over"
+        );
+        assert_eq!(e.result(Kind::Liveness), Some(ProbeResult::Success));
+    });
+}
+
+#[test]
 fn a_timed_out_exec_is_a_failure_and_an_exec_error_is_thrown_away() {
     let e = env("timeout");
     rt::block_on(async {

@@ -94,10 +94,20 @@ impl WorkerState {
         if self.on_hold {
             return (plan, Action::Wait);
         }
-        if v.state != ContainerState::Running {
-            plan.set = Some(ProbeResult::Failure);
-            let will_run = v.state != ContainerState::Exited || restarts(v.exit_code);
-            return (plan, if will_run { Action::Wait } else { Action::Stop });
+        match v.state {
+            ContainerState::Running => {}
+            // An instance that has exited fails, as upstream's (it is not ready, and never runs
+            // again: a restart is a new instance).
+            ContainerState::Exited => {
+                plan.set = Some(ProbeResult::Failure);
+                let will_run = restarts(v.exit_code);
+                return (plan, if will_run { Action::Wait } else { Action::Stop });
+            }
+            // One created and not started yet (a relist between CreateContainer and
+            // StartContainer), or of unknown state, may still run under this ID: a result
+            // recorded now would outlive the start, and a liveness or startup Failure would have
+            // the next sync kill the running instance before any probe ran.
+            ContainerState::Created | ContainerState::Unknown => return (plan, Action::Wait),
         }
         let delay = i64::try_from(self.timing.initial_delay.as_nanos()).unwrap_or(i64::MAX);
         if v.started_at <= 0 || now_nanos.saturating_sub(v.started_at) < delay {
@@ -371,5 +381,32 @@ mod tests {
             Action::Wait
         );
         assert_eq!(w.plan(None, false, |_| true, 2 * S).1, Action::Wait);
+    }
+
+    #[test]
+    fn a_container_not_running_yet_gets_no_failure_whatever_the_probe() {
+        for kind in [Kind::Liveness, Kind::Startup, Kind::Readiness] {
+            let mut w = WorkerState::new(kind, timing(5, 1, 1));
+            let mut v = running("a", 0);
+            v.state = ContainerState::Created;
+            let (plan, act) = w.plan(Some(&v), false, |_| true, 2 * S);
+            assert_eq!(
+                plan.set,
+                Some(kind.initial()),
+                "{kind:?}: the initial result"
+            );
+            assert_eq!(act, Action::Wait, "{kind:?}");
+            assert_eq!(
+                w.plan(Some(&v), false, |_| true, 3 * S),
+                (Plan::default(), Action::Wait),
+                "{kind:?}: nothing recorded while it is created"
+            );
+            v.state = ContainerState::Unknown;
+            assert_eq!(
+                w.plan(Some(&v), false, |_| true, 3 * S),
+                (Plan::default(), Action::Wait),
+                "{kind:?}: nor while its state is unknown"
+            );
+        }
     }
 }

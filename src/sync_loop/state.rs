@@ -16,8 +16,10 @@ use crate::pod_workers::{Done, Work};
 
 use super::housekeeping;
 
-/// Retry delay of a termination that failed (runtime down, say).
+/// Retry delay of a termination that failed (runtime down, say), doubled after each failure in
+/// a row up to [`TERMINATE_RETRY_MAX`].
 pub const TERMINATE_RETRY: Duration = Duration::from_secs(2);
+pub const TERMINATE_RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// What the loop woke up for.
 #[derive(Debug)]
@@ -127,6 +129,8 @@ pub struct LoopState {
     pub(super) terminating: HashMap<String, Term>,
     /// Terminations to retry, and when.
     pub(super) retry_terminate: HashMap<String, Instant>,
+    /// Failures in a row of each termination (its retry backs off).
+    terminate_failures: HashMap<String, u32>,
     /// Reports to come per pod (work handed to its worker and not yet reported).
     pub(super) in_flight: HashMap<String, usize>,
     /// Pods (or leftover directories) whose garbage collection runs.
@@ -149,6 +153,7 @@ impl LoopState {
             due: HashMap::new(),
             terminating: HashMap::new(),
             retry_terminate: HashMap::new(),
+            terminate_failures: HashMap::new(),
             in_flight: HashMap::new(),
             collecting: HashSet::new(),
             deleting: HashMap::new(),
@@ -407,6 +412,7 @@ impl LoopState {
             Done::Terminated { .. } => {
                 self.terminating.remove(&uid);
                 self.retry_terminate.remove(&uid);
+                self.terminate_failures.remove(&uid);
                 if let Some(who) = self.deleting.remove(&uid) {
                     self.finalizable.insert(uid.clone(), who);
                 }
@@ -417,8 +423,18 @@ impl LoopState {
                 }
             }
             Done::TerminateFailed { .. } => {
-                self.retry_terminate
-                    .insert(uid.clone(), now + TERMINATE_RETRY);
+                let n = self.terminate_failures.entry(uid.clone()).or_default();
+                *n = n.saturating_add(1);
+                let wait = TERMINATE_RETRY
+                    .saturating_mul(1 << (*n - 1).min(16))
+                    .min(TERMINATE_RETRY_MAX);
+                if *n > 1 {
+                    log::info!(
+                        "terminating pod {uid} failed {n} times in a row; next try in {}s",
+                        wait.as_secs()
+                    );
+                }
+                self.retry_terminate.insert(uid.clone(), now + wait);
             }
         }
         // A worker with nothing queued for a pod that is gone ends here.

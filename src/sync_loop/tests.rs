@@ -183,6 +183,62 @@ fn an_edited_pod_waits_until_its_old_version_is_gone() {
 }
 
 #[test]
+fn a_termination_that_keeps_failing_is_retried_less_and_less_often() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("a", "web", "v1")])),
+        t0,
+        view,
+    );
+    step(
+        &mut st,
+        Input::Done(Done::Synced {
+            uid: "a".into(),
+            retry_after: None,
+        }),
+        t0,
+        view,
+    );
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![])), t0, view);
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    // Each failure doubles the wait before the next try: 2, 4, 8, ... s, up to 5 min.
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        step(
+            &mut st,
+            Input::Done(Done::TerminateFailed { uid: "a".into() }),
+            now,
+            view,
+        );
+        let failed_at = now;
+        loop {
+            now += Duration::from_secs(1);
+            if !terminations(&step(&mut st, Input::Tick, now, view)).is_empty() {
+                break;
+            }
+        }
+        waits.push((now - failed_at).as_secs());
+    }
+    assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    // Success forgets the count.
+    step(
+        &mut st,
+        Input::Done(Done::Terminated { uid: "a".into() }),
+        now,
+        view,
+    );
+    assert!(st.terminating.is_empty());
+}
+
+#[test]
 fn synced_pods_come_due_again_by_their_retry_or_the_sync_frequency() {
     let cache = Cache::default();
     let view = View {
@@ -1324,5 +1380,132 @@ fn an_evicted_pod_stops_keeps_its_failed_status_and_never_runs_again() {
         .await;
         h.until("the new victim runs", 10, |h| h.running("a2") == 1)
             .await;
+    });
+}
+
+#[test]
+fn env_resource_field_refs_get_the_containers_resources() {
+    rt::block_on(async {
+        let h = harness("envres");
+        let p = pod_json(
+            "er",
+            serde_json::json!({
+                "containers": [
+                    {"name": "c", "image": IMAGE, "command": ["sleep", "3600"],
+                     "resources": {"limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}},
+                     "env": [
+                        // As the apiserver sends an unset divisor: "0", read as 1.
+                        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}}},
+                        {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"containerName": "c", "resource": "limits.memory", "divisor": "1Mi"}}},
+                        {"name": "CPU_REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+                        {"name": "SIDE_MEM", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "requests.memory"}}}
+                     ]},
+                    {"name": "side", "image": IMAGE, "command": ["sleep", "3600"],
+                     "resources": {"requests": {"memory": "1Gi"}}}
+                ]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.until("c running", 3, |h| h.running("er") == 2).await;
+        let c = &h.instances("c")[0];
+        let get = |k: &str| {
+            c.config
+                .envs
+                .iter()
+                .find(|e| e.key == k)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(get("MEM").as_deref(), Some("67108864"));
+        assert_eq!(get("MEM_MI").as_deref(), Some("64"));
+        assert_eq!(get("CPU_REQ").as_deref(), Some("250"));
+        assert_eq!(get("SIDE_MEM").as_deref(), Some("1073741824"));
+    });
+}
+
+#[test]
+fn a_sandbox_that_cannot_be_created_shows_its_error_in_every_containers_status() {
+    rt::block_on(async {
+        let h = harness("sandboxerr");
+        let msg = "failed to create containerd task: seccomp profile /var/lib/kubelet/seccomp/none.json: no such file";
+        h.fake.fail_next("RunPodSandbox", tonic::Code::Unknown, msg);
+        let p = pod_json(
+            "sb",
+            serde_json::json!({
+                "initContainers": [{"name": "init", "image": IMAGE, "command": ["true"]}],
+                "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.run_for(1).await;
+        let st = h.status_of("sb");
+        let all: Vec<_> = st
+            .init_container_statuses
+            .iter()
+            .chain(&st.container_statuses)
+            .collect();
+        assert_eq!(all.len(), 2);
+        for c in &all {
+            let w = c.state.waiting.as_ref().expect("waiting");
+            assert_eq!(
+                w.reason.as_deref(),
+                Some("CreatePodSandboxError"),
+                "{}",
+                c.name
+            );
+            let m = w.message.as_deref().unwrap_or_default();
+            assert!(m.contains(msg), "{}: {m}", c.name);
+        }
+        // Once the sandbox is made, the error goes: the app container waits for the init one,
+        // not on an old sandbox error.
+        h.until("the init container running", 20, |h| h.running("sb") == 1)
+            .await;
+        h.run_for(1).await;
+        let st = h.status_of("sb");
+        let init = &st.init_container_statuses[0].state;
+        assert!(init.running.is_some(), "{init:?}");
+        let w = st.container_statuses[0].state.waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("PodInitializing"), "{w:?}");
+    });
+}
+
+#[test]
+fn another_nodes_pods_on_a_shared_runtime_are_not_orphans() {
+    rt::block_on(async {
+        let h = harness("shared-runtime");
+        // The picolet of another node, on the same containerd, runs its own pod.
+        let theirs = pod_json(
+            "theirs",
+            serde_json::json!({
+                "containers": [{"name": "t", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        let mut other_node = h.kubelet.rm.node().clone();
+        other_node.node_name = "other-node".into();
+        let other = crate::kuberuntime::RuntimeManager::new(
+            Rc::new(h.fake.clone()),
+            Rc::new(h.fake.clone()),
+            other_node,
+        );
+        let st = other.pod_status("theirs").await.unwrap();
+        other.sync_pod(&theirs, &st).await;
+        assert_eq!(h.running("theirs"), 1);
+        let mine = pod_json(
+            "mine",
+            serde_json::json!({
+                "containers": [{"name": "m", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }),
+        );
+        h.set_pods(vec![mine]).await;
+        h.until("mine running", 10, |h| h.running("mine") == 1)
+            .await;
+        // Housekeeping has run several times: the other node's pod is left alone.
+        h.run_for(10).await;
+        assert_eq!(
+            h.running("theirs"),
+            1,
+            "another node's pod is not an orphan"
+        );
+        assert!(h.fake.stops().is_empty(), "{:?}", h.fake.stops());
+        assert_eq!(h.fake.calls("RemovePodSandbox"), 0);
     });
 }

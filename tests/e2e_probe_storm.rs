@@ -1,0 +1,103 @@
+//! Many probed pods started at once on a real containerd (the picolet binary against a
+//! containerd the test starts): the relists catch containers between CreateContainer and
+//! StartContainer, and no probe may count that against them. A file of its own, so the burst
+//! of pods does not load the other probe tests, which run in parallel within a file. It fails,
+//! never skips, when containerd, runc or busybox are missing (`scripts/install-deps.sh`
+//! installs them).
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+
+use std::time::Duration;
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+use serde_json::{Value, json};
+
+const IMAGE: &str = "picolet.local/busybox:1";
+const T: Duration = Duration::from_secs(90);
+
+fn container(name: &str, script: &str) -> Value {
+    json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
+}
+
+fn manifest(name: &str, spec: Value) -> String {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}).to_string()
+}
+
+fn status(a: &Agent, pod: &str) -> Value {
+    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
+}
+
+fn restarts(a: &Agent, pod: &str) -> i64 {
+    status(a, pod)["containerStatuses"][0]["restartCount"]
+        .as_i64()
+        .unwrap_or(-1)
+}
+
+fn condition(a: &Agent, pod: &str, t: &str) -> String {
+    status(a, pod)["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == t)
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Many probed pods started at once: the relists catch some containers between CreateContainer
+/// and StartContainer, and no probe may count that against them. Each container stays healthy
+/// throughout, so any restart is a wrong kill.
+#[test]
+fn many_probed_pods_started_at_once_are_never_restarted() {
+    const PODS: usize = 16;
+    let d = test_dir("probe-storm");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    // Past the first probe period after picolet's start, whose start-up jitter would spread
+    // the first probes out.
+    std::thread::sleep(Duration::from_secs(2));
+    let tcp = json!({"tcpSocket": {"port": 8080}, "periodSeconds": 1, "timeoutSeconds": 5});
+    for i in 0..PODS {
+        let mut m = container("main", "mkdir -p /w; exec httpd -f -p 8080 -h /w");
+        let mut live = tcp.clone();
+        live["initialDelaySeconds"] = json!(5);
+        live["failureThreshold"] = json!(3);
+        m["livenessProbe"] = live;
+        m["readinessProbe"] = tcp.clone();
+        if i % 2 == 0 {
+            let mut startup = tcp.clone();
+            startup["failureThreshold"] = json!(60);
+            m["startupProbe"] = startup;
+        }
+        a.write_manifest(
+            &format!("storm{i}.json"),
+            &manifest(
+                &format!("storm{i}"),
+                json!({"terminationGracePeriodSeconds": 1, "containers": [m]}),
+            ),
+        );
+    }
+    let names: Vec<String> = (0..PODS).map(|i| format!("storm{i}")).collect();
+    a.wait_for("every pod ready", T, |a| {
+        names.iter().all(|n| condition(a, n, "Ready") == "True")
+    });
+    // Past the liveness probes' initial delay and a few periods.
+    std::thread::sleep(Duration::from_secs(8));
+    let counts: Vec<(String, i64)> = names.iter().map(|n| (n.clone(), restarts(&a, n))).collect();
+    let restarted: Vec<&(String, i64)> = counts.iter().filter(|(_, r)| *r != 0).collect();
+    let log = a.log_text();
+    assert!(
+        restarted.is_empty(),
+        "restarted: {restarted:?}\n{}",
+        log.lines()
+            .filter(|l| l.contains("probe"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(!log.contains("failed liveness probe"), "{log}");
+    assert!(!log.contains("failed startup probe"), "{log}");
+}
