@@ -29,11 +29,17 @@
 #   pki/                         ca.crt/.key, apiserver, admin, node and
 #                                controller certificates, sa.key/sa.pub (the
 #                                service-account signing key pair), the front
-#                                proxy's CA and client certificate
+#                                proxy's CA and client certificate; for each
+#                                node a serving certificate node-NAME-serving
+#                                (DNS:NAME, IP:127.0.0.1) for its node API, and
+#                                apiserver-kubelet-client, the certificate the
+#                                apiserver presents to node APIs (system:masters)
 #   logs/COMPONENT.log, run/COMPONENT.pid, etcd/ (etcd's data)
 #
 # The apiserver runs with --authorization-mode=Node,RBAC and NodeRestriction on
-# top of the default admission plugins, and a service-account issuer and keys,
+# top of the default admission plugins, reaches node APIs as kubeadm sets it up
+# (its kubelet client certificate, the cluster CA for their serving
+# certificates, InternalIP first), and a service-account issuer and keys,
 # so the TokenRequest API works. With --controllers, start also waits until the
 # controller manager has created the default ServiceAccount and the
 # kube-root-ca.crt ConfigMap in namespace default.
@@ -249,7 +255,13 @@ subjectAltName = IP:127.0.0.1, IP:10.96.0.1, DNS:localhost, DNS:kubernetes, DNS:
         rsa_key "node-$n-rsa"
         expect_pem "$PKI/node-$n-rsa.key" "-----BEGIN RSA PRIVATE KEY-----"
         sign "node-$n-rsa" "/O=system:nodes/CN=system:node:$n" "$CLIENT_EXT"
+        ec_key "node-$n-serving"
+        sign "node-$n-serving" "/O=system:nodes/CN=system:node:$n" "keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:$n, IP:127.0.0.1"
     done
+    ec_key apiserver-kubelet-client
+    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$CLIENT_EXT"
     # The front proxy (the aggregation layer) has a CA of its own, as kubeadm makes
     # it: no cluster client certificate can pose as the proxy.
     ec_key front-proxy-ca
@@ -347,6 +359,10 @@ start_apiserver() {
         --proxy-client-key-file="$PKI/front-proxy-client.key" \
         --authorization-mode=Node,RBAC \
         --enable-admission-plugins=NodeRestriction \
+        --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+        --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+        --kubelet-certificate-authority="$PKI/ca.crt" \
+        --kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
         --service-account-key-file="$PKI/sa.pub" \
         --service-account-signing-key-file="$PKI/sa.key" \

@@ -11,7 +11,7 @@
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
-pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 python3-pip openssl pyflakes3)
+pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 python3-pip openssl pyflakes3 curl)
 # systemd-analyze checks the unit file (scripts/verify-unit.sh).
 pkgs+=(systemd)
 cross=false

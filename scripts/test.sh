@@ -19,6 +19,7 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "== each feature combination builds without warnings"
 for features in "--no-default-features" "--no-default-features --features file-source" \
     "--no-default-features --features local-api" "--no-default-features --features apiserver" \
+    "--no-default-features --features node-api" \
     "--no-default-features --features file-source,local-api" \
     "--no-default-features --features file-source,local-api,https-probes"; do
     echo "-- $features"

@@ -188,7 +188,7 @@ fn kubepods(c: &crate::cm::CgroupConfig, root: &Path) -> Finding {
 }
 
 /// The runtime's cgroup driver against `--cgroup-driver`.
-pub async fn cgroup_driver(cri: &crate::cri::Cri, configured: crate::cm::Driver) -> Finding {
+pub async fn cgroup_driver(cri: &dyn RuntimeService, configured: crate::cm::Driver) -> Finding {
     use crate::cm::runtime;
     let rt = runtime::runtime_driver(cri).await;
     match runtime::decide(configured, rt) {

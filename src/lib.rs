@@ -13,6 +13,7 @@ pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod eviction;
 pub(crate) mod hash;
 pub(crate) mod kubecontainer;
@@ -25,6 +26,8 @@ pub mod node;
 pub mod notify;
 pub mod objects;
 pub mod options;
+#[cfg(feature = "node-api")]
+pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
@@ -105,16 +108,10 @@ fn sources(o: &Options) -> Result<Sources, String> {
 }
 
 /// The eviction manager's task, wired to the host's signals, the loop and the runtime.
-async fn run_eviction(
-    cfg: eviction::Config,
-    root_dir: std::path::PathBuf,
-    cri: Rc<cri::Cri>,
-    kubelet: Rc<sync_loop::Kubelet>,
-    image_gc: Rc<kuberuntime::image_gc_manager::ImageGcManager>,
-) {
+async fn run_eviction(cfg: eviction::Config, root_dir: std::path::PathBuf, parts: Parts) {
     let cgroups = cm::detect::detect(std::path::Path::new("/")).ok();
     // The runtime's image filesystem; nodefs when the runtime does not say (or is down).
-    let image_fs = stats::RuntimeFacts::image_fs(&*cri)
+    let image_fs = stats::RuntimeFacts::image_fs(&*parts.counted)
         .await
         .map(|f| f.mountpoint);
     log::info!(
@@ -133,7 +130,8 @@ async fn run_eviction(
         root_dir,
         image_fs,
     });
-    let usage = Rc::new(eviction::Usage::new(cri, cgroups));
+    let usage = Rc::new(eviction::Usage::new(parts.counted.clone(), cgroups));
+    let kubelet = parts.kubelet;
     let (k1, k2, k3) = (kubelet.clone(), kubelet.clone(), kubelet.clone());
     let seams = eviction::Seams {
         signals,
@@ -143,11 +141,11 @@ async fn run_eviction(
         }),
         reclaimers: vec![
             Box::new(eviction::ContainerGc {
-                rm: kubelet.rm.clone(),
-                cache: kubelet.cache.clone(),
+                rm: parts.rm,
+                cache: parts.cache,
             }),
             Box::new(eviction::ImageGc {
-                gc: image_gc,
+                gc: parts.image_gc,
                 needed: {
                     let k = kubelet.clone();
                     Box::new(move || k.needed_images())
@@ -186,7 +184,7 @@ fn thresholds(cfg: &eviction::Config, hard: bool) -> String {
 /// kubepods limited to node allocatable; or, without the tree, the cgroup parent pods get.
 async fn pod_cgroups(
     o: &Options,
-    cri: &cri::Cri,
+    cri: &dyn cri::RuntimeService,
     capacity: cm::Allocatable,
 ) -> Result<(Option<cm::PodCgroups>, String), String> {
     let mut cfg = o.cgroups.clone();
@@ -245,6 +243,306 @@ async fn pod_cgroups(
     Ok((Some(pc), String::new()))
 }
 
+/// The parts of a running agent that the subsystems started beside the loop share.
+#[derive(Clone)]
+struct Parts {
+    kubelet: Rc<sync_loop::Kubelet>,
+    rm: Rc<kuberuntime::RuntimeManager>,
+    cache: Rc<RefCell<pleg::Cache>>,
+    /// The runtime and image services, counted for `/metrics`.
+    counted: Rc<Counted>,
+    #[cfg_attr(
+        not(feature = "local-api"),
+        allow(dead_code, reason = "read by the server")
+    )]
+    ops: Rc<kuberuntime::instrumented::Ops>,
+    image_gc: Rc<kuberuntime::image_gc_manager::ImageGcManager>,
+}
+
+type Counted = kuberuntime::instrumented::Instrumented<cri::Cri, cri::Cri>;
+
+/// The runtime side: the CRI client wrapped to count every call (as the kubelet's instrumented
+/// services), the pod cgroups, the runtime manager; and the runtime's `name://version`.
+async fn start_runtime(
+    o: &Options,
+    cri: cri::Cri,
+    node: kuberuntime::NodeContext,
+    objects: objects::Store,
+    status: &status::manager::StatusManager,
+) -> Result<Runtime, String> {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let capacity = cm::Allocatable {
+        milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
+        memory: node.memory_bytes,
+        ephemeral_storage: 0,
+    };
+    let cri = Rc::new(cri);
+    let ops = Rc::new(kuberuntime::instrumented::Ops::default());
+    let counted = Rc::new(kuberuntime::instrumented::Instrumented::new(
+        cri.clone(),
+        cri,
+        ops.clone(),
+    ));
+    let (cgroups, cgroup_parent) = pod_cgroups(o, &*counted, capacity).await?;
+    let rm = Rc::new(
+        kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node)
+            .with_objects(objects)
+            .with_cgroups(cgroups, cgroup_parent)
+            .with_allocatable(o.cgroups.allocatable(capacity)),
+    );
+    let runtime_version = match rm.version().await {
+        Ok(v) => {
+            log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
+            status.set_runtime_name(&v.name);
+            format!("{}://{}", v.name, v.version)
+        }
+        Err(e) => {
+            log::warn!("runtime not reachable yet (picolet keeps retrying): {e}");
+            String::new()
+        }
+    };
+    Ok(Runtime {
+        rm,
+        counted,
+        ops,
+        version: runtime_version,
+    })
+}
+
+/// What `start_runtime` starts.
+struct Runtime {
+    rm: Rc<kuberuntime::RuntimeManager>,
+    counted: Rc<Counted>,
+    ops: Rc<kuberuntime::instrumented::Ops>,
+    /// `name://version`, empty while the runtime does not answer.
+    version: String,
+}
+
+/// The manifest directory's source.
+#[cfg(feature = "file-source")]
+fn start_file_source(
+    o: &Options,
+    dir: Option<std::path::PathBuf>,
+    node_name: &str,
+    tx: async_channel::Sender<config::Snapshot>,
+    report: config::file::Report,
+) -> Option<rt::Task<()>> {
+    dir.map(|dir| {
+        rt::spawn(config::file::run(
+            config::file::FileSourceConfig {
+                dir,
+                node_name: node_name.to_owned(),
+                check_frequency: o.file_check_frequency,
+                store: Some(o.root_dir.join("static-pods")),
+            },
+            tx,
+            report,
+        ))
+    })
+}
+
+/// Cluster membership: the API pods' source (a thread of its own), and the tasks that keep the
+/// Node, its Lease, the pods' statuses, the objects they use and the mirror pods.
+#[cfg(feature = "apiserver")]
+fn start_cluster(
+    o: &Options,
+    client: apiclient::Client,
+    parts: &Parts,
+    runtime_version: &str,
+    objects: objects::Store,
+    tx: async_channel::Sender<config::Snapshot>,
+) -> Result<Vec<rt::Task<()>>, String> {
+    let node = parts.rm.node();
+    let node_name = node.node_name.clone();
+    let cfg = config::api::ApiSourceConfig {
+        node_name: node_name.clone(),
+        poll_interval: o.apiserver_poll_interval,
+        checkpoint: Some(o.root_dir.join("checkpoints").join("pods.json")),
+    };
+    let mirrors = config::api::Mirrors::default();
+    let (c, m) = (client.clone(), mirrors.clone());
+    std::thread::Builder::new()
+        .name("api-source".into())
+        .spawn(move || config::api::run_blocking(c, cfg, tx, m))
+        .map_err(|e| format!("starting the api source thread: {e}"))?;
+    let mut facts = cluster::node::gather(
+        &node_name,
+        &node.node_ip,
+        node.memory_bytes,
+        &o.root_dir,
+        runtime_version,
+        &o.node_labels,
+        &o.register_with_taints,
+    );
+    // As upstream, the Node's allocatable also leaves out the hard eviction thresholds.
+    facts.reserved = o.cgroups.reserved();
+    let disk = i64::try_from(facts.ephemeral_storage_bytes).unwrap_or(i64::MAX);
+    let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
+    facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
+    facts.reserved.ephemeral_storage = facts.reserved.ephemeral_storage.saturating_add(nodefs);
+    facts.kubelet_port = if cfg!(feature = "node-api") {
+        o.node_api_port().unwrap_or(0)
+    } else {
+        0
+    };
+    let kubelet = &parts.kubelet;
+    let recorder = Rc::new(events::Recorder::new(&node_name));
+    events::install(recorder.clone());
+    Ok(vec![
+        rt::spawn(events::run(recorder, client.clone())),
+        rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
+        rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
+        rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),
+        rt::spawn(cluster::objects::run_objects(
+            client.clone(),
+            kubelet.clone(),
+            objects,
+            Some(o.root_dir.join("checkpoints").join("objects.json")),
+        )),
+        rt::spawn(cluster::run_mirrors(
+            client,
+            kubelet.clone(),
+            mirrors,
+            node_name,
+        )),
+    ])
+}
+
+/// The local API on `--healthz-port` (none when it is 0) and the node API on `--port`.
+#[cfg(feature = "local-api")]
+fn start_server(
+    o: &Options,
+    parts: &Parts,
+    #[cfg(feature = "file-source")] report: config::file::Report,
+    #[cfg(feature = "apiserver")] client: Option<&apiclient::Client>,
+) -> Result<Vec<rt::Task<()>>, String> {
+    let root = std::path::Path::new("/");
+    let ctx = Rc::new(server::Context {
+        host: parts.kubelet.clone(),
+        stats: Rc::new(server::StatsContext {
+            provider: stats::Provider::new(root, &o.root_dir, parts.counted.clone()),
+            ops: parts.ops.clone(),
+            machine: stats::expose::Machine::read(root),
+        }),
+        #[cfg(feature = "file-source")]
+        report,
+    });
+    let mut tasks = Vec::new();
+    if o.healthz_port != 0 {
+        let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
+        let l = server::bind(addr).map_err(|e| e.to_string())?;
+        log::info!("local API on http://{addr}");
+        tasks.push(rt::spawn(server::serve(l, ctx.clone())));
+    }
+    #[cfg(feature = "node-api")]
+    if let Some(port) = o.node_api_port() {
+        tasks.push(start_node_api(o, port, parts, ctx, client)?);
+    }
+    #[cfg(all(feature = "apiserver", not(feature = "node-api")))]
+    let _ = client;
+    Ok(tasks)
+}
+
+/// The node API: its serving certificate (given, or self-signed under `<root-dir>/pki`), TLS,
+/// authentication and authorization, and the listener.
+#[cfg(feature = "node-api")]
+fn start_node_api(
+    o: &Options,
+    port: u16,
+    parts: &Parts,
+    ctx: Rc<server::Context>,
+    client: Option<&apiclient::Client>,
+) -> Result<rt::Task<()>, String> {
+    let s = &o.serving;
+    let node = parts.rm.node();
+    let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => {
+            let mut ips = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+            if let Ok(ip) = node.node_ip.parse() {
+                ips.insert(0, ip);
+            }
+            let names = [node.node_name.clone(), "localhost".to_owned()];
+            let now = rt::now_nanos().div_euclid(1_000_000_000);
+            pki::ensure_self_signed(&o.root_dir.join("pki"), &node.node_name, &names, &ips, now)
+                .map_err(|e| format!("the node API's self-signed certificate: {e}"))?
+        }
+    };
+    let tls = server::node_api::tls_config(&cert, &key, s.client_ca_file.as_deref(), s.tls13_only)
+        .map_err(|e| format!("the node API's TLS: {e}"))?;
+    let webhook = s.webhook_authn.unwrap_or(client.is_some());
+    let authz = match s.authorization {
+        Some(m) => m,
+        None if client.is_some() => options::AuthorizationMode::Webhook,
+        None => options::AuthorizationMode::AlwaysAllow,
+    };
+    let need =
+        |what: &str| format!("{what} needs --kubeconfig (the apiserver answers the reviews)");
+    if webhook && client.is_none() {
+        return Err(need("--authentication-token-webhook"));
+    }
+    if authz == options::AuthorizationMode::Webhook && client.is_none() {
+        return Err(need("--authorization-mode=Webhook"));
+    }
+    let auth = server::auth::Auth::new(
+        s.anonymous,
+        webhook.then(|| client.cloned()).flatten(),
+        s.webhook_cache_ttl,
+        (authz == options::AuthorizationMode::Webhook)
+            .then(|| client.cloned())
+            .flatten(),
+        s.authorized_ttl,
+        s.unauthorized_ttl,
+        node.node_name.clone(),
+    );
+    let addr = std::net::SocketAddr::new(s.address, port);
+    let l = server::node_api::bind(addr)?;
+    log::info!(
+        "node API on https://{addr} (certificate {}, client CA {}, token webhook {}, authorization {:?}, anonymous {})",
+        cert.display(),
+        s.client_ca_file
+            .as_ref()
+            .map_or("none".into(), |p| p.display().to_string()),
+        if webhook { "on" } else { "off" },
+        authz,
+        if s.anonymous { "on" } else { "off" },
+    );
+    let api = Rc::new(server::node_api::NodeApi {
+        ctx,
+        auth,
+        configz: server::node_api::configz(o, port),
+    });
+    Ok(rt::spawn(server::node_api::serve(l, tls, api)))
+}
+
+/// Upkeep beside the loop: image GC, log rotation, eviction, the malloc trim, and the systemd
+/// notifications.
+fn start_upkeep(
+    o: &Options,
+    parts: &Parts,
+    notifier: Option<Rc<notify::Notifier>>,
+) -> Vec<rt::Task<()>> {
+    let k = parts.kubelet.clone();
+    let mut tasks = vec![
+        rt::spawn(parts.image_gc.clone().run(move || k.needed_images())),
+        rt::spawn(logs::run_rotation(
+            parts.rm.clone(),
+            parts.cache.clone(),
+            o.container_log,
+        )),
+        rt::spawn(run_eviction(
+            o.eviction.clone(),
+            o.root_dir.clone(),
+            parts.clone(),
+        )),
+        rt::spawn(malloc::run_trim()),
+    ];
+    if let Some(n) = notifier {
+        tasks.push(rt::spawn(notify::run(n, parts.kubelet.clone())));
+    }
+    tasks
+}
+
 /// Runs the agent until SIGTERM or SIGINT; pods keep running after it exits.
 pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String> {
     for w in &o.config_warnings {
@@ -286,10 +584,9 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     // comes up without its apiserver runs them at once with it.
     let objects = objects::Store::default();
     #[cfg(feature = "apiserver")]
-    let objects_checkpoint = o.root_dir.join("checkpoints").join("objects.json");
-    #[cfg(feature = "apiserver")]
     if src.apiserver.is_some() {
-        match cluster::objects::load_checkpoint(&objects_checkpoint, &objects) {
+        let checkpoint = o.root_dir.join("checkpoints").join("objects.json");
+        match cluster::objects::load_checkpoint(&checkpoint, &objects) {
             Ok(0) => {}
             Ok(n) => log::info!("{n} ConfigMaps, Secrets and tokens from the checkpoint"),
             Err(e) => log::warn!("ignoring the objects checkpoint: {e}"),
@@ -307,50 +604,19 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
 
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
-        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let capacity = cm::Allocatable {
-            milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
-            memory: node.memory_bytes,
-            ephemeral_storage: 0,
-        };
-        let (cgroups, cgroup_parent) = pod_cgroups(&o, &cri, capacity).await?;
-        let cri = Rc::new(cri);
-        // Every runtime call is counted for /metrics, as the kubelet's instrumented services.
-        let ops = Rc::new(kuberuntime::instrumented::Ops::default());
-        let counted = Rc::new(kuberuntime::instrumented::Instrumented::new(
-            cri.clone(),
-            cri.clone(),
-            ops.clone(),
-        ));
-        let rm = Rc::new(
-            kuberuntime::RuntimeManager::new(counted.clone(), counted, node)
-                .with_objects(objects.clone())
-                .with_cgroups(cgroups, cgroup_parent)
-                .with_allocatable(o.cgroups.allocatable(capacity)),
-        );
-        let runtime_version = match rm.version().await {
-            Ok(v) => {
-                log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
-                status.set_runtime_name(&v.name);
-                format!("{}://{}", v.name, v.version)
-            }
-            Err(e) => {
-                log::warn!("runtime not reachable yet (picolet keeps retrying): {e}");
-                String::new()
-            }
-        };
+        let runtime = start_runtime(&o, cri, node, objects.clone(), &status).await?;
+        let rm = runtime.rm;
         let cache = Rc::new(RefCell::new(pleg::Cache::default()));
         let (snap_tx, snap_rx) = async_channel::unbounded();
         let (ev_tx, ev_rx) = async_channel::unbounded();
         let (done_tx, done_rx) = async_channel::unbounded();
         let pleg = Rc::new(pleg::Pleg::new(rm.clone(), cache.clone(), ev_tx));
-        let shared = Rc::new(pod_workers::Shared {
+        let workers = pod_workers::PodWorkers::new(Rc::new(pod_workers::Shared {
             rm: rm.clone(),
             cache: cache.clone(),
             status: status.clone(),
             done: done_tx,
-        });
-        let workers = pod_workers::PodWorkers::new(shared);
+        }));
         let mut expected = Vec::new();
         if src.manifests.is_some() {
             expected.push(Source::File);
@@ -362,8 +628,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         status.set_probe_results(rm.probe_results());
         let prober = prober::ProbeManager::new(rm.clone(), cache.clone(), &host_ip);
         let kubelet = Rc::new(sync_loop::Kubelet::new(
-            rm,
-            cache,
+            rm.clone(),
+            cache.clone(),
             status,
             pleg.clone(),
             workers,
@@ -373,125 +639,54 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 sync_frequency: o.sync_frequency,
             },
         ));
-        let node_name = kubelet.rm.node().node_name.clone();
+        let parts = Parts {
+            kubelet: kubelet.clone(),
+            image_gc: Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
+                rm.clone(),
+                o.image_gc_policy(),
+                o.pod_infra_container_image.clone(),
+            )),
+            rm,
+            cache,
+            counted: runtime.counted,
+            ops: runtime.ops,
+        };
         #[cfg(feature = "file-source")]
         let report: config::file::Report = Rc::default();
         #[cfg(feature = "file-source")]
-        let _file = src.manifests.clone().map(|dir| {
-            rt::spawn(config::file::run(
-                config::file::FileSourceConfig {
-                    dir,
-                    node_name: node_name.clone(),
-                    check_frequency: o.file_check_frequency,
-                    store: Some(o.root_dir.join("static-pods")),
-                },
+        let _file = start_file_source(
+            &o,
+            src.manifests.clone(),
+            &parts.rm.node().node_name,
+            snap_tx.clone(),
+            report.clone(),
+        );
+        #[cfg(feature = "apiserver")]
+        let _cluster = match src.apiserver.clone() {
+            Some(client) => start_cluster(
+                &o,
+                client,
+                &parts,
+                &runtime.version,
+                objects,
                 snap_tx.clone(),
-                report.clone(),
-            ))
-        });
-        #[cfg(feature = "apiserver")]
-        let _cluster = src.apiserver.clone().map(|client| {
-            let cfg = config::api::ApiSourceConfig {
-                node_name: node_name.clone(),
-                poll_interval: o.apiserver_poll_interval,
-                checkpoint: Some(o.root_dir.join("checkpoints").join("pods.json")),
-            };
-            let (c, tx) = (client.clone(), snap_tx.clone());
-            let mirrors = config::api::Mirrors::default();
-            let m = mirrors.clone();
-            std::thread::Builder::new()
-                .name("api-source".into())
-                .spawn(move || config::api::run_blocking(c, cfg, tx, m))
-                .map_err(|e| format!("starting the api source thread: {e}"))?;
-            let rmn = kubelet.rm.node();
-            let mut facts = cluster::node::gather(
-                &node_name,
-                &rmn.node_ip,
-                rmn.memory_bytes,
-                &o.root_dir,
-                &runtime_version,
-                &o.node_labels,
-                &o.register_with_taints,
-            );
-            // As upstream, the Node's allocatable also leaves out the hard eviction thresholds.
-            facts.reserved = o.cgroups.reserved();
-            let disk = i64::try_from(facts.ephemeral_storage_bytes).unwrap_or(i64::MAX);
-            let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
-            facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
-            facts.reserved.ephemeral_storage =
-                facts.reserved.ephemeral_storage.saturating_add(nodefs);
-            Ok::<_, String>([
-                rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
-                rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
-                rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),
-                rt::spawn(cluster::objects::run_objects(
-                    client.clone(),
-                    kubelet.clone(),
-                    objects,
-                    Some(objects_checkpoint),
-                )),
-                rt::spawn(cluster::run_mirrors(
-                    client,
-                    kubelet.clone(),
-                    mirrors,
-                    node_name.clone(),
-                )),
-            ])
-        });
-        #[cfg(feature = "apiserver")]
-        let _cluster = _cluster.transpose()?;
+            )?,
+            None => Vec::new(),
+        };
         #[cfg(not(feature = "apiserver"))]
-        let _ = (&runtime_version, &node_name, objects);
+        let _ = (&runtime.version, objects);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
-        #[cfg(not(feature = "local-api"))]
-        let _ = &ops;
-        let image_gc = Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
-            kubelet.rm.clone(),
-            o.image_gc_policy(),
-            o.pod_infra_container_image.clone(),
-        ));
-        let _image_gc = {
-            let k = kubelet.clone();
-            rt::spawn(image_gc.clone().run(move || k.needed_images()))
-        };
         #[cfg(feature = "local-api")]
-        let _server = if o.healthz_port != 0 {
-            let addr = std::net::SocketAddr::new(o.healthz_bind_address, o.healthz_port);
-            let l = server::bind(addr).map_err(|e| e.to_string())?;
-            log::info!("local API on http://{addr}");
-            let root = std::path::Path::new("/");
-            let stats = Rc::new(server::StatsContext {
-                provider: stats::Provider::new(root, &o.root_dir, cri.clone()),
-                ops,
-                machine: stats::expose::Machine::read(root),
-            });
-            Some(rt::spawn(server::serve(
-                l,
-                kubelet.clone(),
-                stats,
-                #[cfg(feature = "file-source")]
-                report,
-            )))
-        } else {
-            None
-        };
-        let _rotation = rt::spawn(logs::run_rotation(
-            kubelet.rm.clone(),
-            kubelet.cache.clone(),
-            o.container_log,
-        ));
-        let _notify = notifier
-            .clone()
-            .map(|n| rt::spawn(notify::run(n, kubelet.clone())));
-        let _eviction = rt::spawn(run_eviction(
-            o.eviction.clone(),
-            o.root_dir.clone(),
-            cri,
-            kubelet.clone(),
-            image_gc,
-        ));
-        let _trim = rt::spawn(malloc::run_trim());
+        let _server = start_server(
+            &o,
+            &parts,
+            #[cfg(feature = "file-source")]
+            report,
+            #[cfg(feature = "apiserver")]
+            src.apiserver.as_ref(),
+        )?;
+        let _upkeep = start_upkeep(&o, &parts, notifier.clone());
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {

@@ -140,9 +140,7 @@ impl Tracker {
 pub fn health(k: &crate::sync_loop::Kubelet) -> Health {
     match k.healthz() {
         Err(e) => Health::Unhealthy(format!("unhealthy: {e}")),
-        Ok(()) if !k.pleg.has_listed() => {
-            Health::Starting("waiting for the container runtime".into())
-        }
+        Ok(()) if !k.has_listed() => Health::Starting("waiting for the container runtime".into()),
         Ok(()) => Health::Healthy(format!("running {} pods", k.pod_count())),
     }
 }

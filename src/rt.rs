@@ -589,6 +589,41 @@ impl<T: AsyncWrite + Unpin> hyper::rt::Write for HyperIo<T> {
     }
 }
 
+/// Adapts hyper's IO traits (an upgraded connection) to futures-io, the other way round.
+#[derive(Debug)]
+pub struct FromHyper<T>(pub T);
+
+impl<T: hyper::rt::Read + Unpin> AsyncRead for FromHyper<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let mut rb = hyper::rt::ReadBuf::new(buf);
+        match Pin::new(&mut self.0).poll_read(cx, rb.unfilled()) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(rb.filled().len())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: hyper::rt::Write + Unpin> AsyncWrite for FromHyper<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -313,6 +313,72 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
     });
 }
 
+#[test]
+fn events_made_while_the_apiserver_is_down_wait_and_a_repeat_bumps_the_count() {
+    run(async {
+        let (tmp, fake, api) = env("events");
+        api.create_pod(api_pod("web"));
+        let a = start(&tmp, &fake, &api).await;
+        let event = |reason: &str, message: &str| {
+            api.events().into_iter().find(|e| {
+                e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(message))
+            })
+        };
+        until(
+            &a,
+            "Created and Started sent",
+            Duration::from_secs(20),
+            || {
+                event("Created", "Created container: main").is_some()
+                    && event("Started", "Started container main (restart 0)").is_some()
+            },
+        )
+        .await;
+        let created = event("Created", "Created container: main").unwrap();
+        assert_eq!(created["involvedObject"]["kind"], "Pod");
+        assert_eq!(created["involvedObject"]["name"], "web");
+        assert_eq!(
+            created["involvedObject"]["fieldPath"],
+            "spec.containers{main}"
+        );
+        assert_eq!(created["source"]["component"], "kubelet");
+        assert_eq!(created["count"], 1);
+        assert!(event("NodeReady", "status is now: NodeReady").is_some());
+        api.set_down(true);
+        let id = fake
+            .containers()
+            .into_iter()
+            .find(|c| c.state == ContainerState::ContainerRunning)
+            .unwrap()
+            .id;
+        fake.exit_container(&id, 1);
+        until(&a, "web restarted offline", Duration::from_secs(20), || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        rt::sleep(Duration::from_secs(1)).await;
+        assert!(event("Started", "(restart 1)").is_none(), "sent while down");
+        api.set_down(false);
+        until(
+            &a,
+            "the offline events sent",
+            Duration::from_secs(60),
+            || {
+                event("Started", "(restart 1)").is_some()
+                    && event("Created", "Created container: main").is_some_and(|e| e["count"] == 2)
+            },
+        )
+        .await;
+        // One object per distinct event: the repeat was a count, not a new object.
+        let created_objects = api
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "Created")
+            .count();
+        assert_eq!(created_objects, 1);
+    });
+}
+
 /// The node's Lease, as picolet requests it.
 fn lease_path() -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE}")

@@ -384,7 +384,11 @@ fn sigkill_at_random_instants_never_leaves_a_torn_checkpoint() {
             .open(&log)
             .unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_picolet"))
-            .args(["--cgroups-per-qos=false", "--enforce-node-allocatable=none"])
+            .args([
+                "--cgroups-per-qos=false",
+                "--enforce-node-allocatable=none",
+                "--port=0",
+            ])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--root-dir")

@@ -3,12 +3,14 @@
 //! apiserver-style validation, and RFC 3339 timestamps.
 
 pub mod decode;
+pub mod duration;
 pub mod pod;
 pub mod quantity;
 pub mod time;
 pub mod validation;
 
 pub use decode::{DecodeError, Decoded, Format, decode_pod};
+pub use duration::{format_duration, parse_duration};
 pub use pod::*;
 pub use quantity::{Quantity, QuantityError};
 pub use time::{now_rfc3339, rfc3339, unix_nanos_now};

@@ -125,6 +125,15 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
             }
         }
     }
+    let me = crate::events::ObjectRef::node(&facts.name);
+    crate::events::record(
+        &me,
+        crate::events::Type::Normal,
+        "Starting",
+        "Starting kubelet.",
+    );
+    // The conditions last announced with an event: memory, disk and PID pressure, Ready.
+    let mut announced: Option<[bool; 4]> = None;
     let path = format!("/api/v1/nodes/{}/status", facts.name);
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
@@ -142,6 +151,28 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
                 pressure: kubelet.pressure(),
             },
         };
+        let state = [
+            health.pressure.memory,
+            health.pressure.disk,
+            health.pressure.pid,
+            health.ready,
+        ];
+        for (i, reason) in node_events(announced, state).into_iter().enumerate() {
+            if let Some(reason) = reason {
+                let t = if i < 3 && state[i] || i == 3 && !state[3] {
+                    crate::events::Type::Warning
+                } else {
+                    crate::events::Type::Normal
+                };
+                crate::events::record(
+                    &me,
+                    t,
+                    reason,
+                    &format!("Node {} status is now: {reason}", facts.name),
+                );
+            }
+        }
+        announced = Some(state);
         let now = rfc3339(rt::now_nanos());
         let status = node::node_status(&facts, &health, posted.as_ref(), &now);
         let due = posted
@@ -165,6 +196,21 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
         }
         tick.tick().await;
     }
+}
+
+/// The node's condition events for a change from `before` (none: the first report) to `now`
+/// (memory, disk and PID pressure, Ready), in the kubelet's reasons.
+fn node_events(before: Option<[bool; 4]>, now: [bool; 4]) -> [Option<&'static str>; 4] {
+    const REASONS: [(&str, &str); 4] = [
+        ("NodeHasInsufficientMemory", "NodeHasSufficientMemory"),
+        ("NodeHasDiskPressure", "NodeHasNoDiskPressure"),
+        ("NodeHasInsufficientPID", "NodeHasSufficientPID"),
+        ("NodeReady", "NodeNotReady"),
+    ];
+    std::array::from_fn(|i| {
+        (before.map(|b| b[i]) != Some(now[i]))
+            .then(|| if now[i] { REASONS[i].0 } else { REASONS[i].1 })
+    })
 }
 
 /// Logs a failing call: the first failure, then only at doubling counts, so an apiserver that
@@ -505,7 +551,7 @@ pub async fn run_mirrors(
             }) else {
                 continue;
             };
-            let Some(status) = kubelet.status.get(&p.metadata.uid) else {
+            let Some(status) = kubelet.pod_status(&p.metadata.uid) else {
                 continue;
             };
             if status == m.status || sent.get(&m.uid) == Some(&status) {
@@ -552,6 +598,38 @@ pub struct PodStatusView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_condition_events_on_first_report_and_on_change() {
+        let first = node_events(None, [false, false, false, true]);
+        assert_eq!(
+            first,
+            [
+                Some("NodeHasSufficientMemory"),
+                Some("NodeHasNoDiskPressure"),
+                Some("NodeHasSufficientPID"),
+                Some("NodeReady")
+            ]
+        );
+        let same = node_events(
+            Some([false, false, false, true]),
+            [false, false, false, true],
+        );
+        assert_eq!(same, [None; 4]);
+        let worse = node_events(
+            Some([false, false, false, true]),
+            [true, false, false, false],
+        );
+        assert_eq!(
+            worse,
+            [
+                Some("NodeHasInsufficientMemory"),
+                None,
+                None,
+                Some("NodeNotReady")
+            ]
+        );
+    }
 
     fn static_pod(name: &str, hash: &str) -> Rc<Pod> {
         let mut p = Pod::default();

@@ -8,7 +8,7 @@ use crate::options::Taint;
 /// The kubelet version picolet reports: the Kubernetes API level it implements and is tested
 /// against, with its own name and version as the pre-release part (so a version check reads the
 /// API level, and `kubectl get nodes` shows what runs).
-pub const KUBELET_VERSION: &str = concat!("v1.34.0-picolet.", env!("CARGO_PKG_VERSION"));
+pub const KUBELET_VERSION: &str = concat!("v1.37.2-picolet.", env!("CARGO_PKG_VERSION"));
 
 /// What the node reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -30,6 +30,8 @@ pub struct NodeFacts {
     pub taints: Vec<Taint>,
     /// `kubeReserved` plus `systemReserved`: capacity minus this is allocatable.
     pub reserved: crate::cm::Reserved,
+    /// The node API's port (`daemonEndpoints.kubeletEndpoint.Port`); 0 when it is off.
+    pub kubelet_port: u16,
 }
 
 /// The health the Ready condition reports.
@@ -103,6 +105,7 @@ pub fn gather(
         labels: labels.to_vec(),
         taints: taints.to_vec(),
         reserved: crate::cm::Reserved::default(),
+        kubelet_port: 0,
     }
 }
 
@@ -227,6 +230,7 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
             {"type": "InternalIP", "address": f.ip},
             {"type": "Hostname", "address": f.name},
         ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": f.kubelet_port}},
         "nodeInfo": {
             "machineID": f.machine_id,
             "systemUUID": f.machine_id,
@@ -283,6 +287,7 @@ mod tests {
                 effect: "NoSchedule".into(),
             }],
             reserved: crate::cm::Reserved::default(),
+            kubelet_port: 10250,
         }
     }
 
@@ -332,6 +337,17 @@ mod tests {
         assert_eq!(s1["capacity"]["memory"], "1048576Ki");
         assert_eq!(s1["capacity"]["cpu"], "4");
         assert_eq!(s1["nodeInfo"]["kubeletVersion"], KUBELET_VERSION);
+        assert!(KUBELET_VERSION.starts_with("v1.37.2-picolet."));
+        // Where the apiserver reaches the node API, by address type.
+        assert_eq!(s1["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+        assert_eq!(
+            s1["addresses"][0],
+            json!({"type": "InternalIP", "address": "192.0.2.7"})
+        );
+        assert_eq!(
+            s1["addresses"][1],
+            json!({"type": "Hostname", "address": "edge-1"})
+        );
         let ready = |s: &Value| s["conditions"][3].clone();
         assert_eq!(ready(&s1)["status"], "True");
         let s2 = node_status(&f, &up, Some(&s1), "2026-01-01T00:00:10Z");

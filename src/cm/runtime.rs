@@ -6,7 +6,7 @@
 //! `Status`, which is read for `SystemdCgroup`; a mismatch there is refused.
 
 use super::name::Driver;
-use crate::cri::{Cri, v1};
+use crate::cri::{RuntimeService, v1};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeDriver {
@@ -28,8 +28,8 @@ impl RuntimeDriver {
 }
 
 /// Asks the runtime.
-pub async fn runtime_driver(cri: &Cri) -> RuntimeDriver {
-    if let Ok(r) = cri.runtime_config(v1::RuntimeConfigRequest {}).await
+pub async fn runtime_driver(cri: &dyn RuntimeService) -> RuntimeDriver {
+    if let Ok(r) = cri.runtime_config().await
         && let Some(l) = r.linux
     {
         return RuntimeDriver::Reported(if l.cgroup_driver == v1::CgroupDriver::Cgroupfs as i32 {
@@ -38,7 +38,7 @@ pub async fn runtime_driver(cri: &Cri) -> RuntimeDriver {
             Driver::Systemd
         });
     }
-    match cri.status(v1::StatusRequest { verbose: true }).await {
+    match cri.status(true).await {
         Ok(s) => s
             .info
             .get("config")

@@ -256,6 +256,12 @@ impl FakeRuntime {
         self.state.borrow_mut().exec = Some(Rc::new(f));
     }
 
+    /// Serves the streaming calls (Exec, Attach, PortForward) with URLs under `base`, as
+    /// containerd's streaming server hands them out; without it they are `Unimplemented`.
+    pub fn set_streaming_url(&self, base: &str) {
+        self.state.borrow_mut().streaming = Some(base.trim_end_matches('/').to_owned());
+    }
+
     pub fn sandboxes(&self) -> Vec<FakeSandbox> {
         self.state.borrow().sandboxes.clone()
     }
@@ -384,6 +390,20 @@ impl FakeRuntime {
                 "ContainerStatus" => enc(st.container_status(decode(payload)?)),
                 "ContainerStats" => enc(st.container_stats(decode(payload)?)),
                 "ReopenContainerLog" => enc(st.reopen_container_log(decode(payload)?)),
+                "Exec" => {
+                    let req: v1::ExecRequest = decode(payload)?;
+                    let url = st.stream_url("exec", &req.container_id)?;
+                    enc(Ok(v1::ExecResponse { url }))
+                }
+                "Attach" => {
+                    let req: v1::AttachRequest = decode(payload)?;
+                    let url = st.stream_url("attach", &req.container_id)?;
+                    enc(Ok(v1::AttachResponse { url }))
+                }
+                "PortForward" => {
+                    let url = st.port_forward_url(&decode(payload)?)?;
+                    enc(Ok(v1::PortForwardResponse { url }))
+                }
                 _ => Err(err(
                     Code::Unimplemented,
                     format!("unknown method {m} for service {service}"),
@@ -517,10 +537,10 @@ impl RuntimeService for FakeRuntime {
             Ok(st.list_containers(req).containers)
         })
     }
-    fn container_status(&self, id: &str) -> Call<'_, v1::ContainerStatusResponse> {
+    fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse> {
         let req = v1::ContainerStatusRequest {
             container_id: id.to_owned(),
-            verbose: false,
+            verbose,
         };
         self.call("ContainerStatus", Some(id.to_owned()), move |st| {
             st.container_status(req)
@@ -555,6 +575,30 @@ impl RuntimeService for FakeRuntime {
         };
         self.call("ReopenContainerLog", None, move |st| {
             st.reopen_container_log(req).map(drop)
+        })
+    }
+    fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
+        // As containerd 1.6: the driver is only in the verbose status.
+        self.call("RuntimeConfig", None, |_| {
+            Err(err(Code::Unimplemented, "unknown method RuntimeConfig"))
+        })
+    }
+    fn exec(&self, req: v1::ExecRequest) -> Call<'_, v1::ExecResponse> {
+        self.call("Exec", None, move |st| {
+            let url = st.stream_url("exec", &req.container_id)?;
+            Ok(v1::ExecResponse { url })
+        })
+    }
+    fn attach(&self, req: v1::AttachRequest) -> Call<'_, v1::AttachResponse> {
+        self.call("Attach", None, move |st| {
+            let url = st.stream_url("attach", &req.container_id)?;
+            Ok(v1::AttachResponse { url })
+        })
+    }
+    fn port_forward(&self, req: v1::PortForwardRequest) -> Call<'_, v1::PortForwardResponse> {
+        self.call("PortForward", None, move |st| {
+            let url = st.port_forward_url(&req)?;
+            Ok(v1::PortForwardResponse { url })
         })
     }
 }
@@ -711,6 +755,8 @@ struct State {
     sandbox_image: String,
     stop_exit_codes: HashMap<String, i32>,
     exec: Option<ExecHandler>,
+    /// The base URL the streaming calls answer under.
+    streaming: Option<String>,
     // Test hooks.
     delays: HashMap<String, Duration>,
     hung: std::collections::HashSet<String>,
@@ -849,6 +895,7 @@ impl State {
             sandbox_image: DEFAULT_SANDBOX_IMAGE.to_owned(),
             stop_exit_codes: HashMap::new(),
             exec: None,
+            streaming: None,
             delays: HashMap::new(),
             hung: std::collections::HashSet::new(),
             failures: HashMap::new(),
@@ -1388,6 +1435,37 @@ impl State {
     }
 
     /// Decides an exec (the waiting happens in the caller, outside the state borrow).
+    /// A streaming URL for a running container (`kind` is exec or attach).
+    fn stream_url(&self, kind: &str, container_id: &str) -> Result<String, Status> {
+        let c = &self.containers[self.container_index(container_id)?];
+        if c.state != ContainerState::ContainerRunning {
+            return Err(err(
+                Code::FailedPrecondition,
+                format!("container {} is in {} state", c.id, c.state.as_str_name()),
+            ));
+        }
+        let base = self.streaming_base()?;
+        Ok(format!("{base}/{kind}/{}", c.id))
+    }
+
+    fn streaming_base(&self) -> Result<&str, Status> {
+        self.streaming
+            .as_deref()
+            .ok_or_else(|| err(Code::Unimplemented, "no streaming server"))
+    }
+
+    fn port_forward_url(&self, r: &v1::PortForwardRequest) -> Result<String, Status> {
+        let sb = &self.sandboxes[self.sandbox_index(&r.pod_sandbox_id)?];
+        if sb.state != v1::PodSandboxState::SandboxReady {
+            return Err(err(
+                Code::FailedPrecondition,
+                format!("sandbox {} is not running", sb.id),
+            ));
+        }
+        let base = self.streaming_base()?;
+        Ok(format!("{base}/portforward/{}", sb.id))
+    }
+
     fn exec_sync(&self, r: &v1::ExecSyncRequest) -> Result<ExecReply, Status> {
         let c = &self.containers[self.container_index(&r.container_id)?];
         if c.state != ContainerState::ContainerRunning {

@@ -188,6 +188,9 @@ impl Cri {
     rpc!(runtime.container_status(v1::ContainerStatusRequest) -> v1::ContainerStatusResponse, request);
     rpc!(runtime.reopen_container_log(v1::ReopenContainerLogRequest) -> v1::ReopenContainerLogResponse, request);
     rpc!(runtime.container_stats(v1::ContainerStatsRequest) -> v1::ContainerStatsResponse, request);
+    rpc!(runtime.exec(v1::ExecRequest) -> v1::ExecResponse, request);
+    rpc!(runtime.attach(v1::AttachRequest) -> v1::AttachResponse, request);
+    rpc!(runtime.port_forward(v1::PortForwardRequest) -> v1::PortForwardResponse, request);
     rpc!(images.list_images(v1::ListImagesRequest) -> v1::ListImagesResponse, request);
     rpc!(images.image_status(v1::ImageStatusRequest) -> v1::ImageStatusResponse, request);
     rpc!(images.pull_image(v1::PullImageRequest) -> v1::PullImageResponse, pull);
@@ -302,10 +305,10 @@ impl RuntimeService for Cri {
         let req = v1::ListContainersRequest { filter };
         Box::pin(async move { Ok(Cri::list_containers(self, req).await?.containers) })
     }
-    fn container_status(&self, id: &str) -> Call<'_, v1::ContainerStatusResponse> {
+    fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse> {
         let req = v1::ContainerStatusRequest {
             container_id: id.to_owned(),
-            verbose: false,
+            verbose,
         };
         Box::pin(Cri::container_status(self, req))
     }
@@ -323,6 +326,18 @@ impl RuntimeService for Cri {
             container_id: id.to_owned(),
         };
         Box::pin(async move { Cri::reopen_container_log(self, req).await.map(drop) })
+    }
+    fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
+        Box::pin(Cri::runtime_config(self, v1::RuntimeConfigRequest {}))
+    }
+    fn exec(&self, req: v1::ExecRequest) -> Call<'_, v1::ExecResponse> {
+        Box::pin(Cri::exec(self, req))
+    }
+    fn attach(&self, req: v1::AttachRequest) -> Call<'_, v1::AttachResponse> {
+        Box::pin(Cri::attach(self, req))
+    }
+    fn port_forward(&self, req: v1::PortForwardRequest) -> Call<'_, v1::PortForwardResponse> {
+        Box::pin(Cri::port_forward(self, req))
     }
 }
 

@@ -42,7 +42,8 @@ pub trait RuntimeService {
     fn stop_container(&self, id: &str, grace_secs: i64) -> Call<'_, ()>;
     fn remove_container(&self, id: &str) -> Call<'_, ()>;
     fn list_containers(&self, filter: Option<v1::ContainerFilter>) -> Call<'_, Vec<v1::Container>>;
-    fn container_status(&self, id: &str) -> Call<'_, v1::ContainerStatusResponse>;
+    /// A container's status; `verbose` adds the runtime's `info` (containerd: the init pid).
+    fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse>;
     /// Runs a command in a container and waits for it, up to `timeout`.
     fn exec_sync(
         &self,
@@ -52,6 +53,15 @@ pub trait RuntimeService {
     ) -> Call<'_, v1::ExecSyncResponse>;
     /// Makes the runtime reopen the container's log file (after it was renamed for rotation).
     fn reopen_container_log(&self, id: &str) -> Call<'_, ()>;
+    /// The runtime's own configuration (its cgroup driver); containerd before 2.0 answers
+    /// `Unimplemented`.
+    fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse>;
+    /// A one-time URL on the runtime's streaming server running a command in a container.
+    fn exec(&self, req: v1::ExecRequest) -> Call<'_, v1::ExecResponse>;
+    /// A one-time URL on the runtime's streaming server attached to a container's process.
+    fn attach(&self, req: v1::AttachRequest) -> Call<'_, v1::AttachResponse>;
+    /// A one-time URL on the runtime's streaming server forwarding ports of a sandbox.
+    fn port_forward(&self, req: v1::PortForwardRequest) -> Call<'_, v1::PortForwardResponse>;
 }
 
 /// The CRI `ImageService` calls picolet makes.

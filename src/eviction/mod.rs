@@ -172,15 +172,18 @@ pub fn candidate(
 /// Reads running containers' accounting straight from cgroupfs: the init pid of each
 /// container (one runtime call, then cached by container ID), its cgroup, its files.
 pub struct Usage {
-    pub cri: Rc<crate::cri::Cri>,
+    pub runtime: Rc<dyn crate::cri::RuntimeService>,
     pub cgroups: Option<crate::cm::detect::Cgroups>,
     pids: RefCell<HashMap<String, u32>>,
 }
 
 impl Usage {
-    pub fn new(cri: Rc<crate::cri::Cri>, cgroups: Option<crate::cm::detect::Cgroups>) -> Self {
+    pub fn new(
+        runtime: Rc<dyn crate::cri::RuntimeService>,
+        cgroups: Option<crate::cm::detect::Cgroups>,
+    ) -> Self {
         Usage {
-            cri,
+            runtime,
             cgroups,
             pids: RefCell::default(),
         }
@@ -204,13 +207,15 @@ impl Usage {
                 let cached = self.pids.borrow().get(id).copied();
                 let pid = match cached {
                     Some(p) => Some(p),
-                    None => match crate::kuberuntime::container_init_pid(&self.cri, id).await {
-                        Ok(Some(p)) => {
-                            self.pids.borrow_mut().insert(id.clone(), p);
-                            Some(p)
+                    None => {
+                        match crate::kuberuntime::container_init_pid(&*self.runtime, id).await {
+                            Ok(Some(p)) => {
+                                self.pids.borrow_mut().insert(id.clone(), p);
+                                Some(p)
+                            }
+                            _ => None,
                         }
-                        _ => None,
-                    },
+                    }
                 };
                 if let Some(pid) = pid {
                     wanted.push((i, name.clone(), pid));

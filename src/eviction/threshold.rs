@@ -292,7 +292,7 @@ impl Settings {
         let mut grace: BTreeMap<Signal, Duration> = BTreeMap::new();
         for (k, v) in &graces.value {
             let s = signal(&graces, k)?;
-            let d = crate::options::parse_duration(v)
+            let d = crate::api::parse_duration(v)
                 .map_err(|e| format!("{}: {k}: invalid duration {v:?}: {e}", graces.origin))?;
             grace.insert(s, d);
         }
@@ -338,7 +338,7 @@ impl Settings {
             }
         }
         let transition = match &self.pressure_transition_period {
-            Some(g) => crate::options::parse_duration(&g.value)
+            Some(g) => crate::api::parse_duration(&g.value)
                 .map_err(|e| format!("{}: invalid duration {:?}: {e}", g.origin, g.value))?,
             None => DEFAULT_TRANSITION,
         };

@@ -110,7 +110,18 @@ impl RuntimeManager {
                     "CrashLoopBackOff",
                     format!(
                         "back-off {} restarting failed container={} pod={}_{}({uid})",
-                        crate::options::format_duration(delay),
+                        crate::api::format_duration(delay),
+                        c.name,
+                        pod.metadata.name,
+                        config::namespace(pod)
+                    ),
+                );
+                crate::events::record(
+                    &crate::events::ObjectRef::container(pod, &c.name),
+                    crate::events::Type::Warning,
+                    "BackOff",
+                    &format!(
+                        "Back-off restarting failed container {} in pod {}_{}({uid})",
                         c.name,
                         pod.metadata.name,
                         config::namespace(pod)
@@ -122,7 +133,7 @@ impl RuntimeManager {
             b.next(&key, now);
         }
 
-        let image_ref = match self.ensure_image(uid, c, now).await {
+        let image_ref = match self.ensure_image(pod, c, now).await {
             Ok(r) => r,
             Err(f) => {
                 self.wait_on(uid, &f.error);
@@ -235,7 +246,15 @@ impl RuntimeManager {
             sandbox_config: Some(ctx.sandbox_cfg.clone()),
         };
         let id = match self.runtime.create_container(req).await {
-            Ok(r) => r.container_id,
+            Ok(r) => {
+                crate::events::record(
+                    &crate::events::ObjectRef::container(pod, &c.name),
+                    crate::events::Type::Normal,
+                    "Created",
+                    &format!("Created container: {}", c.name),
+                );
+                r.container_id
+            }
             Err(source) => {
                 let e = SyncError::CreateContainer {
                     container: c.name.to_string(),
@@ -248,10 +267,11 @@ impl RuntimeManager {
         };
         match self.runtime.start_container(&id).await {
             Ok(()) => {
-                log::info!(
-                    "started container {} of pod {} (restart {restart_count})",
-                    c.name,
-                    pod.metadata.name
+                crate::events::record(
+                    &crate::events::ObjectRef::container(pod, &c.name),
+                    crate::events::Type::Normal,
+                    "Started",
+                    &format!("Started container {} (restart {restart_count})", c.name),
                 );
                 self.clear_waiting(uid, &c.name);
                 if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
@@ -291,7 +311,12 @@ impl RuntimeManager {
             return;
         };
         // The kubelet's FailedPostStartHook event, then the kill.
-        log::warn!("FailedPostStartHook: {message}");
+        crate::events::record(
+            &crate::events::ObjectRef::container(pod, &c.name),
+            crate::events::Type::Warning,
+            "FailedPostStartHook",
+            &message,
+        );
         let st = PodRuntimeStatus {
             uid: uid.into(),
             name: pod.metadata.name.as_str().into(),
@@ -315,10 +340,11 @@ impl RuntimeManager {
             hash: 0,
             restart_count: 0,
         };
-        log::info!(
-            "Killing: container {} of pod {}: FailedPostStartHook",
-            c.name,
-            pod.metadata.name
+        crate::events::record(
+            &crate::events::ObjectRef::container(pod, &c.name),
+            crate::events::Type::Normal,
+            "Killing",
+            &format!("FailedPostStartHook: stopping container {}", c.name),
         );
         if let Err(e) = self
             .kill_container(Some(pod), &st, &me, config::grace_period(pod))

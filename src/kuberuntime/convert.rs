@@ -203,21 +203,21 @@ pub(crate) fn pod_selector(uid: &str) -> HashMap<String, String> {
 /// JSON carrying `"pid"` in `info["info"]`; 0 once the task has exited). `None` for a container
 /// that is not running.
 pub async fn container_init_pid(
-    cri: &crate::cri::Cri,
+    runtime: &dyn crate::cri::RuntimeService,
     container_id: &str,
 ) -> Result<Option<u32>, crate::cri::CriError> {
-    let st = cri
-        .container_status(v1::ContainerStatusRequest {
-            container_id: container_id.to_owned(),
-            verbose: true,
-        })
-        .await?;
+    let st = runtime.container_status(container_id, true).await?;
     Ok(pid_from_info(&st.info))
 }
 
 /// The runtime's facts accounting needs, over the CRI: init pids (verbose ContainerStatus) and
-/// the image filesystem (ImageFsInfo). A failed call is logged at debug level and unknown.
-impl crate::stats::RuntimeFacts for crate::cri::Cri {
+/// the image filesystem (ImageFsInfo), through the counted services so `/metrics` sees them. A
+/// failed call is logged at debug level and unknown.
+impl<R, I> crate::stats::RuntimeFacts for super::instrumented::Instrumented<R, I>
+where
+    R: crate::cri::RuntimeService + ?Sized,
+    I: crate::cri::ImageService + ?Sized,
+{
     fn container_pid(&self, container_id: &str) -> crate::stats::Ask<'_, u32> {
         let id = container_id.to_owned();
         Box::pin(async move {
@@ -231,8 +231,7 @@ impl crate::stats::RuntimeFacts for crate::cri::Cri {
 
     fn image_fs(&self) -> crate::stats::Ask<'_, crate::stats::ImageFs> {
         Box::pin(async move {
-            let r = self
-                .image_fs_info(v1::ImageFsInfoRequest {})
+            let r = crate::cri::ImageService::image_fs_info(self)
                 .await
                 .inspect_err(|e| log::debug!("stats: ImageFsInfo: {e}"))
                 .ok()?;

@@ -108,7 +108,7 @@ impl RuntimeManager {
             ..Default::default()
         };
         let mut hook = None;
-        if let Ok(r) = self.runtime.container_status(&c.id).await
+        if let Ok(r) = self.runtime.container_status(&c.id, false).await
             && let Some(s) = r.status
         {
             hook = s
@@ -150,7 +150,15 @@ impl RuntimeManager {
             .await
             {
                 Ok(Ok(())) => log::debug!("preStop hook of container {} completed", c.name),
-                Ok(Err(m)) => log::warn!("FailedPreStopHook: container {}: {m}", c.name),
+                Ok(Err(m)) => match pod {
+                    Some(p) => crate::events::record(
+                        &crate::events::ObjectRef::container(p, &c.name),
+                        crate::events::Type::Warning,
+                        "FailedPreStopHook",
+                        &m,
+                    ),
+                    None => log::warn!("FailedPreStopHook: container {}: {m}", c.name),
+                },
                 Err(_) => log::info!(
                     "preStop hook of container {} did not complete in {grace} seconds",
                     c.name

@@ -53,11 +53,14 @@ impl RuntimeManager {
     /// Makes sure the container's image is present, by its pull policy; returns the image id.
     pub(super) async fn ensure_image(
         &self,
-        uid: &str,
+        pod: &Pod,
         c: &Container,
         now: i64,
     ) -> Result<String, ImageFailure> {
+        use crate::events::{ObjectRef, Type, record};
+        let uid = pod.metadata.uid.as_str();
         let image = c.image.as_str();
+        let at = || ObjectRef::container(pod, &c.name);
         // Backoff per pod and image, as the kubelet keys it: one pod's failing pulls do not
         // hold back another pod using the same image.
         let key = pull_backoff_key(uid, image);
@@ -71,8 +74,22 @@ impl RuntimeManager {
             retry_after: ERROR_RETRY,
         })?;
         match decide(c, present.is_some()) {
-            Decision::Use => return Ok(present.unwrap_or_default()),
+            Decision::Use => {
+                record(
+                    &at(),
+                    Type::Normal,
+                    "Pulled",
+                    &format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(present.unwrap_or_default());
+            }
             Decision::NeverPull => {
+                record(
+                    &at(),
+                    Type::Warning,
+                    "ErrImageNeverPull",
+                    &format!("Container image {image:?} is not present with pull policy of Never"),
+                );
                 return Err(ImageFailure {
                     error: SyncError::ImageNeverPull {
                         container: container(),
@@ -84,6 +101,12 @@ impl RuntimeManager {
             Decision::Pull => {}
         }
         if let Some(rem) = self.pull_backoff.borrow().remaining_since_last(key, now) {
+            record(
+                &at(),
+                Type::Normal,
+                "BackOff",
+                &format!("Back-off pulling image {image:?}"),
+            );
             return Err(ImageFailure {
                 error: SyncError::ImagePullBackOff {
                     container: container(),
@@ -92,16 +115,37 @@ impl RuntimeManager {
                 retry_after: rem,
             });
         }
-        log::info!("pulling image {image}");
+        record(
+            &at(),
+            Type::Normal,
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let t0 = crate::rt::now();
         match self.images.pull_image(image).await {
             Ok(image_ref) => {
                 self.pull_backoff.borrow_mut().forget(key);
+                record(
+                    &at(),
+                    Type::Normal,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image {image:?} in {}",
+                        crate::api::format_duration(crate::rt::now().saturating_duration_since(t0))
+                    ),
+                );
                 Ok(match self.image_id(image).await {
                     Ok(Some(id)) => id,
                     _ => image_ref,
                 })
             }
             Err(e) => {
+                record(
+                    &at(),
+                    Type::Warning,
+                    "Failed",
+                    &format!("Failed to pull image {image:?}: {e}"),
+                );
                 let mut b = self.pull_backoff.borrow_mut();
                 b.next(key, now);
                 Err(ImageFailure {

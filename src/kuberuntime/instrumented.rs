@@ -155,11 +155,11 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
             self.runtime.list_containers(filter),
         )
     }
-    fn container_status(&self, id: &str) -> Call<'_, v1::ContainerStatusResponse> {
+    fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse> {
         timed(
             &self.ops,
             "container_status",
-            self.runtime.container_status(id),
+            self.runtime.container_status(id, verbose),
         )
     }
     fn exec_sync(
@@ -180,6 +180,18 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
             "reopen_container_log",
             self.runtime.reopen_container_log(id),
         )
+    }
+    fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
+        timed(&self.ops, "runtime_config", self.runtime.runtime_config())
+    }
+    fn exec(&self, req: v1::ExecRequest) -> Call<'_, v1::ExecResponse> {
+        timed(&self.ops, "exec", self.runtime.exec(req))
+    }
+    fn attach(&self, req: v1::AttachRequest) -> Call<'_, v1::AttachResponse> {
+        timed(&self.ops, "attach", self.runtime.attach(req))
+    }
+    fn port_forward(&self, req: v1::PortForwardRequest) -> Call<'_, v1::PortForwardResponse> {
+        timed(&self.ops, "port_forward", self.runtime.port_forward(req))
     }
 }
 
@@ -215,7 +227,7 @@ mod tests {
             inst.version().await.unwrap();
             inst.list_pod_sandbox(None).await.unwrap();
             inst.list_pod_sandbox(None).await.unwrap();
-            assert!(inst.container_status("nope").await.is_err());
+            assert!(inst.container_status("nope", false).await.is_err());
         });
         let snap = ops.snapshot();
         let get = |op: &str| snap.iter().find(|(o, _)| *o == op).map(|(_, s)| s.clone());

@@ -267,7 +267,7 @@ impl RuntimeManager {
         let futs = st
             .containers
             .iter()
-            .map(|c| self.runtime.container_status(&c.id));
+            .map(|c| self.runtime.container_status(&c.id, false));
         let results = join_all(futs).await;
         let mut out = Vec::with_capacity(results.len());
         let mut messages = Vec::new();
@@ -384,12 +384,11 @@ impl RuntimeManager {
         }
         out.acted |= !a.containers_to_kill.is_empty();
         let kills = a.containers_to_kill.iter().map(|k| async move {
-            // The kubelet's "Killing" event.
-            log::info!(
-                "Killing: container {} of pod {}: {}",
-                k.name,
-                pod.metadata.name,
-                k.reason
+            crate::events::record(
+                &crate::events::ObjectRef::container(pod, &k.name),
+                crate::events::Type::Normal,
+                "Killing",
+                &format!("Stopping container {}: {}", k.name, k.reason),
             );
             let Some(c) = st.containers.iter().find(|c| c.id == k.id) else {
                 return Ok(());

@@ -22,6 +22,7 @@ pub mod instrumented;
 pub mod labels;
 mod manager;
 mod sandbox;
+pub mod streaming;
 mod termination;
 
 pub use config::NodeContext;

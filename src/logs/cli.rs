@@ -127,7 +127,7 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
                         a.tail = (n >= 0).then_some(n);
                     }
                     "--since" => {
-                        let d = options::parse_duration(&v).map_err(|r| bad(name, &v, &r))?;
+                        let d = crate::api::parse_duration(&v).map_err(|r| bad(name, &v, &r))?;
                         if d.is_zero() {
                             return Err(bad(name, &v, "must be positive"));
                         }

@@ -240,13 +240,15 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
                 let result = match outcome {
                     Outcome::Success(_) => Some(ProbeResult::Success),
                     Outcome::Failure(out) => {
-                        // The kubelet's "Unhealthy" warning event.
-                        log::warn!(
-                            "Unhealthy: {} probe failed: {} (container {name} of pod {}/{})",
-                            kind.name(),
-                            out.trim_end(),
-                            pod.metadata.namespace,
-                            pod.metadata.name
+                        let mut kind_name = kind.name().to_owned();
+                        if let Some(f) = kind_name.get_mut(..1) {
+                            f.make_ascii_uppercase();
+                        }
+                        crate::events::record(
+                            &crate::events::ObjectRef::container(&pod, &name),
+                            crate::events::Type::Warning,
+                            "Unhealthy",
+                            &format!("{kind_name} probe failed: {}", out.trim_end()),
                         );
                         Some(ProbeResult::Failure)
                     }

@@ -4,6 +4,8 @@
 //! the commands it returns. All runtime calls happen in the pod workers or in spawned tasks, so
 //! the loop itself never waits on the runtime or the disk.
 
+#[cfg(feature = "local-api")]
+mod host;
 mod housekeeping;
 mod state;
 
@@ -31,10 +33,10 @@ pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 
 /// The node agent's state as the loop and the local API see it.
 pub struct Kubelet {
-    pub rm: Rc<RuntimeManager>,
-    pub cache: Rc<RefCell<Cache>>,
-    pub status: Rc<StatusManager>,
-    pub pleg: Rc<Pleg>,
+    rm: Rc<RuntimeManager>,
+    cache: Rc<RefCell<Cache>>,
+    status: Rc<StatusManager>,
+    pleg: Rc<Pleg>,
     workers: PodWorkers,
     prober: ProbeManager,
     state: RefCell<LoopState>,
@@ -135,6 +137,12 @@ impl Kubelet {
             }
         };
         self.status.evict(&pod, message);
+        crate::events::record(
+            &crate::events::ObjectRef::pod(&pod),
+            crate::events::Type::Warning,
+            "Evicted",
+            message,
+        );
         self.internal
             .0
             .try_send(Input::Evict {
@@ -424,6 +432,17 @@ impl Kubelet {
         v.sort();
         v.dedup();
         Some(v)
+    }
+
+    /// The latest status picolet computed for a pod.
+    #[cfg(feature = "apiserver")]
+    pub fn pod_status(&self, uid: &str) -> Option<crate::api::PodStatus> {
+        self.status.get(uid)
+    }
+
+    /// Whether the PLEG has listed the runtime once.
+    pub fn has_listed(&self) -> bool {
+        self.pleg.has_listed()
     }
 
     /// How many pods the node should run.

@@ -1245,7 +1245,7 @@ fn the_accounting_endpoints_report_what_the_loop_runs() {
         h.set_pods(vec![pod("a", "web", "sleep 3600")]).await;
         h.until("a running", 5, |h| h.running("a") == 1).await;
         h.run_for(3).await;
-        let (k, ctx) = (&h.kubelet, &ctx);
+        let (k, ctx) = (&*h.kubelet, &ctx);
         let body = |path| async move {
             let r = crate::server::stats_route(k, ctx, path).await.unwrap();
             assert_eq!(r.status(), hyper::StatusCode::OK);

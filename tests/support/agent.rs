@@ -39,7 +39,7 @@ pub fn picolet_command() -> Command {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -81,12 +81,13 @@ impl Agent {
         let cfg = self.dir.join("config.yaml");
         // No eviction thresholds: the test machine's disk, shared with parallel builds, must not
         // evict the pods of unrelated tests. The eviction test sets its own with
-        // `--eviction-hard`, which replaces this.
+        // `--eviction-hard`, which replaces this. No node API unless a test asks with `--port`:
+        // parallel tests would all want 10250.
         fs::write(
             &cfg,
             format!(
                 "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-                 staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\n\
+                 staticPodPath: {}\ncontainerRuntimeEndpoint: {}\npodLogsDir: {}\nhealthzPort: {}\nport: 0\n\
                  imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\n\
                  evictionHard:\n  memory.available: \"0\"\n{}",
                 self.manifests.display(),

@@ -298,6 +298,11 @@ impl ControlPlane {
         self.dir.join(format!("node-{node}{suffix}.kubeconfig"))
     }
 
+    /// A file of the cluster's PKI (`ca.crt`, `node-NAME-serving.key`, ...).
+    pub fn pki(&self, name: &str) -> PathBuf {
+        self.dir.join("pki").join(name)
+    }
+
     /// The CA certificate that signed the apiserver's serving certificate and
     /// every client certificate.
     pub fn ca_cert(&self) -> PathBuf {

@@ -175,6 +175,17 @@ impl FakeApi {
         self.count("GET", "/api/v1/pods?") - self.pod_lists()
     }
 
+    /// The Event objects the node created, as they are now (patches applied).
+    pub fn events(&self) -> Vec<Value> {
+        self.with(|s| {
+            s.objects
+                .iter()
+                .filter(|(k, _)| k.starts_with("events/"))
+                .map(|(_, v)| v.clone())
+                .collect()
+        })
+    }
+
     pub fn requests(&self) -> Vec<(String, String)> {
         self.with(|s| s.requests.clone())
     }
@@ -474,6 +485,8 @@ impl FakeApi {
                 ["api", "v1", "namespaces", ns, kind @ ("configmaps" | "secrets"), n] => format!("{kind}/{ns}/{n}"),
                 ["api", "v1", "namespaces", ns, "serviceaccounts", sa, "token"] => format!("token/{ns}/{sa}"),
                 ["api", "v1", "namespaces", ns, "pods"] => format!("newpod/{ns}"),
+                ["api", "v1", "namespaces", ns, "events"] => format!("newevent/{ns}"),
+                ["api", "v1", "namespaces", ns, "events", n] => format!("events/{ns}/{n}"),
                 ["api", "v1", "namespaces", ns, "pods", n] | ["api", "v1", "namespaces", ns, "pods", n, "status"] => {
                     format!("pods/{ns}/{n}")
                 }
@@ -515,6 +528,18 @@ impl FakeApi {
                     });
                     s.token_requests.push((k.to_owned(), body));
                     (201, o)
+                }
+                ("POST", k) if k.starts_with("newevent/") => {
+                    // Events are kept as sent, for the tests to read (`FakeApi::events`).
+                    let ns = &k["newevent/".len()..];
+                    let name = body["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                    let key = format!("events/{ns}/{name}");
+                    if s.objects.contains_key(&key) {
+                        return (409, status(409, "AlreadyExists", &format!("{key} already exists")));
+                    }
+                    s.rv += 1;
+                    s.objects.insert(key, body.clone());
+                    (201, body)
                 }
                 ("POST", k) if k.starts_with("newpod/") => {
                     let ns = &k["newpod/".len()..];

@@ -1,0 +1,442 @@
+//! The few X.509 pieces the node API needs, without a certificate library: a self-signed
+//! serving certificate (a CA and a leaf it signs, ECDSA P-256 keys made with ring, as the
+//! kubelet makes `<root-dir>/pki/kubelet.crt` when given none), kept on disk and reused; and
+//! the subject (CN and O) of a verified client certificate, which names the user and groups.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
+
+// DER tags.
+const BOOLEAN: u8 = 0x01;
+const INTEGER: u8 = 0x02;
+const BIT_STRING: u8 = 0x03;
+const OCTET_STRING: u8 = 0x04;
+const OID: u8 = 0x06;
+const UTF8_STRING: u8 = 0x0c;
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
+const SEQUENCE: u8 = 0x30;
+const SET: u8 = 0x31;
+
+// Object identifiers, DER content bytes.
+const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+const OID_P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
+const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
+const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
+const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
+const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+
+fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let n = content.len();
+    if n < 0x80 {
+        out.push(u8::try_from(n).unwrap_or(0));
+    } else {
+        let bytes: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        out.push(0x80 | u8::try_from(bytes.len()).unwrap_or(0));
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
+    tlv(SEQUENCE, &parts.concat())
+}
+
+fn name(cn: &str) -> Vec<u8> {
+    let atv = seq(&[tlv(OID, OID_CN), tlv(UTF8_STRING, cn.as_bytes())]);
+    seq(&[tlv(SET, &atv)])
+}
+
+/// X.509 time: UTCTime through 2049, GeneralizedTime after.
+fn time(unix: i64) -> Vec<u8> {
+    // "YYYY-MM-DDTHH:MM:SSZ" to "YYYYMMDDHHMMSSZ".
+    let t: String = crate::api::rfc3339(unix.saturating_mul(1_000_000_000))
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .filter(|c| *c != 'T')
+        .collect();
+    let year: i64 = t.get(..4).and_then(|y| y.parse().ok()).unwrap_or(0);
+    if (1950..2050).contains(&year) {
+        tlv(UTC_TIME, &t.as_bytes()[2..])
+    } else {
+        tlv(GENERALIZED_TIME, t.as_bytes())
+    }
+}
+
+fn extension(oid: &[u8], critical: bool, value: &[u8]) -> Vec<u8> {
+    let mut parts = vec![tlv(OID, oid)];
+    if critical {
+        parts.push(tlv(BOOLEAN, &[0xff]));
+    }
+    parts.push(tlv(OCTET_STRING, value));
+    seq(&parts)
+}
+
+/// What a certificate says of its subject.
+struct Profile<'a> {
+    subject: &'a str,
+    ca: bool,
+    dns: &'a [String],
+    ips: &'a [IpAddr],
+}
+
+fn tbs(
+    serial: &[u8],
+    issuer: &str,
+    p: &Profile,
+    public_key: &[u8],
+    not_before: i64,
+    not_after: i64,
+) -> Vec<u8> {
+    let alg = seq(&[tlv(OID, OID_ECDSA_SHA256)]);
+    let spki = seq(&[
+        seq(&[tlv(OID, OID_EC_PUBLIC_KEY), tlv(OID, OID_P256)]),
+        tlv(BIT_STRING, &[&[0u8][..], public_key].concat()),
+    ]);
+    let mut exts = Vec::new();
+    let basic = if p.ca {
+        seq(&[tlv(BOOLEAN, &[0xff])])
+    } else {
+        seq(&[])
+    };
+    exts.push(extension(OID_BASIC_CONSTRAINTS, true, &basic));
+    // keyUsage: digitalSignature (bit 0) and keyCertSign (bit 5) for the CA; digitalSignature
+    // and keyEncipherment (bit 2) for the server.
+    let usage: &[u8] = if p.ca { &[0x02, 0x84] } else { &[0x05, 0xa0] };
+    exts.push(extension(OID_KEY_USAGE, true, &tlv(BIT_STRING, usage)));
+    if !p.ca {
+        exts.push(extension(
+            OID_EXT_KEY_USAGE,
+            false,
+            &seq(&[tlv(OID, OID_SERVER_AUTH)]),
+        ));
+        let mut names: Vec<Vec<u8>> = p.dns.iter().map(|d| tlv(0x82, d.as_bytes())).collect();
+        for ip in p.ips {
+            let octets = match ip {
+                IpAddr::V4(v) => v.octets().to_vec(),
+                IpAddr::V6(v) => v.octets().to_vec(),
+            };
+            names.push(tlv(0x87, &octets));
+        }
+        exts.push(extension(OID_SUBJECT_ALT_NAME, false, &seq(&names)));
+    }
+    seq(&[
+        tlv(0xa0, &tlv(INTEGER, &[2])),
+        tlv(INTEGER, serial),
+        alg,
+        name(issuer),
+        seq(&[time(not_before), time(not_after)]),
+        name(p.subject),
+        spki,
+        tlv(0xa3, &seq(&exts)),
+    ])
+}
+
+fn sign(key: &EcdsaKeyPair, rng: &SystemRandom, tbs: Vec<u8>) -> Result<Vec<u8>, String> {
+    let sig = key
+        .sign(rng, &tbs)
+        .map_err(|_| "signing a certificate failed".to_owned())?;
+    Ok(seq(&[
+        tbs,
+        seq(&[tlv(OID, OID_ECDSA_SHA256)]),
+        tlv(BIT_STRING, &[&[0u8][..], sig.as_ref()].concat()),
+    ]))
+}
+
+fn serial(rng: &SystemRandom) -> Result<Vec<u8>, String> {
+    let mut s = [0u8; 16];
+    ring::rand::SecureRandom::fill(rng, &mut s).map_err(|_| "no randomness".to_owned())?;
+    // A positive integer with no leading zero byte.
+    s[0] = (s[0] & 0x7f) | 0x40;
+    Ok(s.to_vec())
+}
+
+fn new_key(rng: &SystemRandom) -> Result<(EcdsaKeyPair, Vec<u8>), String> {
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, rng)
+        .map_err(|_| "generating an ECDSA P-256 key failed".to_owned())?;
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), rng)
+        .map_err(|_| "reading the generated key failed".to_owned())?;
+    Ok((key, pkcs8.as_ref().to_vec()))
+}
+
+/// PEM text of one DER object.
+pub fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or(""));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// A serving certificate chain (leaf, then the CA that signed it) and the leaf's key, PEM.
+#[derive(Debug, Clone)]
+pub struct SelfSigned {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Makes a CA `<host>-ca@<now>` and a serving certificate `<host>@<now>` signed by it for the
+/// names and addresses given, valid a year from an hour ago.
+pub fn self_signed(
+    host: &str,
+    dns: &[String],
+    ips: &[IpAddr],
+    now: i64,
+) -> Result<SelfSigned, String> {
+    let rng = SystemRandom::new();
+    let (ca_key, _) = new_key(&rng)?;
+    let (leaf_key, leaf_pkcs8) = new_key(&rng)?;
+    let (from, to) = (now - 3600, now + 365 * 24 * 3600);
+    let ca_name = format!("{host}-ca@{now}");
+    let ca_profile = Profile {
+        subject: &ca_name,
+        ca: true,
+        dns: &[],
+        ips: &[],
+    };
+    let ca = sign(
+        &ca_key,
+        &rng,
+        tbs(
+            &serial(&rng)?,
+            &ca_name,
+            &ca_profile,
+            ca_key.public_key().as_ref(),
+            from,
+            to,
+        ),
+    )?;
+    let leaf_name = format!("{host}@{now}");
+    let leaf_profile = Profile {
+        subject: &leaf_name,
+        ca: false,
+        dns,
+        ips,
+    };
+    let leaf = sign(
+        &ca_key,
+        &rng,
+        tbs(
+            &serial(&rng)?,
+            &ca_name,
+            &leaf_profile,
+            leaf_key.public_key().as_ref(),
+            from,
+            to,
+        ),
+    )?;
+    Ok(SelfSigned {
+        cert_pem: pem("CERTIFICATE", &leaf) + &pem("CERTIFICATE", &ca),
+        key_pem: pem("PRIVATE KEY", &leaf_pkcs8),
+    })
+}
+
+/// The serving certificate the kubelet keeps when given none: `<dir>/kubelet.crt` and
+/// `<dir>/kubelet.key`, made once (the key owner-only, both written atomically) and reused.
+pub fn ensure_self_signed(
+    dir: &Path,
+    host: &str,
+    dns: &[String],
+    ips: &[IpAddr],
+    now: i64,
+) -> Result<(PathBuf, PathBuf), String> {
+    let (crt, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
+    if crt.exists() && key.exists() {
+        return Ok((crt, key));
+    }
+    let s = self_signed(host, dns, ips, now)?;
+    crate::atomic_file::create_dir_all(dir)
+        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    crate::atomic_file::write_mode(&key, s.key_pem.as_bytes(), 0o600)
+        .map_err(|e| format!("writing {}: {e}", key.display()))?;
+    crate::atomic_file::write_mode(&crt, s.cert_pem.as_bytes(), 0o644)
+        .map_err(|e| format!("writing {}: {e}", crt.display()))?;
+    Ok((crt, key))
+}
+
+/// One DER element: its tag, content and what follows it.
+fn read_tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = b.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The subject's common name and organizations of a DER certificate: a client certificate's
+/// user and groups, as the apiserver and the kubelet read them.
+pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, cert, _) = read_tlv(cert)?;
+    let (_, tbs, _) = read_tlv(cert)?;
+    let mut rest = tbs;
+    let (tag, _, r) = read_tlv(rest)?;
+    rest = r;
+    if tag == 0xa0 {
+        // version; the serial number follows
+        rest = read_tlv(rest)?.2;
+    }
+    rest = read_tlv(rest)?.2; // signature algorithm
+    rest = read_tlv(rest)?.2; // issuer
+    rest = read_tlv(rest)?.2; // validity
+    let (_, mut rdns, _) = read_tlv(rest)?;
+    let (mut cn, mut orgs) = (String::new(), Vec::new());
+    while !rdns.is_empty() {
+        let (_, mut set, r) = read_tlv(rdns)?;
+        rdns = r;
+        while !set.is_empty() {
+            let (_, atv, r) = read_tlv(set)?;
+            set = r;
+            let (_, oid, r) = read_tlv(atv)?;
+            let (_, value, _) = read_tlv(r)?;
+            let v = String::from_utf8_lossy(value).into_owned();
+            if oid == OID_CN {
+                cn = v;
+            } else if oid == OID_O {
+                orgs.push(v);
+            }
+        }
+    }
+    Some((cn, orgs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn der_certs(pem_text: &str) -> Vec<Vec<u8>> {
+        use futures_rustls::rustls::pki_types::CertificateDer;
+        use futures_rustls::rustls::pki_types::pem::PemObject;
+        CertificateDer::pem_slice_iter(pem_text.as_bytes())
+            .map(|c| c.unwrap().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn a_self_signed_chain_verifies_for_its_names_and_addresses() {
+        use futures_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+        let now = 1_780_000_000;
+        let s = self_signed(
+            "edge-1",
+            &["edge-1".into(), "localhost".into()],
+            &["127.0.0.1".parse().unwrap()],
+            now,
+        )
+        .unwrap();
+        let certs = der_certs(&s.cert_pem);
+        assert_eq!(certs.len(), 2);
+        let (leaf, ca) = (
+            CertificateDer::from(certs[0].clone()),
+            CertificateDer::from(certs[1].clone()),
+        );
+        let mut roots = futures_rustls::rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let verifier = futures_rustls::rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            std::sync::Arc::new(futures_rustls::rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        use futures_rustls::rustls::client::danger::ServerCertVerifier;
+        let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_780_000_100));
+        for name in ["edge-1", "localhost", "127.0.0.1"] {
+            let n = ServerName::try_from(name).unwrap();
+            verifier
+                .verify_server_cert(&leaf, &[], &n, &[], at)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let other = ServerName::try_from("other-host").unwrap();
+        assert!(
+            verifier
+                .verify_server_cert(&leaf, &[], &other, &[], at)
+                .is_err()
+        );
+        // Expired a year and a day later.
+        let late = UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+            1_780_000_000 + 366 * 24 * 3600,
+        ));
+        let n = ServerName::try_from("edge-1").unwrap();
+        assert!(
+            verifier
+                .verify_server_cert(&leaf, &[], &n, &[], late)
+                .is_err()
+        );
+        // The key is one rustls loads.
+        use futures_rustls::rustls::pki_types::PrivateKeyDer;
+        use futures_rustls::rustls::pki_types::pem::PemObject;
+        PrivateKeyDer::from_pem_slice(s.key_pem.as_bytes()).unwrap();
+        assert_eq!(
+            subject(&certs[0]).unwrap(),
+            (format!("edge-1@{now}"), vec![])
+        );
+    }
+
+    #[test]
+    fn the_subject_names_the_user_and_groups() {
+        // A client certificate's subject as openssl writes it: several RDNs, O repeated.
+        let subj = seq(&[
+            tlv(SET, &seq(&[tlv(OID, OID_O), tlv(0x13, b"system:masters")])),
+            tlv(SET, &seq(&[tlv(OID, OID_O), tlv(0x13, b"admins")])),
+            tlv(
+                SET,
+                &seq(&[
+                    tlv(OID, OID_CN),
+                    tlv(UTF8_STRING, b"kube-apiserver-kubelet-client"),
+                ]),
+            ),
+        ]);
+        let tbs = seq(&[
+            tlv(0xa0, &tlv(INTEGER, &[2])),
+            tlv(INTEGER, &[1]),
+            seq(&[tlv(OID, OID_ECDSA_SHA256)]),
+            name("ca"),
+            seq(&[time(0), time(1)]),
+            subj,
+        ]);
+        let cert = seq(&[tbs]);
+        assert_eq!(
+            subject(&cert).unwrap(),
+            (
+                "kube-apiserver-kubelet-client".to_owned(),
+                vec!["system:masters".to_owned(), "admins".to_owned()]
+            )
+        );
+        assert!(subject(&cert[..cert.len() - 3]).is_none());
+        assert!(subject(&[]).is_none());
+    }
+
+    #[test]
+    fn times_switch_to_generalized_after_2049() {
+        assert_eq!(time(0), tlv(UTC_TIME, b"700101000000Z"));
+        assert_eq!(
+            time(2_524_608_000),
+            tlv(GENERALIZED_TIME, b"20500101000000Z")
+        );
+    }
+}

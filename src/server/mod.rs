@@ -1,0 +1,195 @@
+//! The kubelet's HTTP APIs, served by hyper on the one executor.
+//!
+//! The server reads the agent only through [`Host`], which `sync_loop::Kubelet` implements: the
+//! pods, their statuses, health, the figures `/metrics` reports, and where a container's log
+//! is. It never holds the runtime manager, the PLEG cache or the status manager itself.
+//!
+//! - `local`: `/healthz`, `/pods`, `/manifests`, answered from the host's state (pure).
+//! - `stats`: `/stats/summary`, `/metrics`, `/metrics/cadvisor`, `/metrics/resource`.
+//! - `logs`: `/containerLogs/{namespace}/{pod}/{container}`, streamed.
+//! - `node_api` (feature `node-api`): the kubelet's HTTPS API on `--port`, each request
+//!   authenticated and authorized by `auth`, with `/configz` and the streaming endpoints of
+//!   `streaming` (exec, attach, port-forward proxied to the runtime's streaming server, `/run`).
+
+#[cfg(feature = "node-api")]
+pub mod auth;
+mod local;
+mod logs;
+#[cfg(feature = "node-api")]
+pub mod node_api;
+mod stats;
+#[cfg(feature = "node-api")]
+mod streaming;
+
+use std::net::{SocketAddr, TcpListener};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use hyper::{Request, Response, StatusCode};
+
+#[cfg(feature = "file-source")]
+use crate::config::file::Report;
+use crate::rt;
+
+pub use local::route;
+pub use stats::{StatsContext, stats_route};
+
+/// What the server asks of the agent (upstream's `HostInterface`): a narrow, read-mostly view.
+pub trait Host {
+    /// The node's name.
+    fn node_name(&self) -> String;
+    /// `Ok` while the PLEG relists and the loop turns.
+    fn healthz(&self) -> Result<(), String>;
+    /// The desired pods with their latest status.
+    fn pod_list(&self) -> crate::api::PodList;
+    /// The pods the runtime runs, for accounting.
+    fn stats_pods(&self) -> Vec<crate::stats::PodRef>;
+    /// The agent's own figures for `/metrics`.
+    fn metrics(&self) -> HostMetrics;
+    /// Where a container's log is (404 or 400 with the kubelet's text when it is not).
+    fn locate_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+    ) -> Result<crate::logs::Located, (u16, String)>;
+    /// Sends a log to `tx` from `reader`, following it while the container runs.
+    fn stream_log(
+        &self,
+        at: crate::logs::Located,
+        reader: crate::logs::read::Reader,
+        tx: async_channel::Sender<Bytes>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()>>>;
+    /// The runtime's streaming URL running `cmd` in a running container.
+    #[cfg(feature = "node-api")]
+    fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String>;
+    /// The runtime's streaming URL attached to a running container.
+    #[cfg(feature = "node-api")]
+    fn attach_url(&self, t: Target, s: Streams) -> Answer<String>;
+    /// The runtime's streaming URL forwarding ports of a running pod.
+    #[cfg(feature = "node-api")]
+    fn port_forward_url(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        ports: Vec<i32>,
+    ) -> Answer<String>;
+    /// Runs `cmd` in a running container and returns what it wrote (`/run`).
+    #[cfg(feature = "node-api")]
+    fn run(&self, t: Target, cmd: Vec<String>) -> Answer<Vec<u8>>;
+}
+
+#[cfg(feature = "node-api")]
+pub use crate::kuberuntime::streaming::Streams;
+
+#[cfg(feature = "node-api")]
+/// A container as a streaming request names it (`/exec/{namespace}/{pod}[/{uid}]/{container}`).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub uid: Option<&'a str>,
+    pub container: &'a str,
+}
+
+#[cfg(feature = "node-api")]
+/// An answer the host computes asynchronously, or an HTTP status and message.
+pub type Answer<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, (u16, String)>>>>;
+
+/// The figures `/metrics` reports of the agent itself.
+#[derive(Debug, Clone)]
+pub struct HostMetrics {
+    pub running_pods: usize,
+    /// Containers per state: created, running, exited, unknown.
+    pub containers: [usize; 4],
+    pub relist: crate::pleg::RelistMetrics,
+    pub pod_start: crate::stats::prom::Histogram,
+}
+
+/// What a listener serves from.
+pub struct Context {
+    pub host: Rc<dyn Host>,
+    pub stats: Rc<StatsContext>,
+    #[cfg(feature = "file-source")]
+    pub report: Report,
+}
+
+type Body = Full<Bytes>;
+/// What the server answers with: a whole body, or a stream (container logs).
+type Streamed = UnsyncBoxBody<Bytes, std::convert::Infallible>;
+
+fn reply(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .unwrap_or_default()
+}
+
+fn json(v: &impl serde::Serialize) -> Response<Body> {
+    match serde_json::to_vec(v) {
+        Ok(b) => reply(StatusCode::OK, "application/json", b),
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            e.to_string(),
+        ),
+    }
+}
+
+/// Routes one request of the local API.
+async fn handle<B>(ctx: &Context, req: Request<B>) -> Response<Streamed> {
+    let path = req.uri().path();
+    if req.method() == hyper::Method::GET {
+        if let Some(r) = stats_route(&*ctx.host, &ctx.stats, path).await {
+            return r.map(BodyExt::boxed_unsync);
+        }
+        if let Some(p) = path.strip_prefix("/containerLogs/") {
+            return logs::container_logs(&*ctx.host, p, req.uri().query().unwrap_or("")).await;
+        }
+    }
+    route(
+        &*ctx.host,
+        #[cfg(feature = "file-source")]
+        &ctx.report,
+        &req,
+    )
+    .map(BodyExt::boxed_unsync)
+}
+
+/// Binds a listener; an error names the address.
+pub fn bind(addr: SocketAddr) -> std::io::Result<smol::Async<TcpListener>> {
+    smol::Async::<TcpListener>::bind(addr)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding the local API on {addr}: {e}")))
+}
+
+/// Serves the local API forever.
+pub async fn serve(listener: smol::Async<TcpListener>, ctx: Rc<Context>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("local API: accept: {e}");
+                rt::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ctx = ctx.clone();
+        rt::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let ctx = ctx.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&ctx, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(rt::HyperTimer)
+                .serve_connection(rt::HyperIo(stream), svc);
+            if let Err(e) = conn.await {
+                log::debug!("local API connection: {e}");
+            }
+        })
+        .detach();
+    }
+}

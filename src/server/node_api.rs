@@ -1,0 +1,269 @@
+//! The node API on `--port` (10250): the kubelet's HTTPS server for the apiserver and for
+//! metrics scrapers. Every request is authenticated and authorized (`auth`), then answered as
+//! the local API answers it (`/healthz`, `/pods`, the accounting, `/containerLogs`), plus
+//! `/configz` and the streaming endpoints (`streaming`). TLS is rustls on ring, the stack the
+//! apiserver client already links.
+
+use std::net::TcpListener;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_rustls::rustls;
+use http_body_util::BodyExt;
+use hyper::{Request, Response, StatusCode};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::auth::{Auth, User, attributes};
+use super::{Context, Streamed, reply};
+use crate::rt;
+
+/// `/configz`: the settings in force, with `KubeletConfiguration`'s field names.
+pub fn configz(o: &crate::options::Options, port: u16) -> Bytes {
+    use crate::api::format_duration as d;
+    let s = &o.serving;
+    let webhook = s.webhook_authn.unwrap_or(o.kubeconfig.is_some());
+    let mode = match s.authorization {
+        Some(crate::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
+        Some(crate::options::AuthorizationMode::Webhook) => "Webhook",
+        None if o.kubeconfig.is_some() => "Webhook",
+        None => "AlwaysAllow",
+    };
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let v = serde_json::json!({"kubeletconfig": {
+        "enableServer": true,
+        "staticPodPath": path(&o.pod_manifest_path),
+        "syncFrequency": d(o.sync_frequency),
+        "fileCheckFrequency": d(o.file_check_frequency),
+        "address": s.address.to_string(),
+        "port": port,
+        "tlsCertFile": path(&s.tls_cert_file),
+        "tlsPrivateKeyFile": path(&s.tls_private_key_file),
+        "tlsMinVersion": if s.tls13_only { "VersionTLS13" } else { "VersionTLS12" },
+        "authentication": {
+            "x509": {"clientCAFile": path(&s.client_ca_file)},
+            "webhook": {"enabled": webhook, "cacheTTL": d(s.webhook_cache_ttl)},
+            "anonymous": {"enabled": s.anonymous},
+        },
+        "authorization": {
+            "mode": mode,
+            "webhook": {
+                "cacheAuthorizedTTL": d(s.authorized_ttl),
+                "cacheUnauthorizedTTL": d(s.unauthorized_ttl),
+            },
+        },
+        "healthzPort": o.healthz_port,
+        "healthzBindAddress": o.healthz_bind_address.to_string(),
+        "containerRuntimeEndpoint": o.container_runtime_endpoint,
+        "imageServiceEndpoint": o.image_service_endpoint,
+        "runtimeRequestTimeout": d(o.runtime_request_timeout),
+        "podLogsDir": o.pod_logs_dir.display().to_string(),
+        "containerLogMaxFiles": o.container_log.max_files,
+        "imageGCHighThresholdPercent": o.image_gc_high_threshold_percent,
+        "imageGCLowThresholdPercent": o.image_gc_low_threshold_percent,
+        "imageMinimumGCAge": d(o.image_minimum_gc_age),
+        "cgroupDriver": o.cgroups.driver.to_string(),
+        "cgroupsPerQOS": o.cgroups.per_qos,
+        "cgroupRoot": o.cgroups.root,
+        "podPidsLimit": o.cgroups.pod_pids_limit,
+    }});
+    Bytes::from(v.to_string())
+}
+
+/// A TLS handshake must finish within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the node API serves from.
+pub struct NodeApi {
+    pub ctx: Rc<Context>,
+    pub auth: Auth,
+    /// `/configz`'s body.
+    pub configz: Bytes,
+}
+
+/// The server's TLS settings: its certificate chain and key (PEM files), TLS 1.2 and 1.3 (or
+/// 1.3 only), and client certificates verified against `client_ca` when given (optional: a
+/// request may authenticate with a token instead).
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    client_ca: Option<&std::path::Path>,
+    tls13_only: bool,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let read = |p: &std::path::Path| {
+        crate::limits::read_file(p, &crate::limits::Limits::CONFIG)
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let certs_in = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+        let pem = read(p)?;
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{}: no PEM certificate found", p.display()));
+        }
+        Ok(certs)
+    };
+    let chain = certs_in(cert)?;
+    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
+        .map_err(|e| format!("{}: no usable PEM private key: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
+        &[&rustls::version::TLS13]
+    } else {
+        &[&rustls::version::TLS12, &rustls::version::TLS13]
+    };
+    let b = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("TLS settings: {e}"))?;
+    let b = match client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in certs_in(ca)? {
+                roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+            }
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("{}: {e}", ca.display()))?;
+            b.with_client_cert_verifier(v)
+        }
+        None => b.with_no_client_auth(),
+    };
+    let mut cfg = b
+        .with_single_cert(chain, key_der)
+        .map_err(|e| format!("{} with {}: {e}", cert.display(), key.display()))?;
+    // HTTP/1.1 only: exec, attach and port-forward upgrade the connection.
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Binds the node API; an error names the address.
+pub fn bind(addr: std::net::SocketAddr) -> Result<smol::Async<TcpListener>, String> {
+    smol::Async::<TcpListener>::bind(addr)
+        .map_err(|e| format!("binding the node API on {addr}: {e}"))
+}
+
+/// Serves the node API forever.
+pub async fn serve(
+    listener: smol::Async<TcpListener>,
+    tls: Arc<rustls::ServerConfig>,
+    api: Rc<NodeApi>,
+) {
+    let acceptor = futures_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("node API: accept: {e}");
+                rt::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (api, acceptor) = (api.clone(), acceptor.clone());
+        rt::spawn(async move {
+            let tls = match rt::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    log::debug!("node API: TLS handshake with {peer}: {e}");
+                    return;
+                }
+                Err(_) => {
+                    log::debug!("node API: TLS handshake with {peer} timed out");
+                    return;
+                }
+            };
+            let cert_user: Option<User> = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| User::from_certificate(c));
+            let cert_user = Rc::new(cert_user);
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let (api, cert_user) = (api.clone(), cert_user.clone());
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        handle(&api, cert_user.as_ref().as_ref(), req).await,
+                    )
+                }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(rt::HyperTimer)
+                .header_read_timeout(Duration::from_secs(30))
+                .serve_connection(rt::HyperIo(tls), svc)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                log::debug!("node API connection from {peer}: {e}");
+            }
+        })
+        .detach();
+    }
+}
+
+fn refuse(code: u16, message: &str) -> Response<Streamed> {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN);
+    reply(code, "text/plain; charset=utf-8", format!("{message}\n")).map(BodyExt::boxed_unsync)
+}
+
+/// Authenticates, authorizes and answers one request.
+pub async fn handle<B>(
+    api: &NodeApi,
+    cert_user: Option<&User>,
+    req: Request<B>,
+) -> Response<Streamed> {
+    let authorization = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = match api.auth.authenticate(cert_user, authorization).await {
+        Ok(u) => u,
+        Err(r) => return refuse(r.code, &r.message),
+    };
+    let path = req.uri().path().to_owned();
+    if let Err(r) = api
+        .auth
+        .authorize(&user, &attributes(req.method(), &path))
+        .await
+    {
+        log::debug!("node API: {} {path}: {}", req.method(), r.message);
+        return refuse(r.code, &r.message);
+    }
+    let host = &*api.ctx.host;
+    if req.method() == hyper::Method::GET {
+        if path == "/configz" {
+            return reply(StatusCode::OK, "application/json", api.configz.clone())
+                .map(BodyExt::boxed_unsync);
+        }
+        if let Some(r) = super::stats_route(host, &api.ctx.stats, &path).await {
+            return r.map(BodyExt::boxed_unsync);
+        }
+        if let Some(p) = path.strip_prefix("/containerLogs/") {
+            return super::logs::container_logs(host, p, req.uri().query().unwrap_or("")).await;
+        }
+    }
+    if ["/exec/", "/attach/", "/portForward/", "/run/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+    {
+        if let Some(r) = super::streaming::route(host, req).await {
+            return r;
+        }
+        return refuse(404, "404 page not found");
+    }
+    match path.as_str() {
+        "/healthz" | "/pods" | "/pods/" => super::route(
+            host,
+            #[cfg(feature = "file-source")]
+            &api.ctx.report,
+            &req,
+        )
+        .map(BodyExt::boxed_unsync),
+        _ => refuse(404, "404 page not found"),
+    }
+}
