@@ -57,6 +57,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/upstream-kubelet.sh
+. "$REPO/scripts/lib/upstream-kubelet.sh"
 NODE_KIND=${NODE:-picolet}
 SELECTION=${SELECTION:-nodeconformance}
 SPECS_FILE=${SPECS:-}
@@ -158,7 +160,6 @@ NODE_PID=
 GINKGO_PID=
 CP_STARTED=0
 CTRD_STARTED=0
-NODE_MNT_BOUND=0
 CGROUP_ROOT=/picolet-conformance-$NODE_KIND
 
 alive() {
@@ -183,28 +184,6 @@ stop_pid() { # stop_pid PID NAME: SIGTERM, SIGKILL after 15 s
     wait "$pid" 2>/dev/null || true
 }
 
-cgroup_mounts() {
-    awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u
-}
-
-remove_cgroups() {
-    local mnt
-    while read -r mnt; do
-        [[ -d $mnt$CGROUP_ROOT ]] || continue
-        find "$mnt$CGROUP_ROOT" -depth -type d -exec rmdir {} \; 2>/dev/null ||
-            log "warning: could not remove every cgroup under $mnt$CGROUP_ROOT"
-    done < <(cgroup_mounts)
-}
-
-# Every mount under DIR/node (volumes the node mounted, the shared bind mount
-# itself), deepest first.
-unmount_node_dir() {
-    local mp
-    while read -r mp; do
-        umount -l -- "$mp" 2>/dev/null || log "warning: could not unmount $mp"
-    done < <(awk -v d="$DIR/node" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
-}
-
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
@@ -213,8 +192,7 @@ cleanup() {
     stop_pid "$NODE_PID" "$NODE_KIND"
     [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/stop.log"
     [[ $CTRD_STARTED == 1 ]] && bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/stop.log"
-    [[ $NODE_MNT_BOUND == 1 ]] && unmount_node_dir
-    remove_cgroups
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
     exit "$rc"
 }
 trap cleanup EXIT
@@ -229,7 +207,7 @@ fi
 if [[ -d $DIR/cp ]]; then
     bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" >/dev/null 2>&1 || true
 fi
-unmount_node_dir
+node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
 rm -rf --one-file-system -- "$DIR/node" "$DIR/images" "$DIR/cp" "$REPORT" "$DIR/stop.log"
 mkdir -p "$DIR/node" "$DIR/images" "$REPORT"
 
@@ -316,28 +294,10 @@ EOF
     NODE_PID=$!
 }
 
-# The tunables the kubelet sets at start (setupKernelTunables) and the paths it
-# writes whatever its flags say: bind mounts of files under DIR/node/host in its
-# own mount namespace.
-KERNEL_TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
-
 start_kubelet() {
-    local mnt t host=$DIR/node/host
     HEALTHZ_PORT=$(free_port)
     KUBELET_PORT=$(free_port)
-    # containerd (in the machine's namespace) must see the volumes the kubelet
-    # mounts under its root directory: DIR/node becomes a shared mount, so
-    # mounts made below it in the kubelet's namespace appear in both.
-    mount --bind "$DIR/node" "$DIR/node" || die "mount --bind $DIR/node failed"
-    NODE_MNT_BOUND=1
-    mount --make-shared "$DIR/node" || die "mount --make-shared $DIR/node failed"
-    mkdir -p "$host/sys" "$host/var-lib/kubelet/device-plugins" "$host/var-log/containers" "$DIR/node/root"
-    for t in "${KERNEL_TUNABLES[@]}"; do
-        cat "/proc/sys/$t" >"$host/sys/${t//\//.}"
-    done
-    while read -r mnt; do
-        mkdir -p "$mnt$CGROUP_ROOT" || die "cannot create the cgroup $mnt$CGROUP_ROOT"
-    done < <(cgroup_mounts)
+    upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
     cat >"$DIR/node/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -366,25 +326,12 @@ authentication:
 authorization:
   mode: AlwaysAllow
 EOF
-    # shellcheck disable=SC2016 # expanded by the inner bash
-    local setup='
-        set -e
-        host=$1; shift
-        for t in '"${KERNEL_TUNABLES[*]}"'; do
-            mount --bind "$host/sys/${t//\//.}" "/proc/sys/$t"
-        done
-        mount --bind "$host/var-lib" /var/lib
-        mount --bind "$host/var-log" /var/log
-        exec "$@"'
-    # --propagation unchanged: the machine's mounts are private here, so
-    # nothing mounted in the new namespace reaches it, except below the shared
-    # DIR/node.
-    unshare --mount --propagation unchanged -- bash -c "$setup" _ "$host" \
+    upstream_kubelet_launch "$DIR/node" "$DIR/node.log" \
         "$E2E_BIN/kubelet" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --cert-dir "$DIR/node/root/pki" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 \
-        --v=2 </dev/null >"$DIR/node.log" 2>&1 &
-    NODE_PID=$!
+        --v=2
+    NODE_PID=$UPSTREAM_KUBELET_PID
 }
 
 node_ready() {
