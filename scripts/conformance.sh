@@ -67,7 +67,10 @@ DIR=${CONFORMANCE_DIR:-/tmp/pconf}
 GINKGO_TIMEOUT=${GINKGO_TIMEOUT:-3h}
 DRY=${DRY_RUN:-0}
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
-NODE_NAME=conformance-node
+# The apiserver reaches the node's API (logs, exec) at the node's Hostname
+# address, which is its name: localhost resolves to the loopback address the
+# node listens on. (A loopback --node-ip is no way: the kubelet refuses it.)
+NODE_NAME=localhost
 SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
 
 log() { printf 'conformance: %s\n' "$*" >&2; }
@@ -184,11 +187,26 @@ stop_pid() { # stop_pid PID NAME: SIGTERM, SIGKILL after 15 s
     wait "$pid" 2>/dev/null || true
 }
 
+# ginkgo runs in a process group of its own (PGID = its PID) with its e2e.test
+# processes: SIGINT to the group (ginkgo's own interrupt), the group killed
+# after 20 s.
+stop_ginkgo() {
+    local i
+    [[ -n $GINKGO_PID ]] || return 0
+    kill -INT -- "-$GINKGO_PID" 2>/dev/null || true
+    for ((i = 0; i < 200; i++)); do
+        kill -0 -- "-$GINKGO_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL -- "-$GINKGO_PID" 2>/dev/null || true
+    wait "$GINKGO_PID" 2>/dev/null || true
+}
+
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     set +e
-    stop_pid "$GINKGO_PID" ginkgo
+    stop_ginkgo
     stop_pid "$NODE_PID" "$NODE_KIND"
     [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/stop.log"
     [[ $CTRD_STARTED == 1 ]] && bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/stop.log"
@@ -289,7 +307,7 @@ healthzPort: $HEALTHZ_PORT
 cgroupRoot: $CGROUP_ROOT
 EOF
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
-        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 \
+        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
         </dev/null >"$DIR/node.log" 2>&1 &
     NODE_PID=$!
 }
@@ -329,7 +347,7 @@ EOF
     upstream_kubelet_launch "$DIR/node" "$DIR/node.log" \
         "$E2E_BIN/kubelet" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --cert-dir "$DIR/node/root/pki" \
-        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 \
+        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
         --v=2
     NODE_PID=$UPSTREAM_KUBELET_PID
 }
@@ -344,7 +362,7 @@ node_ready() {
 build_images
 t0=$(now)
 CP_STARTED=1
-APISERVER_EXTRA_FLAGS=--kubelet-preferred-address-types=InternalIP PICOLET_K8S_BIN=$CP_BIN \
+APISERVER_EXTRA_FLAGS=--kubelet-preferred-address-types=Hostname,InternalIP PICOLET_K8S_BIN=$CP_BIN \
     bash "$REPO/scripts/control-plane.sh" start "$DIR/cp" --node "$NODE_NAME" --controllers \
     >/dev/null 2>"$DIR/control-plane.log" || { tail -n 20 "$DIR/control-plane.log" >&2; die "the control plane did not start"; }
 CTRD_STARTED=1
@@ -367,10 +385,10 @@ log "$NODE_KIND started; Node $NODE_NAME Ready after $(since "$t0") s"
 
 t0=$(now)
 log "running ginkgo (${GINKGO_FLAGS[*]}); output in $REPORT/ginkgo.log"
-"$E2E_BIN/ginkgo" "${GINKGO_FLAGS[@]}" --junit-report=junit.xml --json-report=report.json --output-dir="$REPORT" \
+setsid "$E2E_BIN/ginkgo" "${GINKGO_FLAGS[@]}" --junit-report=junit.xml --json-report=report.json --output-dir="$REPORT" \
     "$E2E_BIN/e2e.test" -- \
     --kubeconfig="$DIR/cp/admin.kubeconfig" --provider=local --allowed-not-ready-nodes=0 --disable-log-dump \
-    --kubelet-root-dir="$DIR/node/root" --report-dir="$REPORT" \
+    --kubelet-root-dir="$DIR/node/root" --report-dir="$REPORT" --kubectl-path="$CP_BIN/kubectl" \
     >"$REPORT/ginkgo.log" 2>&1 &
 GINKGO_PID=$!
 ginkgo_rc=0

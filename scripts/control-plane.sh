@@ -45,8 +45,7 @@
 # kube-scheduler, kube-controller-manager and kubectl, instead of
 # scripts/k8s-build.sh's cache; START_TIMEOUT_S (default 180);
 # APISERVER_EXTRA_FLAGS, more kube-apiserver flags, split on whitespace (the
-# conformance run sets --kubelet-preferred-address-types=InternalIP: its node
-# names do not resolve).
+# conformance run sets --kubelet-preferred-address-types).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
