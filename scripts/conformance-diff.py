@@ -2,14 +2,15 @@
 """Compares two ginkgo JSON reports of scripts/conformance.sh (report.json):
 the reference (the upstream kubelet) and a node under test (picolet).
 
-    scripts/conformance-diff.py REFERENCE.json NODE.json [--passing OUT.txt]
+    scripts/conformance-diff.py REFERENCE.json NODE.json [--passing OUT.txt [--under SECONDS]]
 
 Prints the counts of both, then the specs the reference passed and the node
 did not, grouped by the first line of their failure (pod names, UIDs, numbers
 and times blanked, so one cause gathers its specs), largest group first; then
 the specs the node passed and the reference did not. With --passing, writes
-the names of the specs the node passed, one a line, sorted: a spec list for
-scripts/conformance.sh's SPECS. Asserts nothing.
+the names of the specs both passed (in under SECONDS on the node, with
+--under), one a line, sorted: a spec list for scripts/conformance.sh's SPECS.
+Asserts nothing.
 """
 import json
 import re
@@ -27,7 +28,7 @@ def specs(path):
             failure = s.get("Failure") or {}
             if state == "skipped" and not failure.get("Message"):
                 continue  # filtered out by the selection
-            out[name] = (state, failure)
+            out[name] = (state, failure, s.get("RunTime", 0) / 1e9)
     return out
 
 
@@ -51,7 +52,7 @@ def cause(failure):
 
 def counts(name, s):
     by = {}
-    for state, _ in s.values():
+    for state, _, _ in s.values():
         by[state] = by.get(state, 0) + 1
     return "%s: %d specs ran, %s" % (name, len(s), ", ".join("%s %d" % kv for kv in sorted(by.items())))
 
@@ -59,6 +60,11 @@ def counts(name, s):
 def main(argv):
     args = argv[1:]
     passing_out = None
+    under = None
+    if "--under" in args:
+        i = args.index("--under")
+        under = float(args[i + 1])
+        del args[i:i + 2]
     if "--passing" in args:
         i = args.index("--passing")
         passing_out = args[i + 1]
@@ -69,7 +75,7 @@ def main(argv):
     print(counts("reference", ref))
     print(counts("node", node))
     groups = {}
-    for name, (state, failure) in node.items():
+    for name, (state, failure, _) in node.items():
         if state == "passed" or ref.get(name, ("",))[0] != "passed":
             continue
         groups.setdefault(cause(failure), []).append(name)
@@ -79,13 +85,14 @@ def main(argv):
         print("\n%d x %s" % (len(names), key))
         for n in sorted(names):
             print("    " + n)
-    gained = sorted(n for n, (st, _) in node.items() if st == "passed" and ref.get(n, ("",))[0] != "passed")
+    gained = sorted(n for n, (st, _, _) in node.items() if st == "passed" and ref.get(n, ("",))[0] != "passed")
     print("\npassed by the node, not by the reference: %d" % len(gained))
     for n in gained:
         print("    %s (reference: %s)" % (n, ref.get(n, ("not run",))[0]))
     if passing_out:
         with open(passing_out, "w", encoding="utf-8") as f:
-            for n in sorted(n for n, (st, _) in node.items() if st == "passed"):
+            for n in sorted(n for n, (st, _, t) in node.items()
+                            if st == "passed" and ref.get(n, ("",))[0] == "passed" and (under is None or t < under)):
                 f.write(n + "\n")
 
 
