@@ -26,7 +26,7 @@
 #   nodeconformance  '\[NodeConformance\]' / '\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
 #   conformance      '\[sig-node\].*\[Conformance\]' / the same skip
 #   SPECS=FILE       one full spec name per line ('#' starts a comment), each
-#                    matched exactly; no skip
+#                    matched as a literal text; no skip
 #
 # A failed spec whose output names an image this script did not import (nginx,
 # httpd, ...: images that cannot be built here) is counted and listed apart.
@@ -95,7 +95,7 @@ names = []
 for line in open(sys.argv[1], encoding="utf-8"):
     line = line.strip()
     if line and not line.startswith("#"):
-        names.append("^" + re.escape(line) + "$")
+        names.append(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", line))
 if not names:
     sys.exit("the spec list is empty")
 print("|".join(names))
