@@ -435,6 +435,8 @@ for s, missing in sorted(apart, key=lambda x: name(x[0])):
     print("IMAGE NOT BUILT HERE (%s) %s" % (", ".join(missing), name(s)))
 for s in sorted(skipped, key=name):
     print("SKIPPED %s -- %s" % (name(s), (s["Failure"]["Message"] or "").strip().splitlines()[0][:160]))
+if will_run == 0:
+    sys.exit("conformance: error: the selection is empty")
 sys.exit(1 if failed or apart or len(passed) + len(failed) + len(apart) + len(skipped) != will_run else 0)
 EOF
 log "reports: $REPORT/junit.xml, $REPORT/report.json, $REPORT/summary.txt, $REPORT/ginkgo.log; node log $DIR/node.log"
