@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-image.sh OUT.tar NAME [CMD [ARG...]]
+# build-image.sh [OPTION...] OUT.tar NAME [CMD [ARG...]]
 #
 # Builds, fully offline and reproducibly (same bytes on every run with the same
 # busybox binary), an OCI image archive that `ctr images import` accepts:
@@ -17,6 +17,16 @@
 # The image config has Env PATH=/bin and Cmd CMD ARG... (default: ["sh"]).
 # Architecture comes from `dpkg --print-architecture`.
 #
+# Options (for images that stand in for upstream's test images; without them
+# the archive is the same, byte for byte):
+#   --all-applets      a symlink in /bin for every applet the busybox has
+#   --add DIR          DIR's tree copied over the root (after the files above, so
+#                      DIR/etc/passwd replaces the default one; modes, setuid
+#                      bits included, are kept; owners become root)
+#   --user USER        the image config's User
+#   --entrypoint PATH  the image config's Entrypoint, [PATH]
+#   --path VALUE       the PATH in the image config's Env (default /bin)
+#
 # Environment: BUSYBOX=/path/to/busybox overrides /bin/busybox.
 #
 # Tools used: bash, coreutils, tar, sha256sum (no gzip: the layer is stored
@@ -29,10 +39,26 @@ die() {
 }
 
 usage() {
-    printf 'usage: %s OUT.tar NAME [CMD [ARG...]]\n' "${0##*/}" >&2
+    printf 'usage: %s [--all-applets] [--add DIR] [--user USER] [--entrypoint PATH] [--path VALUE] OUT.tar NAME [CMD [ARG...]]\n' "${0##*/}" >&2
     exit 2
 }
 
+all_applets=false
+add_dir=
+user=
+entrypoint=
+env_path=/bin
+while [[ $# -gt 0 && $1 == --* ]]; do
+    case $1 in
+        --all-applets) all_applets=true; shift ;;
+        --add) [[ $# -ge 2 ]] || usage; add_dir=$2; shift 2 ;;
+        --user) [[ $# -ge 2 ]] || usage; user=$2; shift 2 ;;
+        --entrypoint) [[ $# -ge 2 ]] || usage; entrypoint=$2; shift 2 ;;
+        --path) [[ $# -ge 2 ]] || usage; env_path=$2; shift 2 ;;
+        *) usage ;;
+    esac
+done
+[[ -z $add_dir || -d $add_dir ]] || die "--add $add_dir: not a directory"
 [[ $# -ge 2 ]] || usage
 out=$1
 name=$2
@@ -89,6 +115,9 @@ have_applets=$'\n'$("$busybox" --list)$'\n' || die "$busybox --list failed"
 for a in "${applets[@]}"; do
     [[ $have_applets == *$'\n'"$a"$'\n'* ]] || die "$busybox lacks the applet '$a'"
 done
+if $all_applets; then
+    mapfile -t applets < <("$busybox" --list | grep -vx busybox | LC_ALL=C sort -u)
+fi
 
 # ---------------------------------------------------------------- platform
 
@@ -166,13 +195,21 @@ printf '%s\n' \
 chmod 0755 "$rootfs/bin" "$rootfs/etc" "$rootfs/bin/busybox"
 chmod 0644 "$rootfs/etc/passwd" "$rootfs/etc/group"
 chmod 1777 "$rootfs/tmp"
+if [[ -n $add_dir ]]; then
+    cp -a --no-preserve=ownership -- "$add_dir/." "$rootfs/" || die "copying $add_dir into the image failed"
+fi
 
 oci=$work/oci
 blobs=$oci/blobs/sha256
 mkdir -p "$blobs"
 
 layer=$work/layer.tar
-tar "${tar_opts[@]}" -C "$rootfs" -cf "$layer" bin etc tmp
+if [[ -n $add_dir ]]; then
+    (cd "$rootfs" && find . -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort) >"$work/top"
+    tar "${tar_opts[@]}" -C "$rootfs" -cf "$layer" -T "$work/top"
+else
+    tar "${tar_opts[@]}" -C "$rootfs" -cf "$layer" bin etc tmp
+fi
 layer_digest=$(sha256_of "$layer")
 layer_size=$(size_of "$layer")
 mv -- "$layer" "$blobs/$layer_digest"
@@ -183,8 +220,15 @@ if [[ -n $variant ]]; then
 fi
 
 config=$work/config.json
-printf '{%s,"config":{"Env":["PATH=/bin"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"picolet scripts/build-image.sh","comment":"busybox-static"}]}' \
-    "$platform_json" "$(json_str_array "${cmd[@]}")" "$layer_digest" >"$config"
+extra_config=
+if [[ -n $user ]]; then
+    extra_config+=",\"User\":$(json_str "$user")"
+fi
+if [[ -n $entrypoint ]]; then
+    extra_config+=",\"Entrypoint\":$(json_str_array "$entrypoint")"
+fi
+printf '{%s,"config":{"Env":[%s],"Cmd":%s,"WorkingDir":"/"%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created_by":"picolet scripts/build-image.sh","comment":"busybox-static"}]}' \
+    "$platform_json" "$(json_str "PATH=$env_path")" "$(json_str_array "${cmd[@]}")" "$extra_config" "$layer_digest" >"$config"
 config_digest=$(sha256_of "$config")
 config_size=$(size_of "$config")
 mv -- "$config" "$blobs/$config_digest"

@@ -49,7 +49,9 @@
 #
 # Environment: PICOLET_K8S_BIN, a directory holding etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl, instead of
-# scripts/k8s-build.sh's cache; START_TIMEOUT_S (default 180).
+# scripts/k8s-build.sh's cache; START_TIMEOUT_S (default 180);
+# APISERVER_EXTRA_FLAGS, more kube-apiserver flags, split on whitespace (the
+# conformance run sets --kubelet-preferred-address-types).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -345,6 +347,8 @@ start_etcd() {
 }
 
 start_apiserver() {
+    local extra=()
+    read -r -a extra <<<"${APISERVER_EXTRA_FLAGS:-}"
     launch kube-apiserver \
         --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -369,7 +373,8 @@ start_apiserver() {
         --service-cluster-ip-range=10.96.0.0/16 \
         --endpoint-reconciler-type=none \
         --allow-privileged=true \
-        --profiling=false
+        --profiling=false \
+        "${extra[@]}"
     # (--endpoint-reconciler-type=none: the apiserver's loopback address may not
     # stand in the kubernetes Service's endpoints; nothing here needs them.)
     wait_for kube-apiserver "kube-apiserver ready on $APISERVER" apiserver_ready

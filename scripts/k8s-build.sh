@@ -8,6 +8,16 @@
 #
 #   scripts/k8s-build.sh            build what is missing, print the bin directory
 #   scripts/k8s-build.sh --key      print the cache key only (builds nothing)
+#   scripts/k8s-build.sh --e2e [--key]
+#                                   the same for the node conformance tooling
+#                                   instead, from the Go module in tests/k8s-e2e
+#                                   (same Kubernetes release, refused otherwise):
+#                                   e2e.test (`go test -c k8s.io/kubernetes/test/e2e`),
+#                                   ginkgo's CLI, the upstream kubelet, agnhost
+#                                   (version set to its image tag) and nnp (the
+#                                   nonewprivs test image's program); a cache key
+#                                   and bin directory of their own, so the control
+#                                   plane's key never moves with them
 #
 # Environment:
 #   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
@@ -25,6 +35,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 MOD=$ROOT/tests/k8s
+E2E_MOD=$ROOT/tests/k8s-e2e
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 
 log() { printf 'k8s-build: %s\n' "$*" >&2; }
@@ -33,13 +44,21 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # name|package: the binaries, in build order (the apiserver first: the others
-# share most of its packages).
+# share most of its packages). A package marked "test:" is built with
+# `go test -c` (its test binary).
 TARGETS=(
     "kube-apiserver|k8s.io/kubernetes/cmd/kube-apiserver"
     "kube-controller-manager|k8s.io/kubernetes/cmd/kube-controller-manager"
     "kube-scheduler|k8s.io/kubernetes/cmd/kube-scheduler"
     "kubectl|k8s.io/kubernetes/cmd/kubectl"
     "etcd|go.etcd.io/etcd/server/v3"
+)
+E2E_TARGETS=(
+    "kubelet|k8s.io/kubernetes/cmd/kubelet"
+    "ginkgo|github.com/onsi/ginkgo/v2/ginkgo"
+    "agnhost|k8s.io/kubernetes/test/images/agnhost"
+    "nnp|k8s.io/kubernetes/test/images/nonewprivs"
+    "e2e.test|test:k8s.io/kubernetes/test/e2e"
 )
 
 find_go() {
@@ -55,13 +74,24 @@ find_go() {
     fi
 }
 
-# module_version MODULE: the version tests/k8s/go.mod requires.
+# module_version MODULE [MODDIR]: the version MODDIR/go.mod (default
+# tests/k8s/go.mod) requires.
 module_version() {
-    local v
-    v=$(awk -v m="$1" '($1 == m || ($1 == "require" && $2 == m)) && $0 !~ /=>/ { print ($1 == m ? $2 : $3); exit }' "$MOD/go.mod")
-    [[ -n $v ]] || die "$MOD/go.mod does not require $1"
+    local v mod=${2:-$MOD}
+    v=$(awk -v m="$1" '($1 == m || ($1 == "require" && $2 == m)) && $0 !~ /=>/ { print ($1 == m ? $2 : $3); exit }' "$mod/go.mod")
+    [[ -n $v ]] || die "$mod/go.mod does not require $1"
     printf '%s' "$v"
 }
+
+E2E=false
+KEY_ONLY=false
+for arg in "$@"; do
+    case $arg in
+        --e2e) E2E=true ;;
+        --key) KEY_ONLY=true ;;
+        *) die "usage: $0 [--e2e] [--key]" ;;
+    esac
+done
 
 GO=$(find_go)
 [[ -f $MOD/go.mod && -f $MOD/go.sum ]] || die "$MOD/go.mod or go.sum is missing"
@@ -81,15 +111,36 @@ for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     LDFLAGS+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean"
 done
 BUILD_FLAGS=(-trimpath -buildvcs=false -ldflags "$LDFLAGS")
-# (go.mod's comment lines are left out: they change no binary.)
-KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
-KEY=k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+if $E2E; then
+    [[ -f $E2E_MOD/go.mod && -f $E2E_MOD/go.sum ]] || die "$E2E_MOD/go.mod or go.sum is missing"
+    E2E_K8S_VERSION=$(module_version k8s.io/kubernetes "$E2E_MOD")
+    [[ $E2E_K8S_VERSION == "$K8S_VERSION" ]] ||
+        die "tests/k8s-e2e/go.mod pins k8s.io/kubernetes $E2E_K8S_VERSION, tests/k8s/go.mod $K8S_VERSION: they must be the same release"
+    GINKGO_VERSION=$(module_version github.com/onsi/ginkgo/v2 "$E2E_MOD")
+    # agnhost reports the version of its image (test/images/agnhost/VERSION,
+    # the tag test/utils/image/manifest.go gives it).
+    K8S_SRC=$(cd "$E2E_MOD" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes 2>/dev/null) || K8S_SRC=
+    if [[ -z $K8S_SRC || ! -f $K8S_SRC/test/images/agnhost/VERSION ]]; then
+        (cd "$E2E_MOD" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod nice -n 19 "$GO" mod download k8s.io/kubernetes) >&2 ||
+            die "go mod download k8s.io/kubernetes failed in $E2E_MOD"
+        K8S_SRC=$(cd "$E2E_MOD" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes) ||
+            die "go list -m k8s.io/kubernetes failed in $E2E_MOD"
+    fi
+    AGNHOST_VERSION=$(<"$K8S_SRC/test/images/agnhost/VERSION")
+    MOD=$E2E_MOD
+    TARGETS=("${E2E_TARGETS[@]}")
+    KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}" "agnhost $AGNHOST_VERSION"; } | sha256sum)
+    KEY=k8s-e2e-$K8S_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+else
+    # (go.mod's comment lines are left out: they change no binary.)
+    KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
+    KEY=k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+fi
 
-if [[ ${1:-} == --key ]]; then
+if $KEY_ONLY; then
     printf '%s\n' "$KEY"
     exit 0
 fi
-[[ $# -eq 0 ]] || die "usage: $0 [--key]"
 
 BIN=$CACHE_ROOT/$KEY/bin
 export GOMODCACHE=$CACHE_ROOT/gomod
@@ -104,10 +155,15 @@ binary_ok() {
     [[ -x $BIN/$1 ]] || return 1
     case $1 in
         kubectl) out=$("$BIN/$1" version --client 2>/dev/null) ;;
+        ginkgo) out=$("$BIN/$1" version 2>/dev/null) ;;
+        nnp) out=$("$BIN/$1" 2>/dev/null) ;;
         *) out=$("$BIN/$1" --version 2>/dev/null) ;;
     esac || return 1
     case $1 in
         etcd) want="etcd Version: ${ETCD_VERSION#v}" ;;
+        ginkgo) want="Ginkgo Version ${GINKGO_VERSION#v}" ;;
+        agnhost) want="version $AGNHOST_VERSION" ;;
+        nnp) want="Effective uid: " ;;
         *) want=$K8S_VERSION ;;
     esac
     [[ $out == *"$want"* ]]
@@ -115,7 +171,10 @@ binary_ok() {
 
 build_missing() {
     local t name pkg t0 t_all before after tmp built=0
+    local flags=() build=()
     t_all=$(now)
+    exec 8>"$CACHE_ROOT/.gocache.lock"
+    flock -s 8
     before=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || before=0
     for t in "${TARGETS[@]}"; do
         name=${t%%|*} pkg=${t#*|}
@@ -126,7 +185,17 @@ build_missing() {
         t0=$(now)
         tmp=$BIN/.$name.tmp.$$
         rm -f -- "$tmp"
-        if ! (cd "$MOD" && nice -n 19 "$GO" build "${BUILD_FLAGS[@]}" -o "$tmp" "$pkg"); then
+        flags=("${BUILD_FLAGS[@]}")
+        if [[ $name == agnhost ]]; then
+            flags=(-trimpath -buildvcs=false -ldflags "$LDFLAGS -X main.Version=$AGNHOST_VERSION")
+        fi
+        if [[ $pkg == test:* ]]; then
+            build=(test -c)
+            pkg=${pkg#test:}
+        else
+            build=(build)
+        fi
+        if ! (cd "$MOD" && nice -n 19 "$GO" "${build[@]}" "${flags[@]}" -o "$tmp" "$pkg"); then
             rm -f -- "$tmp"
             die "go build $pkg failed"
         fi
@@ -139,12 +208,22 @@ build_missing() {
         after=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || after=0
         log "built $built binaries in $(elapsed "$t_all") s; modules downloaded by this run: $(((after - before) / 1024)) MiB (module download cache now $((after / 1024)) MiB, extracted modules $(du -sm "$GOMODCACHE" 2>/dev/null | cut -f1) MiB in all, Go build cache $(du -sm "$GOCACHE" 2>/dev/null | cut -f1) MiB)"
         {
-            printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
+            if $E2E; then
+                printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
+            else
+                printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
+            fi
             printf 'built %s in %s s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(elapsed "$t_all")"
         } >"$CACHE_ROOT/$KEY/VERSIONS.tmp"
         mv -f -- "$CACHE_ROOT/$KEY/VERSIONS.tmp" "$CACHE_ROOT/$KEY/VERSIONS"
+        # The Go build cache is shared by both builds (control plane and --e2e):
+        # removed only when no other build holds it.
         if [[ ${PICOLET_K8S_KEEP_GOCACHE:-0} != 1 ]]; then
-            rm -rf -- "$GOCACHE"
+            if flock -n -x 8; then
+                rm -rf -- "$GOCACHE"
+            else
+                log "Go build cache kept: another build is using it"
+            fi
         fi
     fi
 }
@@ -155,5 +234,9 @@ exec 9>"$CACHE_ROOT/$KEY/.lock"
 flock 9
 build_missing
 flock -u 9
-log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+if $E2E; then
+    log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+else
+    log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+fi
 printf '%s\n' "$BIN"

@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# picolet and the upstream kubelet (the release tests/k8s pins, built by
+# scripts/k8s-build.sh --e2e) side by side, one after the other on the same
+# scratch containerd with the same static pod manifests, no apiserver. Prints a
+# table; asserts nothing (it fails only when a step cannot run at all). Run as
+# root.
+#
+# For each node agent, for each static pod count (default 0 and 10): start it
+# with that many busybox pods in its manifest directory, time start to /healthz
+# answering ok and to every pod's containers running (ground truth from
+# containerd: `ctr tasks ls`, a sandbox and a container per pod), let it settle
+# 5 s, then sample its RSS every second and its CPU time over the window. Then
+# stop it and its pods (containerd is restarted clean before the next agent).
+# Binary sizes are of the files run: picolet's release build and the kubelet
+# as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
+#
+# Environment:
+#   COMPARE_SECONDS  sampling window per phase (default 60)
+#   COMPARE_PODS     static pod counts (default "0 10")
+#   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
+#   PICOLET_BIN      the picolet to run (default: cargo build --release)
+#
+# The kubelet runs as scripts/conformance.sh runs it (scripts/lib/upstream-kubelet.sh:
+# a mount namespace of its own, its own cgroup root), standalone: no
+# kubeconfig, authentication off, authorization AlwaysAllow, on loopback.
+# Every process it starts is stopped by its PID when it ends, Ctrl-C included.
+# shellcheck disable=SC2317 # cleanup runs from the EXIT trap, start_picolet and start_kubelet as "start_$agent"
+set -euo pipefail
+
+REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/upstream-kubelet.sh
+. "$REPO/scripts/lib/upstream-kubelet.sh"
+WINDOW=${COMPARE_SECONDS:-60}
+read -r -a COUNTS <<<"${COMPARE_PODS:-0 10}"
+DIR=${COMPARE_DIR:-/tmp/pcmp}
+IMAGE=picolet.local/busybox:1
+NODE_NAME=compare-node
+
+log() { printf 'compare: %s\n' "$*" >&2; }
+die() { printf 'compare: error: %s\n' "$*" >&2; exit 1; }
+now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+[[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
+[[ $WINDOW =~ ^[0-9]+$ && $WINDOW -gt 0 ]] || die "COMPARE_SECONDS must be a positive integer"
+for n in "${COUNTS[@]}"; do [[ $n =~ ^[0-9]+$ ]] || die "COMPARE_PODS: $n is not a count"; done
+[[ $DIR == /* && $DIR != / ]] || die "COMPARE_DIR must be an absolute path other than /"
+for c in python3 ctr containerd unshare mount getconf; do command -v "$c" >/dev/null || die "$c not found"; done
+CLK_TCK=$(getconf CLK_TCK)
+
+KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
+KUBELET=$KBIN/kubelet
+if [[ -z ${PICOLET_BIN:-} ]]; then
+    (cd "$REPO" && nice -n 19 cargo build --release --locked -q) || die "cargo build --release failed"
+    PICOLET_BIN=$REPO/target/release/picolet
+fi
+[[ -x $PICOLET_BIN ]] || die "$PICOLET_BIN is not an executable"
+
+AGENT_PID=
+CTRD_STARTED=0
+CGROUP_ROOT=/picolet-compare
+
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != [ZX] ]]
+}
+
+stop_agent() {
+    local i
+    [[ -n $AGENT_PID ]] || return 0
+    kill -TERM "$AGENT_PID" 2>/dev/null || true
+    for ((i = 0; i < 150; i++)); do
+        alive "$AGENT_PID" || break
+        sleep 0.1
+    done
+    alive "$AGENT_PID" && kill -KILL "$AGENT_PID" 2>/dev/null
+    wait "$AGENT_PID" 2>/dev/null || true
+    AGENT_PID=
+}
+
+stop_containerd() {
+    [[ $CTRD_STARTED == 1 ]] || return 0
+    bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/containerd-stop.log" || true
+    CTRD_STARTED=0
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    set +e
+    stop_agent
+    stop_containerd
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start_containerd() {
+    CTRD_STARTED=1
+    SOCK=$(bash "$REPO/scripts/scratch-containerd.sh" start "$DIR/ctrd" 2>"$DIR/containerd-start.log" | tail -n 1) ||
+        { tail -n 20 "$DIR/containerd-start.log" >&2; die "the scratch containerd did not start"; }
+    CTRD_PID=$(<"$DIR/ctrd/containerd.pid")
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+write_manifests() { # write_manifests COUNT
+    local i
+    rm -rf -- "$DIR/node/manifests"
+    mkdir -p "$DIR/node/manifests"
+    for ((i = 0; i < $1; i++)); do
+        cat >"$DIR/node/manifests/static-$i.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: static-$i
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sleep
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+EOF
+    done
+}
+
+start_picolet() {
+    cat >"$DIR/node/picolet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: $DIR/node/manifests
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: $DIR/node/pod-logs
+healthzPort: $HEALTHZ_PORT
+cgroupRoot: $CGROUP_ROOT
+EOF
+    "$PICOLET_BIN" --config "$DIR/node/picolet.yaml" --root-dir "$DIR/node/root" --hostname-override "$NODE_NAME" \
+        </dev/null >>"$DIR/picolet.log" 2>&1 &
+    AGENT_PID=$!
+}
+
+start_kubelet() {
+    upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
+    cat >"$DIR/node/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: $DIR/node/manifests
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
+failSwapOn: false
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: $DIR/node/pod-logs
+volumePluginDir: $DIR/node/volume-plugins
+makeIPTablesUtilChains: false
+address: 127.0.0.1
+port: $(free_port)
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $HEALTHZ_PORT
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+EOF
+    upstream_kubelet_launch "$DIR/node" "$DIR/kubelet.log" "$KUBELET" --config "$DIR/node/kubelet.yaml" \
+        --root-dir "$DIR/node/root" --cert-dir "$DIR/node/root/pki" --hostname-override "$NODE_NAME"
+    AGENT_PID=$UPSTREAM_KUBELET_PID
+}
+
+healthz_ok() {
+    python3 -c 'import sys, urllib.request
+r = urllib.request.urlopen("http://127.0.0.1:%s/healthz" % sys.argv[1], timeout=1)
+sys.exit(0 if r.status == 200 and r.read().strip() == b"ok" else 1)' "$HEALTHZ_PORT" 2>/dev/null
+}
+
+running_tasks() {
+    ctr -a "$SOCK" -n k8s.io tasks ls 2>/dev/null | awk '$3 == "RUNNING"' | wc -l
+}
+
+# sample PID SECONDS: "mean_rss_kib max_rss_kib cpu_percent" over the window.
+sample() {
+    python3 - "$1" "$2" "$CLK_TCK" <<'EOF'
+import sys, time
+pid, window, tck = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def cpu():
+    f = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+def rss():
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+c0, t0, rs = cpu(), time.monotonic(), []
+while time.monotonic() - t0 < window:
+    rs.append(rss())
+    time.sleep(1)
+c1, t1 = cpu(), time.monotonic()
+print("%.0f %d %.2f" % (sum(rs) / len(rs), max(rs), 100.0 * (c1 - c0) / tck / (t1 - t0)))
+EOF
+}
+
+declare -A R
+say_row() { printf '%s\n' "$*"; }
+
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd -P)
+stop_containerd_if_left() {
+    [[ -d $DIR/ctrd ]] && bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" >/dev/null 2>&1
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+    rm -rf --one-file-system -- "$DIR/node" "$DIR"/*.log
+}
+stop_containerd_if_left || true
+
+log "machine: $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for agent in picolet kubelet; do
+    start_containerd
+    for n in "${COUNTS[@]}"; do
+        write_manifests "$n"
+        HEALTHZ_PORT=$(free_port)
+        t0=$(now)
+        "start_$agent"
+        deadline=$((SECONDS + 120))
+        until healthz_ok; do
+            alive "$AGENT_PID" || { tail -n 20 "$DIR/$agent.log" >&2; die "$agent exited"; }
+            ((SECONDS < deadline)) || die "$agent's /healthz did not answer ok within 120 s"
+            sleep 0.02
+        done
+        R[$agent,$n,healthz]=$(since "$t0")
+        if ((n > 0)); then
+            deadline=$((SECONDS + 300))
+            until (($(running_tasks) >= 2 * n)); do
+                alive "$AGENT_PID" || die "$agent exited"
+                ((SECONDS < deadline)) || die "$agent did not run $n pods within 300 s"
+                sleep 0.1
+            done
+            R[$agent,$n,running]=$(since "$t0")
+        fi
+        sleep 5
+        read -r rss_mean rss_max cpu < <(sample "$AGENT_PID" "$WINDOW")
+        R[$agent,$n,rss]=$(awk -v a="$rss_mean" 'BEGIN { printf "%.1f", a / 1024 }')
+        R[$agent,$n,rssmax]=$(awk -v a="$rss_max" 'BEGIN { printf "%.1f", a / 1024 }')
+        R[$agent,$n,cpu]=$cpu
+        R[$agent,$n,ctrd]=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$CTRD_PID/status")
+        log "$agent, $n pods: healthz ${R[$agent,$n,healthz]} s, running ${R[$agent,$n,running]:--} s, RSS ${R[$agent,$n,rss]} MiB, CPU $cpu %"
+        stop_agent
+    done
+    stop_containerd
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+    rm -rf --one-file-system -- "$DIR/node"
+done
+
+ratio() { awk -v p="$1" -v k="$2" 'BEGIN { if (p > 0) printf "%.1fx", k / p; else print "-" }'; }
+P_SIZE=$(stat -c %s "$PICOLET_BIN")
+K_SIZE=$(stat -c %s "$KUBELET")
+say_row ""
+say_row "picolet and the upstream kubelet $("$KUBELET" --version | awk '{ print $2 }'), same scratch containerd ($(containerd --version | awk '{ print $3 }')), $(date -u +%Y-%m-%d), $(nproc) CPUs, ${WINDOW} s windows"
+say_row ""
+say_row "| | picolet | kubelet | kubelet / picolet |"
+say_row "|---|---|---|---|"
+say_row "| binary size | $(awk -v b="$P_SIZE" 'BEGIN { printf "%.1f MiB", b / 1048576 }') | $(awk -v b="$K_SIZE" 'BEGIN { printf "%.1f MiB", b / 1048576 }') | $(ratio "$P_SIZE" "$K_SIZE") |"
+for n in "${COUNTS[@]}"; do
+    say_row "| $n pods: start → /healthz ok | ${R[picolet,$n,healthz]} s | ${R[kubelet,$n,healthz]} s | $(ratio "${R[picolet,$n,healthz]}" "${R[kubelet,$n,healthz]}") |"
+    if ((n > 0)); then
+        say_row "| $n pods: start → all running | ${R[picolet,$n,running]} s | ${R[kubelet,$n,running]} s | $(ratio "${R[picolet,$n,running]}" "${R[kubelet,$n,running]}") |"
+    fi
+    say_row "| $n pods: RSS mean (max) | ${R[picolet,$n,rss]} (${R[picolet,$n,rssmax]}) MiB | ${R[kubelet,$n,rss]} (${R[kubelet,$n,rssmax]}) MiB | $(ratio "${R[picolet,$n,rss]}" "${R[kubelet,$n,rss]}") |"
+    say_row "| $n pods: CPU, % of one core | ${R[picolet,$n,cpu]} | ${R[kubelet,$n,cpu]} | $(ratio "${R[picolet,$n,cpu]}" "${R[kubelet,$n,cpu]}") |"
+    say_row "| $n pods: containerd RSS beside it | ${R[picolet,$n,ctrd]} MiB | ${R[kubelet,$n,ctrd]} MiB | |"
+done

@@ -1,0 +1,443 @@
+#!/usr/bin/env bash
+# Runs upstream's node conformance specs (e2e.test of the Kubernetes release
+# tests/k8s pins) against picolet, or against the upstream kubelet of the same
+# release as the reference for what can pass on this machine. Run as root.
+#
+#   scripts/conformance.sh                    NodeConformance against picolet
+#   NODE=kubelet scripts/conformance.sh       the same against the upstream kubelet
+#   SELECTION=conformance scripts/conformance.sh
+#                                             '[sig-node] ... [Conformance]' instead
+#   SPECS=tests/conformance-ci.txt scripts/conformance.sh
+#                                             only the specs that file names
+#   DRY_RUN=1 scripts/conformance.sh          list the selected specs, start nothing
+#
+# Steps: builds what is missing (scripts/k8s-build.sh for the control plane and,
+# with --e2e, e2e.test, ginkgo, the kubelet, agnhost and nnp, all cached by
+# version under /var/cache/picolet-k8s; picolet's release build), builds the
+# test images offline and imports them under the names
+# test/utils/image/manifest.go of the pinned module gives them (busybox, nonroot
+# and nonewprivs from the machine's busybox-static, agnhost from its Go source,
+# pause), starts a control plane with its controllers (scripts/control-plane.sh),
+# a scratch containerd (scripts/scratch-containerd.sh) and the node joined to
+# them, waits for the Node Ready, and runs the selection with ginkgo. Then it
+# prints the counts, one line per failed spec, and where the reports are.
+#
+# Selections (focus / skip, ginkgo regular expressions):
+#   nodeconformance  '\[NodeConformance\]' / '\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
+#   conformance      '\[sig-node\].*\[Conformance\]' / the same skip
+#   SPECS=FILE       one full spec name per line ('#' starts a comment), each
+#                    matched as a literal text; no skip
+#
+# A failed spec whose output names an image this script did not import (nginx,
+# httpd, ...: images that cannot be built here) is counted and listed apart.
+#
+# Environment:
+#   NODE            picolet (default) or kubelet
+#   SELECTION       nodeconformance (default) or conformance
+#   SPECS           a spec list file (overrides SELECTION)
+#   PROCS           ginkgo's parallel processes (default 4)
+#   PICOLET_BIN     the picolet binary to run (default: cargo build --release)
+#   CONFORMANCE_DIR scratch directory (default /tmp/pconf; short: unix sockets
+#                   live there); its previous run is removed at the start
+#   GINKGO_TIMEOUT  the whole run's limit (default 3h)
+#
+# The reports stay in CONFORMANCE_DIR/report: junit.xml, report.json (ginkgo's),
+# summary.txt (what this script printed), ginkgo.log (the whole output), and
+# the node's, containerd's and the control plane's logs beside them.
+#
+# The upstream kubelet runs in a mount namespace of its own, where the files it
+# writes whatever its flags say (the kernel tunables under /proc/sys it sets,
+# /var/lib/kubelet/device-plugins, /var/log/containers) are bind mounts of
+# files under CONFORMANCE_DIR; only its root directory is shared with the
+# machine's namespace (containerd must see the volumes it mounts there). Both
+# nodes get a cgroup root of their own, created in every mounted hierarchy and
+# removed at the end. Every process this script starts is stopped by its PID
+# when it ends, Ctrl-C included; builds run under `nice -n 19`.
+# shellcheck disable=SC2317 # cleanup runs from the EXIT trap, start_picolet and start_kubelet as "start_$NODE_KIND"
+set -euo pipefail
+
+REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/lib/upstream-kubelet.sh
+. "$REPO/scripts/lib/upstream-kubelet.sh"
+NODE_KIND=${NODE:-picolet}
+SELECTION=${SELECTION:-nodeconformance}
+SPECS_FILE=${SPECS:-}
+PROCS=${PROCS:-4}
+DIR=${CONFORMANCE_DIR:-/tmp/pconf}
+GINKGO_TIMEOUT=${GINKGO_TIMEOUT:-3h}
+DRY=${DRY_RUN:-0}
+CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
+# The apiserver reaches the node's API (logs, exec) at the node's Hostname
+# address, which is its name: localhost resolves to the loopback address the
+# node listens on. (A loopback --node-ip is no way: the kubelet refuses it.)
+NODE_NAME=localhost
+SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
+
+log() { printf 'conformance: %s\n' "$*" >&2; }
+die() { printf 'conformance: error: %s\n' "$*" >&2; exit 1; }
+now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+case $NODE_KIND in picolet | kubelet) ;; *) die "NODE must be picolet or kubelet (got '$NODE_KIND')" ;; esac
+[[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "PROCS must be a positive count"
+if [[ -n $SPECS_FILE ]]; then
+    [[ -f $SPECS_FILE ]] || die "SPECS=$SPECS_FILE: no such file"
+    SELECTION=specs
+fi
+case $SELECTION in
+    nodeconformance) FOCUS='\[NodeConformance\]' ;;
+    conformance) FOCUS='\[sig-node\].*\[Conformance\]' ;;
+    specs)
+        # Each name escaped for a regular expression and anchored, all joined.
+        FOCUS=$(python3 - "$SPECS_FILE" <<'EOF'
+import re, sys
+names = []
+for line in open(sys.argv[1], encoding="utf-8"):
+    line = line.strip()
+    if line and not line.startswith("#"):
+        names.append(re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", line))
+if not names:
+    sys.exit("the spec list is empty")
+print("|".join(names))
+EOF
+        ) || die "cannot read the spec list $SPECS_FILE"
+        SKIP=
+        ;;
+    *) die "SELECTION must be nodeconformance or conformance (got '$SELECTION')" ;;
+esac
+[[ $DIR == /* && $DIR != / ]] || die "CONFORMANCE_DIR must be an absolute path other than /"
+[[ $(id -u) == 0 || $DRY == 1 ]] || die "run as root (containerd, runc, CNI and the node need it)"
+for c in python3 ctr containerd unshare mount umount flock; do
+    command -v "$c" >/dev/null || die "$c not found (scripts/install-deps.sh --k8s installs what is needed)"
+done
+
+# ---------------------------------------------------------------- builds
+
+t_build=$(now)
+log "building what is missing (the first time: the control plane, then e2e.test and the rest; tens of minutes on 2 cores)"
+CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
+E2E_BIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
+GO=$(command -v go || printf '%s' /usr/local/go/bin/go)
+K8S_SRC=$(cd "$REPO/tests/k8s-e2e" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes) ||
+    die "cannot locate the k8s.io/kubernetes module source (scripts/k8s-build.sh --e2e downloads it)"
+MANIFEST=$K8S_SRC/test/utils/image/manifest.go
+[[ -f $MANIFEST ]] || die "$MANIFEST is missing"
+log "binaries ready in $(since "$t_build") s: $CP_BIN, $E2E_BIN"
+
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd -P)
+REPORT=$DIR/report
+
+GINKGO_FLAGS=(--no-color "--procs=$PROCS" "--timeout=$GINKGO_TIMEOUT" "--focus=$FOCUS")
+[[ -z $SKIP ]] || GINKGO_FLAGS+=("--skip=$SKIP")
+
+if [[ $DRY == 1 ]]; then
+    mkdir -p "$REPORT"
+    "$E2E_BIN/ginkgo" --no-color --dry-run -v "--focus=$FOCUS" ${SKIP:+"--skip=$SKIP"} \
+        --json-report=dry-run.json --output-dir="$REPORT" "$E2E_BIN/e2e.test" -- --provider=local >"$REPORT/dry-run.log" 2>&1 ||
+        { tail -n 20 "$REPORT/dry-run.log" >&2; die "ginkgo --dry-run failed"; }
+    python3 - "$REPORT/dry-run.json" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))[0]
+names = sorted(" ".join(s["ContainerHierarchyTexts"] + [s["LeafNodeText"]])
+               for s in report["SpecReports"] if s["LeafNodeType"] == "It" and s["State"] == "passed")
+for n in names:
+    print(n)
+print("selected: %d of %d specs" % (report["PreRunStats"]["SpecsThatWillRun"], report["PreRunStats"]["TotalSpecs"]), file=sys.stderr)
+EOF
+    exit 0
+fi
+
+if [[ $NODE_KIND == picolet ]]; then
+    if [[ -n ${PICOLET_BIN:-} ]]; then
+        [[ -x $PICOLET_BIN ]] || die "PICOLET_BIN=$PICOLET_BIN is not an executable"
+    else
+        (cd "$REPO" && nice -n 19 cargo build --release --locked -q) || die "cargo build --release failed"
+        PICOLET_BIN=$REPO/target/release/picolet
+    fi
+fi
+
+# ---------------------------------------------------------------- clean up at exit
+
+NODE_PID=
+GINKGO_PID=
+CP_STARTED=0
+CTRD_STARTED=0
+CGROUP_ROOT=/picolet-conformance-$NODE_KIND
+
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != [ZX] ]]
+}
+
+stop_pid() { # stop_pid PID NAME: SIGTERM, SIGKILL after 15 s
+    local pid=$1 i
+    [[ -n $pid ]] || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 150; i++)); do
+        alive "$pid" || break
+        sleep 0.1
+    done
+    if alive "$pid"; then
+        log "$2 (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+# ginkgo runs in a process group of its own (PGID = its PID) with its e2e.test
+# processes: SIGINT to the group (ginkgo's own interrupt), the group killed
+# after 20 s.
+stop_ginkgo() {
+    local i
+    [[ -n $GINKGO_PID ]] || return 0
+    kill -INT -- "-$GINKGO_PID" 2>/dev/null || true
+    for ((i = 0; i < 200; i++)); do
+        kill -0 -- "-$GINKGO_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL -- "-$GINKGO_PID" 2>/dev/null || true
+    wait "$GINKGO_PID" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    set +e
+    stop_ginkgo
+    stop_pid "$NODE_PID" "$NODE_KIND"
+    [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/stop.log"
+    [[ $CTRD_STARTED == 1 ]] && bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/stop.log"
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- the previous run
+
+if [[ -d $DIR/ctrd ]]; then
+    bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" >/dev/null 2>&1 || true
+fi
+if [[ -d $DIR/cp ]]; then
+    bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" >/dev/null 2>&1 || true
+fi
+node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+rm -rf --one-file-system -- "$DIR/node" "$DIR/images" "$DIR/cp" "$REPORT" "$DIR/stop.log"
+mkdir -p "$DIR/node" "$DIR/images" "$REPORT"
+
+# ---------------------------------------------------------------- images
+
+# image_ref ID: registry/name:tag of the image manifest.go calls ID.
+image_ref() {
+    python3 - "$MANIFEST" "$1" <<'EOF'
+import re, sys
+src = open(sys.argv[1], encoding="utf-8").read()
+registries = dict(re.findall(r'^\s*(\w+Registry):\s*"([^"]+)"', src, re.M))
+m = re.search(r'configs\[%s\]\s*=\s*Config\{list\.(\w+),\s*"([^"]+)",\s*"([^"]+)"\}' % re.escape(sys.argv[2]), src)
+if not m or m.group(1) not in registries:
+    sys.exit("manifest.go gives no image for %s" % sys.argv[2])
+print("%s/%s:%s" % (registries[m.group(1)], m.group(2), m.group(3)))
+EOF
+}
+
+IMAGES=()
+
+build_images() {
+    local t0 busybox nonroot nonewprivs agnhost pause root
+    t0=$(now)
+    if ! { busybox=$(image_ref BusyBox) && nonroot=$(image_ref NonRoot) && nonewprivs=$(image_ref Nonewprivs) &&
+        agnhost=$(image_ref Agnhost) && pause=$(image_ref Pause); }; then
+        die "cannot read the image names from $MANIFEST"
+    fi
+    root=$DIR/images/root
+    # The users and groups upstream's images have that specs rely on: busybox's
+    # nobody, agnhost's user-defined-in-image (1000) and group-defined-in-image
+    # (50000).
+    mkdir -p "$root/busybox/etc" "$root/agnhost/etc" "$root/agnhost/uploads" "$root/nonewprivs/usr/local/bin"
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'daemon:x:1:1:daemon:/usr/sbin:/bin/false' \
+        'bin:x:2:2:bin:/bin:/bin/false' 'sys:x:3:3:sys:/dev:/bin/false' \
+        'nobody:x:65534:65534:nobody:/home:/bin/false' >"$root/busybox/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'daemon:x:1:' 'bin:x:2:' 'sys:x:3:' 'nogroup:x:65534:' >"$root/busybox/etc/group"
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/:/bin/false' \
+        'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >"$root/agnhost/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'user-defined-in-image:x:1000:' \
+        'group-defined-in-image:x:50000:user-defined-in-image' >"$root/agnhost/etc/group"
+    cp -- "$E2E_BIN/agnhost" "$root/agnhost/agnhost"
+    ln -s agnhost "$root/agnhost/agnhost-2"
+    cp -- "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/agnhost/"
+    chmod 0755 "$root/agnhost/agnhost"
+    chmod 0644 "$root/agnhost/localhost.crt" "$root/agnhost/localhost.key"
+    cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
+    chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
+    local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/busybox" \
+        "$DIR/images/busybox.tar" "$busybox" sh || die "building $busybox failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/busybox" --user 1234 \
+        "$DIR/images/nonroot.tar" "$nonroot" sh || die "building $nonroot failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nonewprivs" --path "$full_path" \
+        "$DIR/images/nonewprivs.tar" "$nonewprivs" nnp || die "building $nonewprivs failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/agnhost" --path "$full_path" --entrypoint /agnhost \
+        "$DIR/images/agnhost.tar" "$agnhost" pause || die "building $agnhost failed"
+    # upstream's pause exits on SIGTERM; PID 1 ignores a signal it has no
+    # handler for, so the stand-in traps it.
+    bash "$REPO/scripts/build-image.sh" "$DIR/images/pause.tar" "$pause" \
+        sh -c 'trap "exit 0" TERM INT; while :; do sleep 1; done' || die "building $pause failed"
+    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$pause")
+    log "built ${#IMAGES[@]} images in $(since "$t0") s: ${IMAGES[*]}"
+}
+
+# ---------------------------------------------------------------- the node
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_picolet() {
+    HEALTHZ_PORT=$(free_port)
+    cat >"$DIR/node/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: $DIR/node/pod-logs
+healthzPort: $HEALTHZ_PORT
+cgroupRoot: $CGROUP_ROOT
+EOF
+    "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
+        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
+        </dev/null >"$DIR/node.log" 2>&1 &
+    NODE_PID=$!
+}
+
+start_kubelet() {
+    HEALTHZ_PORT=$(free_port)
+    KUBELET_PORT=$(free_port)
+    upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
+    cat >"$DIR/node/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
+failSwapOn: false
+containerRuntimeEndpoint: unix://$SOCK
+podLogsDir: $DIR/node/pod-logs
+volumePluginDir: $DIR/node/volume-plugins
+makeIPTablesUtilChains: false
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $HEALTHZ_PORT
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+# The apiserver of scripts/control-plane.sh has no kubelet client
+# certificate: the node API, on loopback only, lets it in unauthenticated.
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+EOF
+    upstream_kubelet_launch "$DIR/node" "$DIR/node.log" \
+        "$E2E_BIN/kubelet" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
+        --cert-dir "$DIR/node/root/pki" \
+        --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
+        --v=2
+    NODE_PID=$UPSTREAM_KUBELET_PID
+}
+
+node_ready() {
+    [[ $("$CP_BIN/kubectl" --kubeconfig "$DIR/cp/admin.kubeconfig" --request-timeout=5s get node "$NODE_NAME" \
+        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+# ---------------------------------------------------------------- run
+
+build_images
+t0=$(now)
+CP_STARTED=1
+APISERVER_EXTRA_FLAGS=--kubelet-preferred-address-types=Hostname,InternalIP PICOLET_K8S_BIN=$CP_BIN \
+    bash "$REPO/scripts/control-plane.sh" start "$DIR/cp" --node "$NODE_NAME" --controllers \
+    >/dev/null 2>"$DIR/control-plane.log" || { tail -n 20 "$DIR/control-plane.log" >&2; die "the control plane did not start"; }
+CTRD_STARTED=1
+SOCK=$(bash "$REPO/scripts/scratch-containerd.sh" start "$DIR/ctrd" 2>"$DIR/containerd-start.log" | tail -n 1) ||
+    { tail -n 20 "$DIR/containerd-start.log" >&2; die "the scratch containerd did not start"; }
+for tar in "$DIR"/images/*.tar; do
+    ctr -a "$SOCK" -n k8s.io images import "$tar" >/dev/null 2>>"$DIR/containerd-start.log" || die "importing $tar failed"
+done
+log "control plane and containerd up in $(since "$t0") s; images imported"
+
+t0=$(now)
+"start_$NODE_KIND"
+deadline=$((SECONDS + 180))
+until node_ready; do
+    alive "$NODE_PID" || { tail -n 30 "$DIR/node.log" >&2; die "$NODE_KIND exited before its Node was Ready"; }
+    ((SECONDS < deadline)) || { tail -n 30 "$DIR/node.log" >&2; die "the Node was not Ready within 180 s"; }
+    sleep 0.5
+done
+log "$NODE_KIND started; Node $NODE_NAME Ready after $(since "$t0") s"
+
+t0=$(now)
+log "running ginkgo (${GINKGO_FLAGS[*]}); output in $REPORT/ginkgo.log"
+setsid "$E2E_BIN/ginkgo" "${GINKGO_FLAGS[@]}" --junit-report=junit.xml --json-report=report.json --output-dir="$REPORT" \
+    "$E2E_BIN/e2e.test" -- \
+    --kubeconfig="$DIR/cp/admin.kubeconfig" --provider=local --allowed-not-ready-nodes=0 --disable-log-dump \
+    --kubelet-root-dir="$DIR/node/root" --report-dir="$REPORT" --kubectl-path="$CP_BIN/kubectl" \
+    >"$REPORT/ginkgo.log" 2>&1 &
+GINKGO_PID=$!
+ginkgo_rc=0
+wait "$GINKGO_PID" || ginkgo_rc=$?
+GINKGO_PID=
+run_s=$(since "$t0")
+[[ -f $REPORT/report.json ]] || { tail -n 30 "$REPORT/ginkgo.log" >&2; die "ginkgo exited with $ginkgo_rc and wrote no report"; }
+
+summary_rc=0
+python3 - "$REPORT/report.json" "$NODE_KIND" "$SELECTION" "$run_s" "${IMAGES[@]}" <<'EOF' | tee "$REPORT/summary.txt" || summary_rc=$?
+import json, re, sys
+path, node, selection, run_s, *imported = sys.argv[1:]
+imported = set(imported)
+reports = json.load(open(path))
+specs = [s for r in reports for s in r["SpecReports"] if s["LeafNodeType"] == "It"]
+will_run = sum(r["PreRunStats"]["SpecsThatWillRun"] for r in reports)
+def name(s):
+    return " ".join(s["ContainerHierarchyTexts"] + [s["LeafNodeText"]])
+ref = re.compile(r'\b((?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?/[A-Za-z0-9._/-]+:[A-Za-z0-9._-]+)')
+passed, failed, apart, skipped = [], [], [], []
+for s in specs:
+    state = s["State"]
+    if state == "passed":
+        passed.append(s)
+    elif state == "skipped":
+        # Filtered out: no failure; skipped while running: a message.
+        if s.get("Failure", {}).get("Message"):
+            skipped.append(s)
+    elif state == "pending":
+        pass
+    else:
+        text = json.dumps(s.get("Failure", {})) + s.get("CapturedGinkgoWriterOutput", "") + s.get("CapturedStdOutErr", "")
+        missing = sorted({m for m in ref.findall(text) if m not in imported and not m.startswith("invalid.")})
+        missing = [m for m in missing if m.split("/")[0] in ("registry.k8s.io", "docker.io", "gcr.io", "quay.io")]
+        (apart if missing else failed).append((s, missing))
+print("conformance %s against %s: selected %d, passed %d, failed %d, skipped %d; failed for an image not built here: %d (ginkgo ran %s s)" % (
+    selection, node, will_run, len(passed), len(failed), len(skipped), len(apart), run_s))
+for s, _ in sorted(failed, key=lambda x: name(x[0])):
+    f = s.get("Failure", {})
+    where = f.get("Location", {})
+    msg = (f.get("Message") or "").strip().splitlines()
+    print("FAILED %s -- %s:%s: %s" % (name(s), where.get("FileName", "?").split("/test/")[-1], where.get("LineNumber", "?"), msg[0][:200] if msg else s["State"]))
+for s, missing in sorted(apart, key=lambda x: name(x[0])):
+    print("IMAGE NOT BUILT HERE (%s) %s" % (", ".join(missing), name(s)))
+for s in sorted(skipped, key=name):
+    print("SKIPPED %s -- %s" % (name(s), (s["Failure"]["Message"] or "").strip().splitlines()[0][:160]))
+if will_run == 0:
+    sys.exit("conformance: error: the selection is empty")
+sys.exit(1 if failed or apart or len(passed) + len(failed) + len(apart) + len(skipped) != will_run else 0)
+EOF
+log "reports: $REPORT/junit.xml, $REPORT/report.json, $REPORT/summary.txt, $REPORT/ginkgo.log; node log $DIR/node.log"
+exit "$summary_rc"
