@@ -267,11 +267,16 @@ impl RuntimeManager {
         };
         match self.runtime.start_container(&id).await {
             Ok(()) => {
+                log::info!(
+                    "started container {} of pod {} (restart {restart_count})",
+                    c.name,
+                    pod.metadata.name
+                );
                 crate::events::record(
                     &crate::events::ObjectRef::container(pod, &c.name),
                     crate::events::Type::Normal,
                     "Started",
-                    &format!("Started container {} (restart {restart_count})", c.name),
+                    &format!("Started container {}", c.name),
                 );
                 self.clear_waiting(uid, &c.name);
                 if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
