@@ -298,6 +298,11 @@ free_port() {
 
 start_picolet() {
     HEALTHZ_PORT=$(free_port)
+    KUBELET_PORT=$(free_port)
+    # The node API as kubeadm sets a node up: a serving certificate the cluster CA signed
+    # (the apiserver checks it), client certificates of that CA (the apiserver's own), tokens
+    # and authorization reviewed by the apiserver. picolet takes a loopback node IP, which the
+    # apiserver then dials first.
     cat >"$DIR/node/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -305,9 +310,17 @@ containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $DIR/node/pod-logs
 healthzPort: $HEALTHZ_PORT
 cgroupRoot: $CGROUP_ROOT
+address: 127.0.0.1
+port: $KUBELET_PORT
+tlsCertFile: $DIR/cp/pki/node-$NODE_NAME-serving.crt
+tlsPrivateKeyFile: $DIR/cp/pki/node-$NODE_NAME-serving.key
+authentication:
+  x509:
+    clientCAFile: $DIR/cp/pki/ca.crt
 EOF
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
+        --node-ip 127.0.0.1 \
         </dev/null >"$DIR/node.log" 2>&1 &
     NODE_PID=$!
 }
@@ -334,8 +347,10 @@ healthzBindAddress: 127.0.0.1
 healthzPort: $HEALTHZ_PORT
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
-# The apiserver of scripts/control-plane.sh has no kubelet client
-# certificate: the node API, on loopback only, lets it in unauthenticated.
+# The serving certificate the cluster CA signed for the node (the apiserver
+# checks it). The node API, on loopback only, lets requests in unauthenticated.
+tlsCertFile: $DIR/cp/pki/node-$NODE_NAME-serving.crt
+tlsPrivateKeyFile: $DIR/cp/pki/node-$NODE_NAME-serving.key
 authentication:
   anonymous:
     enabled: true
@@ -362,7 +377,7 @@ node_ready() {
 build_images
 t0=$(now)
 CP_STARTED=1
-APISERVER_EXTRA_FLAGS=--kubelet-preferred-address-types=Hostname,InternalIP PICOLET_K8S_BIN=$CP_BIN \
+PICOLET_K8S_BIN=$CP_BIN \
     bash "$REPO/scripts/control-plane.sh" start "$DIR/cp" --node "$NODE_NAME" --controllers \
     >/dev/null 2>"$DIR/control-plane.log" || { tail -n 20 "$DIR/control-plane.log" >&2; die "the control plane did not start"; }
 CTRD_STARTED=1
