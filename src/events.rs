@@ -346,10 +346,12 @@ impl Recorder {
         self.queue.borrow().len()
     }
 
+    #[cfg(any(test, feature = "apiserver"))]
     fn pop(&self) -> Option<Write> {
         self.queue.borrow_mut().pop_front()
     }
 
+    #[cfg(feature = "apiserver")]
     fn push_front(&self, w: Write) {
         self.queue.borrow_mut().push_front(w);
     }
