@@ -136,14 +136,23 @@ pub const QUEUE_MAX: usize = 1000;
 pub enum Write {
     /// A new Event object.
     Create(Value),
-    /// A seen one again: its count, last time and message.
+    /// A seen one again: its count, last time and message; `first` is the object as first
+    /// created, to create it again if the apiserver no longer has it.
     Patch {
         namespace: String,
         name: String,
         count: u64,
         last: String,
         message: String,
+        first: std::sync::Arc<Value>,
     },
+}
+
+/// Sets what a repeat changes in an Event object.
+fn repeat(v: &mut Value, count: u64, last: &str, message: &str) {
+    v["count"] = json!(count);
+    v["lastTimestamp"] = json!(last);
+    v["message"] = json!(message);
 }
 
 impl Write {
@@ -158,6 +167,25 @@ impl Write {
             } => (namespace, name),
         }
     }
+
+    /// A patch as the create of the whole object, under the same name, with the patch's
+    /// count, time and message (for an event the apiserver expired meanwhile).
+    #[cfg(any(test, feature = "apiserver"))]
+    fn recreated(&self) -> Option<Write> {
+        let Write::Patch {
+            count,
+            last,
+            message,
+            first,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let mut v = (**first).clone();
+        repeat(&mut v, *count, last, message);
+        Some(Write::Create(v))
+    }
 }
 
 struct Seen {
@@ -165,6 +193,7 @@ struct Seen {
     name: String,
     count: u64,
     at: i64,
+    first: std::sync::Arc<Value>,
 }
 
 /// Upstream's correlation, pure: what each event becomes (a create, a patch, or nothing).
@@ -240,18 +269,10 @@ impl Correlator {
                 count: s.count,
                 last: at,
                 message,
+                first: s.first.clone(),
             });
         }
         let name = format!("{}.{:x}", obj.name, now);
-        self.seen.insert(
-            key,
-            Seen {
-                namespace: obj.namespace.clone(),
-                name: name.clone(),
-                count: 1,
-                at: now,
-            },
-        );
         let mut involved = json!({
             "kind": obj.kind,
             "name": obj.name,
@@ -264,7 +285,7 @@ impl Correlator {
         if !obj.field_path.is_empty() {
             involved["fieldPath"] = json!(obj.field_path);
         }
-        Some(Write::Create(json!({
+        let event = json!({
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": obj.namespace},
@@ -278,7 +299,18 @@ impl Correlator {
             "type": t.as_str(),
             "reportingComponent": "kubelet",
             "reportingInstance": host,
-        })))
+        });
+        self.seen.insert(
+            key,
+            Seen {
+                namespace: obj.namespace.clone(),
+                name,
+                count: 1,
+                at: now,
+                first: std::sync::Arc::new(event.clone()),
+            },
+        );
+        Some(Write::Create(event))
     }
 }
 
@@ -323,14 +355,13 @@ impl Recorder {
             count,
             last,
             message,
+            ..
         } = &w
             && let Some(Write::Create(v)) = q
                 .iter_mut()
                 .find(|x| matches!(x, Write::Create(_)) && x.name() == (namespace, name))
         {
-            v["count"] = json!(count);
-            v["lastTimestamp"] = json!(last);
-            v["message"] = json!(message);
+            repeat(v, *count, last, message);
             return;
         }
         if q.len() >= QUEUE_MAX {
@@ -385,23 +416,10 @@ pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
             Err(e) if e.is_not_found() => {
-                if let Write::Patch {
-                    namespace,
-                    name,
-                    count,
-                    last,
-                    message,
-                } = w
-                {
-                    log::debug!("events: {namespace}/{name} is gone; created again");
-                    recorder.push(Write::Create(json!({
-                        "apiVersion": "v1",
-                        "kind": "Event",
-                        "metadata": {"name": format!("{name}.{count}"), "namespace": namespace},
-                        "message": message,
-                        "count": count,
-                        "lastTimestamp": last,
-                    })));
+                if let Some(again) = w.recreated() {
+                    let (ns, name) = w.name();
+                    log::debug!("events: {ns}/{name} expired; created again");
+                    recorder.push(again);
                 }
             }
             Err(e) => log::warn!("events: {e}; dropped"),
@@ -430,6 +448,7 @@ fn send(c: &crate::apiclient::Client, w: &Write) -> Result<(), crate::apiclient:
             count,
             last,
             message,
+            ..
         } => {
             let body = json!({"count": count, "lastTimestamp": last, "message": message});
             c.call(
@@ -487,9 +506,21 @@ mod tests {
                 name,
                 count: 2,
                 last: crate::api::rfc3339(110 * S),
-                message: "back-off".into()
+                message: "back-off".into(),
+                first: std::sync::Arc::new(v.clone()),
             }
         );
+        // Expired in the apiserver: the whole object again, same name, the repeat's figures.
+        let Some(Write::Create(re)) = again.recreated() else {
+            panic!("{again:?}")
+        };
+        assert_eq!(re["metadata"]["name"], v["metadata"]["name"]);
+        assert_eq!(re["involvedObject"], v["involvedObject"]);
+        assert_eq!(re["reason"], "BackOff");
+        assert_eq!(re["type"], "Warning");
+        assert_eq!(re["count"], 2);
+        assert_eq!(re["firstTimestamp"], crate::api::rfc3339(100 * S));
+        assert_eq!(re["lastTimestamp"], crate::api::rfc3339(110 * S));
         // Another reason is another object.
         assert!(matches!(
             c.observe(
@@ -581,6 +612,7 @@ mod tests {
                 count: 2,
                 last: String::new(),
                 message: String::new(),
+                first: std::sync::Arc::default(),
             });
         }
         assert_eq!(r.pending(), QUEUE_MAX);
