@@ -18,6 +18,12 @@
 #                                   nonewprivs test image's program); a cache key
 #                                   and bin directory of their own, so the control
 #                                   plane's key never moves with them
+#   scripts/k8s-build.sh --tools [--key]
+#                                   the same for the other upstream programs the
+#                                   tests run beside the control plane, from the
+#                                   Go module in tests/k8s-tools (one module, so
+#                                   the packages they share are built once):
+#                                   metrics-server (version set to its module's)
 #
 # Environment:
 #   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
@@ -36,6 +42,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 MOD=$ROOT/tests/k8s
 E2E_MOD=$ROOT/tests/k8s-e2e
+TOOLS_MOD=$ROOT/tests/k8s-tools
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 
 log() { printf 'k8s-build: %s\n' "$*" >&2; }
@@ -59,6 +66,9 @@ E2E_TARGETS=(
     "agnhost|k8s.io/kubernetes/test/images/agnhost"
     "nnp|k8s.io/kubernetes/test/images/nonewprivs"
     "e2e.test|test:k8s.io/kubernetes/test/e2e"
+)
+TOOLS_TARGETS=(
+    "metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
 )
 
 find_go() {
@@ -84,14 +94,17 @@ module_version() {
 }
 
 E2E=false
+TOOLS=false
 KEY_ONLY=false
 for arg in "$@"; do
     case $arg in
         --e2e) E2E=true ;;
+        --tools) TOOLS=true ;;
         --key) KEY_ONLY=true ;;
-        *) die "usage: $0 [--e2e] [--key]" ;;
+        *) die "usage: $0 [--e2e | --tools] [--key]" ;;
     esac
 done
+! { $E2E && $TOOLS; } || die "--e2e and --tools are two builds: ask for one at a time"
 
 GO=$(find_go)
 [[ -f $MOD/go.mod && -f $MOD/go.sum ]] || die "$MOD/go.mod or go.sum is missing"
@@ -131,6 +144,14 @@ if $E2E; then
     TARGETS=("${E2E_TARGETS[@]}")
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}" "agnhost $AGNHOST_VERSION"; } | sha256sum)
     KEY=k8s-e2e-$K8S_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+elif $TOOLS; then
+    [[ -f $TOOLS_MOD/go.mod && -f $TOOLS_MOD/go.sum ]] || die "$TOOLS_MOD/go.mod or go.sum is missing"
+    METRICS_SERVER_VERSION=$(module_version sigs.k8s.io/metrics-server "$TOOLS_MOD")
+    GO_VERSION=$(cd "$TOOLS_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $TOOLS_MOD"
+    MOD=$TOOLS_MOD
+    TARGETS=("${TOOLS_TARGETS[@]}")
+    KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
+    KEY=k8s-tools-metrics-server-$METRICS_SERVER_VERSION-$GO_VERSION-${KEY_HASH:0:12}
 else
     # (go.mod's comment lines are left out: they change no binary.)
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
@@ -163,6 +184,7 @@ binary_ok() {
         etcd) want="etcd Version: ${ETCD_VERSION#v}" ;;
         ginkgo) want="Ginkgo Version ${GINKGO_VERSION#v}" ;;
         agnhost) want="version $AGNHOST_VERSION" ;;
+        metrics-server) want=$METRICS_SERVER_VERSION ;;
         nnp) want="Effective uid: " ;;
         *) want=$K8S_VERSION ;;
     esac
@@ -188,6 +210,9 @@ build_missing() {
         flags=("${BUILD_FLAGS[@]}")
         if [[ $name == agnhost ]]; then
             flags=(-trimpath -buildvcs=false -ldflags "$LDFLAGS -X main.Version=$AGNHOST_VERSION")
+        elif [[ $name == metrics-server ]]; then
+            # (it reports client-go's version variable, as its own Makefile sets it)
+            flags=(-trimpath -buildvcs=false -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION")
         fi
         if [[ $pkg == test:* ]]; then
             build=(test -c)
@@ -210,6 +235,8 @@ build_missing() {
         {
             if $E2E; then
                 printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
+            elif $TOOLS; then
+                printf 'metrics-server %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$GO_VERSION"
             else
                 printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
             fi
@@ -234,7 +261,9 @@ exec 9>"$CACHE_ROOT/$KEY/.lock"
 flock 9
 build_missing
 flock -u 9
-if $E2E; then
+if $TOOLS; then
+    log "metrics-server $METRICS_SERVER_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+elif $E2E; then
     log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
 else
     log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"

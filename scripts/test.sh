@@ -33,6 +33,8 @@ echo "== Yocto layer: crate list in sync with Cargo.lock, recipe against the rep
 scripts/yocto-crates.py --check
 echo "== control plane binaries (scripts/k8s-build.sh)"
 scripts/k8s-build.sh >/dev/null
+echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server)"
+scripts/k8s-build.sh --tools >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
 # The test binaries of the ARM builds run under qemu-user (cargo's runner in .cargo/config.toml);

@@ -89,9 +89,11 @@ spec:
     command: [sh, -c, 'mkdir -p /www && echo served-through-the-tunnel > /www/index.html && exec httpd -f -p 8080 -h /www']
 ";
 
-#[test]
-fn kubectl_reaches_pods_through_the_node_api() {
-    let dir = test_dir("node-api");
+/// A control plane with controllers, a scratch containerd and picolet joined to it as [`NODE`],
+/// serving the node API on a free loopback port with the cluster CA's serving certificate and
+/// trusting client certificates of that CA, as kubeadm sets a node up; returns once the Node
+/// is Ready.
+fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) {
     let cp = ControlPlane::start(
         &dir.join("cp"),
         &Options {
@@ -122,16 +124,30 @@ fn kubectl_reaches_pods_through_the_node_api() {
             format!("--client-ca-file={}", cp.ca_cert().display()),
         ],
     );
-    let jsonpath = |args: &[&str]| kubectl(&cp, args, None).stdout.trim().to_owned();
     wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
-        jsonpath(&[
-            "get",
-            "node",
-            NODE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ]) == "True"
+        kubectl(
+            &cp,
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+        )
+        .stdout
+        .trim()
+            == "True"
     });
+    (cp, c, a, port)
+}
+
+#[test]
+fn kubectl_reaches_pods_through_the_node_api() {
+    let dir = test_dir("node-api");
+    let (cp, _c, a, port) = join(&dir);
+    let jsonpath = |args: &[&str]| kubectl(&cp, args, None).stdout.trim().to_owned();
     // Where the apiserver finds the node API, and the version it is tested against.
     assert_eq!(
         jsonpath(&[
@@ -451,4 +467,103 @@ fn kubectl_reaches_pods_through_the_node_api() {
         "jsonpath={.status.containerStatuses[*].restartCount}",
     ]);
     assert_eq!(restarts, "0 0");
+}
+
+/// `kubectl top`'s figures for one row: (CPU in millicores, memory in MiB), from
+/// `NAME CPU(cores) [CPU%] MEMORY(bytes) [MEMORY%]`.
+fn top_row(out: &str, name: &str) -> Option<(u64, u64)> {
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))?;
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let cpu = cols.get(1)?.strip_suffix('m')?.parse().ok()?;
+    let mem = cols
+        .iter()
+        .skip(2)
+        .find_map(|c| c.strip_suffix("Mi"))?
+        .parse()
+        .ok()?;
+    Some((cpu, mem))
+}
+
+#[test]
+fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
+    let dir = test_dir("node-api-top");
+    let (cp, _c, a, _port) = join(&dir);
+    // A container that uses some CPU and holds some memory (a 16 MiB file in its tmpfs).
+    kubectl(
+        &cp,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\n  namespace: default\nspec:\n  \
+             nodeName: {NODE}\n  terminationGracePeriodSeconds: 1\n  tolerations:\n  - operator: Exists\n  \
+             containers:\n  - name: spin\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+             command: [sh, -c, 'dd if=/dev/zero of=/dev/shm/fill bs=1M count=16; \
+             while true; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.1; done']\n"
+        )),
+    )
+    .ok();
+    wait("pod busy Running", Duration::from_secs(90), &a, &cp, || {
+        kubectl(
+            &cp,
+            &["get", "pod", "busy", "-o", "jsonpath={.status.phase}"],
+            None,
+        )
+        .stdout
+        .trim()
+            == "Running"
+    });
+    let ms = cp.start_metrics_server(&cp.ca_cert(), 10);
+    // metrics-server needs two scrapes for a rate; `kubectl top` fails until then.
+    let t0 = Instant::now();
+    let node = loop {
+        let top = kubectl(&cp, &["top", "node", NODE], None);
+        if let Some(row) = top_row(&top.stdout, NODE) {
+            break row;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "kubectl top node: no figures after 90 s\n{}\n--- metrics-server ---\n{}\n--- picolet ---\n{}",
+            top.describe(),
+            ms.log_tail(30),
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(node.0 > 0 && node.1 > 0, "node figures {node:?}");
+    let t0 = Instant::now();
+    let pod = loop {
+        let top = kubectl(&cp, &["top", "pod", "busy", "--containers"], None);
+        // --containers: POD NAME CPU MEMORY
+        let row = top
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("busy"))
+            .and_then(|l| {
+                top_row(
+                    &l.split_once(char::is_whitespace)?.1.trim_start().to_owned(),
+                    "spin",
+                )
+            });
+        if let Some(row) = row {
+            break row;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "kubectl top pod: no figures after 60 s\n{}\n--- metrics-server ---\n{}",
+            top.describe(),
+            ms.log_tail(30)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert!(pod.0 > 0, "the spinning container shows no CPU: {pod:?}");
+    assert!(
+        pod.1 >= 16,
+        "the container holds 16 MiB in its tmpfs: {pod:?}"
+    );
+    eprintln!(
+        "kubectl top: node {} m CPU, {} MiB; container spin {} m CPU, {} MiB",
+        node.0, node.1, pod.0, pod.1
+    );
+    drop(ms);
 }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// What `start` brings up.
@@ -414,6 +414,141 @@ impl ControlPlane {
         })
         .collect::<Vec<_>>()
         .join("\n")
+    }
+}
+
+/// metrics-server (`scripts/k8s-build.sh --tools`), run as a process beside the control plane
+/// and registered through the apiserver's aggregation layer as `v1beta1.metrics.k8s.io`, so
+/// that `kubectl top` works as in a cluster. It scrapes each node's `/metrics/resource` on the
+/// port the Node's status names, at the node's InternalIP, verifying the node's serving
+/// certificate with the CA given to [`ControlPlane::start_metrics_server`], and presents the
+/// administrator's client certificate. `Drop` stops it, by PID.
+pub struct MetricsServer {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl MetricsServer {
+    pub fn log_tail(&self, lines: usize) -> String {
+        match fs::read_to_string(&self.log) {
+            Ok(log) => {
+                let all: Vec<&str> = log.lines().collect();
+                all[all.len().saturating_sub(lines)..].join("\n")
+            }
+            Err(e) => format!("(no log at {}: {e})", self.log.display()),
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ControlPlane {
+    /// Builds metrics-server if the cache lacks it, starts it on a free loopback port and
+    /// registers it: a Service of type ExternalName (`localhost`, which the aggregator dials
+    /// as `https://localhost:<port>`, since no Service network exists here) and the APIService,
+    /// with `insecureSkipTLSVerify` (metrics-server's self-signed certificate names neither).
+    /// Returns once the APIService is Available. Panics, naming what failed, otherwise.
+    pub fn start_metrics_server(&self, kubelet_ca: &Path, interval_s: u32) -> MetricsServer {
+        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-build.sh");
+        let out = Command::new("bash")
+            .arg(&build)
+            .arg("--tools")
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", build.display()));
+        assert!(
+            out.status.success(),
+            "scripts/k8s-build.sh --tools failed (it needs Go: scripts/install-deps.sh)\n{}",
+            describe(&out)
+        );
+        let bin = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|d| PathBuf::from(d).join("metrics-server"))
+            .expect("k8s-build.sh --tools printed no directory");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let dir = self.dir.join("metrics-server");
+        fs::create_dir_all(&dir).expect("metrics-server dir");
+        let log = self.dir.join("logs/metrics-server.log");
+        let log_file = fs::File::create(&log).expect("metrics-server log");
+        let admin = self.admin_kubeconfig();
+        let child = Command::new(&bin)
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .arg(format!("--authentication-kubeconfig={}", admin.display()))
+            .arg(format!("--authorization-kubeconfig={}", admin.display()))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!("--cert-dir={}", dir.display()))
+            .arg("--kubelet-use-node-status-port")
+            .arg("--kubelet-preferred-address-types=InternalIP")
+            .arg(format!(
+                "--kubelet-certificate-authority={}",
+                kubelet_ca.display()
+            ))
+            .arg(format!("--metric-resolution={interval_s}s"))
+            // (it must stay below the resolution)
+            .arg("--kubelet-request-timeout=5s")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log fd"))
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        let mut ms = MetricsServer { child, log };
+        self.admin_stdin(
+            &["apply", "-f", "-"],
+            &format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: metrics-server\n  \
+                 namespace: kube-system\nspec:\n  type: ExternalName\n  externalName: localhost\n\
+                 ---\napiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  \
+                 name: v1beta1.metrics.k8s.io\nspec:\n  group: metrics.k8s.io\n  version: v1beta1\n  \
+                 groupPriorityMinimum: 100\n  versionPriority: 100\n  insecureSkipTLSVerify: true\n  \
+                 service:\n    namespace: kube-system\n    name: metrics-server\n    port: {port}\n"
+            ),
+        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let available = self
+                .kubectl_with(
+                    &admin,
+                    &[
+                        "get",
+                        "apiservice",
+                        "v1beta1.metrics.k8s.io",
+                        "-o",
+                        "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+                    ],
+                    None,
+                )
+                .stdout;
+            if available.trim() == "True" {
+                return ms;
+            }
+            if let Ok(Some(status)) = ms.child.try_wait() {
+                panic!(
+                    "metrics-server exited ({status})\n--- metrics-server ---\n{}",
+                    ms.log_tail(30)
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "metrics-server's APIService not Available after 90 s\n--- metrics-server ---\n{}\n{}",
+                    ms.log_tail(30),
+                    self.logs_tail(10)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 }
 

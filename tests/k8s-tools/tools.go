@@ -1,0 +1,7 @@
+//go:build tools
+
+// Package tools names the main packages scripts/k8s-build.sh --tools builds, so
+// that `go mod tidy` records every module they need. Nothing imports it.
+package tools
+
+import _ "sigs.k8s.io/metrics-server/cmd/metrics-server"
