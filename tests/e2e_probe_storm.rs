@@ -9,6 +9,8 @@
 mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
+#[path = "support/prom.rs"]
+mod prom;
 
 use std::time::Duration;
 
@@ -100,4 +102,36 @@ fn many_probed_pods_started_at_once_are_never_restarted() {
     );
     assert!(!log.contains("failed liveness probe"), "{log}");
     assert!(!log.contains("failed startup probe"), "{log}");
+
+    // /metrics/probes counts them as upstream's prober does: every worker's successes, with the
+    // successful probes' durations, and no liveness failure (none was probed before its delay).
+    let fams = prom::check(&a.get("/metrics/probes").expect("GET /metrics/probes"));
+    for (i, n) in names.iter().enumerate() {
+        let pod = format!("{n}-e2e-node");
+        let mut kinds = vec!["Liveness", "Readiness"];
+        if i % 2 == 0 {
+            kinds.push("Startup");
+        }
+        for kind in kinds {
+            let at = [("pod", pod.as_str()), ("probe_type", kind)];
+            let ok = prom::sample(
+                &fams,
+                "prober_probe_total",
+                &[at[0], at[1], ("result", "successful")],
+            );
+            assert!(ok.is_some_and(|v| v >= 1.0), "{pod} {kind}: {ok:?}\n{fams}");
+            let timed = prom::sample(&fams, "prober_probe_duration_seconds_count", &at);
+            assert_eq!(timed, ok, "{pod} {kind}: one duration per success");
+        }
+        let failed = prom::sample(
+            &fams,
+            "prober_probe_total",
+            &[
+                ("pod", &pod),
+                ("probe_type", "Liveness"),
+                ("result", "failed"),
+            ],
+        );
+        assert_eq!(failed, None, "{pod}: a liveness failure was counted");
+    }
 }

@@ -235,14 +235,32 @@ pub fn http_outcome(r: Result<http::Response, String>) -> Outcome {
     }
 }
 
+/// One probe worker's running totals, for `/metrics/probes`: upstream's `prober_probe_total`
+/// (by result) and `prober_probe_duration_seconds` (the successful probes' durations). A
+/// worker's series go when it stops, as upstream deletes them.
+#[derive(Debug, Clone)]
+pub struct ProbeCounts {
+    pub kind: Kind,
+    pub container: String,
+    pub pod: String,
+    pub namespace: String,
+    pub pod_uid: String,
+    /// Probes that succeeded, failed, and ended unknown. A probe that could not be run (the
+    /// prober's own error) is not counted, as upstream throws its result away.
+    pub results: [u64; 3],
+    pub duration: crate::stats::prom::Histogram,
+}
+
 /// What a worker needs besides its probe: the runtime (exec), the status cache (its
-/// container), the results, where updates go, the node's IP (host-network pods).
+/// container), the results, where updates go, the node's IP (host-network pods), and the
+/// workers' running totals.
 pub(crate) struct Ctx {
     pub rm: Rc<RuntimeManager>,
     pub cache: Rc<RefCell<Cache>>,
     pub results: Results,
     pub updates: async_channel::Sender<Update>,
     pub node_ip: String,
+    pub counts: RefCell<HashMap<Key, ProbeCounts>>,
 }
 
 impl Ctx {
@@ -334,7 +352,7 @@ impl Ctx {
     }
 }
 
-type Key = (String, String, Kind);
+pub(crate) type Key = (String, String, Kind);
 
 /// Starts and stops the probe workers of the pods picolet runs.
 pub struct ProbeManager {
@@ -362,6 +380,7 @@ impl ProbeManager {
             cache,
             updates: tx,
             node_ip: node_ip.to_owned(),
+            counts: RefCell::default(),
         });
         ProbeManager {
             ctx,
@@ -369,6 +388,20 @@ impl ProbeManager {
             started: rt::now(),
             updates: rx,
         }
+    }
+
+    /// Every running worker's totals, for `/metrics/probes`.
+    pub fn counts(&self) -> Vec<ProbeCounts> {
+        let mut v: Vec<ProbeCounts> = self.ctx.counts.borrow().values().cloned().collect();
+        v.sort_by(|a, b| {
+            (&a.namespace, &a.pod, &a.container, a.kind.name()).cmp(&(
+                &b.namespace,
+                &b.pod,
+                &b.container,
+                b.kind.name(),
+            ))
+        });
+        v
     }
 
     /// Where changed results arrive, for the sync loop.

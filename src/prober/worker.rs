@@ -185,12 +185,61 @@ fn view(ctx: &Ctx, pod: &Pod, name: &str) -> Option<ContainerView> {
     })
 }
 
+/// Keeps a worker's totals in the context while it runs; they go with it.
+struct Counted<'a> {
+    ctx: &'a Ctx,
+    key: super::Key,
+}
+
+impl Counted<'_> {
+    fn new<'a>(ctx: &'a Ctx, pod: &Pod, name: &str, kind: Kind) -> Counted<'a> {
+        let key = (pod.metadata.uid.clone(), name.to_owned(), kind);
+        ctx.counts.borrow_mut().insert(
+            key.clone(),
+            super::ProbeCounts {
+                kind,
+                container: name.to_owned(),
+                pod: pod.metadata.name.clone(),
+                namespace: if pod.metadata.namespace.is_empty() {
+                    "default".into()
+                } else {
+                    pod.metadata.namespace.clone()
+                },
+                pod_uid: pod.metadata.uid.clone(),
+                results: [0; 3],
+                duration: crate::stats::prom::Histogram::new(crate::stats::prom::DEF_BUCKETS),
+            },
+        );
+        Counted { ctx, key }
+    }
+
+    fn count(&self, r: ProbeResult, took: Duration) {
+        if let Some(c) = self.ctx.counts.borrow_mut().get_mut(&self.key) {
+            match r {
+                ProbeResult::Success => {
+                    c.results[0] += 1;
+                    c.duration.observe(took.as_secs_f64());
+                }
+                ProbeResult::Failure => c.results[1] += 1,
+                ProbeResult::Unknown => c.results[2] += 1,
+            }
+        }
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.ctx.counts.borrow_mut().remove(&self.key);
+    }
+}
+
 /// The worker's task: a tick at once, then one every period, until the container is gone for
 /// good or the task is dropped.
 pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, jitter: Duration) {
     let Some(c) = find(&pod, &name) else { return };
     let Some(spec) = kind.spec(c) else { return };
     let uid = pod.metadata.uid.as_str();
+    let counted = Counted::new(&ctx, &pod, &name, kind);
     let mut w = WorkerState::new(kind, Timing::of(spec));
     if !jitter.is_zero() {
         rt::sleep(jitter).await;
@@ -229,6 +278,7 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
             Action::Wait => {}
             Action::Probe => {
                 let mut outcome = Outcome::Error(String::new());
+                let t0 = rt::now();
                 for _ in 0..MAX_RETRIES {
                     // Boxed: a probe's state machine (an HTTP or gRPC client) is some 11 KiB, and
                     // inline it would size the task for the container's whole life.
@@ -261,6 +311,9 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
                         None
                     }
                 };
+                if let Some(r) = result {
+                    counted.count(r, rt::now().saturating_duration_since(t0));
+                }
                 if let Some(r) = result.and_then(|r| w.record(r)) {
                     ctx.set(uid, &name, &id, kind, r);
                 }

@@ -47,6 +47,8 @@ pub trait Host {
     fn stats_pods(&self) -> Vec<crate::stats::PodRef>;
     /// The agent's own figures for `/metrics`.
     fn metrics(&self) -> HostMetrics;
+    /// Each probe worker's totals, for `/metrics/probes`.
+    fn probe_counts(&self) -> Vec<crate::prober::ProbeCounts>;
     /// Where a container's log is (404 or 400 with the kubelet's text when it is not).
     fn locate_log(
         &self,

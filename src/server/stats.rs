@@ -1,5 +1,6 @@
 //! The accounting endpoints: `/stats/summary` (the Summary API), `/metrics`,
-//! `/metrics/cadvisor` and `/metrics/resource` (Prometheus text), read when asked.
+//! `/metrics/cadvisor`, `/metrics/resource` and `/metrics/probes` (Prometheus text), read when
+//! asked.
 
 use std::rc::Rc;
 
@@ -54,6 +55,7 @@ pub async fn stats_route(k: &dyn Host, s: &StatsContext, path: &str) -> Option<R
             let snap = s.provider.snapshot(k.stats_pods()).await;
             text(expose::cadvisor(&snap, &s.machine))
         }
+        "/metrics/probes" => text(expose::probes(&k.probe_counts())),
         "/metrics/resource" => {
             let (snap, sum) = s.provider.snapshot_and_summary(&node, k.stats_pods()).await;
             text(expose::resource(&sum, snap.at))

@@ -508,6 +508,54 @@ pub struct KubeletView<'a> {
 }
 
 /// `/metrics`: the agent's own metrics, with the kubelet's names.
+/// `/metrics/probes`: each probe worker's results and its successful probes' durations, with
+/// upstream's names and labels. A series appears once it has counted something, as upstream's.
+pub fn probes(counts: &[crate::prober::ProbeCounts]) -> String {
+    let mut e = Encoder::new();
+    e.family(
+        "prober_probe_total",
+        "[BETA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+        Kind::Counter,
+    );
+    for c in counts {
+        for (result, n) in ["successful", "failed", "unknown"].iter().zip(c.results) {
+            if n > 0 {
+                e.sample(
+                    "prober_probe_total",
+                    &[
+                        ("container", &c.container),
+                        ("namespace", &c.namespace),
+                        ("pod", &c.pod),
+                        ("pod_uid", &c.pod_uid),
+                        ("probe_type", c.kind.name()),
+                        ("result", result),
+                    ],
+                    f(n),
+                    None,
+                );
+            }
+        }
+    }
+    e.family(
+        "prober_probe_duration_seconds",
+        "[ALPHA] Duration in seconds for a probe response.",
+        Kind::Histogram,
+    );
+    for c in counts.iter().filter(|c| c.duration.count() > 0) {
+        e.histogram(
+            "prober_probe_duration_seconds",
+            &[
+                ("container", &c.container),
+                ("namespace", &c.namespace),
+                ("pod", &c.pod),
+                ("probe_type", c.kind.name()),
+            ],
+            &c.duration,
+        );
+    }
+    e.finish()
+}
+
 pub fn kubelet(v: &KubeletView) -> String {
     let mut e = Encoder::new();
     e.family(

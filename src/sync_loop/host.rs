@@ -83,6 +83,10 @@ impl Host for Kubelet {
         crate::stats::pods_from_cache(&self.cache.borrow())
     }
 
+    fn probe_counts(&self) -> Vec<crate::prober::ProbeCounts> {
+        self.prober.counts()
+    }
+
     fn metrics(&self) -> HostMetrics {
         let (mut running_pods, mut containers) = (0, [0usize; 4]);
         let cache = self.cache.borrow();
