@@ -539,12 +539,7 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
             .stdout
             .lines()
             .find(|l| l.starts_with("busy"))
-            .and_then(|l| {
-                top_row(
-                    &l.split_once(char::is_whitespace)?.1.trim_start().to_owned(),
-                    "spin",
-                )
-            });
+            .and_then(|l| top_row(l.split_once(char::is_whitespace)?.1.trim_start(), "spin"));
         if let Some(row) = row {
             break row;
         }
