@@ -75,7 +75,7 @@ fi
     die "NAME must carry a tag, e.g. picolet.local/busybox:1 (got '$name')"
 
 busybox=${BUSYBOX:-/bin/busybox}
-applets=(sh sleep echo cat wget nc httpd ls true false test env date mkdir touch kill ps id hostname)
+applets=(sh sleep echo cat wget nc httpd ls true false test env date mkdir touch kill ps id hostname tar tty)
 
 # ---------------------------------------------------------------- busybox checks
 

@@ -304,6 +304,88 @@ fn kubectl_reaches_pods_through_the_node_api() {
         a.log_text()
     );
 
+    // A port-forward to a port nothing listens on: that connection ends, nothing else does.
+    let local = free_port();
+    let mut pf = Command::new(&cp.kubectl)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .args(["port-forward", "pod/web", &format!("{local}:9999")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut answer = None;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(30) && answer.is_none() {
+        std::thread::sleep(Duration::from_millis(300));
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", local)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = s.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            answer = Some(got);
+        }
+    }
+    let _ = pf.kill();
+    let _ = pf.wait();
+    assert_eq!(
+        answer.as_deref(),
+        Some(&b""[..]),
+        "no answer from a closed port"
+    );
+    let r = kubectl(
+        &cp,
+        &["exec", "web", "-c", "talker", "--", "echo", "still"],
+        None,
+    );
+    assert_eq!(r.stdout, "still\n", "{}", r.describe());
+
+    // kubectl exec -it under a pseudo-terminal (util-linux's script gives kubectl one): the
+    // container gets a terminal and its exit code comes back.
+    let script = Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "{} --kubeconfig {} exec -it web -c talker -- sh -c 'tty; exit 4'",
+            cp.kubectl.display(),
+            cp.admin_kubeconfig().display()
+        ))
+        .arg("/dev/null")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script (util-linux)");
+    let shown = String::from_utf8_lossy(&script.stdout);
+    assert!(shown.contains("/dev/pts/"), "{shown:?}");
+    assert_eq!(script.status.code(), Some(4), "{shown:?}");
+
+    // kubectl cp (exec and tar) both ways.
+    let here = dir.join("copied");
+    std::fs::write(dir.join("up.txt"), "copied up\n").unwrap();
+    kubectl(
+        &cp,
+        &[
+            "cp",
+            "-c",
+            "server",
+            &dir.join("up.txt").display().to_string(),
+            "web:/www/up.txt",
+        ],
+        None,
+    )
+    .ok();
+    kubectl(
+        &cp,
+        &[
+            "cp",
+            "-c",
+            "server",
+            "web:/www/up.txt",
+            &here.display().to_string(),
+        ],
+        None,
+    )
+    .ok();
+    assert_eq!(std::fs::read_to_string(&here).unwrap(), "copied up\n");
+
     // The node API's own checks, directly: no credentials is 401.
     let (code, body) = curl(&cp, port, "/pods", &[]);
     assert_eq!((code, body.trim()), (401, "Unauthorized"));
@@ -403,6 +485,27 @@ fn kubectl_reaches_pods_through_the_node_api() {
         &as_apiserver,
     );
     assert_eq!(code, 400, "{body}");
+    // A malformed upgrade (no WebSocket key or version, no SPDY): refused, and the API serves on.
+    let (code, body) = curl(
+        &cp,
+        port,
+        "/exec/default/web/talker?command=true&output=1",
+        &[
+            &as_apiserver[..],
+            &["-H", "Connection: Upgrade", "-H", "Upgrade: websocket"],
+        ]
+        .concat(),
+    );
+    assert!((400..500).contains(&code), "{code} {body}");
+    // Bytes that are not TLS at all: that connection is dropped, the next is served.
+    if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n\x00\xff garbage");
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    let (code, _) = curl(&cp, port, "/healthz", &as_apiserver);
+    assert_eq!(code, 200);
     // (The apiserver's own node proxy, /api/v1/nodes/NODE/proxy/..., refuses a node whose
     // address is loopback, as here: "address not allowed".)
 

@@ -14,7 +14,7 @@
 //! skips silently.
 //!
 //! The images `picolet.local/pause:1` (the CRI sandbox image; it sleeps forever)
-//! and `picolet.local/busybox:1` (busybox with sh, sleep, echo, cat, wget, nc,
+//! and `picolet.local/busybox:1` (busybox with sh, sleep, echo, cat, wget, nc, tar,
 //! httpd, ...; default command `sh`) are imported into namespace `k8s.io`.
 //! Pods get addresses in 10.244.77.0/24 on the bridge `picolet0`.
 #![allow(dead_code)]
