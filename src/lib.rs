@@ -15,6 +15,7 @@ pub mod config;
 pub mod cri;
 pub mod events;
 pub mod eviction;
+pub mod exec_cli;
 pub(crate) mod hash;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;

@@ -36,6 +36,20 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Ok(Command::ExecHelp) => {
+            print!("{}", picolet::exec_cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Exec(a)) => {
+            let _ = set.thread_unblock();
+            return match picolet::exec_cli::run(&a) {
+                Ok(code) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+                Err(e) => {
+                    eprintln!("picolet exec: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Ok(Command::Version) => {
             println!("picolet {}", env!("CARGO_PKG_VERSION"));
             return ExitCode::SUCCESS;

@@ -15,6 +15,7 @@ usage: picolet [flags]
        picolet validate FILE...
        picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock)
        picolet logs POD [CONTAINER] [flags]   (a container's log; picolet logs --help)
+       picolet exec POD [-c C] [-it] -- CMD   (a command in a container; picolet exec --help)
 
 Runs static pods from a manifest directory, and the pods an apiserver binds to the node,
 on a CRI runtime (containerd).
@@ -116,6 +117,10 @@ pub enum Command {
     Logs(Box<crate::logs::cli::LogsArgs>),
     /// `picolet logs --help`.
     LogsHelp,
+    /// `picolet exec`: a command in a running container, through the runtime.
+    Exec(Box<crate::exec_cli::ExecArgs>),
+    /// `picolet exec --help`.
+    ExecHelp,
     Version,
     Help,
 }
@@ -778,6 +783,16 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         return Ok(Command::Logs(Box::new(crate::logs::cli::parse(
             &args[1..],
         )?)));
+    }
+    if args.first().map(String::as_str) == Some("exec") {
+        let before_command = args[1..].iter().take_while(|a| *a != "--");
+        if before_command
+            .into_iter()
+            .any(|a| a == "-h" || a == "--help")
+        {
+            return Ok(Command::ExecHelp);
+        }
+        return Ok(Command::Exec(Box::new(crate::exec_cli::parse(&args[1..])?)));
     }
     if args.first().map(String::as_str) == Some("check") {
         return Ok(match parse(&args[1..])? {

@@ -2,8 +2,10 @@
 //! test starts. A container writing more than a small `containerLogMaxSize` (set in the
 //! KubeletConfiguration the test writes) has its log rotated (rotated files exist, bounded by
 //! `containerLogMaxFiles`, older ones gzipped), and its log reads back through
-//! `/containerLogs` and `picolet logs` with each option. Fails, never skips, when containerd,
-//! runc or busybox are missing (`scripts/install-deps.sh` installs them).
+//! `/containerLogs` and `picolet logs` with each option. `picolet exec` runs commands in a
+//! container through the runtime: output, exit codes, stdin, and a shell under a terminal.
+//! Fails, never skips, when containerd, runc or busybox are missing (`scripts/install-deps.sh`
+//! installs them).
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -333,4 +335,143 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is picolet running"), "{err}");
+}
+
+/// `picolet exec ...` against this containerd, with `stdin` piped in: exit code, stdout, stderr.
+fn exec(
+    c: &ScratchContainerd,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (Option<i32>, String, String) {
+    let mut child = picolet_command()
+        .arg("exec")
+        .arg(format!("--container-runtime-endpoint={}", c.endpoint()))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn picolet_exec_runs_commands_in_containers_through_the_runtime() {
+    let d = test_dir("exec");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let a = Agent::start(&d.join("a"), &c.endpoint());
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "two"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+            {"name": "a", "image": IMAGE, "command": ["sleep", "3600"]},
+            {"name": "b", "image": IMAGE, "command": ["sh", "-c", "echo b-was-here > /tmp/mark; exec sleep 3600"]}]}});
+    a.write_manifest("two.json", &pod.to_string());
+    a.wait_for("both containers running", T, |a| {
+        a.pod("two").is_some_and(|p| {
+            p["status"]["containerStatuses"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.len() == 2 && cs.iter().all(|c| c["state"]["running"].is_object())
+                })
+        })
+    });
+    let pod = "two-e2e-node";
+
+    // Output on both streams and the exit code; the container chosen by name.
+    let (code, out, err) = exec(
+        &c,
+        &[
+            pod,
+            "-c",
+            "b",
+            "--",
+            "sh",
+            "-c",
+            "cat /tmp/mark; echo oops >&2; exit 3",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (Some(3), "b-was-here\n"), "{err}");
+    assert!(err.contains("oops"), "{err}");
+    let (code, out, _) = exec(&c, &[pod, "-c", "a", "--", "true"], None);
+    assert_eq!((code, out.as_str()), (Some(0), ""));
+    // Two containers and no -c: refused, naming both.
+    let (code, _, err) = exec(&c, &[pod, "--", "true"], None);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("runs 2 containers (a, b): choose one with -c"),
+        "{err}"
+    );
+    // A pod or container that is not there, and a command that does not exist.
+    let (code, _, err) = exec(&c, &["nope", "--", "true"], None);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("pod default/nope is not running here"),
+        "{err}"
+    );
+    let (_, _, err) = exec(&c, &[pod, "-c", "zz", "--", "true"], None);
+    assert!(err.contains("container \"zz\" is not running"), "{err}");
+    let (code, _, err) = exec(&c, &[pod, "-c", "a", "--", "/no/such/binary"], None);
+    assert_ne!(code, Some(0), "{err}");
+
+    // Piped input without a terminal (a line: the runtime here speaks v4.channel.k8s.io, which
+    // cannot pass the end of input on).
+    let (code, out, err) = exec(
+        &c,
+        &[
+            pod,
+            "-c",
+            "a",
+            "-i",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got-$x",
+        ],
+        Some("hello\n"),
+    );
+    assert_eq!((code, out.as_str()), (Some(0), "got-hello\n"), "{err}");
+
+    // Input through a shell under a terminal (util-linux's script gives picolet one): the
+    // shell sees a terminal, reads the lines typed, and its exit code comes back.
+    let mut script = std::process::Command::new("script")
+        .args(["-qec"])
+        .arg(format!(
+            "{} exec --container-runtime-endpoint={} {pod} -c a -it -- sh",
+            env!("CARGO_BIN_EXE_picolet"),
+            c.endpoint()
+        ))
+        .arg("/dev/null")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script (util-linux)");
+    let mut typed = script.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = typed.write_all(b"tty; echo inside-$((2+3))\n");
+        std::thread::sleep(Duration::from_secs(1));
+        let _ = typed.write_all(b"exit 5\n");
+        std::thread::sleep(Duration::from_secs(1));
+    });
+    let out = script.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("/dev/pts/"), "{shown:?}");
+    assert!(shown.contains("inside-5"), "{shown:?}");
+    assert_eq!(out.status.code(), Some(5), "{shown:?}");
+    drop(a);
 }
