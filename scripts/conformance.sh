@@ -317,6 +317,17 @@ tlsPrivateKeyFile: $DIR/cp/pki/node-$NODE_NAME-serving.key
 authentication:
   x509:
     clientCAFile: $DIR/cp/pki/ca.crt
+# The machine's disk, not the node, is what these settings answer: a shared development
+# disk with some 10 % free puts either node under disk pressure at upstream's defaults
+# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
+# would remove the test images imported offline. Both nodes get the same.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 EOF
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
@@ -343,6 +354,17 @@ makeIPTablesUtilChains: false
 address: 127.0.0.1
 port: $KUBELET_PORT
 readOnlyPort: 0
+# The machine's disk, not the node, is what these settings answer: a shared development
+# disk with some 10 % free puts either node under disk pressure at upstream's defaults
+# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
+# would remove the test images imported offline. Both nodes get the same.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 healthzBindAddress: 127.0.0.1
 healthzPort: $HEALTHZ_PORT
 clusterDomain: cluster.local
