@@ -5,18 +5,25 @@
 # table; asserts nothing (it fails only when a step cannot run at all). Run as
 # root.
 #
-# For each node agent, for each static pod count (default 0 and 10): start it
-# with that many busybox pods in its manifest directory, time start to /healthz
-# answering ok and to every pod's containers running (ground truth from
-# containerd: `ctr tasks ls`, a sandbox and a container per pod), let it settle
-# 5 s, then sample its RSS every second and its CPU time over the window. Then
-# stop it and its pods (containerd is restarted clean before the next agent).
+# For each node agent, for each static pod count (default 0, 10 and 50), on a
+# containerd started clean for it: start the agent with that many busybox pods
+# in its manifest directory, time start to /healthz answering ok and to every
+# pod's containers running (ground truth from containerd: `ctr tasks ls`, a
+# sandbox and a container per pod), let it settle 5 s, then sample its RSS every
+# second and its CPU time over the window; then stop it. Then, on a clean
+# containerd again, the latencies: 20 manifests written one after another into
+# the running agent's directory, each timed from the write to its container's
+# first command having run (it touches a file in a hostPath the script polls
+# every 10 ms), p50 and p95; and a container that exits 2 s after it starts,
+# timed from its exit to the next instance's first command (its first restart,
+# which neither agent delays: the crash back-off starts with the second).
 # Binary sizes are of the files run: picolet's release build and the kubelet
 # as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
 #
 # Environment:
 #   COMPARE_SECONDS  sampling window per phase (default 60)
-#   COMPARE_PODS     static pod counts (default "0 10")
+#   COMPARE_PODS     static pod counts (default "0 10 50")
+#   COMPARE_LATENCY_PODS  manifests timed one by one (default 20)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
@@ -31,7 +38,8 @@ REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib/upstream-kubelet.sh
 . "$REPO/scripts/lib/upstream-kubelet.sh"
 WINDOW=${COMPARE_SECONDS:-60}
-read -r -a COUNTS <<<"${COMPARE_PODS:-0 10}"
+read -r -a COUNTS <<<"${COMPARE_PODS:-0 10 50}"
+LATENCY_PODS=${COMPARE_LATENCY_PODS:-20}
 DIR=${COMPARE_DIR:-/tmp/pcmp}
 IMAGE=picolet.local/busybox:1
 NODE_NAME=compare-node
@@ -221,11 +229,90 @@ stop_containerd_if_left() {
 }
 stop_containerd_if_left || true
 
+# wait_file PATH LIMIT_S: polls every 10 ms until PATH exists; fails after LIMIT_S.
+wait_file() {
+    python3 -c 'import os, sys, time
+path, limit = sys.argv[1], float(sys.argv[2])
+t0 = time.monotonic()
+while not os.path.exists(path):
+    if time.monotonic() - t0 > limit:
+        sys.exit(1)
+    time.sleep(0.01)' "$1" "$2"
+}
+
+# percentile P VALUES...: the nearest-rank percentile.
+percentile() {
+    local p=$1
+    shift
+    printf '%s\n' "$@" | sort -g | awk -v p="$p" '{ v[NR] = $1 } END { i = int((p * NR + 99) / 100); if (i < 1) i = 1; printf "%.2f", v[i] }'
+}
+
+# latency_manifest NAME SCRIPT: a pod whose container runs SCRIPT with /probe (a hostPath).
+latency_manifest() {
+    cat >"$DIR/node/manifests/.$1.tmp" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $1
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["sh", "-c", "$2"]
+    volumeMounts:
+    - {name: probe, mountPath: /probe}
+  volumes:
+  - {name: probe, hostPath: {path: $DIR/probe}}
+EOF
+    mv -f -- "$DIR/node/manifests/.$1.tmp" "$DIR/node/manifests/$1.yaml"
+}
+
+latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
+    local agent=$1 i t0 lat=()
+    rm -rf -- "$DIR/probe"
+    mkdir -p "$DIR/probe"
+    for ((i = 0; i < LATENCY_PODS; i++)); do
+        t0=$(now)
+        latency_manifest "lat-$i" "touch /probe/lat-$i; exec sleep 3600"
+        wait_file "$DIR/probe/lat-$i" 120 || die "$agent: pod lat-$i did not start within 120 s"
+        lat+=("$(since "$t0")")
+    done
+    R[$agent,lat50]=$(percentile 50 "${lat[@]}")
+    R[$agent,lat95]=$(percentile 95 "${lat[@]}")
+    # Timed from the exit the container announces (2 s after its start) to the next
+    # instance's first command.
+    # shellcheck disable=SC2016 # the container's shell expands these
+    latency_manifest crasher 'n=$(ls /probe | grep -c ^run-); touch /probe/run-$n; sleep 2; touch /probe/exit-$n; exit 1'
+    wait_file "$DIR/probe/exit-0" 120 || die "$agent: the crashing pod did not run"
+    t0=$(now)
+    wait_file "$DIR/probe/run-1" 120 || die "$agent: the crashed container was not restarted within 120 s"
+    R[$agent,restart]=$(since "$t0")
+    log "$agent: manifest → first command p50 ${R[$agent,lat50]} s, p95 ${R[$agent,lat95]} s; exit → restarted ${R[$agent,restart]} s"
+}
+
 log "machine: $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for agent in picolet kubelet; do
-    start_containerd
-    for n in "${COUNTS[@]}"; do
+    for n in "${COUNTS[@]}" latency; do
+        start_containerd
+        if [[ $n == latency ]]; then
+            write_manifests 0
+            HEALTHZ_PORT=$(free_port)
+            "start_$agent"
+            deadline=$((SECONDS + 120))
+            until healthz_ok; do
+                alive "$AGENT_PID" || { tail -n 20 "$DIR/$agent.log" >&2; die "$agent exited"; }
+                ((SECONDS < deadline)) || die "$agent's /healthz did not answer ok within 120 s"
+                sleep 0.02
+            done
+            latencies "$agent"
+            stop_agent
+            stop_containerd
+            continue
+        fi
         write_manifests "$n"
+
         HEALTHZ_PORT=$(free_port)
         t0=$(now)
         "start_$agent"
@@ -253,8 +340,8 @@ for agent in picolet kubelet; do
         R[$agent,$n,ctrd]=$(awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$CTRD_PID/status")
         log "$agent, $n pods: healthz ${R[$agent,$n,healthz]} s, running ${R[$agent,$n,running]:--} s, RSS ${R[$agent,$n,rss]} MiB, CPU $cpu %"
         stop_agent
+        stop_containerd
     done
-    stop_containerd
     node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
     rm -rf --one-file-system -- "$DIR/node"
 done
@@ -277,3 +364,6 @@ for n in "${COUNTS[@]}"; do
     say_row "| $n pods: CPU, % of one core | ${R[picolet,$n,cpu]} | ${R[kubelet,$n,cpu]} | $(ratio "${R[picolet,$n,cpu]}" "${R[kubelet,$n,cpu]}") |"
     say_row "| $n pods: containerd RSS beside it | ${R[picolet,$n,ctrd]} MiB | ${R[kubelet,$n,ctrd]} MiB | |"
 done
+say_row "| manifest written → its container's first command, p50 of $LATENCY_PODS | ${R[picolet,lat50]} s | ${R[kubelet,lat50]} s | $(ratio "${R[picolet,lat50]}" "${R[kubelet,lat50]}") |"
+say_row "| manifest written → its container's first command, p95 of $LATENCY_PODS | ${R[picolet,lat95]} s | ${R[kubelet,lat95]} s | $(ratio "${R[picolet,lat95]}" "${R[kubelet,lat95]}") |"
+say_row "| container exited → first restart running | ${R[picolet,restart]} s | ${R[kubelet,restart]} s | $(ratio "${R[picolet,restart]}" "${R[kubelet,restart]}") |"
