@@ -32,11 +32,19 @@ scripts/verify-unit.sh
 echo "== Yocto layer: crate list in sync with Cargo.lock, recipe against the repository"
 scripts/yocto-crates.py --check
 echo "== control plane binaries (scripts/k8s-build.sh)"
-scripts/k8s-build.sh >/dev/null
+# The Go build cache is kept between the builds that share packages (the conformance tooling
+# is the same Kubernetes release); the last (--tools) removes it when it has built something.
+PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh >/dev/null
+echo "== the conformance tooling (scripts/k8s-build.sh --e2e: e2e.test, ginkgo, ...)"
+PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh --e2e >/dev/null
 echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server)"
 scripts/k8s-build.sh --tools >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
+echo "== upstream's node conformance specs: the CI subset (tests/conformance-ci.txt) against picolet"
+# (the debug picolet cargo test just built)
+SPECS=tests/conformance-ci.txt PICOLET_BIN=target/debug/picolet CONFORMANCE_DIR=/tmp/pconf-ci \
+    scripts/conformance.sh
 # The test binaries of the ARM builds run under qemu-user (cargo's runner in .cargo/config.toml);
 # the picolet they start runs under PICOLET_TEST_RUNNER (no binfmt_misc needed).
 arm_tests() { # arm_tests TARGET RUNNER...
