@@ -2,6 +2,7 @@
 //!
 //! `ARCHITECTURE.md` at the repository root maps the modules; `run` wires them.
 
+pub mod admission;
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
@@ -341,6 +342,31 @@ fn start_file_source(
     })
 }
 
+/// The node as admission weighs pods against it: its name, the well-known labels and
+/// `--node-labels`, `--register-with-taints`, and allocatable cpu, memory (capacity less
+/// `kubeReserved`, `systemReserved` and the hard memory eviction threshold, as the Node's
+/// allocatable) and pods.
+fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::NodeInfo {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let reserved = o.cgroups.reserved();
+    let (evict_memory, _) = o.eviction.hard_reserved(memory_bytes, 0);
+    admission::NodeInfo {
+        name: name.to_owned(),
+        labels: admission::NodeInfo::node_labels(name, &o.node_labels),
+        taints: o.register_with_taints.clone(),
+        milli_cpu: i64::try_from(cpus)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000)
+            .saturating_sub(reserved.milli_cpu)
+            .max(0),
+        memory: memory_bytes
+            .saturating_sub(reserved.memory)
+            .saturating_sub(evict_memory)
+            .max(0),
+        pods: 110,
+    }
+}
+
 /// Cluster membership: the API pods' source (a thread of its own), and the tasks that keep the
 /// Node, its Lease, the pods' statuses, the objects they use and the mirror pods.
 #[cfg(feature = "apiserver")]
@@ -602,6 +628,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         log::info!("systemd watchdog: pinging every {p:?} while healthy");
     }
 
+    let admission_node = admission_node(&o, &node.node_name, node.memory_bytes);
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
         let runtime = start_runtime(&o, cri, node, objects.clone(), &status).await?;
@@ -637,6 +664,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             Mux::new(&expected),
             sync_loop::LoopConfig {
                 sync_frequency: o.sync_frequency,
+                node: Some(admission_node),
             },
         ));
         let parts = Parts {
