@@ -2,8 +2,9 @@
 //!
 //! Field names follow the Kubernetes JSON names exactly (note the upper-case
 //! acronyms: `hostPID`, `hostIPC`, `hostIP`, `podIP`, `podIPs`, `hostIPs`,
-//! `imageID`, `containerID`). Fields not modelled here are reported as
-//! unknown by [`crate::api::decode`].
+//! `imageID`, `containerID`). Fields not modelled here come out of
+//! [`crate::api::decode`] as not modelled; [`crate::api::fields`] says which of them are
+//! standard Pod fields and what becomes of each.
 
 use std::collections::BTreeMap;
 use std::fmt;

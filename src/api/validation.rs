@@ -2451,6 +2451,37 @@ mod tests {
     }
 
     #[test]
+    fn yaml_octal_modes_are_octal() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultMode: 0644, items: [{path: n, mode: 0400, fieldRef: {fieldPath: metadata.name}}]}\n",
+        );
+        assert_eq!(validate_pod(&p), vec![]);
+        let v = crate::objects::ApiVolume::of(&p.spec.volumes[0])
+            .unwrap()
+            .unwrap();
+        let crate::objects::ApiVolume::DownwardApi(d) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            (d.default_mode, d.items[0].mode),
+            (Some(0o644), Some(0o400))
+        );
+        assert_eq!(crate::objects::octal("0"), None);
+        assert_eq!(crate::objects::octal("0777"), Some(511));
+        assert_eq!(crate::objects::octal("0648"), None);
+        assert_eq!(crate::objects::octal("644"), None);
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultMode: rw}\n",
+        );
+        let errs = validate_pod(&p);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].message.contains("invalid file mode \"rw\""),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
     fn downward_files_owned_by_a_user_are_refused() {
         let p = yaml(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultUser: 1000, items: [{path: n, user: 7, fieldRef: {fieldPath: metadata.name}}]}\n  - name: p\n    projected: {sources: [{downwardAPI: {items: [{path: n, user: 7, fieldRef: {fieldPath: metadata.name}}]}}]}\n",
