@@ -312,6 +312,21 @@ impl LoopState {
                 // updates are only recorded.
                 self.pods.upsert(Rc::new(pod));
             }
+            Op::Add
+                if pod.status.phase.as_deref() == Some("Failed")
+                    && pod
+                        .status
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("Pod was rejected: ")) =>
+            {
+                // Rejected before (an API pod, across a restart): it stays rejected, with the
+                // status it has.
+                let pod = Rc::new(pod);
+                self.rejected.insert(uid);
+                self.pods.upsert(pod.clone());
+                out.push(Command::ReportPending(pod));
+            }
             Op::Add if let Some(r) = self.admit(&pod) => {
                 log::warn!(
                     "pod {}/{} ({uid}) from {source} rejected: {}: {}",

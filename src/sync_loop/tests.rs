@@ -192,6 +192,17 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert_eq!(terminations(&cmds), vec!["a"]);
     assert_eq!(syncs(&cmds), vec!["d"]);
     assert!(rejections(&cmds).is_empty());
+
+    // An API pod rejected before a restart comes back Failed: it stays rejected, never runs.
+    let mut e = pod("e", "web4", "x");
+    e.status.phase = Some("Failed".into());
+    e.status.reason = Some("NodePorts".into());
+    e.status.message = Some("Pod was rejected: Predicate NodePorts failed: ...".into());
+    let mut st = new_state();
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![e])), t0, view);
+    assert!(syncs(&cmds).is_empty(), "{cmds:?}");
+    assert!(matches!(cmds[0], Command::ReportPending(_)));
+    assert!(st.rejected.contains("e"));
 }
 
 #[test]
