@@ -4,7 +4,8 @@
 //! count), the pods already admitted, and the pod in; a [`Rejection`] with upstream's reason and
 //! message out. The checks and their order are upstream's (`pkg/kubelet/lifecycle/predicate.go`
 //! with the scheduler's NodeResourcesFit, NodeAffinity, NodeName and NodePorts plugins): the
-//! `kubernetes.io/os` label and `spec.os` first, then resources (pods, cpu, memory), the node
+//! `kubernetes.io/os` label and `spec.os` first, then resources (pods, cpu, memory, ephemeral
+//! storage), the node
 //! selector with the required node affinity, the node name, the host ports, and for pods that
 //! are not static the NoExecute taints; the first failure is the one reported.
 
@@ -24,6 +25,8 @@ pub struct NodeInfo {
     pub milli_cpu: i64,
     /// Allocatable memory in bytes.
     pub memory: i64,
+    /// Allocatable ephemeral storage in bytes (`--root-dir`'s filesystem).
+    pub ephemeral_storage: i64,
     /// How many pods the node runs at most.
     pub pods: i64,
 }
@@ -165,7 +168,12 @@ fn fits_resources(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), R
     if used_pods.saturating_add(1) > node.pods {
         return Err(insufficient("pods", 1, used_pods, node.pods));
     }
-    for (res, capacity) in [("cpu", node.milli_cpu), ("memory", node.memory)] {
+    let resources = [
+        ("cpu", node.milli_cpu),
+        ("memory", node.memory),
+        ("ephemeral-storage", node.ephemeral_storage),
+    ];
+    for (res, capacity) in resources {
         let want = pod_request(pod, res);
         if want <= 0 {
             continue;
@@ -326,6 +334,7 @@ mod tests {
             taints: Vec::new(),
             milli_cpu: 2000,
             memory: 1 << 30,
+            ephemeral_storage: 10 << 30,
             pods: 110,
         }
     }
@@ -594,6 +603,21 @@ mod tests {
         assert_eq!(admit(&pod("d", "500m", "512Mi"), &n, &[&a]), Ok(()));
         let big = pod("e", "4", "4Gi");
         assert_eq!(admit(&pod("f", "", ""), &n, &[&big]), Ok(()));
+        let mut disk = pod("h", "", "");
+        disk.spec.containers[0]
+            .resources
+            .requests
+            .insert("ephemeral-storage".into(), Quantity::parse("11Gi").unwrap());
+        let r = admit(&disk, &n, &[]).unwrap_err();
+        assert_eq!(r.reason, "OutOfephemeral-storage");
+        assert_eq!(
+            r.message,
+            format!(
+                "Node didn't have enough resource: ephemeral-storage, requested: {}, used: 0, capacity: {}",
+                11u64 << 30,
+                10u64 << 30
+            )
+        );
         // A limit alone is the request.
         let mut g = pod("g", "", "");
         g.spec.containers[0]

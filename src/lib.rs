@@ -343,13 +343,23 @@ fn start_file_source(
 }
 
 /// The node as admission weighs pods against it: its name, the well-known labels and
-/// `--node-labels`, `--register-with-taints`, and allocatable cpu, memory (capacity less
-/// `kubeReserved`, `systemReserved` and the hard memory eviction threshold, as the Node's
-/// allocatable) and pods.
+/// `--node-labels`, `--register-with-taints`, and allocatable cpu, memory, ephemeral storage
+/// (capacity less `kubeReserved`, `systemReserved` and the hard eviction thresholds, as the
+/// Node's allocatable) and pods.
 fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::NodeInfo {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let reserved = o.cgroups.reserved();
-    let (evict_memory, _) = o.eviction.hard_reserved(memory_bytes, 0);
+    #[allow(
+        clippy::useless_conversion,
+        reason = "statvfs counts are u32 on 32-bit targets (armv7)"
+    )]
+    let disk = nix::sys::statvfs::statvfs(&o.root_dir)
+        .ok()
+        .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
+        .and_then(|b| i64::try_from(b).ok());
+    let (evict_memory, evict_disk) = o
+        .eviction
+        .hard_reserved(memory_bytes, disk.unwrap_or(i64::MAX));
     admission::NodeInfo {
         name: name.to_owned(),
         labels: admission::NodeInfo::node_labels(name, &o.node_labels),
@@ -363,6 +373,12 @@ fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::Node
             .saturating_sub(reserved.memory)
             .saturating_sub(evict_memory)
             .max(0),
+        // Unknown (statvfs failed): not checked.
+        ephemeral_storage: disk.map_or(i64::MAX, |d| {
+            d.saturating_sub(reserved.ephemeral_storage)
+                .saturating_sub(evict_disk)
+                .max(0)
+        }),
         pods: 110,
     }
 }
