@@ -379,7 +379,7 @@ fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::Node
                 .saturating_sub(evict_disk)
                 .max(0)
         }),
-        pods: 110,
+        pods: i64::from(o.max_pods),
     }
 }
 
@@ -422,6 +422,7 @@ fn start_cluster(
     let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
     facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
     facts.reserved.ephemeral_storage = facts.reserved.ephemeral_storage.saturating_add(nodefs);
+    facts.max_pods = o.max_pods;
     facts.kubelet_port = if cfg!(feature = "node-api") {
         o.node_api_port().unwrap_or(0)
     } else {
