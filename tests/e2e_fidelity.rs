@@ -2,8 +2,9 @@
 //! binary against a real containerd each test starts: runAsNonRoot against the image's user,
 //! seccomp profiles, a refused appArmorProfile, hostAliases and the managed /etc/hosts,
 //! dnsConfig in resolv.conf, subPathExpr, the 2 s grace period floor, the downward API and
-//! fsGroup on an emptyDir in a static pod. They fail, never skip,
-//! when containerd, runc or busybox are missing (`scripts/install-deps.sh` installs them).
+//! fsGroup on an emptyDir in a static pod, and admission (node selector, memory, host ports).
+//! They fail, never skip, when containerd, runc or busybox are missing
+//! (`scripts/install-deps.sh` installs them).
 
 #[path = "support/agent.rs"]
 mod agent;
