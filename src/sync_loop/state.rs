@@ -336,9 +336,19 @@ impl LoopState {
                     r.message
                 );
                 let pod = Rc::new(pod);
-                self.rejected.insert(uid);
+                self.rejected.insert(uid.clone());
                 self.pods.upsert(pod.clone());
-                out.push(Command::Reject(pod, r));
+                out.push(Command::Reject(pod.clone(), r));
+                if view.cache.get(&uid).is_some() {
+                    // It ran before picolet restarted: stopped, its Failed status kept.
+                    let term = Term {
+                        grace: crate::kuberuntime::config::grace_period(&pod),
+                        namespace: pod.metadata.namespace.clone(),
+                        name: pod.metadata.name.clone(),
+                        evicted: true,
+                    };
+                    self.terminate(uid, term, out);
+                }
             }
             Op::Add | Op::Update => {
                 log::info!(

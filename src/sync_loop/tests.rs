@@ -193,6 +193,33 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert_eq!(syncs(&cmds), vec!["d"]);
     assert!(rejections(&cmds).is_empty());
 
+    // A pod that ran before a restart and no longer fits is stopped, its status kept.
+    let mut cache = Cache::default();
+    cache.put(
+        crate::kubecontainer::PodRuntimeStatus {
+            uid: "f".into(),
+            name: "ran".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+        0,
+        None,
+    );
+    let ran = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut f = pod("f", "ran", "x");
+    f.spec.node_selector.insert("disktype".into(), "hdd".into());
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![f])), t0, ran);
+    assert_eq!(
+        rejections(&cmds),
+        vec![("f".to_owned(), "NodeAffinity".to_owned())]
+    );
+    assert!(cmds.iter().any(|c| matches!(
+        c,
+        Command::Dispatch(Work::Terminate { uid, evicted: true, .. }) if uid == "f"
+    )));
     // An API pod rejected before a restart comes back Failed: it stays rejected, never runs.
     let mut e = pod("e", "web4", "x");
     e.status.phase = Some("Failed".into());
