@@ -2,6 +2,7 @@
 //!
 //! `ARCHITECTURE.md` at the repository root maps the modules; `run` wires them.
 
+pub mod admission;
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
@@ -342,6 +343,47 @@ fn start_file_source(
     })
 }
 
+/// The node as admission weighs pods against it: its name, the well-known labels and
+/// `--node-labels`, `--register-with-taints`, and allocatable cpu, memory, ephemeral storage
+/// (capacity less `kubeReserved`, `systemReserved` and the hard eviction thresholds, as the
+/// Node's allocatable) and pods.
+fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::NodeInfo {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let reserved = o.cgroups.reserved();
+    #[allow(
+        clippy::useless_conversion,
+        reason = "statvfs counts are u32 on 32-bit targets (armv7)"
+    )]
+    let disk = nix::sys::statvfs::statvfs(&o.root_dir)
+        .ok()
+        .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
+        .and_then(|b| i64::try_from(b).ok());
+    let (evict_memory, evict_disk) = o
+        .eviction
+        .hard_reserved(memory_bytes, disk.unwrap_or(i64::MAX));
+    admission::NodeInfo {
+        name: name.to_owned(),
+        labels: admission::NodeInfo::node_labels(name, &o.node_labels),
+        taints: o.register_with_taints.clone(),
+        milli_cpu: i64::try_from(cpus)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000)
+            .saturating_sub(reserved.milli_cpu)
+            .max(0),
+        memory: memory_bytes
+            .saturating_sub(reserved.memory)
+            .saturating_sub(evict_memory)
+            .max(0),
+        // Unknown (statvfs failed): not checked.
+        ephemeral_storage: disk.map_or(i64::MAX, |d| {
+            d.saturating_sub(reserved.ephemeral_storage)
+                .saturating_sub(evict_disk)
+                .max(0)
+        }),
+        pods: i64::from(o.max_pods),
+    }
+}
+
 /// Cluster membership: the API pods' source (a thread of its own), and the tasks that keep the
 /// Node, its Lease, the pods' statuses, the objects they use and the mirror pods.
 #[cfg(feature = "apiserver")]
@@ -381,6 +423,7 @@ fn start_cluster(
     let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
     facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
     facts.reserved.ephemeral_storage = facts.reserved.ephemeral_storage.saturating_add(nodefs);
+    facts.max_pods = o.max_pods;
     facts.kubelet_port = if cfg!(feature = "node-api") {
         o.node_api_port().unwrap_or(0)
     } else {
@@ -603,6 +646,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         log::info!("systemd watchdog: pinging every {p:?} while healthy");
     }
 
+    let admission_node = admission_node(&o, &node.node_name, node.memory_bytes);
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
         let runtime = start_runtime(&o, cri, node, objects.clone(), &status).await?;
@@ -638,6 +682,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             Mux::new(&expected),
             sync_loop::LoopConfig {
                 sync_frequency: o.sync_frequency,
+                node: Some(admission_node),
             },
         ));
         let parts = Parts {

@@ -78,6 +78,18 @@ pub fn detect(o: &Options) -> Result<NodeContext, String> {
     })
 }
 
+/// Go's GOARCH for this build, as `kubernetes.io/arch` wants it.
+pub fn goarch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "arm" => "arm",
+        "x86" => "386",
+        "riscv64" => "riscv64",
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

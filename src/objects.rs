@@ -169,11 +169,42 @@ impl Contents {
 
 // ---- what pods reference ----
 
+/// A file mode: a number, or an octal literal with a leading zero (`0644`), which a YAML
+/// manifest means as octal (YAML 1.1, as upstream's reader takes it) and the YAML reader hands
+/// over as text.
+fn file_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Mode {
+        Number(i32),
+        Text(String),
+    }
+    match Option::<Mode>::deserialize(d)? {
+        None => Ok(None),
+        Some(Mode::Number(n)) => Ok(Some(n)),
+        Some(Mode::Text(t)) => octal(&t).map(Some).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid file mode {t:?}: expected a number (or an octal literal such as 0644)"
+            ))
+        }),
+    }
+}
+
+/// `0644` as 420; `None` for anything but a zero followed by octal digits.
+pub fn octal(t: &str) -> Option<i32> {
+    let digits = t.strip_prefix('0')?;
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    i32::from_str_radix(digits, 8).ok()
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct KeyToPath {
     pub key: String,
     pub path: String,
+    #[serde(deserialize_with = "file_mode")]
     pub mode: Option<i32>,
 }
 
@@ -182,6 +213,7 @@ pub struct KeyToPath {
 pub struct ConfigMapVolume {
     pub name: String,
     pub items: Vec<KeyToPath>,
+    #[serde(deserialize_with = "file_mode")]
     pub default_mode: Option<i32>,
     pub optional: Option<bool>,
 }
@@ -191,6 +223,7 @@ pub struct ConfigMapVolume {
 pub struct SecretVolume {
     pub secret_name: String,
     pub items: Vec<KeyToPath>,
+    #[serde(deserialize_with = "file_mode")]
     pub default_mode: Option<i32>,
     pub optional: Option<bool>,
 }
@@ -225,6 +258,7 @@ pub struct DownwardApiFile {
     pub path: String,
     pub field_ref: Option<crate::api::ObjectFieldSelector>,
     pub resource_field_ref: Option<ResourceFieldSelector>,
+    #[serde(deserialize_with = "file_mode")]
     pub mode: Option<i32>,
 }
 
@@ -232,6 +266,7 @@ pub struct DownwardApiFile {
 #[serde(default, rename_all = "camelCase")]
 pub struct DownwardApiVolume {
     pub items: Vec<DownwardApiFile>,
+    #[serde(deserialize_with = "file_mode")]
     pub default_mode: Option<i32>,
 }
 
@@ -252,6 +287,7 @@ pub struct ProjectionSource {
 #[serde(default, rename_all = "camelCase")]
 pub struct ProjectedVolume {
     pub sources: Vec<ProjectionSource>,
+    #[serde(deserialize_with = "file_mode")]
     pub default_mode: Option<i32>,
 }
 

@@ -56,7 +56,9 @@ flags:
   --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
                                      system:node:<name>); without it, static pods only
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
-  --node-labels k=v,...              labels to register the Node with
+  --node-labels k=v,...              the node's labels (admission matches pods against them;
+                                     the Node is registered with them)
+  --max-pods N                       pods the node admits at most (default 110)
   --register-with-taints k=v:Effect,...  taints to register the Node with
   --image-gc-high-threshold PERCENT  image filesystem usage that starts image GC (default 85;
                                      100 turns it off)
@@ -148,6 +150,8 @@ pub struct Options {
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
     pub node_labels: Vec<(String, String)>,
+    /// Pods the node admits at most (`--max-pods`, `maxPods`).
+    pub max_pods: u32,
     /// Taints the Node is registered with (`--register-with-taints k=v:Effect,...`).
     pub register_with_taints: Vec<Taint>,
     /// Image filesystem usage (percent) at which image GC starts (`imageGCHighThresholdPercent`).
@@ -267,6 +271,7 @@ impl Default for Options {
             kubeconfig: None,
             apiserver_poll_interval: None,
             node_labels: Vec::new(),
+            max_pods: 110,
             register_with_taints: Vec::new(),
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
@@ -364,6 +369,7 @@ struct KubeletConfiguration {
     system_reserved: Option<std::collections::BTreeMap<String, String>>,
     enforce_node_allocatable: Option<Vec<String>>,
     pod_pids_limit: Option<i64>,
+    max_pods: Option<u32>,
     #[serde(rename = "singleProcessOOMKill")]
     single_process_oom_kill: Option<bool>,
     container_log_max_size: Option<String>,
@@ -654,6 +660,9 @@ fn parse_config_into(
     if let Some(n) = cfg.pod_pids_limit {
         cg.pod_pids_limit = n;
     }
+    if let Some(n) = cfg.max_pods {
+        o.max_pods = n;
+    }
     if let Some(b) = cfg.single_process_oom_kill {
         cg.single_process_oom_kill = Some(b);
     }
@@ -735,6 +744,7 @@ const FLAGS: &[&str] = &[
     "system-reserved",
     "enforce-node-allocatable",
     "pod-max-pids",
+    "max-pods",
     "port",
     "address",
     "tls-cert-file",
@@ -949,6 +959,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
                     .map(str::to_owned)
                     .collect()
             }
+            "max-pods" => o.max_pods = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?,
             "pod-max-pids" => {
                 o.cgroups.pod_pids_limit = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?
             }
@@ -1337,7 +1348,7 @@ mod tests {
     fn config_file_and_flag_precedence() {
         let p = write_cfg(
             "ok",
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\nkubeReserved:\n  cpu: 100m\n  memory: 100Mi\npodPidsLimit: 1024\nenforceNodeAllocatable: [pods]\nmaxPods: 20\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\nkubeReserved:\n  cpu: 100m\n  memory: 100Mi\npodPidsLimit: 1024\nenforceNodeAllocatable: [pods]\nmaxPods: 20\nmaxOpenFiles: 1000\n",
         );
         let ps = p.display().to_string();
         let o = run(&["--config", &ps, "--file-check-frequency=7s"]);
@@ -1354,7 +1365,10 @@ mod tests {
         assert_eq!(o.container_runtime_endpoint, "unix:///run/k3s.sock");
         assert_eq!(o.healthz_port, 0);
         assert_eq!(o.config_warnings.len(), 1);
-        assert!(o.config_warnings[0].contains("maxPods"));
+        assert!(o.config_warnings[0].contains("maxOpenFiles"));
+        assert_eq!(o.max_pods, 20);
+        assert_eq!(run(&["--config", &ps, "--max-pods=300"]).max_pods, 300);
+        assert_eq!(run(&[]).max_pods, 110);
         assert_eq!(o.cgroups.driver, crate::cm::Driver::Systemd);
         assert_eq!(o.cgroups.kube_reserved.memory, 100 << 20);
         assert_eq!(o.cgroups.pod_pids_limit, 1024);

@@ -2,8 +2,9 @@
 //! binary against a real containerd each test starts: runAsNonRoot against the image's user,
 //! seccomp profiles, a refused appArmorProfile, hostAliases and the managed /etc/hosts,
 //! dnsConfig in resolv.conf, subPathExpr, the 2 s grace period floor, the downward API and
-//! fsGroup on an emptyDir in a static pod. They fail, never skip,
-//! when containerd, runc or busybox are missing (`scripts/install-deps.sh` installs them).
+//! fsGroup on an emptyDir in a static pod, and admission (node selector, memory, host ports).
+//! They fail, never skip, when containerd, runc or busybox are missing
+//! (`scripts/install-deps.sh` installs them).
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -318,4 +319,97 @@ fn downward_api_and_fs_group_in_a_static_pod() {
         status(&a, "downward")["containerStatuses"][0]["restartCount"],
         0
     );
+}
+
+/// The kubelet's admission, on static pods: a node selector the node's labels do not match, a
+/// memory request past allocatable and a host port another pod holds each make the pod Failed
+/// with upstream's reason, and it never gets a sandbox; with `--node-labels` giving the label,
+/// the selected pod runs.
+#[test]
+fn admission_rejects_what_does_not_fit_the_node() {
+    let d = test_dir("fidelity-admit");
+    let c = ScratchContainerd::start(&d.join("c"));
+    let mut a = Agent::start(&d.join("a"), &c.endpoint());
+    let sandboxes = |pod: &str| {
+        c.containers_with_labels(&[
+            ("io.kubernetes.pod.name", &format!("{pod}-e2e-node")),
+            ("io.cri-containerd.kind", "sandbox"),
+        ])
+    };
+    let rejected = |a: &Agent, pod: &str, reason: &str| {
+        let s = status(a, pod);
+        s["phase"] == "Failed"
+            && s["reason"] == reason
+            && s["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Pod was rejected: "))
+    };
+    a.write_manifest(
+        "ssd.json",
+        &manifest(
+            "ssd",
+            json!({"nodeSelector": {"disktype": "ssd"},
+                   "containers": [container("main", "exec sleep 600")]}),
+        ),
+    );
+    let mut hog = container("main", "exec sleep 600");
+    hog["resources"] = json!({"requests": {"memory": "64Ti"}});
+    a.write_manifest("hog.json", &manifest("hog", json!({"containers": [hog]})));
+    let port = agent::free_port();
+    let with_port = || {
+        let mut c = container("main", "exec sleep 600");
+        c["ports"] = json!([{"containerPort": port, "hostPort": port}]);
+        json!({"hostNetwork": true, "containers": [c]})
+    };
+    a.write_manifest("port1.json", &manifest("port1", with_port()));
+    a.wait_for("the first host port pod to run", T, |a| {
+        status(a, "port1")["phase"] == "Running"
+    });
+    a.write_manifest("port2.json", &manifest("port2", with_port()));
+    a.wait_for("the three pods to be rejected", T, |a| {
+        rejected(a, "ssd", "NodeAffinity")
+            && rejected(a, "hog", "OutOfmemory")
+            && rejected(a, "port2", "NodePorts")
+    });
+    assert_eq!(
+        status(&a, "ssd")["message"],
+        "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+    );
+    assert!(
+        status(&a, "hog")["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Pod was rejected: Node didn't have enough resource: memory, requested: 70368744177664, used: 0, capacity: "),
+        "{}",
+        status(&a, "hog")
+    );
+    assert_eq!(
+        status(&a, "port2")["message"],
+        "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+    );
+    // Never started, and never tried again.
+    std::thread::sleep(Duration::from_secs(3));
+    for pod in ["ssd", "hog", "port2"] {
+        assert!(sandboxes(pod).is_empty(), "{pod} got a sandbox");
+        assert!(rejected(
+            &a,
+            pod,
+            status(&a, pod)["reason"].as_str().unwrap()
+        ));
+    }
+    assert_eq!(status(&a, "port1")["phase"], "Running");
+    let log = a.log_text();
+    assert!(
+        log.contains("NodeAffinity: Predicate NodeAffinity failed"),
+        "{log}"
+    );
+
+    // With the label, the selected pod is admitted and runs.
+    a.remove_manifest("hog.json");
+    a.remove_manifest("port2.json");
+    a.restart_with(&["--node-labels=disktype=ssd".to_owned()]);
+    a.wait_for("the ssd pod to run", T, |a| {
+        status(a, "ssd")["phase"] == "Running"
+    });
+    assert_eq!(sandboxes("ssd").len(), 1);
 }

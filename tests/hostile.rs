@@ -141,7 +141,12 @@ fn scenario_with(
         fake.add_image(IMAGE);
         let a = {
             let (dir, endpoint) = (tmp.path().join("a"), fake.endpoint());
-            let extra = vec!["--file-check-frequency".to_owned(), "1s".to_owned()];
+            // Room for the 2,001 pods of the many-manifests scenario (the default admits 110).
+            let extra = vec![
+                "--file-check-frequency".to_owned(),
+                "1s".to_owned(),
+                "--max-pods=2100".to_owned(),
+            ];
             Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &extra)).await)
         };
         a.write_manifest("steady.yaml", &pod_yaml("steady"));
@@ -357,7 +362,8 @@ fn directory_with_a_manifest_name() {
 
 #[test]
 fn two_thousand_manifests_at_once() {
-    // 2,001 pods running afterwards, 18 times the kubelet's default pod capacity: the idle
+    // 2,001 pods running afterwards, 18 times the kubelet's default pod capacity (`--max-pods`
+    // raised for it): the idle
     // window holds five relists of 2,001 containers and the pods' state is held in memory, so
     // the bounds are larger (measured in a debug build: about 3.5 s of CPU in the window and
     // 280 MiB at the peak); the figures printed are what to look at.

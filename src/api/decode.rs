@@ -2,8 +2,9 @@
 //!
 //! Decoding is lenient about fields picolet does not model: they are
 //! returned in [`Decoded::unknown_fields`] (paths such as
-//! `spec.affinity`) so the caller can warn about them, and
-//! validation refuses anything picolet cannot honour. Type errors are strict
+//! `metadata.finalizers`), which [`super::fields::check`] sorts into standard fields refused,
+//! standard fields ignored as upstream ignores them on a node, and fields that are no Pod field
+//! (the only ones reported as unknown); validation refuses anything else picolet cannot honour. Type errors are strict
 //! and carry the field path plus, where the parser knows it, line and column.
 //!
 //! Input beyond [`Limits::MANIFEST`] (size, nesting, documents, scalar length, nodes) is refused
@@ -47,7 +48,7 @@ impl Format {
 pub struct Decoded {
     pub pod: Pod,
     /// Paths of ignored fields in input order, in the same notation as
-    /// validation errors: `metadata.finalizers`, `spec.affinity`.
+    /// validation errors: `metadata.finalizers`, `spec.schedulerName`.
     pub unknown_fields: Vec<String>,
     /// The manifest document as parsed, whole (the static pod identity hashes it).
     pub document: serde_json::Value,
@@ -508,7 +509,6 @@ spec:
             [
                 "metadata.generateName",
                 "metadata.finalizers",
-                "spec.affinity",
                 "spec.containers[0].lifecycle.stopSignal",
                 "spec.containers[0].securityContext.capabilities.bogus",
                 "spec.containers[0].livenessProbe.foo",

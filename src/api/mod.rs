@@ -4,6 +4,7 @@
 
 pub mod decode;
 pub mod duration;
+pub mod fields;
 pub mod pod;
 pub mod quantity;
 pub mod time;

@@ -2,8 +2,9 @@
 //!
 //! Field names follow the Kubernetes JSON names exactly (note the upper-case
 //! acronyms: `hostPID`, `hostIPC`, `hostIP`, `podIP`, `podIPs`, `hostIPs`,
-//! `imageID`, `containerID`). Fields not modelled here are reported as
-//! unknown by [`crate::api::decode`].
+//! `imageID`, `containerID`). Fields not modelled here come out of
+//! [`crate::api::decode`] as not modelled; [`crate::api::fields`] says which of them are
+//! standard Pod fields and what becomes of each.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -140,6 +141,16 @@ pub struct PodSpec {
     pub security_context: Option<PodSecurityContext>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Only the required node affinity counts on a node (admission); the rest is the
+    /// scheduler's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// The pod's own resource overhead (set by admission from its RuntimeClass); admission adds
+    /// it to the containers' requests.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub overhead: BTreeMap<String, Quantity>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<PodOs>,
     /// One PID namespace for every container of the pod (the sandbox's, CRI mode POD).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share_process_namespace: Option<bool>,
@@ -160,6 +171,59 @@ pub struct PodSpec {
     pub host_users: Option<bool>,
     #[serde(rename = "setHostnameAsFQDN", skip_serializing_if = "Option::is_none")]
     pub set_hostname_as_fqdn: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodOs {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Affinity {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_affinity: Option<NodeAffinity>,
+    /// The scheduler's alone: accepted and ignored on a node, as upstream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_affinity: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeAffinity {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_during_scheduling_ignored_during_execution: Option<NodeSelector>,
+    /// The scheduler's alone: accepted and ignored on a node, as upstream.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preferred_during_scheduling_ignored_during_execution: Vec<serde_json::Value>,
+}
+
+/// Terms ORed; within a term, every requirement ANDed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeSelector {
+    pub node_selector_terms: Vec<NodeSelectorTerm>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeSelectorTerm {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub match_fields: Vec<NodeSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct NodeSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

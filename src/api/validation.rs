@@ -502,6 +502,7 @@ impl Errors {
             }
         }
         self.tolerations(s);
+        self.node_affinity(s);
         if let Some(sc) = &s.security_context {
             self.pod_security_context(sc);
         }
@@ -669,6 +670,87 @@ impl Errors {
             if !seen.insert((protocol, ip, host_port)) {
                 self.add(&path, &format!("{protocol}/{ip}/{host_port}"), DUPLICATE);
             }
+        }
+    }
+
+    /// The required node affinity's terms, as the apiserver checks them (the preferred terms
+    /// and pod affinities are the scheduler's and are not read).
+    fn node_affinity(&mut self, s: &PodSpec) {
+        let Some(sel) = s
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+        else {
+            return;
+        };
+        let p = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+        if sel.node_selector_terms.is_empty() {
+            self.add(p, "", "must have at least one node selector term");
+        }
+        for (i, t) in sel.node_selector_terms.iter().enumerate() {
+            for (j, r) in t.match_expressions.iter().enumerate() {
+                let rp = format!("{p}[{i}].matchExpressions[{j}]");
+                if r.key.is_empty() {
+                    self.required(&format!("{rp}.key"));
+                }
+                self.selector_values(r, &rp);
+            }
+            for (j, r) in t.match_fields.iter().enumerate() {
+                let rp = format!("{p}[{i}].matchFields[{j}]");
+                if r.key != "metadata.name" {
+                    self.add(&format!("{rp}.key"), &r.key, &supported(&["metadata.name"]));
+                }
+                if !matches!(r.operator.as_str(), "In" | "NotIn") {
+                    self.add(
+                        &format!("{rp}.operator"),
+                        &r.operator,
+                        &supported(&["In", "NotIn"]),
+                    );
+                } else if r.values.len() != 1 {
+                    self.add(&format!("{rp}.values"), "", "must have exactly one value");
+                }
+            }
+        }
+    }
+
+    fn selector_values(&mut self, r: &crate::api::NodeSelectorRequirement, rp: &str) {
+        let vp = format!("{rp}.values");
+        match r.operator.as_str() {
+            "In" | "NotIn" if r.values.is_empty() => {
+                self.add(
+                    &vp,
+                    "",
+                    "must be specified when `operator` is 'In' or 'NotIn'",
+                );
+            }
+            "Exists" | "DoesNotExist" if !r.values.is_empty() => {
+                self.add(
+                    &vp,
+                    "",
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                );
+            }
+            "Gt" | "Lt" => {
+                if r.values.len() != 1 {
+                    self.add(
+                        &vp,
+                        "",
+                        "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                    );
+                } else if r.values[0].parse::<i64>().is_err() {
+                    self.add(&format!("{vp}[0]"), &r.values[0], "must be an integer");
+                }
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            op => self.add(
+                &format!("{rp}.operator"),
+                op,
+                &supported(&["DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn"]),
+            ),
         }
     }
 
@@ -862,12 +944,35 @@ impl Errors {
 
     /// A downwardAPI volume: what the node can fill in from the pod itself.
     fn downward_volume(&mut self, value: &serde_json::Value, p: &str, spec: &PodSpec) {
+        self.file_owners(value, p);
         let v: crate::objects::DownwardApiVolume = match serde_json::from_value(value.clone()) {
             Ok(v) => v,
             Err(e) => return self.add(p, "", &e.to_string()),
         };
         self.file_mode(v.default_mode, &format!("{p}.defaultMode"));
         self.downward_items(&v.items, &format!("{p}.items"), spec);
+    }
+
+    /// `defaultUser` and each item's `user`: picolet gives the files to root (or the fsGroup).
+    fn file_owners(&mut self, value: &serde_json::Value, p: &str) {
+        const OWNERS: &str =
+            "is not supported by picolet: the files belong to root (or the fsGroup)";
+        let set = |v: &serde_json::Value, k: &str| v.get(k).is_some_and(|x| !x.is_null());
+        if set(value, "defaultUser") {
+            self.add(&format!("{p}.defaultUser"), "", OWNERS);
+        }
+        let items = |v: &serde_json::Value| v.get("items").and_then(|i| i.as_array()).cloned();
+        for (j, it) in items(value).unwrap_or_default().iter().enumerate() {
+            if set(it, "user") {
+                self.add(&format!("{p}.items[{j}].user"), "", OWNERS);
+            }
+        }
+        let sources = value.get("sources").and_then(|s| s.as_array());
+        for (j, src) in sources.into_iter().flatten().enumerate() {
+            if let Some(d) = src.get("downwardAPI") {
+                self.file_owners(d, &format!("{p}.sources[{j}].downwardAPI"));
+            }
+        }
     }
 
     fn downward_items(
@@ -918,6 +1023,7 @@ impl Errors {
 
     /// A projected volume: downwardAPI sources only, every other source naming an API object.
     fn projected_volume(&mut self, value: &serde_json::Value, p: &str, spec: &PodSpec) {
+        self.file_owners(value, p);
         let v: crate::objects::ProjectedVolume = match serde_json::from_value(value.clone()) {
             Ok(v) => v,
             Err(e) => return self.add(p, "", &e.to_string()),
@@ -2318,6 +2424,76 @@ mod tests {
             "spec.volumes[0].emptyDir.sizeLimit",
             "-1Gi",
             "greater than or equal to 0",
+        );
+    }
+
+    #[test]
+    fn required_node_affinity_is_checked_as_the_apiserver_does() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  affinity:\n    podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: []}\n    nodeAffinity:\n      preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1, preference: {}}]\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: disktype, operator: In, values: [ssd]}, {key: cores, operator: Gt, values: ['2']}]\n          matchFields: [{key: metadata.name, operator: NotIn, values: [n1]}]\n",
+        );
+        assert_eq!(validate_pod(&p), vec![]);
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: a, operator: In}, {key: b, operator: Exists, values: [x]}, {key: c, operator: Gt, values: [two]}, {key: d, operator: Equals, values: [x]}]\n          matchFields: [{key: metadata.uid, operator: In, values: [x]}]\n",
+        );
+        let got: Vec<String> = validate_pod(&p).iter().map(|e| e.path.clone()).collect();
+        let t = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]";
+        assert_eq!(
+            got,
+            [
+                format!("{t}.matchExpressions[0].values"),
+                format!("{t}.matchExpressions[1].values"),
+                format!("{t}.matchExpressions[2].values[0]"),
+                format!("{t}.matchExpressions[3].operator"),
+                format!("{t}.matchFields[0].key"),
+            ]
+        );
+    }
+
+    #[test]
+    fn yaml_octal_modes_are_octal() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultMode: 0644, items: [{path: n, mode: 0400, fieldRef: {fieldPath: metadata.name}}]}\n",
+        );
+        assert_eq!(validate_pod(&p), vec![]);
+        let v = crate::objects::ApiVolume::of(&p.spec.volumes[0])
+            .unwrap()
+            .unwrap();
+        let crate::objects::ApiVolume::DownwardApi(d) = v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            (d.default_mode, d.items[0].mode),
+            (Some(0o644), Some(0o400))
+        );
+        assert_eq!(crate::objects::octal("0"), None);
+        assert_eq!(crate::objects::octal("0777"), Some(511));
+        assert_eq!(crate::objects::octal("0648"), None);
+        assert_eq!(crate::objects::octal("644"), None);
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultMode: rw}\n",
+        );
+        let errs = validate_pod(&p);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(
+            errs[0].message.contains("invalid file mode \"rw\""),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn downward_files_owned_by_a_user_are_refused() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i}\n  volumes:\n  - name: d\n    downwardAPI: {defaultUser: 1000, items: [{path: n, user: 7, fieldRef: {fieldPath: metadata.name}}]}\n  - name: p\n    projected: {sources: [{downwardAPI: {items: [{path: n, user: 7, fieldRef: {fieldPath: metadata.name}}]}}]}\n",
+        );
+        let got: Vec<String> = validate_pod(&p).iter().map(|e| e.path.clone()).collect();
+        assert_eq!(
+            got,
+            [
+                "spec.volumes[0].downwardAPI.defaultUser",
+                "spec.volumes[0].downwardAPI.items[0].user",
+                "spec.volumes[1].projected.sources[0].downwardAPI.items[0].user",
+            ]
         );
     }
 

@@ -44,17 +44,7 @@ pub struct Health {
     pub pressure: crate::eviction::Pressure,
 }
 
-/// Go's GOARCH for this build, as `kubernetes.io/arch` wants it.
-pub fn goarch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "arm" => "arm",
-        "x86" => "386",
-        "riscv64" => "riscv64",
-        other => other,
-    }
-}
+pub use crate::node::goarch;
 
 fn first_line(path: &str) -> String {
     std::fs::read_to_string(path)
@@ -111,14 +101,15 @@ pub fn gather(
 
 /// The Node as first registered.
 pub fn node_object(f: &NodeFacts) -> Value {
+    // The labels admission matches pods against, with this node's architecture.
     let mut labels = serde_json::Map::new();
-    labels.insert("kubernetes.io/hostname".into(), json!(f.name));
-    labels.insert("kubernetes.io/os".into(), json!("linux"));
-    labels.insert("kubernetes.io/arch".into(), json!(f.architecture));
-    labels.insert("beta.kubernetes.io/os".into(), json!("linux"));
-    labels.insert("beta.kubernetes.io/arch".into(), json!(f.architecture));
-    for (k, v) in &f.labels {
-        labels.insert(k.clone(), json!(v));
+    for (k, v) in crate::admission::NodeInfo::node_labels(&f.name, &f.labels) {
+        let v = if k.ends_with("kubernetes.io/arch") && !f.labels.iter().any(|(l, _)| *l == k) {
+            f.architecture.clone()
+        } else {
+            v
+        };
+        labels.insert(k, json!(v));
     }
     let mut spec = json!({});
     if !f.taints.is_empty() {

@@ -60,7 +60,7 @@ fn long_running(pod: &Pod) -> impl Iterator<Item = &Container> {
 /// The pod's effective amount of `res` (requests or limits picked by `get`): the sum over app
 /// containers and sidecars, or the largest init container (plus the sidecars started before
 /// it) when that is more, as the scheduler counts it.
-fn pod_amount(pod: &Pod, get: impl Fn(&Container) -> i64) -> i64 {
+pub fn pod_amount(pod: &Pod, get: impl Fn(&Container) -> i64) -> i64 {
     let running: i64 = long_running(pod).map(&get).sum();
     let mut sidecars_before = 0i64;
     let mut peak = running;

@@ -140,16 +140,20 @@ pub fn parse(
     let shown = path.display();
     let one = |e: String| vec![e];
     let decoded = decode::decode_pod(bytes, format).map_err(|e| one(format!("{shown}: {e}")))?;
-    for field in decoded.unknown_fields.iter().take(MAX_REPORTED) {
+    // Standard fields picolet does not model are refused or, as upstream on a node, ignored;
+    // only a field that is no Pod field is reported as unknown.
+    let (refused, unknown) = crate::api::fields::check(&decoded.unknown_fields, &decoded.document);
+    for field in unknown.iter().take(MAX_REPORTED) {
         log::warn!("{shown}: unknown field {field:?} ignored");
     }
-    if decoded.unknown_fields.len() > MAX_REPORTED {
+    if unknown.len() > MAX_REPORTED {
         log::warn!(
             "{shown}: {} more unknown fields ignored",
-            decoded.unknown_fields.len() - MAX_REPORTED
+            unknown.len() - MAX_REPORTED
         );
     }
-    let errs = validation::validate_pod(&decoded.pod);
+    let mut errs = refused;
+    errs.extend(validation::validate_pod(&decoded.pod));
     if !errs.is_empty() {
         let mut lines: Vec<String> = errs
             .iter()

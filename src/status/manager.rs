@@ -95,6 +95,22 @@ impl StatusManager {
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
 
+    /// Marks a pod admission refused: Failed, with the reason and `Pod was rejected: <message>`,
+    /// as upstream. It never runs, so nothing regenerates this status.
+    pub fn reject(&self, pod: &Pod, reason: &str, message: &str) {
+        let status = PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some(reason.to_owned()),
+            message: Some(format!("Pod was rejected: {message}")),
+            qos_class: Some(crate::qos::qos_class(pod).as_str().to_owned()),
+            ..Default::default()
+        };
+        self.first_seen.borrow_mut().remove(&pod.metadata.uid);
+        self.statuses
+            .borrow_mut()
+            .insert(pod.metadata.uid.clone(), status);
+    }
+
     /// Marks a pod evicted: Failed, reason Evicted, with the eviction manager's message.
     pub fn evict(&self, pod: &Pod, message: &str) {
         let uid = pod.metadata.uid.as_str();
@@ -128,6 +144,14 @@ impl StatusManager {
             .borrow_mut()
             .entry(uid.to_owned())
             .or_insert_with(|| status.clone());
+    }
+
+    /// The pod's status is Succeeded or Failed.
+    pub fn is_finished(&self, uid: &str) -> bool {
+        self.statuses
+            .borrow()
+            .get(uid)
+            .is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")))
     }
 
     pub fn get(&self, uid: &str) -> Option<PodStatus> {

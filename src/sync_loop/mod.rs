@@ -154,6 +154,18 @@ impl Kubelet {
 
     /// Feeds one input to the state and carries out what it decides.
     fn feed(&self, input: Input, internal: &async_channel::Sender<Input>) {
+        if matches!(input, Input::Snapshot(_)) {
+            // Admission weighs new pods against those still running or able to.
+            let mut st = self.state.borrow_mut();
+            let finished = st
+                .pods
+                .pods()
+                .map(|p| &p.metadata.uid)
+                .filter(|u| self.status.is_finished(u))
+                .cloned()
+                .collect();
+            st.finished = finished;
+        }
         let commands = {
             let cache = self.cache.borrow();
             let view = View {
@@ -220,6 +232,15 @@ impl Kubelet {
             Command::ExpireBackoffs => self.rm.gc_backoffs(rt::now_nanos()),
             Command::StartProbes(pod) => self.prober.add_pod(&pod),
             Command::StopProbes(uid) => self.prober.remove_pod(&uid),
+            Command::Reject(pod, r) => {
+                self.status.reject(&pod, &r.reason, &r.message);
+                crate::events::record(
+                    &crate::events::ObjectRef::pod(&pod),
+                    crate::events::Type::Warning,
+                    &r.reason,
+                    &r.message,
+                );
+            }
         }
     }
 

@@ -75,6 +75,9 @@ pub enum Command {
     StartProbes(Rc<Pod>),
     /// Stop the probe workers of a pod that is going away.
     StopProbes(String),
+    /// Admission refused a new pod: its status becomes Failed with the reason, and an event
+    /// says why. It never runs.
+    Reject(Rc<Pod>, crate::admission::Rejection),
 }
 
 /// A pod being terminated: what its worker needs, and its name so a pod of the same name can
@@ -116,6 +119,8 @@ fn come_due(times: &HashMap<String, Instant>, now: Instant) -> Vec<String> {
 pub struct LoopConfig {
     /// Full resync period of every pod (the kubelet's `syncFrequency`, 1 min).
     pub sync_frequency: Duration,
+    /// The node as admission sees it; `None` admits every pod.
+    pub node: Option<crate::admission::NodeInfo>,
 }
 
 #[derive(Debug)]
@@ -142,6 +147,11 @@ pub struct LoopState {
     pub finalizable: HashMap<String, (String, String)>,
     /// Evicted pods: still desired by their source, never synced again.
     pub evicted: HashSet<String>,
+    /// Pods admission refused: still desired by their source, never run.
+    pub rejected: HashSet<String>,
+    /// Pods whose status is Succeeded or Failed, as the loop last heard before a snapshot:
+    /// they hold no resources for admission.
+    pub finished: HashSet<String>,
     cfg: LoopConfig,
 }
 
@@ -159,6 +169,8 @@ impl LoopState {
             deleting: HashMap::new(),
             finalizable: HashMap::new(),
             evicted: HashSet::new(),
+            rejected: HashSet::new(),
+            finished: HashSet::new(),
             cfg,
         }
     }
@@ -168,7 +180,19 @@ impl LoopState {
         let mut out = Vec::new();
         match input {
             Input::Snapshot(snap) => {
-                for u in self.mux.merge(snap) {
+                for mut u in self.mux.merge(snap) {
+                    if u.op == Op::Add {
+                        // Admitted oldest first, as upstream.
+                        u.pods.sort_by(|a, b| {
+                            let key = |p: &Pod| {
+                                (
+                                    p.metadata.creation_timestamp.clone(),
+                                    p.metadata.name.clone(),
+                                )
+                            };
+                            key(a).cmp(&key(b))
+                        });
+                    }
                     for pod in u.pods {
                         self.update(u.op, u.source.as_str(), pod, now, view, &mut out);
                     }
@@ -269,6 +293,7 @@ impl LoopState {
                 self.pods.remove(&uid);
                 self.due.remove(&uid);
                 self.evicted.remove(&uid);
+                self.rejected.remove(&uid);
                 self.deleting.insert(
                     uid.clone(),
                     (pod.metadata.namespace.clone(), pod.metadata.name.clone()),
@@ -282,9 +307,48 @@ impl LoopState {
                 };
                 self.terminate(uid, term, out);
             }
-            Op::Add | Op::Update if self.evicted.contains(&uid) => {
-                // An evicted pod stays stopped; its source's updates are only recorded.
+            Op::Add | Op::Update if self.evicted.contains(&uid) || self.rejected.contains(&uid) => {
+                // An evicted pod stays stopped, a rejected one never starts; their source's
+                // updates are only recorded.
                 self.pods.upsert(Rc::new(pod));
+            }
+            Op::Add
+                if pod.status.phase.as_deref() == Some("Failed")
+                    && pod
+                        .status
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with("Pod was rejected: ")) =>
+            {
+                // Rejected before (an API pod, across a restart): it stays rejected, with the
+                // status it has.
+                let pod = Rc::new(pod);
+                self.rejected.insert(uid);
+                self.pods.upsert(pod.clone());
+                out.push(Command::ReportPending(pod));
+            }
+            Op::Add if let Some(r) = self.admit(&pod) => {
+                log::warn!(
+                    "pod {}/{} ({uid}) from {source} rejected: {}: {}",
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    r.reason,
+                    r.message
+                );
+                let pod = Rc::new(pod);
+                self.rejected.insert(uid.clone());
+                self.pods.upsert(pod.clone());
+                out.push(Command::Reject(pod.clone(), r));
+                if view.cache.get(&uid).is_some() {
+                    // It ran before picolet restarted: stopped, its Failed status kept.
+                    let term = Term {
+                        grace: crate::kuberuntime::config::grace_period(&pod),
+                        namespace: pod.metadata.namespace.clone(),
+                        name: pod.metadata.name.clone(),
+                        evicted: true,
+                    };
+                    self.terminate(uid, term, out);
+                }
             }
             Op::Add | Op::Update => {
                 log::info!(
@@ -313,6 +377,8 @@ impl LoopState {
                 self.pods.remove(&uid);
                 self.due.remove(&uid);
                 self.evicted.remove(&uid);
+                self.rejected.remove(&uid);
+                self.finished.remove(&uid);
                 if self.finalizable.contains_key(&uid) || self.deleting.contains_key(&uid) {
                     // Gone from the apiserver after picolet stopped it: nothing left to do but
                     // make sure nothing runs.
@@ -329,6 +395,30 @@ impl LoopState {
                 self.terminate(uid, term, out);
             }
         }
+    }
+
+    /// Admission of a new pod: why it may not run, if it may not. A pod whose status is
+    /// already Succeeded or Failed is not admitted again, as upstream; the pods it is weighed
+    /// against are the desired ones that still run or may (not rejected, evicted or finished).
+    fn admit(&self, pod: &Pod) -> Option<crate::admission::Rejection> {
+        let node = self.cfg.node.as_ref()?;
+        if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            return None;
+        }
+        let admitted: Vec<&Pod> = self
+            .pods
+            .pods()
+            .filter(|p| {
+                let u = &p.metadata.uid;
+                *u != pod.metadata.uid
+                    && !self.rejected.contains(u)
+                    && !self.evicted.contains(u)
+                    && !self.finished.contains(u)
+                    && !self.terminating.contains_key(u)
+            })
+            .map(|p| &**p)
+            .collect();
+        crate::admission::admit(pod, node, &admitted).err()
     }
 
     pub(super) fn terminate(&mut self, uid: String, term: Term, out: &mut Vec<Command>) {
@@ -374,7 +464,7 @@ impl LoopState {
 
     /// Dispatches a sync, or defers it to the next tick while the pod may not start.
     fn sync(&mut self, pod: Rc<Pod>, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
-        if self.evicted.contains(&pod.metadata.uid) {
+        if self.evicted.contains(&pod.metadata.uid) || self.rejected.contains(&pod.metadata.uid) {
             return;
         }
         if let Some(why) = self.start_blocked(&pod, view) {

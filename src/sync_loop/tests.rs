@@ -49,6 +49,7 @@ fn new_state() -> LoopState {
         Mux::new(&[Source::File]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
+            node: None,
         },
     )
 }
@@ -105,6 +106,130 @@ fn nothing_syncs_before_the_first_listing() {
         cache: &cache,
     };
     assert_eq!(syncs(&step(&mut st, Input::Tick, t0, listed)), vec!["a"]);
+}
+
+fn with_host_port(mut p: Pod, port: i32) -> Pod {
+    p.spec.containers[0].ports.push(crate::api::ContainerPort {
+        container_port: port,
+        host_port: Some(port),
+        ..Default::default()
+    });
+    p
+}
+
+fn rejections(cmds: &[Command]) -> Vec<(String, String)> {
+    cmds.iter()
+        .filter_map(|c| match c {
+            Command::Reject(p, r) => Some((p.metadata.uid.clone(), r.reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn admission_rejects_a_new_pod_once_and_never_runs_it() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut node = crate::admission::NodeInfo {
+        name: "edge".into(),
+        milli_cpu: 1000,
+        memory: 1 << 30,
+        pods: 110,
+        ..Default::default()
+    };
+    node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
+    let mut st = LoopState::new(
+        Mux::new(&[Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+            node: Some(node),
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let a = with_host_port(pod("a", "web", "x"), 8080);
+    let mut b = with_host_port(pod("b", "web2", "x"), 8080);
+    let mut c = pod("c", "ssd", "x");
+    c.spec.node_selector.insert("disktype".into(), "ssd".into());
+    // Oldest first: a takes the port, b finds it taken.
+    b.metadata.creation_timestamp = Some("2030-01-02T00:00:00Z".into());
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![b.clone(), a.clone(), c.clone()])),
+        t0,
+        view,
+    );
+    assert_eq!(syncs(&cmds), vec!["a"]);
+    assert_eq!(
+        rejections(&cmds),
+        vec![
+            ("c".to_owned(), "NodeAffinity".to_owned()),
+            ("b".to_owned(), "NodePorts".to_owned())
+        ]
+    );
+    // Never synced, by tick or update; still desired.
+    for _ in 0..2 {
+        let cmds = step(&mut st, Input::Tick, t0 + Duration::from_secs(120), view);
+        assert!(!syncs(&cmds).contains(&"b".to_owned()), "{cmds:?}");
+    }
+    b.metadata.labels.insert("v".into(), "2".into());
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![a.clone(), b.clone(), c.clone()])),
+        t0,
+        view,
+    );
+    assert!(
+        syncs(&cmds).is_empty() && rejections(&cmds).is_empty(),
+        "{cmds:?}"
+    );
+    assert!(st.pods.contains("b") && st.rejected.contains("b"));
+    // Once a is gone, a new pod may take the port; b stays rejected (admission is once).
+    let d = with_host_port(pod("d", "web3", "x"), 8080);
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![b, c, d])), t0, view);
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    assert_eq!(syncs(&cmds), vec!["d"]);
+    assert!(rejections(&cmds).is_empty());
+
+    // A pod that ran before a restart and no longer fits is stopped, its status kept.
+    let mut cache = Cache::default();
+    cache.put(
+        crate::kubecontainer::PodRuntimeStatus {
+            uid: "f".into(),
+            name: "ran".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+        0,
+        None,
+    );
+    let ran = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut f = pod("f", "ran", "x");
+    f.spec.node_selector.insert("disktype".into(), "hdd".into());
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![f])), t0, ran);
+    assert_eq!(
+        rejections(&cmds),
+        vec![("f".to_owned(), "NodeAffinity".to_owned())]
+    );
+    assert!(cmds.iter().any(|c| matches!(
+        c,
+        Command::Dispatch(Work::Terminate { uid, evicted: true, .. }) if uid == "f"
+    )));
+    // An API pod rejected before a restart comes back Failed: it stays rejected, never runs.
+    let mut e = pod("e", "web4", "x");
+    e.status.phase = Some("Failed".into());
+    e.status.reason = Some("NodePorts".into());
+    e.status.message = Some("Pod was rejected: Predicate NodePorts failed: ...".into());
+    let mut st = new_state();
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![e])), t0, view);
+    assert!(syncs(&cmds).is_empty(), "{cmds:?}");
+    assert!(matches!(cmds[0], Command::ReportPending(_)));
+    assert!(st.rejected.contains("e"));
 }
 
 #[test]
@@ -337,6 +462,7 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
         Mux::new(&[Source::Api]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
+            node: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -439,6 +565,7 @@ fn harness(tag: &str) -> Harness {
         Mux::new(&[Source::File]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
+            node: None,
         },
     ));
     let tasks = vec![
