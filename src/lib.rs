@@ -26,7 +26,7 @@ pub mod node;
 pub mod notify;
 pub mod objects;
 pub mod options;
-#[cfg(feature = "node-api")]
+#[cfg(feature = "apiserver")]
 pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
