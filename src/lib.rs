@@ -7,6 +7,8 @@ pub mod api;
 pub mod apiclient;
 pub(crate) mod atomic_file;
 pub(crate) mod atomic_writer;
+#[cfg(feature = "apiserver")]
+pub mod certificate;
 pub mod check;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
@@ -66,6 +68,9 @@ struct Sources {
     manifests: Option<std::path::PathBuf>,
     #[cfg(feature = "apiserver")]
     apiserver: Option<apiclient::Client>,
+    /// How the client identity stood at start, and the certificate it had.
+    #[cfg(feature = "apiserver")]
+    identity: Option<(certificate::Start, Option<certificate::Identity>)>,
 }
 
 fn sources(o: &Options) -> Result<Sources, String> {
@@ -74,15 +79,33 @@ fn sources(o: &Options) -> Result<Sources, String> {
         return Err("--pod-manifest-path: this picolet was built without the file source".into());
     }
     #[cfg(feature = "apiserver")]
-    let apiserver = match &o.kubeconfig {
+    let (apiserver, identity) = match &o.kubeconfig {
         Some(path) => {
-            let conn = apiclient::kubeconfig::load(path)?;
-            Some(
-                apiclient::Client::new(&conn)
-                    .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?,
+            let store =
+                certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX);
+            let now = rt::now_nanos().div_euclid(1_000_000_000);
+            let (conn, start) = certificate::start(
+                path,
+                o.bootstrap_kubeconfig.as_deref(),
+                &store,
+                o.rotation(),
+                now,
+            )?;
+            let id = certificate::Identity::of(&conn.credentials);
+            let flag = if matches!(start, certificate::Start::Ready) {
+                "--kubeconfig"
+            } else {
+                "--bootstrap-kubeconfig"
+            };
+            (
+                Some(
+                    apiclient::Client::new(&conn)
+                        .map_err(|e| format!("{flag} {}: {e}", path.display()))?,
+                ),
+                Some((start, id)),
             )
         }
-        None => None,
+        None => (None, None),
     };
     #[cfg(not(feature = "apiserver"))]
     if o.kubeconfig.is_some() {
@@ -92,6 +115,8 @@ fn sources(o: &Options) -> Result<Sources, String> {
         manifests,
         #[cfg(feature = "apiserver")]
         apiserver,
+        #[cfg(feature = "apiserver")]
+        identity,
     };
     #[cfg(feature = "apiserver")]
     let any = s.manifests.is_some() || s.apiserver.is_some();
@@ -408,6 +433,47 @@ fn start_cluster(
     ])
 }
 
+/// The client certificate's manager (bootstrap, rotation, expiry), when the identity is a
+/// certificate or a bootstrap kubeconfig is set; and, on the first bootstrap, the channel told
+/// when the node has an identity.
+#[cfg(feature = "apiserver")]
+fn start_certificates(
+    o: &Options,
+    src: &Sources,
+    node_name: &str,
+) -> (Vec<rt::Task<()>>, Option<async_channel::Receiver<()>>) {
+    let (Some(client), Some((start, id)), Some(kubeconfig)) =
+        (&src.apiserver, &src.identity, &o.kubeconfig)
+    else {
+        return (Vec::new(), None);
+    };
+    if id.is_none() && o.bootstrap_kubeconfig.is_none() {
+        return (Vec::new(), None);
+    }
+    let (tx, rx) = async_channel::bounded(1);
+    log::info!(
+        "client certificate: {}; rotation {}",
+        match start {
+            certificate::Start::Ready => "valid",
+            certificate::Start::Bootstrap => "none yet, bootstrapping",
+            certificate::Start::Expired => "expired",
+        },
+        if o.rotation() { "on" } else { "off" }
+    );
+    let m = certificate::ClientManager {
+        client: client.clone(),
+        kubeconfig: kubeconfig.clone(),
+        bootstrap: o.bootstrap_kubeconfig.clone(),
+        store: certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX),
+        node: node_name.to_owned(),
+        rotation: o.rotation(),
+        ready: Some(tx),
+    };
+    let task = rt::spawn(m.run(id.clone()));
+    let wait = matches!(start, certificate::Start::Bootstrap).then_some(rx);
+    (vec![task], wait)
+}
+
 /// The local API on `--healthz-port` (none when it is 0) and the node API on `--port`.
 #[cfg(feature = "local-api")]
 fn start_server(
@@ -662,8 +728,10 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             report.clone(),
         );
         #[cfg(feature = "apiserver")]
-        let _cluster = match src.apiserver.clone() {
-            Some(client) => start_cluster(
+        let (_certs, ready) = start_certificates(&o, &src, &parts.rm.node().node_name);
+        #[cfg(feature = "apiserver")]
+        let _cluster = match (src.apiserver.clone(), ready) {
+            (Some(client), None) => start_cluster(
                 &o,
                 client,
                 &parts,
@@ -671,7 +739,26 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 objects,
                 snap_tx.clone(),
             )?,
-            None => Vec::new(),
+            // The first bootstrap: the cluster's tasks start once the node has an identity.
+            (Some(client), Some(ready)) => {
+                let (o, parts, version, tx) = (
+                    o.clone(),
+                    parts.clone(),
+                    runtime.version.clone(),
+                    snap_tx.clone(),
+                );
+                vec![rt::spawn(async move {
+                    let _ = ready.recv().await;
+                    match start_cluster(&o, client, &parts, &version, objects, tx) {
+                        Ok(tasks) => {
+                            futures_lite::future::pending::<()>().await;
+                            drop(tasks);
+                        }
+                        Err(e) => log::error!("joining the cluster: {e}"),
+                    }
+                })]
+            }
+            (None, _) => Vec::new(),
         };
         #[cfg(not(feature = "apiserver"))]
         let _ = (&runtime.version, objects);
