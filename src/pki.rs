@@ -433,6 +433,70 @@ pub fn validity(cert: &[u8]) -> Option<(i64, i64)> {
     Some((parse_time(t1, v1)?, parse_time(t2, v2)?))
 }
 
+/// A certificate authority for tests (feature `testing`, never in a release build): signs
+/// certification requests as a cluster's signer does, for the lifetime asked.
+#[cfg(feature = "testing")]
+#[derive(Debug)]
+pub struct TestCa {
+    key_pkcs8: Vec<u8>,
+    name: String,
+}
+
+#[cfg(feature = "testing")]
+impl TestCa {
+    pub fn new(name: &str) -> Result<TestCa, String> {
+        Ok(TestCa {
+            key_pkcs8: new_key_pkcs8()?,
+            name: name.to_owned(),
+        })
+    }
+
+    /// A certificate (PEM) for a PEM or DER request: its subject and public key, valid from
+    /// `not_before` to `not_after`, for clients or servers (the request's subjectAltName is not
+    /// carried over: tests read the subject and the dates).
+    pub fn issue(
+        &self,
+        request: &[u8],
+        not_before: i64,
+        not_after: i64,
+        server: bool,
+    ) -> Result<String, String> {
+        let der = match pem_blocks(request)?.into_iter().next() {
+            Some((_, d)) => d,
+            None => request.to_vec(),
+        };
+        let (_, req, _) = read_tlv(&der).ok_or("the request is not DER")?;
+        let (_, info, _) = read_tlv(req).ok_or("no request info")?;
+        let (_, _, r) = read_tlv(info).ok_or("no version")?;
+        let (subject_tag, subject, r) = read_tlv(r).ok_or("no subject")?;
+        let (spki_tag, spki, _) = read_tlv(r).ok_or("no public key")?;
+        let rng = SystemRandom::new();
+        let ca = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &self.key_pkcs8, &rng)
+            .map_err(|_| "the CA key".to_owned())?;
+        let purpose: &[u8] = if server {
+            OID_SERVER_AUTH
+        } else {
+            &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02]
+        };
+        let exts = seq(&[
+            extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
+            extension(OID_KEY_USAGE, true, &tlv(BIT_STRING, &[0x07, 0x80])),
+            extension(OID_EXT_KEY_USAGE, false, &seq(&[tlv(OID, purpose)])),
+        ]);
+        let tbs = seq(&[
+            tlv(0xa0, &tlv(INTEGER, &[2])),
+            tlv(INTEGER, &serial(&rng)?),
+            seq(&[tlv(OID, OID_ECDSA_SHA256)]),
+            name(&self.name),
+            seq(&[time(not_before), time(not_after)]),
+            tlv(subject_tag, subject),
+            tlv(spki_tag, spki),
+            tlv(0xa3, &exts),
+        ]);
+        Ok(pem("CERTIFICATE", &sign(&ca, &rng, tbs)?))
+    }
+}
+
 /// One DER element: its tag, content and what follows it.
 fn read_tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = b.split_first()?;
