@@ -723,6 +723,53 @@ impl ClientManager {
     }
 }
 
+/// The serving certificate's manager (`serverTLSBootstrap`): asks for one through `client`
+/// (the node's own identity) when there is none valid, and again at 70 % to 90 % of each one's
+/// lifetime; each is saved in `store` and handed to `install` (the server's resolver).
+pub async fn run_serving(
+    client: Client,
+    store: Store,
+    ask: Ask,
+    mut id: Option<Identity>,
+    install: impl Fn(&Identity) -> Result<(), String>,
+) {
+    let mut jitter = Jitter::new(&ask.node);
+    let mut fraction = renewal_fraction(&mut jitter);
+    let mut failures = 0u32;
+    loop {
+        let now = wall();
+        if let Next::WaitUntil(at) = next(id.as_ref(), now, true, true, fraction) {
+            rt::sleep(secs(at - now).min(MAX_SLEEP).max(Duration::from_secs(1))).await;
+            continue;
+        }
+        let got = request(&client, &ask).await.and_then(|i| {
+            store
+                .save(&i.cert_pem, &i.key_pem, wall())
+                .map_err(RequestError::Other)?;
+            install(&i).map_err(RequestError::Other)?;
+            Ok(i)
+        });
+        match got {
+            Ok(i) => {
+                log::info!(
+                    "certificate: serving certificate installed (valid until {})",
+                    crate::api::rfc3339(i.not_after.saturating_mul(1_000_000_000))
+                );
+                id = Some(i);
+                failures = 0;
+                fraction = renewal_fraction(&mut jitter);
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let wait = Duration::from_secs(1u64 << failures.min(9)).min(RETRY_CAP);
+                let wait = wait / 2 + jitter.below(wait / 2);
+                log::warn!("certificate: serving certificate: {e}; trying again in {wait:?}");
+                rt::sleep(wait).await;
+            }
+        }
+    }
+}
+
 /// Whether the kubeconfig at `path` takes its client certificate from `pem`.
 fn kubeconfig_names(path: &Path, pem: &Path) -> bool {
     std::fs::read_to_string(path)

@@ -502,7 +502,7 @@ fn start_server(
     }
     #[cfg(feature = "node-api")]
     if let Some(port) = o.node_api_port() {
-        tasks.push(start_node_api(o, port, parts, ctx, client)?);
+        tasks.extend(start_node_api(o, port, parts, ctx, client)?);
     }
     #[cfg(all(feature = "apiserver", not(feature = "node-api")))]
     let _ = client;
@@ -518,9 +518,10 @@ fn start_node_api(
     parts: &Parts,
     ctx: Rc<server::Context>,
     client: Option<&apiclient::Client>,
-) -> Result<rt::Task<()>, String> {
+) -> Result<Vec<rt::Task<()>>, String> {
     let s = &o.serving;
     let node = parts.rm.node();
+    let mut tasks = Vec::new();
     let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => {
@@ -534,7 +535,57 @@ fn start_node_api(
                 .map_err(|e| format!("the node API's self-signed certificate: {e}"))?
         }
     };
-    let tls = server::node_api::tls_config(&cert, &key, s.client_ca_file.as_deref(), s.tls13_only)
+    let serving = server::node_api::serving_from_files(&cert, &key)
+        .map_err(|e| format!("the node API's certificate: {e}"))?;
+    let mut cert_name = cert.display().to_string();
+    if s.server_tls_bootstrap {
+        let Some(c) = client else {
+            return Err(
+                "serverTLSBootstrap needs --kubeconfig (the certificate is asked of \
+                        the cluster)"
+                    .into(),
+            );
+        };
+        let store = certificate::Store::new(&o.root_dir.join("pki"), certificate::SERVER_PREFIX);
+        let now = rt::now_nanos().div_euclid(1_000_000_000);
+        let current = store
+            .current()
+            .unwrap_or_else(|e| {
+                log::warn!("certificate: {e}; asking for a new serving certificate");
+                None
+            })
+            .filter(|i| i.valid_at(now));
+        if let Some(i) = &current {
+            let what = store.current_path().display().to_string();
+            serving.set(server::node_api::Serving::key_of(
+                &i.cert_pem,
+                &i.key_pem,
+                &what,
+            )?);
+            cert_name = what;
+        } else {
+            cert_name = format!("{cert_name} until the cluster issues one");
+        }
+        let ips: Vec<std::net::IpAddr> = node.node_ip.parse().into_iter().collect();
+        let ask = certificate::Ask::serving(&node.node_name, vec![node.node_name.clone()], ips);
+        let (target, path) = (serving.clone(), store.current_path());
+        tasks.push(rt::spawn(certificate::run_serving(
+            c.clone(),
+            store,
+            ask,
+            current,
+            move |i| {
+                let what = path.display().to_string();
+                target.set(server::node_api::Serving::key_of(
+                    &i.cert_pem,
+                    &i.key_pem,
+                    &what,
+                )?);
+                Ok(())
+            },
+        )));
+    }
+    let tls = server::node_api::tls_config(serving, s.client_ca_file.as_deref(), s.tls13_only)
         .map_err(|e| format!("the node API's TLS: {e}"))?;
     let webhook = s.webhook_authn.unwrap_or(client.is_some());
     let authz = match s.authorization {
@@ -565,7 +616,7 @@ fn start_node_api(
     let l = server::node_api::bind(addr)?;
     log::info!(
         "node API on https://{addr} (certificate {}, client CA {}, token webhook {}, authorization {:?}, anonymous {})",
-        cert.display(),
+        cert_name,
         s.client_ca_file
             .as_ref()
             .map_or("none".into(), |p| p.display().to_string()),
@@ -578,7 +629,8 @@ fn start_node_api(
         auth,
         configz: server::node_api::configz(o, port),
     });
-    Ok(rt::spawn(server::node_api::serve(l, tls, api)))
+    tasks.push(rt::spawn(server::node_api::serve(l, tls, api)));
+    Ok(tasks)
 }
 
 /// Upkeep beside the loop: image GC, log rotation, eviction, the malloc trim, and the systemd

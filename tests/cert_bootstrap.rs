@@ -369,3 +369,96 @@ fn a_power_cut_during_the_switch_leaves_a_valid_identity() {
         });
     }
 }
+
+/// The certificate the node API presents to a new connection: openssl's issuer and serial.
+fn presented(port: u16) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} </dev/null 2>/dev/null \
+             | openssl x509 -noout -issuer -serial"
+        ))
+        .output()
+        .expect("openssl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_serving_certificate_is_self_signed_until_issued_then_rotated() {
+    run(async {
+        let (tmp, fake, api) = env("cert-serving");
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = api.kubeconfig(&dir);
+        let port = agent::free_port();
+        let args = vec![
+            "--kubeconfig".to_owned(),
+            kc.display().to_string(),
+            "--port".to_owned(),
+            port.to_string(),
+            "--node-ip".to_owned(),
+            "127.0.0.1".to_owned(),
+        ];
+        let endpoint = fake.endpoint();
+        let a = Arc::new(
+            rt::unblock(move || {
+                Agent::start_configured(&dir, &endpoint, &args, "serverTLSBootstrap: true\n")
+            })
+            .await,
+        );
+        until(&a, "the serving CSR", Duration::from_secs(15), || {
+            !api.csrs().is_empty()
+        })
+        .await;
+        let csr = api.csrs()[0].clone();
+        assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kubelet-serving");
+        assert_eq!(
+            csr["spec"]["usages"],
+            json!(["digital signature", "server auth"])
+        );
+        let before = rt::unblock(move || presented(port)).await;
+        assert!(
+            before.contains(&format!("{NODE}-ca@")),
+            "self-signed first: {before}"
+        );
+        api.approve_csr(csr["metadata"]["name"].as_str().unwrap(), 20);
+        api.auto_sign(Some(3600));
+        let mut issued = String::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            issued = rt::unblock(move || presented(port)).await;
+            if issued.contains("fake-cluster-ca") {
+                break;
+            }
+            rt::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(
+            issued.contains("fake-cluster-ca"),
+            "issued: {issued}\n{}",
+            a.log_text()
+        );
+        // Renewed at 70 to 90 % of its 20 s: a second request, and a new certificate presented.
+        until(
+            &a,
+            "the serving certificate renewed",
+            Duration::from_secs(30),
+            || api.csrs().len() >= 2,
+        )
+        .await;
+        let t0 = Instant::now();
+        let mut renewed = String::new();
+        while t0.elapsed() < Duration::from_secs(15) {
+            renewed = rt::unblock(move || presented(port)).await;
+            if renewed != issued && renewed.contains("fake-cluster-ca") {
+                break;
+            }
+            rt::sleep(Duration::from_millis(300)).await;
+        }
+        assert_ne!(renewed, issued, "a new certificate presented");
+        let link = std::fs::read_link(pki(&a).join("kubelet-server-current.pem")).unwrap();
+        assert!(
+            link.to_string_lossy().starts_with("kubelet-server-20"),
+            "{link:?}"
+        );
+    });
+}
