@@ -615,10 +615,10 @@ impl ClientManager {
         let mut fraction = renewal_fraction(&mut jitter);
         let mut failures = 0u32;
         let mut stuck_told = false;
-        if id.as_ref().is_some_and(|i| i.valid_at(wall())) {
-            if let Some(tx) = self.ready.take() {
-                let _ = tx.try_send(());
-            }
+        if id.as_ref().is_some_and(|i| i.valid_at(wall()))
+            && let Some(tx) = self.ready.take()
+        {
+            let _ = tx.try_send(());
         }
         loop {
             let now = wall();
@@ -654,13 +654,12 @@ impl ClientManager {
                     }
                     rt::sleep(Duration::from_secs(60)).await;
                     // The operator may have put a new certificate in place.
-                    if let Ok(c) = kubeconfig::load(&self.kubeconfig) {
-                        if let Some(i) = Identity::of(&c.credentials).filter(|i| i.valid_at(wall()))
-                        {
-                            let _ = self.client.set_credentials(i.credentials());
-                            id = Some(i);
-                            stuck_told = false;
-                        }
+                    if let Ok(c) = kubeconfig::load(&self.kubeconfig)
+                        && let Some(i) = Identity::of(&c.credentials).filter(|i| i.valid_at(wall()))
+                    {
+                        let _ = self.client.set_credentials(i.credentials());
+                        id = Some(i);
+                        stuck_told = false;
                     }
                     continue;
                 }
@@ -706,18 +705,19 @@ impl ClientManager {
             path.display()
         );
         let r = request(&boot, &Ask::client(&self.node)).await;
-        if let Err(RequestError::Api(e)) = &r {
-            if e.is_forbidden() && !*told {
-                log::error!(
-                    "certificate: the apiserver refuses the bootstrap credential of {} ({e}): \
-                     pods keep running, but the node cannot rejoin until an operator puts a \
-                     valid bootstrap token there (kubeadm token create) or a valid client \
-                     certificate in {}",
-                    path.display(),
-                    self.kubeconfig.display()
-                );
-                *told = true;
-            }
+        if let Err(RequestError::Api(e)) = &r
+            && e.is_forbidden()
+            && !*told
+        {
+            log::error!(
+                "certificate: the apiserver refuses the bootstrap credential of {} ({e}): \
+                 pods keep running, but the node cannot rejoin until an operator puts a \
+                 valid bootstrap token there (kubeadm token create) or a valid client \
+                 certificate in {}",
+                path.display(),
+                self.kubeconfig.display()
+            );
+            *told = true;
         }
         r
     }

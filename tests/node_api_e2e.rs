@@ -97,6 +97,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         &Options {
             nodes: vec![NODE.into()],
             controllers: true,
+            ..Default::default()
         },
     );
     let c = ScratchContainerd::start(&dir.join("containerd"));

@@ -114,7 +114,12 @@ fn sign_csr(ca: &picolet::pki::TestCa, o: &mut Value, lifetime: u64) {
     let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
     let server = o["spec"]["signerName"] == "kubernetes.io/kubelet-serving";
     let cert = ca
-        .issue(&req, now - 1, now - 1 + lifetime as i64, server)
+        .issue(
+            &req,
+            now - 1,
+            now - 1 + i64::try_from(lifetime).unwrap(),
+            server,
+        )
         .expect("the fake CA signs the request");
     o["status"] = json!({
         "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved", "message": "approved by the fake"}],
