@@ -41,8 +41,9 @@ fn poll_delay(waited: Duration) -> Duration {
     }
 }
 
-/// Longest wait between attempts after a failure.
-const RETRY_CAP: Duration = Duration::from_secs(300);
+/// Longest wait between attempts after a failure: a node whose apiserver comes back asks again
+/// within a minute (one request a minute while it is away is little beside the Lease's six).
+const RETRY_CAP: Duration = Duration::from_secs(60);
 
 /// A key and the certificate chain issued for it, as read from or written to a PEM file.
 #[derive(Clone)]

@@ -1146,6 +1146,50 @@ mod tests {
     }
 
     #[test]
+    fn bootstrap_and_rotation_flags_and_fields() {
+        let o = run(&["--kubeconfig", "/k"]);
+        assert!(!o.rotation(), "off without a bootstrap kubeconfig");
+        let o = run(&["--kubeconfig", "/k", "--bootstrap-kubeconfig", "/b"]);
+        assert_eq!(o.bootstrap_kubeconfig.as_deref(), Some(Path::new("/b")));
+        assert!(o.rotation(), "on by default when bootstrapping");
+        let o = run(&[
+            "--kubeconfig",
+            "/k",
+            "--bootstrap-kubeconfig",
+            "/b",
+            "--rotate-certificates=false",
+        ]);
+        assert!(!o.rotation());
+        let o = run(&["--kubeconfig", "/k", "--rotate-certificates"]);
+        assert!(o.rotation());
+        let e = parse(&args(&["--bootstrap-kubeconfig", "/b"])).unwrap_err();
+        assert!(e.to_string().contains("needs --kubeconfig"), "{e}");
+        let mut o = Options::default();
+        parse_config(
+            b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+              rotateCertificates: true\nserverTLSBootstrap: true\n",
+            Path::new("/c.yaml"),
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(o.rotate_certificates, Some(true));
+        assert!(o.serving.server_tls_bootstrap);
+        assert!(o.config_warnings.is_empty(), "{:?}", o.config_warnings);
+        let e = parse_config(
+            b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+              rotateCertificates: maybe\n",
+            Path::new("/c.yaml"),
+            &mut o,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/c.yaml") && e.contains("rotateCertificates"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn image_gc_settings_from_flags_and_file_with_upstream_defaults() {
         let o = run(&["--pod-manifest-path", "/m"]);
         let p = o.image_gc_policy();
