@@ -818,4 +818,53 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
         })
         .count();
     assert!(links >= 3, "one file per certificate: {links}");
+
+    // Offline through the expiry: the apiserver stopped until the certificate has expired,
+    // then back. picolet bootstraps again with the token (still valid); the pod ran on.
+    let store =
+        picolet::certificate::Store::new(&adir.join("kubelet").join("pki"), "kubelet-client");
+    let args = cp.stop_apiserver();
+    let not_after = store.current().unwrap().unwrap().not_after;
+    let now = || picolet::api::time::unix_nanos_now() / 1_000_000_000;
+    eprintln!(
+        "apiserver stopped; the certificate expires in {} s",
+        not_after - now()
+    );
+    while now() <= not_after + 2 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let t_back = Instant::now();
+    cp.start_apiserver(&args);
+    let bootstrap_again = format!("{bootstrap_user} Approved issued");
+    wait(
+        "a bootstrap after the expiry",
+        Duration::from_secs(180),
+        &a,
+        &cp,
+        || {
+            csrs(&cp)
+                .iter()
+                .filter(|l| l.contains(&bootstrap_again))
+                .count()
+                >= 2
+        },
+    );
+    wait(
+        "the node Ready again",
+        Duration::from_secs(90),
+        &a,
+        &cp,
+        ready,
+    );
+    eprintln!(
+        "apiserver back to Ready with a new certificate: {:.1} s",
+        t_back.elapsed().as_secs_f64()
+    );
+    assert_eq!(container(), before, "the same container, no restart");
+    assert_eq!(
+        a.log_text().matches("starting: node").count(),
+        1,
+        "picolet did not restart"
+    );
+    assert!(store.current().unwrap().unwrap().not_after > not_after);
 }
