@@ -42,6 +42,8 @@ pub fn configz(o: &crate::options::Options, port: u16) -> Bytes {
         "tlsCertFile": path(&s.tls_cert_file),
         "tlsPrivateKeyFile": path(&s.tls_private_key_file),
         "tlsMinVersion": if s.tls13_only { "VersionTLS13" } else { "VersionTLS12" },
+        "rotateCertificates": o.rotation(),
+        "serverTLSBootstrap": s.server_tls_bootstrap,
         "authentication": {
             "x509": {"clientCAFile": path(&s.client_ca_file)},
             "webhook": {"enabled": webhook, "cacheTTL": d(s.webhook_cache_ttl)},
