@@ -342,10 +342,15 @@ impl Ask {
     }
 }
 
+/// How long a request is waited for before a new one is sent (an approver that missed it, a
+/// signer that was down), as upstream's certificate manager.
+pub const ISSUE_WAIT: i64 = 15 * 60;
+
 /// Makes a key, sends the request through `client` and waits until the certificate is
-/// issued; returns the key and the certificate chain, PEM. Runs on the executor; each call
-/// runs on the blocking pool.
-pub async fn request(client: &Client, ask: &Ask) -> Result<Identity, RequestError> {
+/// issued, or until `give_up` (Unix seconds: [`ISSUE_WAIT`] from now, and no later than the
+/// end of the identity the request was sent with); returns the key and the certificate chain,
+/// PEM. Runs on the executor; each call runs on the blocking pool.
+pub async fn request(client: &Client, ask: &Ask, give_up: i64) -> Result<Identity, RequestError> {
     let key = crate::pki::new_key_pkcs8().map_err(RequestError::Other)?;
     let cn = format!("system:node:{}", ask.node);
     let der = crate::pki::csr(&key, &cn, &["system:nodes"], &ask.dns, &ask.ips)
@@ -366,6 +371,11 @@ pub async fn request(client: &Client, ask: &Ask) -> Result<Identity, RequestErro
     let mut failures = 0u32;
     loop {
         rt::sleep(poll_delay(rt::now().saturating_duration_since(started))).await;
+        if wall() >= give_up {
+            return Err(RequestError::Other(format!(
+                "CertificateSigningRequest {name} was not issued in time; sending a new one"
+            )));
+        }
         let (c, path) = (client.clone(), format!("{CSR_PATH}/{name}"));
         let got: Result<CsrObject, ApiError> =
             rt::unblock(move || c.json("GET", &path, None)).await;
@@ -598,7 +608,13 @@ impl ClientManager {
             crate::api::rfc3339(id.not_after.saturating_mul(1_000_000_000))
         );
         let conn = self.client.connection();
-        if !kubeconfig_names(&self.kubeconfig, &self.store.current_path()) {
+        // An operator's kubeconfig that still holds a valid certificate is left as it is (the
+        // newer certificate of the store wins at start); one that gives none is written anew.
+        let usable = kubeconfig::load(&self.kubeconfig)
+            .ok()
+            .and_then(|c| Identity::of(&c.credentials))
+            .is_some_and(|i| i.valid_at(now));
+        if !usable && !kubeconfig_names(&self.kubeconfig, &self.store.current_path()) {
             write_kubeconfig(&self.kubeconfig, &conn, &self.store.current_path())?;
             crash_point("kubeconfig-written");
             log::info!("certificate: {} written", self.kubeconfig.display());
@@ -666,7 +682,9 @@ impl ClientManager {
                 }
                 Next::Renew => {
                     log::info!("certificate: renewing the client certificate");
-                    request(&self.client, &Ask::client(&self.node)).await
+                    let end = id.as_ref().map_or(i64::MAX, |i| i.not_after);
+                    let give_up = (now + ISSUE_WAIT).min(end);
+                    request(&self.client, &Ask::client(&self.node), give_up).await
                 }
                 Next::Bootstrap => self.bootstrap_once(&mut stuck_told).await,
             };
@@ -705,7 +723,7 @@ impl ClientManager {
             "certificate: bootstrapping the client certificate with {}",
             path.display()
         );
-        let r = request(&boot, &Ask::client(&self.node)).await;
+        let r = request(&boot, &Ask::client(&self.node), wall() + ISSUE_WAIT).await;
         if let Err(RequestError::Api(e)) = &r
             && e.is_forbidden()
             && !*told
@@ -743,13 +761,15 @@ pub async fn run_serving(
             rt::sleep(secs(at - now).min(MAX_SLEEP).max(Duration::from_secs(1))).await;
             continue;
         }
-        let got = request(&client, &ask).await.and_then(|i| {
-            store
-                .save(&i.cert_pem, &i.key_pem, wall())
-                .map_err(RequestError::Other)?;
-            install(&i).map_err(RequestError::Other)?;
-            Ok(i)
-        });
+        let got = request(&client, &ask, now + ISSUE_WAIT)
+            .await
+            .and_then(|i| {
+                store
+                    .save(&i.cert_pem, &i.key_pem, wall())
+                    .map_err(RequestError::Other)?;
+                install(&i).map_err(RequestError::Other)?;
+                Ok(i)
+            });
         match got {
             Ok(i) => {
                 log::info!(
