@@ -658,8 +658,9 @@ impl ClientManager {
                              --bootstrap-kubeconfig is set: pods keep running, but the node is \
                              cut off from the cluster until an operator puts a valid client \
                              certificate for system:node:{} there (or sets \
-                             --bootstrap-kubeconfig with a valid bootstrap token) and restarts \
-                             picolet",
+                             --bootstrap-kubeconfig with a valid bootstrap token and restarts \
+                             picolet); a new certificate put in the kubeconfig is taken up within \
+                             a minute",
                             self.kubeconfig.display(),
                             id.as_ref().map_or(String::new(), |i| format!(
                                 " at {}",
