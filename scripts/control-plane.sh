@@ -6,6 +6,7 @@
 # script, recorded by PID in DIR/run/, and stopped by that PID.
 #
 #   scripts/control-plane.sh start DIR [--node NAME]... [--controllers]
+#                                [--bootstrap-token ID.SECRET] [--signing-duration DUR]
 #   scripts/control-plane.sh stop DIR
 #
 # start (re)creates DIR's certificates, kubeconfigs and etcd data (it refuses
@@ -43,6 +44,18 @@
 # so the TokenRequest API works. With --controllers, start also waits until the
 # controller manager has created the default ServiceAccount and the
 # kube-root-ca.crt ConfigMap in namespace default.
+#
+# --bootstrap-token ID.SECRET sets a node up to join as kubeadm join does: the
+# apiserver runs with --enable-bootstrap-token-auth, the token's Secret
+# (bootstrap-token-ID in kube-system, group
+# system:bootstrappers:kubeadm:default-node-token) and kubeadm's
+# ClusterRoleBindings are created (system:node-bootstrapper and the nodeclient
+# approval for that group, selfnodeclient approval for system:nodes), the
+# controller manager also runs bootstrapsigner and tokencleaner, and DIR gets
+# bootstrap.kubeconfig (the cluster CA embedded, the token as its user).
+# --signing-duration DUR is the controller manager's --cluster-signing-duration
+# (the lifetime of the certificates its signer issues; the signer backdates
+# notBefore by 5 minutes, and honours no minimum for this flag).
 #
 # stop sends SIGTERM (SIGKILL after 10 s) to the PIDs in DIR/run/ whose command
 # line names DIR, and nothing else; it leaves DIR's files for inspection.
@@ -349,6 +362,9 @@ start_etcd() {
 start_apiserver() {
     local extra=()
     read -r -a extra <<<"${APISERVER_EXTRA_FLAGS:-}"
+    if [[ -n $BOOTSTRAP_TOKEN ]]; then
+        extra+=(--enable-bootstrap-token-auth)
+    fi
     launch kube-apiserver \
         --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -381,6 +397,13 @@ start_apiserver() {
 }
 
 start_controllers() {
+    local cm_extra=()
+    if [[ -n $BOOTSTRAP_TOKEN ]]; then
+        cm_extra+=("--controllers=*,bootstrapsigner,tokencleaner")
+    fi
+    if [[ -n $SIGNING_DURATION ]]; then
+        cm_extra+=("--cluster-signing-duration=$SIGNING_DURATION")
+    fi
     launch kube-scheduler \
         --kubeconfig="$DIR/kube-scheduler.kubeconfig" \
         --authentication-kubeconfig="$DIR/kube-scheduler.kubeconfig" \
@@ -396,11 +419,64 @@ start_controllers() {
         --use-service-account-credentials=true \
         --service-account-private-key-file="$PKI/sa.key" \
         --root-ca-file="$PKI/ca.crt" \
-        --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key"
+        --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+        "${cm_extra[@]}"
     wait_for kube-scheduler "kube-scheduler healthy on 127.0.0.1:$SCHEDULER_PORT" healthz "$SCHEDULER_PORT"
     wait_for kube-controller-manager "kube-controller-manager healthy on 127.0.0.1:$CONTROLLER_MANAGER_PORT" \
         healthz "$CONTROLLER_MANAGER_PORT"
     wait_for kube-controller-manager "default ServiceAccount and kube-root-ca.crt ConfigMap" controllers_working
+}
+
+# The bootstrap token's Secret, kubeadm's bindings for TLS bootstrap, and
+# bootstrap.kubeconfig.
+setup_bootstrap() {
+    local id=${BOOTSTRAP_TOKEN%%.*} secret=${BOOTSTRAP_TOKEN#*.} group=system:bootstrappers:kubeadm:default-node-token
+    "$KUBECTL" --kubeconfig="$DIR/admin.kubeconfig" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$id
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: "$id"
+  token-secret: "$secret"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: $group
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:kubelet-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-bootstrapper}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: $group}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-bootstrap
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:nodeclient"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: $group}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-certificate-rotation
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:nodes}]
+EOF
+    local tmp=$DIR/bootstrap.kubeconfig.tmp
+    rm -f -- "$tmp"
+    "$KUBECTL" config --kubeconfig="$tmp" set-cluster "$CLUSTER" --server="$APISERVER" \
+        --certificate-authority="$PKI/ca.crt" --embed-certs=true >/dev/null &&
+        "$KUBECTL" config --kubeconfig="$tmp" set-credentials tls-bootstrap-token-user \
+            --token="$BOOTSTRAP_TOKEN" >/dev/null &&
+        "$KUBECTL" config --kubeconfig="$tmp" set-context "tls-bootstrap-token-user@$CLUSTER" \
+            --cluster="$CLUSTER" --user=tls-bootstrap-token-user >/dev/null &&
+        "$KUBECTL" config --kubeconfig="$tmp" use-context "tls-bootstrap-token-user@$CLUSTER" >/dev/null ||
+        die "writing bootstrap.kubeconfig failed"
+    mv -f -- "$tmp" "$DIR/bootstrap.kubeconfig"
 }
 
 check_prerequisites() {
@@ -452,6 +528,9 @@ cmd_start() {
     trap 'if [[ $START_OK != 1 ]]; then log "start failed: stopping what it started"; cmd_stop || true; fi' EXIT
     start_etcd
     start_apiserver
+    if [[ -n $BOOTSTRAP_TOKEN ]]; then
+        setup_bootstrap
+    fi
     if $CONTROLLERS; then
         start_controllers
     fi
@@ -470,12 +549,19 @@ cmd=$1 DIR=$2
 shift 2
 NODES=()
 CONTROLLERS=false
+BOOTSTRAP_TOKEN=
+SIGNING_DURATION=
 case $cmd in
     start)
         while [[ $# -gt 0 ]]; do
             case $1 in
                 --node) [[ $# -ge 2 ]] || usage; NODES+=("$2"); shift 2 ;;
                 --controllers) CONTROLLERS=true; shift ;;
+                --bootstrap-token)
+                    [[ $# -ge 2 && $2 =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] ||
+                        die "--bootstrap-token: expected ID.SECRET ([a-z0-9]{6}.[a-z0-9]{16}), got ${2:-nothing}"
+                    BOOTSTRAP_TOKEN=$2; shift 2 ;;
+                --signing-duration) [[ $# -ge 2 ]] || usage; SIGNING_DURATION=$2; shift 2 ;;
                 *) usage ;;
             esac
         done

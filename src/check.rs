@@ -89,7 +89,89 @@ pub fn host(o: &Options, root: &Path, now_unix_secs: i64) -> Vec<Finding> {
     out.push(manifests(o));
     out.push(root_dir(&o.root_dir));
     out.push(clock(now_unix_secs, BUILD_EPOCH.parse().unwrap_or(0)));
+    #[cfg(feature = "apiserver")]
+    out.extend(client_certificate(o, now_unix_secs));
     out
+}
+
+/// The client certificate picolet would use (the kubeconfig's, or the newer current one of
+/// `<root-dir>/pki` with rotation on): its expiry and whether rotation is on.
+#[cfg(feature = "apiserver")]
+fn client_certificate(o: &Options, now: i64) -> Option<Finding> {
+    use crate::certificate::{CLIENT_PREFIX, Identity, Store};
+    const WHAT: &str = "client certificate";
+    let kubeconfig = o.kubeconfig.as_ref()?;
+    let rotation = if o.rotation() { "on" } else { "off" };
+    let store = Store::new(&o.root_dir.join("pki"), CLIENT_PREFIX);
+    let from_store = store.current().ok().flatten();
+    let loaded = crate::apiclient::kubeconfig::load(kubeconfig);
+    let from_kubeconfig = loaded
+        .as_ref()
+        .ok()
+        .and_then(|c| Identity::of(&c.credentials));
+    let id = match (from_kubeconfig, from_store) {
+        (Some(k), Some(s)) if o.rotation() && s.not_after > k.not_after => Some(s),
+        (Some(k), _) => Some(k),
+        (None, s) if loaded.is_err() => s,
+        (None, _) => None,
+    };
+    let when = |t: i64| crate::api::rfc3339(t.saturating_mul(1_000_000_000));
+    let node = o.hostname_override.as_deref().unwrap_or("<node>");
+    let fix_expired = match &o.bootstrap_kubeconfig {
+        Some(b) => format!(
+            "none needed if the bootstrap token in {} is valid: picolet bootstraps again when              the apiserver answers; else put a new one there (kubeadm token create)",
+            b.display()
+        ),
+        None => format!(
+            "put a valid client certificate for system:node:{node} (group system:nodes) in {},              or set --bootstrap-kubeconfig with a valid bootstrap token",
+            kubeconfig.display()
+        ),
+    };
+    Some(match (id, &loaded) {
+        (Some(i), _) if now >= i.not_after => problem(
+            if o.bootstrap_kubeconfig.is_some() {
+                Level::Warn
+            } else {
+                Level::Fatal
+            },
+            WHAT,
+            format!("expired at {}, rotation {rotation}", when(i.not_after)),
+            fix_expired,
+        ),
+        (Some(i), _) => {
+            let left = (i.not_after - now) / 86_400;
+            let detail = format!(
+                "valid until {} ({left} days left), rotation {rotation}",
+                when(i.not_after)
+            );
+            if !o.rotation() && now >= i.renew_at(0.9) {
+                problem(
+                    Level::Warn,
+                    WHAT,
+                    detail,
+                    "turn rotation on (--rotate-certificates, rotateCertificates: true) or                      replace the certificate before it expires",
+                )
+            } else {
+                ok(WHAT, detail)
+            }
+        }
+        (None, Ok(_)) => ok(WHAT, "none: the kubeconfig authenticates with a token"),
+        (None, Err(e)) => match &o.bootstrap_kubeconfig {
+            Some(b) => ok(
+                WHAT,
+                format!(
+                    "none yet: joins with the bootstrap token of {}, rotation {rotation}",
+                    b.display()
+                ),
+            ),
+            None => problem(
+                Level::Fatal,
+                WHAT,
+                e.clone(),
+                "give --kubeconfig a kubeconfig with the node's credentials, or set                  --bootstrap-kubeconfig",
+            ),
+        },
+    })
 }
 
 fn cgroups(root: &Path, out: &mut Vec<Finding>) {
@@ -523,5 +605,66 @@ mod tests {
         let f = crate::rt::block_on(runtime(&fake, "unix:///x.sock"));
         assert_eq!(f.level, Level::Ok, "{f}");
         assert!(f.detail.contains("CRI v1"), "{f}");
+    }
+
+    #[cfg(feature = "apiserver")]
+    #[test]
+    fn the_client_certificate_shows_its_expiry_and_rotation() {
+        let dir = std::env::temp_dir().join(format!("picolet-check-cert-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let now = 1_780_000_000;
+        let store = crate::certificate::Store::new(&dir.join("pki"), "kubelet-client");
+        let c = crate::pki::self_signed("n", &[], &[], now).unwrap();
+        store
+            .save(c.cert_pem.as_bytes(), c.key_pem.as_bytes(), now)
+            .unwrap();
+        let kc = dir.join("kubelet.conf");
+        let conn = crate::apiclient::kubeconfig::Connection {
+            server: "https://10.0.0.1:6443".into(),
+            ca: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            credentials: crate::apiclient::kubeconfig::Credentials::None,
+            namespace: String::new(),
+        };
+        crate::certificate::write_kubeconfig(&kc, &conn, &store.current_path()).unwrap();
+        let mut o = Options {
+            root_dir: dir.clone(),
+            kubeconfig: Some(kc.clone()),
+            ..Options::default()
+        };
+        let f = client_certificate(&o, now).unwrap();
+        assert_eq!(f.level, Level::Ok);
+        assert_eq!(
+            f.detail,
+            "valid until 2027-05-28T20:26:40Z (365 days left), rotation off"
+        );
+        o.rotate_certificates = Some(true);
+        assert!(
+            client_certificate(&o, now)
+                .unwrap()
+                .detail
+                .ends_with("rotation on")
+        );
+        let late = now + 400 * 86_400;
+        let f = client_certificate(&o, late).unwrap();
+        assert_eq!(f.level, Level::Fatal);
+        assert!(
+            f.detail.starts_with("expired at 2027-05-28T20:26:40Z"),
+            "{f}"
+        );
+        assert!(f.fix.unwrap().contains("--bootstrap-kubeconfig"));
+        o.bootstrap_kubeconfig = Some(dir.join("bootstrap.conf"));
+        assert_eq!(client_certificate(&o, late).unwrap().level, Level::Warn);
+        o.kubeconfig = Some(dir.join("missing.conf"));
+        let _ = std::fs::remove_dir_all(dir.join("pki"));
+        let f = client_certificate(&o, now).unwrap();
+        assert_eq!(f.level, Level::Ok);
+        assert!(
+            f.detail
+                .starts_with("none yet: joins with the bootstrap token"),
+            "{f}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

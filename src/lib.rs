@@ -8,6 +8,8 @@ pub mod api;
 pub mod apiclient;
 pub(crate) mod atomic_file;
 pub(crate) mod atomic_writer;
+#[cfg(feature = "apiserver")]
+pub mod certificate;
 pub mod check;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
@@ -28,7 +30,7 @@ pub mod node;
 pub mod notify;
 pub mod objects;
 pub mod options;
-#[cfg(feature = "node-api")]
+#[cfg(feature = "apiserver")]
 pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
@@ -68,6 +70,9 @@ struct Sources {
     manifests: Option<std::path::PathBuf>,
     #[cfg(feature = "apiserver")]
     apiserver: Option<apiclient::Client>,
+    /// How the client identity stood at start, and the certificate it had.
+    #[cfg(feature = "apiserver")]
+    identity: Option<(certificate::Start, Option<certificate::Identity>)>,
 }
 
 fn sources(o: &Options) -> Result<Sources, String> {
@@ -76,15 +81,33 @@ fn sources(o: &Options) -> Result<Sources, String> {
         return Err("--pod-manifest-path: this picolet was built without the file source".into());
     }
     #[cfg(feature = "apiserver")]
-    let apiserver = match &o.kubeconfig {
+    let (apiserver, identity) = match &o.kubeconfig {
         Some(path) => {
-            let conn = apiclient::kubeconfig::load(path)?;
-            Some(
-                apiclient::Client::new(&conn)
-                    .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?,
+            let store =
+                certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX);
+            let now = rt::now_nanos().div_euclid(1_000_000_000);
+            let (conn, start) = certificate::start(
+                path,
+                o.bootstrap_kubeconfig.as_deref(),
+                &store,
+                o.rotation(),
+                now,
+            )?;
+            let id = certificate::Identity::of(&conn.credentials);
+            let flag = if matches!(start, certificate::Start::Ready) {
+                "--kubeconfig"
+            } else {
+                "--bootstrap-kubeconfig"
+            };
+            (
+                Some(
+                    apiclient::Client::new(&conn)
+                        .map_err(|e| format!("{flag} {}: {e}", path.display()))?,
+                ),
+                Some((start, id)),
             )
         }
-        None => None,
+        None => (None, None),
     };
     #[cfg(not(feature = "apiserver"))]
     if o.kubeconfig.is_some() {
@@ -94,6 +117,8 @@ fn sources(o: &Options) -> Result<Sources, String> {
         manifests,
         #[cfg(feature = "apiserver")]
         apiserver,
+        #[cfg(feature = "apiserver")]
+        identity,
     };
     #[cfg(feature = "apiserver")]
     let any = s.manifests.is_some() || s.apiserver.is_some();
@@ -452,6 +477,47 @@ fn start_cluster(
     ])
 }
 
+/// The client certificate's manager (bootstrap, rotation, expiry), when the identity is a
+/// certificate or a bootstrap kubeconfig is set; and, on the first bootstrap, the channel told
+/// when the node has an identity.
+#[cfg(feature = "apiserver")]
+fn start_certificates(
+    o: &Options,
+    src: &Sources,
+    node_name: &str,
+) -> (Vec<rt::Task<()>>, Option<async_channel::Receiver<()>>) {
+    let (Some(client), Some((start, id)), Some(kubeconfig)) =
+        (&src.apiserver, &src.identity, &o.kubeconfig)
+    else {
+        return (Vec::new(), None);
+    };
+    if id.is_none() && o.bootstrap_kubeconfig.is_none() {
+        return (Vec::new(), None);
+    }
+    let (tx, rx) = async_channel::bounded(1);
+    log::info!(
+        "client certificate: {}; rotation {}",
+        match start {
+            certificate::Start::Ready => "valid",
+            certificate::Start::Bootstrap => "none yet, bootstrapping",
+            certificate::Start::Expired => "expired",
+        },
+        if o.rotation() { "on" } else { "off" }
+    );
+    let m = certificate::ClientManager {
+        client: client.clone(),
+        kubeconfig: kubeconfig.clone(),
+        bootstrap: o.bootstrap_kubeconfig.clone(),
+        store: certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX),
+        node: node_name.to_owned(),
+        rotation: o.rotation(),
+        ready: Some(tx),
+    };
+    let task = rt::spawn(m.run(id.clone()));
+    let wait = matches!(start, certificate::Start::Bootstrap).then_some(rx);
+    (vec![task], wait)
+}
+
 /// The local API on `--healthz-port` (none when it is 0) and the node API on `--port`.
 #[cfg(feature = "local-api")]
 fn start_server(
@@ -480,7 +546,7 @@ fn start_server(
     }
     #[cfg(feature = "node-api")]
     if let Some(port) = o.node_api_port() {
-        tasks.push(start_node_api(o, port, parts, ctx, client)?);
+        tasks.extend(start_node_api(o, port, parts, ctx, client)?);
     }
     #[cfg(all(feature = "apiserver", not(feature = "node-api")))]
     let _ = client;
@@ -496,9 +562,10 @@ fn start_node_api(
     parts: &Parts,
     ctx: Rc<server::Context>,
     client: Option<&apiclient::Client>,
-) -> Result<rt::Task<()>, String> {
+) -> Result<Vec<rt::Task<()>>, String> {
     let s = &o.serving;
     let node = parts.rm.node();
+    let mut tasks = Vec::new();
     let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
         (Some(c), Some(k)) => (c.clone(), k.clone()),
         _ => {
@@ -512,7 +579,57 @@ fn start_node_api(
                 .map_err(|e| format!("the node API's self-signed certificate: {e}"))?
         }
     };
-    let tls = server::node_api::tls_config(&cert, &key, s.client_ca_file.as_deref(), s.tls13_only)
+    let serving = server::node_api::serving_from_files(&cert, &key)
+        .map_err(|e| format!("the node API's certificate: {e}"))?;
+    let mut cert_name = cert.display().to_string();
+    if s.server_tls_bootstrap {
+        let Some(c) = client else {
+            return Err(
+                "serverTLSBootstrap needs --kubeconfig (the certificate is asked of \
+                        the cluster)"
+                    .into(),
+            );
+        };
+        let store = certificate::Store::new(&o.root_dir.join("pki"), certificate::SERVER_PREFIX);
+        let now = rt::now_nanos().div_euclid(1_000_000_000);
+        let current = store
+            .current()
+            .unwrap_or_else(|e| {
+                log::warn!("certificate: {e}; asking for a new serving certificate");
+                None
+            })
+            .filter(|i| i.valid_at(now));
+        if let Some(i) = &current {
+            let what = store.current_path().display().to_string();
+            serving.set(server::node_api::Serving::key_of(
+                &i.cert_pem,
+                &i.key_pem,
+                &what,
+            )?);
+            cert_name = what;
+        } else {
+            cert_name = format!("{cert_name} until the cluster issues one");
+        }
+        let ips: Vec<std::net::IpAddr> = node.node_ip.parse().into_iter().collect();
+        let ask = certificate::Ask::serving(&node.node_name, vec![node.node_name.clone()], ips);
+        let (target, path) = (serving.clone(), store.current_path());
+        tasks.push(rt::spawn(certificate::run_serving(
+            c.clone(),
+            store,
+            ask,
+            current,
+            move |i| {
+                let what = path.display().to_string();
+                target.set(server::node_api::Serving::key_of(
+                    &i.cert_pem,
+                    &i.key_pem,
+                    &what,
+                )?);
+                Ok(())
+            },
+        )));
+    }
+    let tls = server::node_api::tls_config(serving, s.client_ca_file.as_deref(), s.tls13_only)
         .map_err(|e| format!("the node API's TLS: {e}"))?;
     let webhook = s.webhook_authn.unwrap_or(client.is_some());
     let authz = match s.authorization {
@@ -543,7 +660,7 @@ fn start_node_api(
     let l = server::node_api::bind(addr)?;
     log::info!(
         "node API on https://{addr} (certificate {}, client CA {}, token webhook {}, authorization {:?}, anonymous {})",
-        cert.display(),
+        cert_name,
         s.client_ca_file
             .as_ref()
             .map_or("none".into(), |p| p.display().to_string()),
@@ -556,7 +673,8 @@ fn start_node_api(
         auth,
         configz: server::node_api::configz(o, port),
     });
-    Ok(rt::spawn(server::node_api::serve(l, tls, api)))
+    tasks.push(rt::spawn(server::node_api::serve(l, tls, api)));
+    Ok(tasks)
 }
 
 /// Upkeep beside the loop: image GC, log rotation, eviction, the malloc trim, and the systemd
@@ -708,8 +826,10 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             report.clone(),
         );
         #[cfg(feature = "apiserver")]
-        let _cluster = match src.apiserver.clone() {
-            Some(client) => start_cluster(
+        let (_certs, ready) = start_certificates(&o, &src, &parts.rm.node().node_name);
+        #[cfg(feature = "apiserver")]
+        let _cluster = match (src.apiserver.clone(), ready) {
+            (Some(client), None) => start_cluster(
                 &o,
                 client,
                 &parts,
@@ -717,7 +837,26 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 objects,
                 snap_tx.clone(),
             )?,
-            None => Vec::new(),
+            // The first bootstrap: the cluster's tasks start once the node has an identity.
+            (Some(client), Some(ready)) => {
+                let (o, parts, version, tx) = (
+                    o.clone(),
+                    parts.clone(),
+                    runtime.version.clone(),
+                    snap_tx.clone(),
+                );
+                vec![rt::spawn(async move {
+                    let _ = ready.recv().await;
+                    match start_cluster(&o, client, &parts, &version, objects, tx) {
+                        Ok(tasks) => {
+                            futures_lite::future::pending::<()>().await;
+                            drop(tasks);
+                        }
+                        Err(e) => log::error!("joining the cluster: {e}"),
+                    }
+                })]
+            }
+            (None, _) => Vec::new(),
         };
         #[cfg(not(feature = "apiserver"))]
         let _ = (&runtime.version, objects);

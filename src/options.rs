@@ -55,6 +55,11 @@ flags:
                                      (default 5, at least 2)
   --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
                                      system:node:<name>); without it, static pods only
+  --bootstrap-kubeconfig FILE        when --kubeconfig is missing or its certificate expired,
+                                     join with this kubeconfig's bootstrap token: a key made on
+                                     the node, a CSR, then --kubeconfig written
+  --rotate-certificates[=true|false] renew the client certificate by CSR before it expires
+                                     (default true with --bootstrap-kubeconfig)
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              the node's labels (admission matches pods against them;
                                      the Node is registered with them)
@@ -146,6 +151,12 @@ pub struct Options {
     pub verbosity: u8,
     /// kubeconfig of the apiserver to join; none: static pods only.
     pub kubeconfig: Option<PathBuf>,
+    /// kubeconfig with a bootstrap token, used to get a client certificate by CSR when
+    /// `kubeconfig` is missing or holds no valid certificate (`--bootstrap-kubeconfig`).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Renew the client certificate by CSR (`rotateCertificates`, `--rotate-certificates`);
+    /// `None`: on with a bootstrap kubeconfig.
+    pub rotate_certificates: Option<bool>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
@@ -185,6 +196,9 @@ pub struct Serving {
     pub tls_private_key_file: Option<PathBuf>,
     /// TLS 1.3 only when set; TLS 1.2 and 1.3 otherwise.
     pub tls13_only: bool,
+    /// Ask the cluster for the serving certificate by CSR (`serverTLSBootstrap`); self-signed
+    /// until it is issued.
+    pub server_tls_bootstrap: bool,
     pub client_ca_file: Option<PathBuf>,
     pub anonymous: bool,
     /// `None`: on when joined to a cluster.
@@ -229,6 +243,7 @@ impl Default for Serving {
             tls_cert_file: None,
             tls_private_key_file: None,
             tls13_only: false,
+            server_tls_bootstrap: false,
             client_ca_file: None,
             anonymous: false,
             webhook_authn: None,
@@ -241,6 +256,12 @@ impl Default for Serving {
 }
 
 impl Options {
+    /// Whether the client certificate is renewed by CSR.
+    pub fn rotation(&self) -> bool {
+        self.rotate_certificates
+            .unwrap_or(self.bootstrap_kubeconfig.is_some())
+    }
+
     /// The node API's port, `None` when it is off.
     pub fn node_api_port(&self) -> Option<u16> {
         match self.serving.port {
@@ -269,6 +290,8 @@ impl Default for Options {
             container_log: crate::logs::rotate::Policy::default(),
             verbosity: 0,
             kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            rotate_certificates: None,
             apiserver_poll_interval: None,
             node_labels: Vec::new(),
             max_pods: 110,
@@ -379,6 +402,9 @@ struct KubeletConfiguration {
     tls_cert_file: Option<String>,
     tls_private_key_file: Option<String>,
     tls_min_version: Option<String>,
+    rotate_certificates: Option<bool>,
+    #[serde(rename = "serverTLSBootstrap")]
+    server_tls_bootstrap: Option<bool>,
     authentication: Option<ConfigAuthentication>,
     authorization: Option<ConfigAuthorization>,
 }
@@ -597,6 +623,13 @@ fn parse_config_into(
         sv.tls13_only =
             parse_tls_version(v).map_err(|r| err(format!("tlsMinVersion: {v:?}: {r}")))?;
     }
+    if let Some(b) = cfg.server_tls_bootstrap {
+        sv.server_tls_bootstrap = b;
+    }
+    if let Some(b) = cfg.rotate_certificates {
+        o.rotate_certificates = Some(b);
+    }
+    let sv = &mut o.serving;
     if let Some(a) = cfg.authentication {
         if let Some(f) = a.x509.and_then(|x| x.client_ca_file) {
             sv.client_ca_file = (!f.is_empty()).then(|| f.into());
@@ -723,6 +756,8 @@ const FLAGS: &[&str] = &[
     "container-log-max-size",
     "container-log-max-files",
     "kubeconfig",
+    "bootstrap-kubeconfig",
+    "rotate-certificates",
     "apiserver-poll-interval",
     "node-labels",
     "register-with-taints",
@@ -762,6 +797,7 @@ const FLAGS: &[&str] = &[
 
 /// Flags that are booleans: `--flag` alone means true, a value needs `=`, as in Go.
 const BOOL_FLAGS: &[&str] = &[
+    "rotate-certificates",
     "cgroups-per-qos",
     "anonymous-auth",
     "authentication-token-webhook",
@@ -895,6 +931,11 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             }
             "root-dir" => o.root_dir = PathBuf::from(v),
             "kubeconfig" => o.kubeconfig = Some(PathBuf::from(v)),
+            "bootstrap-kubeconfig" => o.bootstrap_kubeconfig = (!v.is_empty()).then(|| v.into()),
+            "rotate-certificates" => {
+                o.rotate_certificates =
+                    Some(v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?)
+            }
             "apiserver-poll-interval" => {
                 let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
                 o.apiserver_poll_interval = (!d.is_zero()).then_some(d);
@@ -1035,6 +1076,18 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
                 .into(),
         ));
     }
+    if o.bootstrap_kubeconfig.is_some() && o.kubeconfig.is_none() {
+        return Err(OptionsError::Invalid(
+            "--bootstrap-kubeconfig needs --kubeconfig: the path the node's own kubeconfig is              written to"
+                .into(),
+        ));
+    }
+    if o.serving.server_tls_bootstrap && o.serving.tls_cert_file.is_some() {
+        return Err(OptionsError::Invalid(
+            "serverTLSBootstrap and --tls-cert-file (tlsCertFile) exclude each other: the              serving certificate comes either from the cluster or from the file"
+                .into(),
+        ));
+    }
     // "none" alone means no enforcement, as an empty list.
     o.cgroups.enforce_node_allocatable.retain(|e| e != "none");
     o.cgroups.validate().map_err(OptionsError::Invalid)?;
@@ -1116,6 +1169,50 @@ mod tests {
             Command::Run(o) => *o,
             c => panic!("{c:?}"),
         }
+    }
+
+    #[test]
+    fn bootstrap_and_rotation_flags_and_fields() {
+        let o = run(&["--kubeconfig", "/k"]);
+        assert!(!o.rotation(), "off without a bootstrap kubeconfig");
+        let o = run(&["--kubeconfig", "/k", "--bootstrap-kubeconfig", "/b"]);
+        assert_eq!(o.bootstrap_kubeconfig.as_deref(), Some(Path::new("/b")));
+        assert!(o.rotation(), "on by default when bootstrapping");
+        let o = run(&[
+            "--kubeconfig",
+            "/k",
+            "--bootstrap-kubeconfig",
+            "/b",
+            "--rotate-certificates=false",
+        ]);
+        assert!(!o.rotation());
+        let o = run(&["--kubeconfig", "/k", "--rotate-certificates"]);
+        assert!(o.rotation());
+        let e = parse(&args(&["--bootstrap-kubeconfig", "/b"])).unwrap_err();
+        assert!(e.to_string().contains("needs --kubeconfig"), "{e}");
+        let mut o = Options::default();
+        parse_config(
+            b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+              rotateCertificates: true\nserverTLSBootstrap: true\n",
+            Path::new("/c.yaml"),
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(o.rotate_certificates, Some(true));
+        assert!(o.serving.server_tls_bootstrap);
+        assert!(o.config_warnings.is_empty(), "{:?}", o.config_warnings);
+        let e = parse_config(
+            b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+              rotateCertificates: maybe\n",
+            Path::new("/c.yaml"),
+            &mut o,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/c.yaml") && e.contains("rotateCertificates"),
+            "{e}"
+        );
     }
 
     #[test]

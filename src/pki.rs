@@ -1,7 +1,9 @@
-//! The few X.509 pieces the node API needs, without a certificate library: a self-signed
-//! serving certificate (a CA and a leaf it signs, ECDSA P-256 keys made with ring, as the
-//! kubelet makes `<root-dir>/pki/kubelet.crt` when given none), kept on disk and reused; and
-//! the subject (CN and O) of a verified client certificate, which names the user and groups.
+//! The few X.509 pieces picolet needs, without a certificate library: a self-signed serving
+//! certificate (a CA and a leaf it signs, ECDSA P-256 keys made with ring, as the kubelet makes
+//! `<root-dir>/pki/kubelet.crt` when given none), kept on disk and reused; the subject (CN and
+//! O) of a verified client certificate, which names the user and groups; and for certificates
+//! asked of the cluster, a new key, the PKCS#10 request signed with it, PEM blocks, and a
+//! certificate's validity period.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,8 @@ const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
 const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
 const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+// pkcs-9 extensionRequest: the extensions a certification request asks for.
+const OID_EXTENSION_REQUEST: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
 
 fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     let mut out = vec![tag];
@@ -123,15 +127,11 @@ fn tbs(
             false,
             &seq(&[tlv(OID, OID_SERVER_AUTH)]),
         ));
-        let mut names: Vec<Vec<u8>> = p.dns.iter().map(|d| tlv(0x82, d.as_bytes())).collect();
-        for ip in p.ips {
-            let octets = match ip {
-                IpAddr::V4(v) => v.octets().to_vec(),
-                IpAddr::V6(v) => v.octets().to_vec(),
-            };
-            names.push(tlv(0x87, &octets));
-        }
-        exts.push(extension(OID_SUBJECT_ALT_NAME, false, &seq(&names)));
+        exts.push(extension(
+            OID_SUBJECT_ALT_NAME,
+            false,
+            &general_names(p.dns, p.ips),
+        ));
     }
     seq(&[
         tlv(0xa0, &tlv(INTEGER, &[2])),
@@ -271,6 +271,232 @@ pub fn ensure_self_signed(
     Ok((crt, key))
 }
 
+/// A new ECDSA P-256 key, PKCS#8 DER.
+pub fn new_key_pkcs8() -> Result<Vec<u8>, String> {
+    Ok(new_key(&SystemRandom::new())?.1)
+}
+
+/// subjectAltName's GeneralNames: dNSName `[2]` and iPAddress `[7]` entries.
+fn general_names(dns: &[String], ips: &[IpAddr]) -> Vec<u8> {
+    let mut names: Vec<Vec<u8>> = dns.iter().map(|d| tlv(0x82, d.as_bytes())).collect();
+    for ip in ips {
+        let octets = match ip {
+            IpAddr::V4(v) => v.octets().to_vec(),
+            IpAddr::V6(v) => v.octets().to_vec(),
+        };
+        names.push(tlv(0x87, &octets));
+    }
+    seq(&names)
+}
+
+/// A PKCS#10 certification request (DER) for the PKCS#8 P-256 key given, signed with it: the
+/// subject's organizations then its common name, and, when names or addresses are given, a
+/// subjectAltName asked for through the extensionRequest attribute.
+pub fn csr(
+    key_pkcs8: &[u8],
+    cn: &str,
+    orgs: &[&str],
+    dns: &[String],
+    ips: &[IpAddr],
+) -> Result<Vec<u8>, String> {
+    let rng = SystemRandom::new();
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key_pkcs8, &rng)
+        .map_err(|_| "the key is not a PKCS#8 ECDSA P-256 key".to_owned())?;
+    let mut rdns: Vec<Vec<u8>> = orgs
+        .iter()
+        .map(|o| {
+            tlv(
+                SET,
+                &seq(&[tlv(OID, OID_O), tlv(UTF8_STRING, o.as_bytes())]),
+            )
+        })
+        .collect();
+    rdns.push(tlv(
+        SET,
+        &seq(&[tlv(OID, OID_CN), tlv(UTF8_STRING, cn.as_bytes())]),
+    ));
+    let spki = seq(&[
+        seq(&[tlv(OID, OID_EC_PUBLIC_KEY), tlv(OID, OID_P256)]),
+        tlv(
+            BIT_STRING,
+            &[&[0u8][..], key.public_key().as_ref()].concat(),
+        ),
+    ]);
+    let attributes = if dns.is_empty() && ips.is_empty() {
+        Vec::new()
+    } else {
+        let exts = seq(&[extension(
+            OID_SUBJECT_ALT_NAME,
+            false,
+            &general_names(dns, ips),
+        )]);
+        seq(&[tlv(OID, OID_EXTENSION_REQUEST), tlv(SET, &exts)])
+    };
+    let info = seq(&[tlv(INTEGER, &[0]), seq(&rdns), spki, tlv(0xa0, &attributes)]);
+    let sig = key
+        .sign(&rng, &info)
+        .map_err(|_| "signing the certificate request failed".to_owned())?;
+    Ok(seq(&[
+        info,
+        seq(&[tlv(OID, OID_ECDSA_SHA256)]),
+        tlv(BIT_STRING, &[&[0u8][..], sig.as_ref()].concat()),
+    ]))
+}
+
+/// The PEM blocks of a text: each one's label and DER content, in order. Text between blocks
+/// is skipped; a block that does not decode is an error naming its label.
+pub fn pem_blocks(text: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(text);
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(label) = line
+            .trim()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        else {
+            continue;
+        };
+        let end = format!("-----END {label}-----");
+        let mut b64 = String::new();
+        let mut closed = false;
+        for l in lines.by_ref() {
+            if l.trim() == end {
+                closed = true;
+                break;
+            }
+            b64.push_str(l.trim());
+        }
+        if !closed {
+            return Err(format!("PEM block {label:?} has no END line"));
+        }
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(&b64)
+            .map_err(|e| format!("PEM block {label:?}: {e}"))?;
+        out.push((label.to_owned(), der));
+    }
+    Ok(out)
+}
+
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// An X.509 UTCTime or GeneralizedTime (the `Z` forms DER allows) as Unix seconds.
+fn parse_time(tag: u8, v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    let (year, rest) = match tag {
+        UTC_TIME if s.len() == 12 => {
+            let yy = digits(0..2)?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, 2)
+        }
+        GENERALIZED_TIME if s.len() == 14 => (digits(0..4)?, 4),
+        _ => return None,
+    };
+    let f = |i: usize| digits(rest + 2 * i..rest + 2 * i + 2);
+    let (mo, d, h, mi, se) = (f(0)?, f(1)?, f(2)?, f(3)?, f(4)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, mo, d) * 86_400 + h * 3600 + mi * 60 + se)
+}
+
+/// A DER certificate's validity: notBefore and notAfter, Unix seconds.
+pub fn validity(cert: &[u8]) -> Option<(i64, i64)> {
+    let (_, cert, _) = read_tlv(cert)?;
+    let (_, tbs, _) = read_tlv(cert)?;
+    let mut rest = tbs;
+    let (tag, _, r) = read_tlv(rest)?;
+    rest = r;
+    if tag == 0xa0 {
+        rest = read_tlv(rest)?.2;
+    }
+    rest = read_tlv(rest)?.2; // signature algorithm
+    rest = read_tlv(rest)?.2; // issuer
+    let (_, validity, _) = read_tlv(rest)?;
+    let (t1, v1, r) = read_tlv(validity)?;
+    let (t2, v2, _) = read_tlv(r)?;
+    Some((parse_time(t1, v1)?, parse_time(t2, v2)?))
+}
+
+/// A certificate authority for tests (feature `testing`, never in a release build): signs
+/// certification requests as a cluster's signer does, for the lifetime asked.
+#[cfg(feature = "testing")]
+#[derive(Debug)]
+pub struct TestCa {
+    key_pkcs8: Vec<u8>,
+    name: String,
+}
+
+#[cfg(feature = "testing")]
+impl TestCa {
+    pub fn new(name: &str) -> Result<TestCa, String> {
+        Ok(TestCa {
+            key_pkcs8: new_key_pkcs8()?,
+            name: name.to_owned(),
+        })
+    }
+
+    /// A certificate (PEM) for a PEM or DER request: its subject and public key, valid from
+    /// `not_before` to `not_after`, for clients or servers (the request's subjectAltName is not
+    /// carried over: tests read the subject and the dates).
+    pub fn issue(
+        &self,
+        request: &[u8],
+        not_before: i64,
+        not_after: i64,
+        server: bool,
+    ) -> Result<String, String> {
+        let der = match pem_blocks(request)?.into_iter().next() {
+            Some((_, d)) => d,
+            None => request.to_vec(),
+        };
+        let (_, req, _) = read_tlv(&der).ok_or("the request is not DER")?;
+        let (_, info, _) = read_tlv(req).ok_or("no request info")?;
+        let (_, _, r) = read_tlv(info).ok_or("no version")?;
+        let (subject_tag, subject, r) = read_tlv(r).ok_or("no subject")?;
+        let (spki_tag, spki, _) = read_tlv(r).ok_or("no public key")?;
+        let rng = SystemRandom::new();
+        let ca = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &self.key_pkcs8, &rng)
+            .map_err(|_| "the CA key".to_owned())?;
+        let purpose: &[u8] = if server {
+            OID_SERVER_AUTH
+        } else {
+            &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02]
+        };
+        let exts = seq(&[
+            extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
+            extension(OID_KEY_USAGE, true, &tlv(BIT_STRING, &[0x07, 0x80])),
+            extension(OID_EXT_KEY_USAGE, false, &seq(&[tlv(OID, purpose)])),
+        ]);
+        let tbs = seq(&[
+            tlv(0xa0, &tlv(INTEGER, &[2])),
+            tlv(INTEGER, &serial(&rng)?),
+            seq(&[tlv(OID, OID_ECDSA_SHA256)]),
+            name(&self.name),
+            seq(&[time(not_before), time(not_after)]),
+            tlv(subject_tag, subject),
+            tlv(spki_tag, spki),
+            tlv(0xa3, &exts),
+        ]);
+        Ok(pem("CERTIFICATE", &sign(&ca, &rng, tbs)?))
+    }
+}
+
 /// One DER element: its tag, content and what follows it.
 fn read_tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = b.split_first()?;
@@ -326,7 +552,7 @@ pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn, orgs))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "node-api"))]
 mod tests {
     use super::*;
 
@@ -438,5 +664,86 @@ mod tests {
             time(2_524_608_000),
             tlv(GENERALIZED_TIME, b"20500101000000Z")
         );
+    }
+
+    #[test]
+    fn a_certificate_request_carries_the_subject_names_and_a_valid_signature() {
+        let key = new_key_pkcs8().unwrap();
+        let der = csr(
+            &key,
+            "system:node:edge-1",
+            &["system:nodes"],
+            &["edge-1".into()],
+            &["10.0.0.7".parse().unwrap()],
+        )
+        .unwrap();
+        let (_, body, rest) = read_tlv(&der).unwrap();
+        assert!(rest.is_empty());
+        let (_, info_content, r) = read_tlv(body).unwrap();
+        let info_len = body.len() - r.len();
+        let info = &body[..info_len];
+        let (_, alg, r) = read_tlv(r).unwrap();
+        assert_eq!(alg, tlv(OID, OID_ECDSA_SHA256));
+        let (tag, sig, _) = read_tlv(r).unwrap();
+        assert_eq!(tag, BIT_STRING);
+        // The signature verifies with the public key inside the request.
+        let rng = SystemRandom::new();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &key, &rng).unwrap();
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_ASN1,
+            pair.public_key().as_ref(),
+        )
+        .verify(info, &sig[1..])
+        .unwrap();
+        let (_, version, r) = read_tlv(info_content).unwrap();
+        assert_eq!(version, [0]);
+        let (_, subject, r) = read_tlv(r).unwrap();
+        let want = seq(&[
+            tlv(
+                SET,
+                &seq(&[tlv(OID, OID_O), tlv(UTF8_STRING, b"system:nodes")]),
+            ),
+            tlv(
+                SET,
+                &seq(&[tlv(OID, OID_CN), tlv(UTF8_STRING, b"system:node:edge-1")]),
+            ),
+        ]);
+        assert_eq!(tlv(SEQUENCE, subject), want);
+        let (_, _spki, r) = read_tlv(r).unwrap();
+        let (tag, attrs, _) = read_tlv(r).unwrap();
+        assert_eq!(tag, 0xa0);
+        let text = String::from_utf8_lossy(attrs);
+        assert!(text.contains("edge-1"), "the SAN is asked for");
+        // A client request asks for no extension at all.
+        let client = csr(&key, "system:node:edge-1", &["system:nodes"], &[], &[]).unwrap();
+        assert!(client.windows(2).any(|w| w == [0xa0, 0x00]));
+        assert!(!String::from_utf8_lossy(&client).contains("edge-1\u{0}"));
+    }
+
+    #[test]
+    fn pem_blocks_and_validity_read_back_what_was_written() {
+        let now = 1_780_000_000;
+        let s = self_signed("edge-1", &["edge-1".into()], &[], now).unwrap();
+        let text = format!("junk\n{}{}", s.cert_pem, s.key_pem);
+        let blocks = pem_blocks(text.as_bytes()).unwrap();
+        let labels: Vec<&str> = blocks.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["CERTIFICATE", "CERTIFICATE", "PRIVATE KEY"]);
+        assert_eq!(
+            validity(&blocks[0].1),
+            Some((now - 3600, now + 365 * 24 * 3600))
+        );
+        // After 2049: GeneralizedTime.
+        let late = self_signed("edge-1", &[], &[], 2_600_000_000).unwrap();
+        let b = pem_blocks(late.cert_pem.as_bytes()).unwrap();
+        assert_eq!(
+            validity(&b[0].1).map(|v| v.1),
+            Some(2_600_000_000 + 365 * 24 * 3600)
+        );
+        assert!(validity(b"garbage").is_none());
+        let e = pem_blocks(b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n")
+            .unwrap_err();
+        assert!(e.contains("CERTIFICATE"), "{e}");
+        let e = pem_blocks(b"-----BEGIN CERTIFICATE-----\nAAAA\n").unwrap_err();
+        assert!(e.contains("no END line"), "{e}");
     }
 }

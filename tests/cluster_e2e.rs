@@ -61,6 +61,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         &Options {
             nodes: vec![NODE.into()],
             controllers: true,
+            ..Default::default()
         },
     );
     let c = ScratchContainerd::start(&dir.join("containerd"));
@@ -380,6 +381,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         &Options {
             nodes: vec![NODE.into()],
             controllers: true,
+            ..Default::default()
         },
     );
     let c = ScratchContainerd::start(&dir.join("containerd"));
@@ -658,4 +660,211 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         },
     );
     assert_eq!(running_container(&c, "vols"), Some(again));
+}
+
+/// `kubectl get csr` as lines: name, signer, requesting user, condition types, whether a
+/// certificate was issued.
+fn csrs(cp: &ControlPlane) -> Vec<String> {
+    jsonpath(
+        cp,
+        &[
+            "get",
+            "csr",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.signerName} {.spec.username} \
+             {.status.conditions[*].type} {.status.certificate}{\"\\n\"}{end}",
+        ],
+    )
+    .lines()
+    .map(|l| {
+        // The certificate itself is long: say only whether it is there.
+        let mut w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() > 4 && w[w.len() - 1].len() > 100 {
+            w.pop();
+            w.push("issued");
+        }
+        w.join(" ")
+    })
+    .collect()
+}
+
+#[test]
+fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
+    const TOKEN: &str = "abcdef.0123456789abcdef";
+    let dir = test_dir("cluster-bootstrap");
+    // 3 minute certificates, backdated 5 minutes by the signer: 8 minutes of lifetime, renewed
+    // 0.6 to 2.2 minutes after each is issued.
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            controllers: true,
+            bootstrap_token: Some(TOKEN.into()),
+            signing_duration: Some("3m".into()),
+            ..Default::default()
+        },
+    );
+    let c = ScratchContainerd::start(&dir.join("containerd"));
+    let adir = dir.join("a");
+    let t0 = Instant::now();
+    let a = Agent::start_with(
+        &adir,
+        &c.endpoint(),
+        &[
+            "--kubeconfig".into(),
+            adir.join("kubelet.conf").display().to_string(),
+            "--bootstrap-kubeconfig".into(),
+            cp.bootstrap_kubeconfig().display().to_string(),
+        ],
+    );
+    let ready = || {
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+        ) == "True"
+    };
+    wait("the node Ready", Duration::from_secs(90), &a, &cp, ready);
+    eprintln!(
+        "from a bootstrap token alone to Node Ready: {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let first = csrs(&cp);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let bootstrap_user = format!("system:bootstrap:{}", &TOKEN[..6]);
+    assert!(
+        first[0].contains(&format!(
+            "kubernetes.io/kube-apiserver-client-kubelet {bootstrap_user} Approved issued"
+        )),
+        "{first:?}"
+    );
+
+    cp.admin_stdin(&["apply", "-f", "-"], &pod_manifest("web", Some(NODE)));
+    let container = || {
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "pod",
+                "web",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].containerID} \
+                 {.status.containerStatuses[0].restartCount} {.status.phase}",
+            ],
+        )
+    };
+    wait("the pod Running", Duration::from_secs(90), &a, &cp, || {
+        container().ends_with(" 0 Running")
+    });
+    let before = container();
+
+    // Two renewals, each sent with the node's own certificate and approved by the controller
+    // manager (selfnodeclient), with no restart of picolet or the pod.
+    wait("two renewals", Duration::from_secs(420), &a, &cp, || {
+        csrs(&cp)
+            .iter()
+            .filter(|l| l.contains(&format!("system:node:{NODE} Approved issued")))
+            .count()
+            >= 2
+    });
+    eprintln!("CertificateSigningRequests:\n{}", csrs(&cp).join("\n"));
+    wait(
+        "the second renewal installed",
+        Duration::from_secs(30),
+        &a,
+        &cp,
+        || a.log_text().matches("installed (valid until").count() >= 3,
+    );
+    let lease = || {
+        jsonpath(
+            &cp,
+            &[
+                "-n",
+                "kube-node-lease",
+                "get",
+                "lease",
+                NODE,
+                "-o",
+                "jsonpath={.spec.renewTime}",
+            ],
+        )
+    };
+    let renewed = lease();
+    wait(
+        "the lease renewed after the rotations",
+        Duration::from_secs(30),
+        &a,
+        &cp,
+        || lease() != renewed,
+    );
+    assert!(ready(), "still Ready");
+    assert_eq!(container(), before, "the same container, no restart");
+    assert_eq!(
+        a.log_text().matches("starting: node").count(),
+        1,
+        "picolet did not restart"
+    );
+    let links = std::fs::read_dir(adir.join("kubelet").join("pki"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("kubelet-client-20")
+        })
+        .count();
+    assert!(links >= 3, "one file per certificate: {links}");
+
+    // Offline through the expiry: the apiserver stopped until the certificate has expired,
+    // then back. picolet bootstraps again with the token (still valid); the pod ran on.
+    let store =
+        picolet::certificate::Store::new(&adir.join("kubelet").join("pki"), "kubelet-client");
+    let args = cp.stop_apiserver();
+    let not_after = store.current().unwrap().unwrap().not_after;
+    let now = || picolet::api::time::unix_nanos_now() / 1_000_000_000;
+    eprintln!(
+        "apiserver stopped; the certificate expires in {} s",
+        not_after - now()
+    );
+    while now() <= not_after + 2 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let t_back = Instant::now();
+    cp.start_apiserver(&args);
+    let bootstrap_again = format!("{bootstrap_user} Approved issued");
+    wait(
+        "a bootstrap after the expiry",
+        Duration::from_secs(180),
+        &a,
+        &cp,
+        || {
+            csrs(&cp)
+                .iter()
+                .filter(|l| l.contains(&bootstrap_again))
+                .count()
+                >= 2
+        },
+    );
+    wait(
+        "the node Ready again",
+        Duration::from_secs(90),
+        &a,
+        &cp,
+        ready,
+    );
+    eprintln!(
+        "apiserver back to Ready with a new certificate: {:.1} s",
+        t_back.elapsed().as_secs_f64()
+    );
+    assert_eq!(container(), before, "the same container, no restart");
+    assert_eq!(
+        a.log_text().matches("starting: node").count(),
+        1,
+        "picolet did not restart"
+    );
+    assert!(store.current().unwrap().unwrap().not_after > not_after);
 }

@@ -67,6 +67,7 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
         &Options {
             nodes: vec![NODE.to_string()],
             controllers: true,
+            ..Default::default()
         },
     );
 

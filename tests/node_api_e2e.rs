@@ -99,6 +99,7 @@ fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) 
         &Options {
             nodes: vec![NODE.into()],
             controllers: true,
+            ..Default::default()
         },
     );
     let c = ScratchContainerd::start(&dir.join("containerd"));
@@ -664,4 +665,92 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
         node.0, node.1, pod.0, pod.1
     );
     drop(ms);
+}
+
+#[test]
+fn the_serving_certificate_comes_from_the_cluster_by_csr() {
+    let dir = test_dir("node-api-csr");
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+            ..Default::default()
+        },
+    );
+    let c = ScratchContainerd::start(&dir.join("containerd"));
+    let port = free_port();
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let a = Agent::start_configured(
+        &dir.join("a"),
+        &c.endpoint(),
+        &[
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            "--node-ip=127.0.0.1".into(),
+            "--address=127.0.0.1".into(),
+            format!("--port={port}"),
+            format!("--client-ca-file={}", cp.ca_cert().display()),
+        ],
+        "serverTLSBootstrap: true\n",
+    );
+    let serving_csr = || {
+        kubectl(
+            &cp,
+            &[
+                "get",
+                "csr",
+                "-o",
+                "jsonpath={range .items[?(@.spec.signerName==\"kubernetes.io/kubelet-serving\")]}\
+                 {.metadata.name} {.spec.username}{\"\\n\"}{end}",
+            ],
+            None,
+        )
+        .stdout
+        .trim()
+        .to_owned()
+    };
+    wait("the serving CSR", Duration::from_secs(60), &a, &cp, || {
+        !serving_csr().is_empty()
+    });
+    let line = serving_csr();
+    let (name, user) = line.split_once(' ').unwrap();
+    assert_eq!(user, format!("system:node:{NODE}"));
+    // Self-signed until approved: a client that trusts the cluster CA refuses the handshake.
+    let (code, _) = curl(&cp, port, "/healthz", &[]);
+    assert_eq!(code, 0, "no TLS with the self-signed certificate");
+    // Upstream's controller manager leaves serving CSRs to an operator.
+    kubectl(&cp, &["certificate", "approve", name], None).ok();
+    wait(
+        "the issued certificate served",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || curl(&cp, port, "/healthz", &[]).0 == 401,
+    );
+    // With the certificate the apiserver presents to node APIs (system:masters), verifying
+    // the node API against the cluster CA as the apiserver does.
+    let (cert, key) = (
+        cp.pki("apiserver-kubelet-client.crt"),
+        cp.pki("apiserver-kubelet-client.key"),
+    );
+    let (code, body) = curl(
+        &cp,
+        port,
+        "/configz",
+        &[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kubeletconfig"]["serverTLSBootstrap"], true);
+    assert!(
+        a.dir
+            .join("kubelet/pki/kubelet-server-current.pem")
+            .exists()
+    );
 }

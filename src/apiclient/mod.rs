@@ -112,18 +112,25 @@ struct StatusBody {
     message: String,
 }
 
-/// A connection to one apiserver; cheap to clone (the clones share one connection pool).
+/// A connection to one apiserver; cheap to clone (the clones share one connection pool and one
+/// identity).
 #[derive(Clone)]
 pub struct Client {
     pool: Arc<Pool>,
     server: String,
-    credentials: Credentials,
 }
 
-/// The agent every clone uses, swapped for a new one by [`Client::close_connections`].
+/// What every clone uses: the connection it was made from, and the agent and credentials of
+/// now, swapped for new ones by [`Client::close_connections`] and [`Client::set_credentials`].
 struct Pool {
+    conn: Connection,
+    now: Mutex<Identity>,
+}
+
+struct Identity {
     config: ureq::config::Config,
-    agent: Mutex<ureq::Agent>,
+    agent: ureq::Agent,
+    credentials: Credentials,
 }
 
 fn agent(config: &ureq::config::Config) -> ureq::Agent {
@@ -226,38 +233,73 @@ impl ureq::unversioned::resolver::Resolver for InlineResolver {
     }
 }
 
+fn agent_config(conn: &Connection) -> Result<ureq::config::Config, String> {
+    Ok(ureq::Agent::config_builder()
+        .tls_config(tls(conn)?)
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
+        .max_idle_connections_per_host(2)
+        .input_buffer_size(IO_BUFFER)
+        .output_buffer_size(IO_BUFFER)
+        .max_response_header_size(IO_BUFFER / 2)
+        .build())
+}
+
 impl Client {
     pub fn new(conn: &Connection) -> Result<Client, String> {
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls(conn)?)
-            .http_status_as_error(false)
-            .timeout_connect(Some(CONNECT_TIMEOUT))
-            .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
-            .max_idle_connections_per_host(2)
-            .input_buffer_size(IO_BUFFER)
-            .output_buffer_size(IO_BUFFER)
-            .max_response_header_size(IO_BUFFER / 2)
-            .build();
+        let config = agent_config(conn)?;
         Ok(Client {
             pool: Arc::new(Pool {
-                agent: Mutex::new(agent(&config)),
-                config,
+                now: Mutex::new(Identity {
+                    agent: agent(&config),
+                    config,
+                    credentials: conn.credentials.clone(),
+                }),
+                conn: conn.clone(),
             }),
             server: conn.server.clone(),
-            credentials: conn.credentials.clone(),
         })
+    }
+
+    /// The connection the client was made from, with the credentials of now.
+    pub fn connection(&self) -> Connection {
+        Connection {
+            credentials: self.lock().credentials.clone(),
+            ..self.pool.conn.clone()
+        }
+    }
+
+    /// Authenticates every later request, from every clone, with `credentials` (a renewed
+    /// client certificate): the TLS settings are built anew and every connection made with the
+    /// old ones is closed, idle or in use, so a watch resumes on a new connection at once.
+    pub fn set_credentials(&self, credentials: Credentials) -> Result<(), String> {
+        let conn = Connection {
+            credentials: credentials.clone(),
+            ..self.pool.conn.clone()
+        };
+        let config = agent_config(&conn)?;
+        let fresh = Identity {
+            agent: agent(&config),
+            config,
+            credentials,
+        };
+        let old = std::mem::replace(&mut *self.lock(), fresh);
+        old.agent.shutdown();
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Identity> {
+        self.pool.now.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn server(&self) -> &str {
         &self.server
     }
 
-    fn agent(&self) -> ureq::Agent {
-        self.pool
-            .agent
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    fn agent(&self) -> (ureq::Agent, Credentials) {
+        let now = self.lock();
+        (now.agent.clone(), now.credentials.clone())
     }
 
     /// Closes every connection to the apiserver, idle or in use, as the kubelet does when its
@@ -266,15 +308,11 @@ impl Client {
     /// at once instead of waiting out its deadline, up to 10 minutes for a watch. Later calls,
     /// from every clone, open new connections.
     pub fn close_connections(&self) {
-        let fresh = agent(&self.pool.config);
-        let old = std::mem::replace(
-            &mut *self
-                .pool
-                .agent
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-            fresh,
-        );
+        let old = {
+            let mut now = self.lock();
+            let fresh = agent(&now.config);
+            std::mem::replace(&mut now.agent, fresh)
+        };
         old.shutdown();
     }
 
@@ -290,11 +328,12 @@ impl Client {
             path: path.to_owned(),
             message,
         };
+        let (agent, credentials) = self.agent();
         let mut req = ureq::http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.server))
             .header("Accept", "application/json");
-        if let Some(token) = kubeconfig::bearer(&self.credentials).map_err(transport)? {
+        if let Some(token) = kubeconfig::bearer(&credentials).map_err(transport)? {
             req = req.header("Authorization", format!("Bearer {token}"));
         }
         let (ct, bytes) = body.unwrap_or(("application/json", Vec::new()));
@@ -302,7 +341,6 @@ impl Client {
             req = req.header("Content-Type", ct);
         }
         let req = req.body(bytes).map_err(|e| transport(e.to_string()))?;
-        let agent = self.agent();
         let req = agent
             .configure_request(req)
             .timeout_global(Some(deadlines.whole))

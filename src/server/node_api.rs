@@ -42,6 +42,8 @@ pub fn configz(o: &crate::options::Options, port: u16) -> Bytes {
         "tlsCertFile": path(&s.tls_cert_file),
         "tlsPrivateKeyFile": path(&s.tls_private_key_file),
         "tlsMinVersion": if s.tls13_only { "VersionTLS13" } else { "VersionTLS12" },
+        "rotateCertificates": o.rotation(),
+        "serverTLSBootstrap": s.server_tls_bootstrap,
         "authentication": {
             "x509": {"clientCAFile": path(&s.client_ca_file)},
             "webhook": {"enabled": webhook, "cacheTTL": d(s.webhook_cache_ttl)},
@@ -83,12 +85,86 @@ pub struct NodeApi {
     pub configz: Bytes,
 }
 
-/// The server's TLS settings: its certificate chain and key (PEM files), TLS 1.2 and 1.3 (or
-/// 1.3 only), and client certificates verified against `client_ca` when given (optional: a
-/// request may authenticate with a token instead).
-pub fn tls_config(
+/// The serving certificate of now, swapped whole when a new one is issued
+/// (`serverTLSBootstrap`): handshakes after the swap present the new one, connections already
+/// open keep theirs.
+#[derive(Debug)]
+pub struct Serving(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl Serving {
+    /// The certificate chain and key of PEM texts; `what` names them in errors.
+    pub fn key_of(
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        what: &str,
+    ) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{what}: {e}"))?;
+        if chain.is_empty() {
+            return Err(format!("{what}: no PEM certificate found"));
+        }
+        let key_der = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|e| format!("{what}: no usable PEM private key: {e}"))?;
+        let provider = rustls::crypto::ring::default_provider();
+        let key = provider
+            .key_provider
+            .load_private_key(key_der)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let ck = rustls::sign::CertifiedKey::new(chain, key);
+        ck.keys_match().map_err(|e| format!("{what}: {e}"))?;
+        Ok(Arc::new(ck))
+    }
+
+    pub fn new(key: Arc<rustls::sign::CertifiedKey>) -> Arc<Serving> {
+        Arc::new(Serving(std::sync::RwLock::new(key)))
+    }
+
+    /// Presents `key` from the next handshake on.
+    pub fn set(&self, key: Arc<rustls::sign::CertifiedKey>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = key;
+    }
+}
+
+impl rustls::server::ResolvesServerCert for Serving {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+/// Reads a serving certificate chain and key from PEM files.
+pub fn serving_from_files(
     cert: &std::path::Path,
     key: &std::path::Path,
+) -> Result<Arc<Serving>, String> {
+    let read = |p: &std::path::Path| {
+        crate::limits::read_file(p, &crate::limits::Limits::CONFIG)
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let k = Serving::key_of(
+        &read(cert)?,
+        &read(key)?,
+        &format!("{} with {}", cert.display(), key.display()),
+    )?;
+    Ok(Serving::new(k))
+}
+
+/// The server's TLS settings: the serving certificate of now, TLS 1.2 and 1.3 (or 1.3 only),
+/// and client certificates verified against `client_ca` when given (optional: a request may
+/// authenticate with a token instead).
+pub fn tls_config(
+    serving: Arc<Serving>,
     client_ca: Option<&std::path::Path>,
     tls13_only: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
@@ -96,19 +172,6 @@ pub fn tls_config(
         crate::limits::read_file(p, &crate::limits::Limits::CONFIG)
             .map_err(|e| format!("{}: {e}", p.display()))
     };
-    let certs_in = |p: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
-        let pem = read(p)?;
-        let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("{}: {e}", p.display()))?;
-        if certs.is_empty() {
-            return Err(format!("{}: no PEM certificate found", p.display()));
-        }
-        Ok(certs)
-    };
-    let chain = certs_in(cert)?;
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?)
-        .map_err(|e| format!("{}: no usable PEM private key: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&rustls::SupportedProtocolVersion] = if tls13_only {
         &[&rustls::version::TLS13]
@@ -120,8 +183,15 @@ pub fn tls_config(
         .map_err(|e| format!("TLS settings: {e}"))?;
     let b = match client_ca {
         Some(ca) => {
+            let pem = read(ca)?;
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{}: {e}", ca.display()))?;
+            if certs.is_empty() {
+                return Err(format!("{}: no PEM certificate found", ca.display()));
+            }
             let mut roots = rustls::RootCertStore::empty();
-            for c in certs_in(ca)? {
+            for c in certs {
                 roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
             }
             let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
@@ -135,9 +205,7 @@ pub fn tls_config(
         }
         None => b.with_no_client_auth(),
     };
-    let mut cfg = b
-        .with_single_cert(chain, key_der)
-        .map_err(|e| format!("{} with {}: {e}", cert.display(), key.display()))?;
+    let mut cfg = b.with_cert_resolver(serving);
     // HTTP/1.1 only: exec, attach and port-forward upgrade the connection.
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))

@@ -19,6 +19,8 @@ pub struct Agent {
     extra: Vec<String>,
     /// More KubeletConfiguration fields, appended to the file picolet reads.
     config: String,
+    /// Environment variables picolet is started with (a test's failpoint).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -69,15 +71,61 @@ impl Agent {
             endpoint: endpoint.to_owned(),
             extra: extra.to_vec(),
             config: config.to_owned(),
+            env: Vec::new(),
             child: None,
         };
         a.spawn();
         a
     }
 
+    /// Starts picolet with more flags and environment variables, and returns at once: the
+    /// process may end by itself (a failpoint) before its local API answers.
+    pub fn start_env(
+        dir: &Path,
+        endpoint: &str,
+        extra: &[String],
+        env: &[(String, String)],
+    ) -> Agent {
+        let manifests = dir.join("manifests");
+        fs::create_dir_all(&manifests).unwrap();
+        let mut a = Agent {
+            dir: dir.to_owned(),
+            manifests,
+            port: free_port(),
+            log: dir.join("picolet.log"),
+            endpoint: endpoint.to_owned(),
+            extra: extra.to_vec(),
+            config: String::new(),
+            env: env.to_vec(),
+            child: None,
+        };
+        a.launch();
+        a
+    }
+
+    /// Waits for the process to end by itself; its exit status (`None` after `limit`).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Some(st) = self.child.as_mut()?.try_wait().ok().flatten() {
+                self.child = None;
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Image GC is off (a high threshold of 100) unless a test turns it on with flags: whether
     /// the shared test machine's disk is 85 % full must not decide what a test sees.
     fn spawn(&mut self) {
+        self.launch();
+        self.wait_for("the local API to answer", Duration::from_secs(20), |a| {
+            a.get("/healthz").is_some()
+        });
+    }
+
+    fn launch(&mut self) {
         let cfg = self.dir.join("config.yaml");
         // No eviction thresholds: the test machine's disk, shared with parallel builds, must not
         // evict the pods of unrelated tests. The eviction test sets its own with
@@ -125,15 +173,13 @@ impl Agent {
             .arg("e2e-node")
             .arg("-v=4")
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("start picolet");
         self.child = Some(child);
-        self.wait_for("the local API to answer", Duration::from_secs(20), |a| {
-            a.get("/healthz").is_some()
-        });
     }
 
     pub fn pid(&self) -> u32 {

@@ -38,6 +38,11 @@ pub struct Options {
     /// returns once the controller manager has created the default
     /// ServiceAccount and the kube-root-ca.crt ConfigMap).
     pub controllers: bool,
+    /// A bootstrap token `ID.SECRET` nodes join with (`bootstrap.kubeconfig`), with kubeadm's
+    /// bindings for TLS bootstrap and the apiserver's bootstrap token authentication.
+    pub bootstrap_token: Option<String>,
+    /// The controller manager's `--cluster-signing-duration` (e.g. "3m").
+    pub signing_duration: Option<String>,
 }
 
 /// Which of a node's kubeconfigs.
@@ -153,6 +158,12 @@ impl ControlPlane {
         }
         if options.controllers {
             cmd.arg("--controllers");
+        }
+        if let Some(t) = &options.bootstrap_token {
+            cmd.arg("--bootstrap-token").arg(t);
+        }
+        if let Some(d) = &options.signing_duration {
+            cmd.arg("--signing-duration").arg(d);
         }
         // stderr straight through: a first build takes long and says so.
         let out = cmd
@@ -280,6 +291,11 @@ impl ControlPlane {
     }
 
     /// The cluster administrator's kubeconfig (group system:masters).
+    /// The bootstrap kubeconfig (`Options::bootstrap_token`).
+    pub fn bootstrap_kubeconfig(&self) -> PathBuf {
+        self.dir.join("bootstrap.kubeconfig")
+    }
+
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.dir.join("admin.kubeconfig")
     }

@@ -56,6 +56,14 @@ struct State {
     /// TokenRequests received: ("token/<ns>/<sa>", body).
     token_requests: Vec<(String, Value)>,
     tokens_issued: u64,
+    /// The `Authorization` header of every request ("" without one), in order.
+    auths: Vec<String>,
+    /// CertificateSigningRequests: signed at once for this long when set, else left pending
+    /// until `approve_csr` or `deny_csr`.
+    csr_auto_lifetime: Option<u64>,
+    csrs_made: u64,
+    /// Bearer tokens refused with 401 (a bootstrap token that expired).
+    bad_tokens: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -63,6 +71,7 @@ pub struct FakeApi {
     pub port: u16,
     state: Arc<(Mutex<State>, Condvar)>,
     stop: Arc<AtomicBool>,
+    ca: Arc<picolet::pki::TestCa>,
 }
 
 fn status(code: u16, reason: &str, message: &str) -> Value {
@@ -94,6 +103,30 @@ fn query(path: &str) -> (String, BTreeMap<String, String>) {
     (p.to_owned(), q)
 }
 
+/// Approves a CertificateSigningRequest object and puts the certificate the fake CA signs in
+/// its status, valid from a second ago for `lifetime` seconds.
+fn sign_csr(ca: &picolet::pki::TestCa, o: &mut Value, lifetime: u64) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let req = b64
+        .decode(o["spec"]["request"].as_str().unwrap_or(""))
+        .unwrap_or_default();
+    let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+    let server = o["spec"]["signerName"] == "kubernetes.io/kubelet-serving";
+    let cert = ca
+        .issue(
+            &req,
+            now - 1,
+            now - 1 + i64::try_from(lifetime).unwrap(),
+            server,
+        )
+        .expect("the fake CA signs the request");
+    o["status"] = json!({
+        "conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved", "message": "approved by the fake"}],
+        "certificate": b64.encode(cert),
+    });
+}
+
 impl FakeApi {
     pub fn start() -> FakeApi {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind fake apiserver");
@@ -102,6 +135,7 @@ impl FakeApi {
             port,
             state: Arc::new((Mutex::new(State::default()), Condvar::new())),
             stop: Arc::new(AtomicBool::new(false)),
+            ca: Arc::new(picolet::pki::TestCa::new("fake-cluster-ca").unwrap()),
         };
         let a = api.clone();
         std::thread::spawn(move || {
@@ -303,6 +337,81 @@ impl FakeApi {
         self.with(|s| s.compacted_below = u64::MAX);
     }
 
+    /// A bootstrap kubeconfig: this server and a bootstrap token.
+    pub fn bootstrap_kubeconfig(&self, dir: &std::path::Path, token: &str) -> std::path::PathBuf {
+        let p = dir.join("bootstrap-kubeconfig");
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+                 users:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\ncontexts:\n- name: boot\n  context:\n    \
+                 cluster: fake\n    user: tls-bootstrap-token-user\ncurrent-context: boot\n",
+                self.url()
+            ),
+        )
+        .unwrap();
+        p
+    }
+
+    /// CertificateSigningRequests are approved and signed at once, valid for `lifetime`
+    /// seconds from a second ago (`None`: left pending for the test to decide).
+    pub fn auto_sign(&self, lifetime: Option<u64>) {
+        self.with(|s| s.csr_auto_lifetime = lifetime);
+    }
+
+    /// Every CertificateSigningRequest, in the order they came.
+    pub fn csrs(&self) -> Vec<Value> {
+        self.with(|s| {
+            let mut v: Vec<Value> = s
+                .objects
+                .iter()
+                .filter(|(k, _)| k.starts_with("csrs/"))
+                .map(|(_, v)| v.clone())
+                .collect();
+            v.sort_by_key(|o| o["metadata"]["creationIndex"].as_u64());
+            v
+        })
+    }
+
+    /// Approves and signs a pending request, valid for `lifetime` seconds.
+    pub fn approve_csr(&self, name: &str, lifetime: u64) {
+        let ca = self.ca.clone();
+        self.with(|s| {
+            let o = s
+                .objects
+                .get_mut(&format!("csrs/{name}"))
+                .expect("no such CSR");
+            sign_csr(&ca, o, lifetime);
+            s.rv += 1;
+        });
+    }
+
+    /// Denies a pending request.
+    pub fn deny_csr(&self, name: &str) {
+        self.with(|s| {
+            let o = s.objects.get_mut(&format!("csrs/{name}")).expect("no such CSR");
+            o["status"]["conditions"] = json!([{"type": "Denied", "status": "True", "reason": "TestDenied", "message": "denied by the test"}]);
+            s.rv += 1;
+        });
+    }
+
+    /// Requests with this bearer token get 401 from now on.
+    pub fn refuse_token(&self, token: &str) {
+        self.with(|s| s.bad_tokens.push(token.to_owned()));
+    }
+
+    /// The `Authorization` header of each request whose method and path start as given.
+    pub fn auths_of(&self, method: &str, path_prefix: &str) -> Vec<String> {
+        self.with(|s| {
+            s.requests
+                .iter()
+                .zip(&s.auths)
+                .filter(|((m, p), _)| m == method && p.starts_with(path_prefix))
+                .map(|(_, a)| a.clone())
+                .collect()
+        })
+    }
+
     pub fn forbid(&self, path_prefix: &str) {
         self.with(|s| s.forbidden.push(path_prefix.to_owned()));
     }
@@ -395,6 +504,7 @@ impl FakeApi {
                 parts.next().unwrap_or("").to_owned(),
             );
             let mut len = 0usize;
+            let mut auth = String::new();
             loop {
                 let mut h = String::new();
                 if r.read_line(&mut h).unwrap_or(0) == 0 {
@@ -408,6 +518,11 @@ impl FakeApi {
                 {
                     len = v.trim().parse().unwrap_or(0);
                 }
+                if let Some((k, v)) = h.split_once(':')
+                    && k.eq_ignore_ascii_case("authorization")
+                {
+                    auth = v.trim().to_owned();
+                }
             }
             let mut body = vec![0; len];
             if r.read_exact(&mut body).is_err() {
@@ -417,6 +532,7 @@ impl FakeApi {
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let (down, stalled, dead) = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
+                s.auths.push(auth.clone());
                 s.times.push(Instant::now());
                 s.bytes_in += received;
                 (s.down, s.stalled, s.link_cut || s.link_cuts != cuts)
@@ -439,7 +555,12 @@ impl FakeApi {
                 self.watch(&mut w, &q, cuts);
                 return;
             }
-            let (code, v) = self.handle(&method, &p, &q, body);
+            let refused = self.with(|s| s.bad_tokens.iter().any(|t| auth == format!("Bearer {t}")));
+            let (code, v) = if refused {
+                (401, status(401, "Unauthorized", "Unauthorized"))
+            } else {
+                self.handle(&method, &p, &q, body)
+            };
             let lost = self.with(|s| {
                 let hit = s
                     .lose_answers
@@ -471,6 +592,7 @@ impl FakeApi {
         q: &BTreeMap<String, String>,
         body: Value,
     ) -> (u16, Value) {
+        let ca = self.ca.clone();
         self.with(|s| {
             if s.forbidden.iter().any(|f| p.starts_with(f.as_str())) {
                 return (403, status(403, "Forbidden", "forbidden by the fake"));
@@ -490,6 +612,8 @@ impl FakeApi {
                 ["api", "v1", "namespaces", ns, "pods", n] | ["api", "v1", "namespaces", ns, "pods", n, "status"] => {
                     format!("pods/{ns}/{n}")
                 }
+                ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests"] => "newcsr".to_owned(),
+                ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests", n] => format!("csrs/{n}"),
                 _ => return (404, status(404, "NotFound", &format!("no route {p}"))),
             };
             match (method, key.as_str()) {
@@ -527,6 +651,22 @@ impl FakeApi {
                         "expirationTimestamp": picolet::api::time::rfc3339(at),
                     });
                     s.token_requests.push((k.to_owned(), body));
+                    (201, o)
+                }
+                ("POST", "newcsr") => {
+                    s.csrs_made += 1;
+                    s.rv += 1;
+                    let prefix = body["metadata"]["generateName"].as_str().unwrap_or("csr-").to_owned();
+                    let name = format!("{prefix}{}", s.csrs_made);
+                    let mut o = body;
+                    o["metadata"]["name"] = json!(name);
+                    o["metadata"]["creationIndex"] = json!(s.csrs_made);
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    o["status"] = json!({});
+                    if let Some(life) = s.csr_auto_lifetime {
+                        sign_csr(&ca, &mut o, life);
+                    }
+                    s.objects.insert(format!("csrs/{name}"), o.clone());
                     (201, o)
                 }
                 ("POST", k) if k.starts_with("newevent/") => {
