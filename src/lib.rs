@@ -12,6 +12,7 @@ pub mod check;
 pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
+pub mod credentials;
 pub mod cri;
 pub mod events;
 pub mod eviction;
