@@ -343,3 +343,72 @@ fn a_sandbox_without_picolets_mark_is_adopted_by_its_pod() {
         assert_eq!(c[0].sandbox_id, old);
     });
 }
+
+#[test]
+fn a_static_pod_pulls_with_the_nodes_registry_credentials() {
+    run(async {
+        let tmp = TempDir::new("creds");
+        let fake = FakeCri::start(tmp.path());
+        let image = "registry.example:5000/team/app:1.0";
+        fake.set_pullable(image);
+        fake.require_auth(image, "node-user", "s3cret-pw");
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        a.write_manifest("app.yaml", &pod_yaml("app", image));
+
+        // No credentials: the pull is anonymous and the registry's refusal is shown.
+        until(
+            &a,
+            "ErrImagePull naming the refusal",
+            Duration::from_secs(15),
+            async || {
+                let m = pod_field(&a, "app", |p| {
+                    p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].clone()
+                })
+                .await;
+                m.as_str().is_some_and(|m| m.contains("401 Unauthorized"))
+            },
+        )
+        .await;
+        assert!(
+            fake.pull_auths().iter().all(|(_, u)| u.is_none()),
+            "{:?}",
+            fake.pull_auths()
+        );
+
+        // The node's config.json: the longer path's entry is tried first (a wrong one), then
+        // the host's, which works.
+        let config = serde_json::json!({"auths": {
+            "registry.example:5000/team": {"username": "team-user", "password": "wrong-pw"},
+            "https://registry.example:5000/v2/": {"auth": "bm9kZS11c2VyOnMzY3JldC1wdw=="},
+            "other.example": {"username": "other", "password": "x"},
+        }});
+        std::fs::write(
+            tmp.path().join("a/kubelet/config.json"),
+            serde_json::to_vec(&config).unwrap(),
+        )
+        .unwrap();
+        until(
+            &a,
+            "the pod running with the node's credentials",
+            Duration::from_secs(60),
+            async || pod_field(&a, "app", phase).await == "Running",
+        )
+        .await;
+        let auths = fake.pull_auths();
+        let with: Vec<Option<&str>> = auths
+            .iter()
+            .skip_while(|(_, u)| u.is_none())
+            .map(|(_, u)| u.as_deref())
+            .collect();
+        assert_eq!(
+            with,
+            [Some("team-user"), Some("node-user")],
+            "each match in order, the most specific first: {auths:?}"
+        );
+        let log = {
+            let a = a.clone();
+            rt::unblock(move || a.log_text()).await
+        };
+        assert!(!log.contains("s3cret-pw") && !log.contains("wrong-pw"));
+    });
+}
