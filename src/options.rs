@@ -55,6 +55,9 @@ flags:
                                      (default 5, at least 2)
   --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
                                      system:node:<name>); without it, static pods only
+  --image-credential-provider-config FILE  CredentialProviderConfig: registry credential
+                                     plugins (needs --image-credential-provider-bin-dir)
+  --image-credential-provider-bin-dir DIR  where those plugins are
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              labels to register the Node with
   --register-with-taints k=v:Effect,...  taints to register the Node with
@@ -144,6 +147,9 @@ pub struct Options {
     pub verbosity: u8,
     /// kubeconfig of the apiserver to join; none: static pods only.
     pub kubeconfig: Option<PathBuf>,
+    /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
@@ -264,6 +270,8 @@ impl Default for Options {
             file_check_frequency: Duration::from_secs(20),
             container_log: crate::logs::rotate::Policy::default(),
             verbosity: 0,
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             kubeconfig: None,
             apiserver_poll_interval: None,
             node_labels: Vec::new(),
@@ -714,6 +722,8 @@ const FLAGS: &[&str] = &[
     "container-log-max-size",
     "container-log-max-files",
     "kubeconfig",
+    "image-credential-provider-config",
+    "image-credential-provider-bin-dir",
     "apiserver-poll-interval",
     "node-labels",
     "register-with-taints",
@@ -885,6 +895,12 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             }
             "root-dir" => o.root_dir = PathBuf::from(v),
             "kubeconfig" => o.kubeconfig = Some(PathBuf::from(v)),
+            "image-credential-provider-config" => {
+                o.image_credential_provider_config = Some(PathBuf::from(v))
+            }
+            "image-credential-provider-bin-dir" => {
+                o.image_credential_provider_bin_dir = Some(PathBuf::from(v))
+            }
             "apiserver-poll-interval" => {
                 let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
                 o.apiserver_poll_interval = (!d.is_zero()).then_some(d);

@@ -176,7 +176,8 @@ impl RuntimeManager {
     }
 
     /// The credentials to try for a pull, in order: the matches in the pod's image pull
-    /// secrets (API pods), then in the node's `<root-dir>/config.json`. A secret the apiserver
+    /// secrets (API pods), then in the node's `<root-dir>/config.json` and the answers of the
+    /// credential provider plugins serving the image. A secret the apiserver
     /// says is missing is left out (the pull may still work anonymously); one not read yet
     /// makes the pull wait for it; one that does not parse fails the pull, naming it.
     async fn pull_credentials(&self, pod: &Pod, image: &str) -> Result<Vec<AuthConfig>, String> {
@@ -215,11 +216,24 @@ impl RuntimeManager {
             drop(store);
             out.extend(pod_ring.lookup(&repo));
         }
+        // The node's: config.json and the plugins' answers in one keyring, as upstream's
+        // default keyring merges its providers.
         let root = self.node.root_dir.clone();
-        match crate::rt::unblock(move || credentials::node_keyring(&root)).await {
-            Ok(ring) => out.extend(ring.lookup(&repo)),
-            Err(e) => log::warn!("node registry credentials ignored: {e}"),
-        }
+        let plugins = self.credential_providers.clone();
+        let node = crate::rt::unblock(move || {
+            let mut ring = credentials::node_keyring(&root).unwrap_or_else(|e| {
+                log::warn!("node registry credentials ignored: {e}");
+                Keyring::default()
+            });
+            if let Some(p) = plugins {
+                for cfg in p.provide(&repo) {
+                    ring.add(&cfg);
+                }
+            }
+            ring.lookup(&repo)
+        })
+        .await;
+        out.extend(node);
         Ok(out)
     }
 
