@@ -412,3 +412,100 @@ fn a_static_pod_pulls_with_the_nodes_registry_credentials() {
         assert!(!log.contains("s3cret-pw") && !log.contains("wrong-pw"));
     });
 }
+
+#[test]
+fn a_credential_provider_plugin_answers_and_is_asked_again_after_its_cache_duration() {
+    use std::os::unix::fs::PermissionsExt as _;
+    run(async {
+        let tmp = TempDir::new("credplugin");
+        let fake = FakeCri::start(tmp.path());
+        let image = "plugin.example:5000/app:1";
+        fake.set_pullable(image);
+        fake.require_auth(image, "from-plugin", "plugin-pw");
+        let bin = tmp.path().join("plugins");
+        std::fs::create_dir_all(&bin).unwrap();
+        let calls = tmp.path().join("calls");
+        let script = format!(
+            "#!/bin/sh\nread req\necho \"$req\" >> {}\n\
+             echo '{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\
+             \"cacheKeyType\":\"Registry\",\"cacheDuration\":\"3s\",\
+             \"auth\":{{\"plugin.example:5000\":{{\"username\":\"from-plugin\",\"password\":\"plugin-pw\"}}}}}}'\n",
+            calls.display()
+        );
+        std::fs::write(bin.join("fake-provider"), script).unwrap();
+        std::fs::set_permissions(
+            bin.join("fake-provider"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let cfg = tmp.path().join("providers.yaml");
+        std::fs::write(
+            &cfg,
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: fake-provider\n  matchImages: ['*.example:5000']\n  defaultCacheDuration: 1h\n  \
+             apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        )
+        .unwrap();
+        let args = vec![
+            format!("--image-credential-provider-config={}", cfg.display()),
+            format!("--image-credential-provider-bin-dir={}", bin.display()),
+        ];
+        let (dir, endpoint) = (tmp.path().join("a"), fake.endpoint());
+        let a = Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await);
+        let n = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        a.write_manifest("one.yaml", &pod_yaml("one", image));
+        until(
+            &a,
+            "the first pod running with the plugin's credentials",
+            Duration::from_secs(20),
+            async || pod_field(&a, "one", phase).await == "Running",
+        )
+        .await;
+        assert_eq!(n(), 1);
+        let req: serde_json::Value = serde_json::from_str(
+            std::fs::read_to_string(&calls)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(req["kind"], "CredentialProviderRequest");
+        assert_eq!(req["image"], "plugin.example:5000/app");
+        assert_eq!(
+            fake.pull_auths()
+                .last()
+                .and_then(|(_, u)| u.clone())
+                .as_deref(),
+            Some("from-plugin")
+        );
+        // Past the answer's cache duration, the next pull asks the plugin again.
+        rt::sleep(Duration::from_secs(4)).await;
+        a.write_manifest(
+            "two.yaml",
+            &pod_yaml("two", image).replace(
+                "image: plugin.example:5000/app:1",
+                "image: plugin.example:5000/app:1\n    imagePullPolicy: Always",
+            ),
+        );
+        until(
+            &a,
+            "the second pod running",
+            Duration::from_secs(20),
+            async || pod_field(&a, "two", phase).await == "Running",
+        )
+        .await;
+        assert_eq!(n(), 2, "asked again once its answer expired");
+        let log = {
+            let a = a.clone();
+            rt::unblock(move || a.log_text()).await
+        };
+        assert!(!log.contains("plugin-pw"));
+        assert!(log.contains("image credential providers: fake-provider"));
+    });
+}
