@@ -4,7 +4,8 @@
 //! scratch containerd trusting that CA through a `hosts.toml` for the registry's host:port.
 //! picolet passes the matching credentials as the CRI pull's auth: without them the registry's
 //! refusal shows in the container's waiting state; with them in the node's
-//! `<root-dir>/config.json` a static pod runs.
+//! `<root-dir>/config.json` a static pod runs; on the real control plane, an API pod with the
+//! right `imagePullSecrets` runs and one with a wrong secret shows `ErrImagePull`.
 //!
 //! Needs root, containerd, Go (the registry's build), openssl, htpasswd (apache2-utils) and
 //! skopeo (scripts/install-deps.sh); a missing one fails the test, naming it.
@@ -13,6 +14,8 @@
 mod agent;
 #[path = "support/containerd.rs"]
 mod containerd;
+#[path = "support/control_plane.rs"]
+mod control_plane;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use agent::{Agent, free_port, test_dir};
 use containerd::ScratchContainerd;
+use control_plane::{ControlPlane, NodeKey, Options};
 
 const USER: &str = "edge-puller";
 const PASSWORD: &str = "pw-Reg1stry-7";
@@ -318,5 +322,103 @@ fn a_static_pod_pulls_from_a_private_registry_with_the_nodes_config_json() {
     assert!(
         c.ctr(&["images", "ls", "-q"]).contains(&image),
         "the image pulled into containerd"
+    );
+}
+
+const NODE: &str = "e2e-node";
+
+fn api_pod(name: &str, image: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         nodeName: {NODE}\n  terminationGracePeriodSeconds: 1\n  tolerations:\n  - operator: Exists\n  \
+         imagePullSecrets:\n  - name: {secret}\n  containers:\n  - name: main\n    image: {image}\n    \
+         imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+    )
+}
+
+#[test]
+fn api_pods_pull_with_their_image_pull_secrets_on_a_real_control_plane() {
+    let dir = test_dir("regapi");
+    let hosts = dir.join("hosts");
+    for d in [&hosts, &dir.join("reg")] {
+        let _ = fs::remove_dir_all(d);
+    }
+    fs::create_dir_all(&hosts).unwrap();
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+        },
+    );
+    let port = free_port();
+    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
+    let reg = Registry::start(&dir.join("reg"), port);
+    reg.write_hosts(&hosts);
+    reg.push(&dir.join("reg"), &busybox_archive(&c), "fleet/busybox:1");
+    let image = format!("{}/fleet/busybox:1", reg.host);
+
+    // A docker-registry Secret with the right password, one with a wrong one.
+    for (name, pw) in [("regcred", PASSWORD), ("wrongcred", "not-the-password")] {
+        cp.admin(&[
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            "--namespace=default",
+            &format!("--docker-server={}", reg.host),
+            &format!("--docker-username={USER}"),
+            &format!("--docker-password={pw}"),
+        ]);
+    }
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &["--kubeconfig".into(), kc.display().to_string()],
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("good", &image, "regcred"));
+    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("bad", &image, "wrongcred"));
+    let get = |args: &[&str]| {
+        let mut v: Vec<&str> = args.to_vec();
+        v.push("--ignore-not-found");
+        cp.kubectl_with(&cp.admin_kubeconfig(), &v, None)
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    let t0 = Instant::now();
+    loop {
+        let phase = get(&["get", "pod", "good", "-o", "jsonpath={.status.phase}"]);
+        let bad = get(&[
+            "get",
+            "pod",
+            "bad",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].state.waiting.message}",
+        ]);
+        let refused = (bad.starts_with("ErrImagePull") || bad.starts_with("ImagePullBackOff"))
+            && bad.contains("401");
+        if phase == "Running" && refused {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "good: {phase:?}, bad: {bad:?}\n--- picolet log ---\n{}\n--- registry ---\n{}",
+            a.log_text(),
+            reg.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = a.log_text();
+    assert!(!log.contains(PASSWORD) && !log.contains("not-the-password"));
+    // Kept for an offline restart, 0600.
+    let ckpt = dir.join("a/kubelet/checkpoints/objects.json");
+    let text = fs::read_to_string(&ckpt).unwrap();
+    assert!(text.contains("default/regcred"));
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs::metadata(&ckpt).unwrap().permissions().mode() & 0o777,
+        0o600
     );
 }
