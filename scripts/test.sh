@@ -33,7 +33,7 @@ echo "== Yocto layer: crate list in sync with Cargo.lock, recipe against the rep
 scripts/yocto-crates.py --check
 echo "== control plane binaries (scripts/k8s-build.sh)"
 scripts/k8s-build.sh >/dev/null
-echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server)"
+echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server, the registry)"
 scripts/k8s-build.sh --tools >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
