@@ -88,7 +88,12 @@ pub struct Providers {
 pub fn load(config: &Path, bin_dir: &Path) -> Result<Providers, String> {
     let at = config.display();
     let text = std::fs::read_to_string(config).map_err(|e| format!("reading {at}: {e}"))?;
-    let f: ConfigFile = yaml_serde::from_str(&text).map_err(|e| format!("{at}: {e}"))?;
+    // YAML (or JSON) to a JSON value first, then the struct: the one YAML-to-value decoder
+    // the binary already has, rather than another for these structs.
+    let value: serde_json::Value =
+        serde::Deserialize::deserialize(yaml_serde::Deserializer::from_str(&text))
+            .map_err(|e: yaml_serde::Error| format!("{at}: {e}"))?;
+    let f: ConfigFile = serde_json::from_value(value).map_err(|e| format!("{at}: {e}"))?;
     if !CONFIG_APIS.contains(&f.api_version.as_str()) {
         return Err(format!(
             "{at}: apiVersion {:?} is not one of {CONFIG_APIS:?}",
