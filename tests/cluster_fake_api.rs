@@ -1059,7 +1059,7 @@ fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_conditi
 }
 
 #[test]
-fn an_api_pod_pulls_with_its_image_pull_secret_and_a_missing_one_does_not_block() {
+fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint() {
     use base64::Engine as _;
     run(async {
         let (tmp, fake, api) = env("pullsecret");
@@ -1076,6 +1076,7 @@ fn an_api_pod_pulls_with_its_image_pull_secret_and_a_missing_one_does_not_block(
         );
         let mut p = api_pod("private");
         p["spec"]["containers"][0]["image"] = json!(image);
+        p["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
         p["spec"]["imagePullSecrets"] = json!([{"name": "absent"}, {"name": "regcred"}]);
         api.create_pod(p);
         let a = start(&tmp, &fake, &api).await;
@@ -1109,5 +1110,51 @@ fn an_api_pod_pulls_with_its_image_pull_secret_and_a_missing_one_does_not_block(
         let mode = std::fs::metadata(&ckpt).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(!a.log_text().contains("pod-pw-9"));
+
+        // Restarted while the apiserver is away: the container exits, and the pull it needs
+        // (policy Always) uses the secret from the checkpoint.
+        let mut agent = Arc::try_unwrap(a).ok().expect("one owner");
+        agent.kill9();
+        api.set_down(true);
+        let a = Arc::new(
+            rt::unblock(move || {
+                agent.restart();
+                agent
+            })
+            .await,
+        );
+        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
+            a.log_text().contains("from the checkpoint")
+        })
+        .await;
+        let pulls = fake.pull_auths().len();
+        let id = fake
+            .containers()
+            .into_iter()
+            .find(|c| {
+                c.state == ContainerState::ContainerRunning
+                    && c.config
+                        .labels
+                        .get("io.kubernetes.pod.name")
+                        .map(String::as_str)
+                        == Some("private")
+            })
+            .expect("the private container")
+            .id;
+        fake.exit_container(&id, 1);
+        until(
+            &a,
+            "pulled again offline and running",
+            Duration::from_secs(30),
+            || fake.pull_auths().len() > pulls && running(&fake, "private") == 1,
+        )
+        .await;
+        assert_eq!(
+            fake.pull_auths()
+                .last()
+                .and_then(|(_, u)| u.clone())
+                .as_deref(),
+            Some("pod-user")
+        );
     });
 }
