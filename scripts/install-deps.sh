@@ -14,6 +14,9 @@ set -euo pipefail
 pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 python3-pip openssl pyflakes3 curl)
 # systemd-analyze checks the unit file (scripts/verify-unit.sh).
 pkgs+=(systemd)
+# The private registry tests (tests/registry_e2e.rs): skopeo pushes the test image, htpasswd
+# (apache2-utils) makes the registry's bcrypt password file.
+pkgs+=(skopeo apache2-utils)
 cross=false
 k8s=false
 fuzz=false

@@ -24,6 +24,8 @@
 #                                   Go module in tests/k8s-tools (one module, so
 #                                   the packages they share are built once):
 #                                   metrics-server (version set to its module's)
+#                                   and the Distribution registry (its version
+#                                   variable set likewise)
 #
 # Environment:
 #   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
@@ -69,6 +71,7 @@ E2E_TARGETS=(
 )
 TOOLS_TARGETS=(
     "metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
+    "registry|github.com/distribution/distribution/v3/cmd/registry"
 )
 
 find_go() {
@@ -147,6 +150,7 @@ if $E2E; then
 elif $TOOLS; then
     [[ -f $TOOLS_MOD/go.mod && -f $TOOLS_MOD/go.sum ]] || die "$TOOLS_MOD/go.mod or go.sum is missing"
     METRICS_SERVER_VERSION=$(module_version sigs.k8s.io/metrics-server "$TOOLS_MOD")
+    REGISTRY_VERSION=$(module_version github.com/distribution/distribution/v3 "$TOOLS_MOD")
     GO_VERSION=$(cd "$TOOLS_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $TOOLS_MOD"
     MOD=$TOOLS_MOD
     TARGETS=("${TOOLS_TARGETS[@]}")
@@ -185,6 +189,7 @@ binary_ok() {
         ginkgo) want="Ginkgo Version ${GINKGO_VERSION#v}" ;;
         agnhost) want="version $AGNHOST_VERSION" ;;
         metrics-server) want=$METRICS_SERVER_VERSION ;;
+        registry) want=" github.com/distribution/distribution/v3 $REGISTRY_VERSION" ;;
         nnp) want="Effective uid: " ;;
         *) want=$K8S_VERSION ;;
     esac
@@ -213,6 +218,9 @@ build_missing() {
         elif [[ $name == metrics-server ]]; then
             # (it reports client-go's version variable, as its own Makefile sets it)
             flags=(-trimpath -buildvcs=false -ldflags "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION")
+        elif [[ $name == registry ]]; then
+            # (its version variable, as its own Makefile sets it)
+            flags=(-trimpath -buildvcs=false -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION")
         fi
         if [[ $pkg == test:* ]]; then
             build=(test -c)
@@ -236,7 +244,7 @@ build_missing() {
             if $E2E; then
                 printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
             elif $TOOLS; then
-                printf 'metrics-server %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$GO_VERSION"
+                printf 'metrics-server %s\nregistry %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$REGISTRY_VERSION" "$GO_VERSION"
             else
                 printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
             fi
@@ -262,7 +270,7 @@ flock 9
 build_missing
 flock -u 9
 if $TOOLS; then
-    log "metrics-server $METRICS_SERVER_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+    log "metrics-server $METRICS_SERVER_VERSION, registry $REGISTRY_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
 elif $E2E; then
     log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
 else

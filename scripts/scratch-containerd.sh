@@ -18,6 +18,11 @@
 #   restart DIR  kill containerd only (shims and pods keep running) and start it
 #                again with the same config; waits until CRI answers.
 #
+# Environment (start): SCRATCH_CONTAINERD_REGISTRY_HOSTS=DIR2 sets the CRI
+# plugin's registry config_path to DIR2 (an absolute directory of
+# <host:port>/hosts.toml, containerd's registry host configuration: a private
+# registry's CA, say). Unset, the config has no registry section.
+#
 # Outside DIR, the only state is shared by all scratch instances (so that pods of
 # concurrent instances on the one bridge never get the same IP):
 #   $PICOLET_SCRATCH_RUN (default /run/picolet-scratch): lock, instance registry,
@@ -269,6 +274,17 @@ disabled_plugins = [
           # runc's state under DIR instead of /run/containerd/runc.
           Root = "$DIR/runc"
 EOF
+    if [[ -n ${SCRATCH_CONTAINERD_REGISTRY_HOSTS:-} ]]; then
+        [[ $SCRATCH_CONTAINERD_REGISTRY_HOSTS == /* && -d $SCRATCH_CONTAINERD_REGISTRY_HOSTS ]] ||
+            die "SCRATCH_CONTAINERD_REGISTRY_HOSTS=$SCRATCH_CONTAINERD_REGISTRY_HOSTS is not an absolute path to a directory"
+        cat >>"$CONFIG.tmp" <<EOF
+
+    # Registry hosts (SCRATCH_CONTAINERD_REGISTRY_HOSTS): <host:port>/hosts.toml
+    # files, say a test registry's CA.
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$SCRATCH_CONTAINERD_REGISTRY_HOSTS"
+EOF
+    fi
     mv -f -- "$CONFIG.tmp" "$CONFIG"
 
     # The CRI plugin adds the loopback interface itself (with $CNI_BIN_DIR/loopback),

@@ -37,7 +37,7 @@ echo "== control plane binaries (scripts/k8s-build.sh)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh >/dev/null
 echo "== the conformance tooling (scripts/k8s-build.sh --e2e: e2e.test, ginkgo, ...)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh --e2e >/dev/null
-echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server)"
+echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server, the registry)"
 scripts/k8s-build.sh --tools >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2

@@ -15,6 +15,8 @@ pub mod check;
 pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
+pub mod credential_provider;
+pub mod credentials;
 pub mod cri;
 pub mod events;
 pub mod eviction;
@@ -288,6 +290,28 @@ struct Parts {
 
 type Counted = kuberuntime::instrumented::Instrumented<cri::Cri, cri::Cri>;
 
+/// The image credential provider plugins of `--image-credential-provider-config`, checked
+/// (each in `--image-credential-provider-bin-dir`).
+fn credential_providers(
+    o: &Options,
+) -> Result<Option<std::sync::Arc<credential_provider::Providers>>, String> {
+    match (
+        &o.image_credential_provider_config,
+        &o.image_credential_provider_bin_dir,
+    ) {
+        (None, _) => Ok(None),
+        (Some(_), None) => Err(
+            "--image-credential-provider-config needs --image-credential-provider-bin-dir".into(),
+        ),
+        (Some(cfg), Some(bin)) => {
+            let p = credential_provider::load(cfg, bin)?;
+            let names: Vec<&str> = p.providers.iter().map(|p| p.name.as_str()).collect();
+            log::info!("image credential providers: {}", names.join(", "));
+            Ok(Some(std::sync::Arc::new(p)))
+        }
+    }
+}
+
 /// The runtime side: the CRI client wrapped to count every call (as the kubelet's instrumented
 /// services), the pod cgroups, the runtime manager; and the runtime's `name://version`.
 async fn start_runtime(
@@ -311,9 +335,11 @@ async fn start_runtime(
         ops.clone(),
     ));
     let (cgroups, cgroup_parent) = pod_cgroups(o, &*counted, capacity).await?;
+    let providers = credential_providers(o)?;
     let rm = Rc::new(
         kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node)
             .with_objects(objects)
+            .with_credential_providers(providers)
             .with_cgroups(cgroups, cgroup_parent)
             .with_allocatable(o.cgroups.allocatable(capacity)),
     );

@@ -447,6 +447,10 @@ impl Needs {
                 _ => {}
             }
         }
+        // Registry credentials: a missing one does not hold the pull back, as upstream.
+        for s in &pod.spec.image_pull_secrets {
+            obj(Kind::Secret, &s.name);
+        }
         for c in pod.spec.init_containers.iter().chain(&pod.spec.containers) {
             for e in &c.env {
                 let Some(from) = &e.value_from else { continue };
@@ -655,6 +659,7 @@ spec:
         let p = pod("metadata: {name: p, namespace: ns, uid: u1}
 spec:
   serviceAccountName: sa
+  imagePullSecrets: [{name: regcred}]
   containers:
   - name: c
     image: i
@@ -686,6 +691,7 @@ spec:
                 "configmap:ns/cm",
                 "configmap:ns/cm-env",
                 "configmap:ns/kube-root-ca.crt",
+                "secret:ns/regcred",
                 "secret:ns/s",
                 "secret:ns/s-env"
             ]

@@ -60,6 +60,9 @@ flags:
                                      the node, a CSR, then --kubeconfig written
   --rotate-certificates[=true|false] renew the client certificate by CSR before it expires
                                      (default true with --bootstrap-kubeconfig)
+  --image-credential-provider-config FILE  CredentialProviderConfig: registry credential
+                                     plugins (needs --image-credential-provider-bin-dir)
+  --image-credential-provider-bin-dir DIR  where those plugins are
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              the node's labels (admission matches pods against them;
                                      the Node is registered with them)
@@ -157,6 +160,9 @@ pub struct Options {
     /// Renew the client certificate by CSR (`rotateCertificates`, `--rotate-certificates`);
     /// `None`: on with a bootstrap kubeconfig.
     pub rotate_certificates: Option<bool>,
+    /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
+    pub image_credential_provider_config: Option<PathBuf>,
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
@@ -289,6 +295,8 @@ impl Default for Options {
             file_check_frequency: Duration::from_secs(20),
             container_log: crate::logs::rotate::Policy::default(),
             verbosity: 0,
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             rotate_certificates: None,
@@ -758,6 +766,8 @@ const FLAGS: &[&str] = &[
     "kubeconfig",
     "bootstrap-kubeconfig",
     "rotate-certificates",
+    "image-credential-provider-config",
+    "image-credential-provider-bin-dir",
     "apiserver-poll-interval",
     "node-labels",
     "register-with-taints",
@@ -935,6 +945,12 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "rotate-certificates" => {
                 o.rotate_certificates =
                     Some(v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?)
+            }
+            "image-credential-provider-config" => {
+                o.image_credential_provider_config = Some(PathBuf::from(v))
+            }
+            "image-credential-provider-bin-dir" => {
+                o.image_credential_provider_bin_dir = Some(PathBuf::from(v))
             }
             "apiserver-poll-interval" => {
                 let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;

@@ -343,3 +343,169 @@ fn a_sandbox_without_picolets_mark_is_adopted_by_its_pod() {
         assert_eq!(c[0].sandbox_id, old);
     });
 }
+
+#[test]
+fn a_static_pod_pulls_with_the_nodes_registry_credentials() {
+    run(async {
+        let tmp = TempDir::new("creds");
+        let fake = FakeCri::start(tmp.path());
+        let image = "registry.example:5000/team/app:1.0";
+        fake.set_pullable(image);
+        fake.require_auth(image, "node-user", "s3cret-pw");
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        a.write_manifest("app.yaml", &pod_yaml("app", image));
+
+        // No credentials: the pull is anonymous and the registry's refusal is shown.
+        until(
+            &a,
+            "ErrImagePull naming the refusal",
+            Duration::from_secs(15),
+            async || {
+                let m = pod_field(&a, "app", |p| {
+                    p["status"]["containerStatuses"][0]["state"]["waiting"]["message"].clone()
+                })
+                .await;
+                m.as_str().is_some_and(|m| m.contains("401 Unauthorized"))
+            },
+        )
+        .await;
+        assert!(
+            fake.pull_auths().iter().all(|(_, u)| u.is_none()),
+            "{:?}",
+            fake.pull_auths()
+        );
+
+        // The node's config.json: the longer path's entry is tried first (a wrong one), then
+        // the host's, which works.
+        let config = serde_json::json!({"auths": {
+            "registry.example:5000/team": {"username": "team-user", "password": "wrong-pw"},
+            "https://registry.example:5000/v2/": {"auth": "bm9kZS11c2VyOnMzY3JldC1wdw=="},
+            "other.example": {"username": "other", "password": "x"},
+        }});
+        std::fs::write(
+            tmp.path().join("a/kubelet/config.json"),
+            serde_json::to_vec(&config).unwrap(),
+        )
+        .unwrap();
+        until(
+            &a,
+            "the pod running with the node's credentials",
+            Duration::from_secs(60),
+            async || pod_field(&a, "app", phase).await == "Running",
+        )
+        .await;
+        let auths = fake.pull_auths();
+        let with: Vec<Option<&str>> = auths
+            .iter()
+            .skip_while(|(_, u)| u.is_none())
+            .map(|(_, u)| u.as_deref())
+            .collect();
+        assert_eq!(
+            with,
+            [Some("team-user"), Some("node-user")],
+            "each match in order, the most specific first: {auths:?}"
+        );
+        let log = {
+            let a = a.clone();
+            rt::unblock(move || a.log_text()).await
+        };
+        assert!(!log.contains("s3cret-pw") && !log.contains("wrong-pw"));
+    });
+}
+
+#[test]
+fn a_credential_provider_plugin_answers_and_is_asked_again_after_its_cache_duration() {
+    use std::os::unix::fs::PermissionsExt as _;
+    run(async {
+        let tmp = TempDir::new("credplugin");
+        let fake = FakeCri::start(tmp.path());
+        let image = "plugin.example:5000/app:1";
+        fake.set_pullable(image);
+        fake.require_auth(image, "from-plugin", "plugin-pw");
+        let bin = tmp.path().join("plugins");
+        std::fs::create_dir_all(&bin).unwrap();
+        let calls = tmp.path().join("calls");
+        let script = format!(
+            "#!/bin/sh\nread req\necho \"$req\" >> {}\n\
+             echo '{{\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"kind\":\"CredentialProviderResponse\",\
+             \"cacheKeyType\":\"Registry\",\"cacheDuration\":\"3s\",\
+             \"auth\":{{\"plugin.example:5000\":{{\"username\":\"from-plugin\",\"password\":\"plugin-pw\"}}}}}}'\n",
+            calls.display()
+        );
+        std::fs::write(bin.join("fake-provider"), script).unwrap();
+        std::fs::set_permissions(
+            bin.join("fake-provider"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let cfg = tmp.path().join("providers.yaml");
+        std::fs::write(
+            &cfg,
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: fake-provider\n  matchImages: ['*.example:5000']\n  defaultCacheDuration: 1h\n  \
+             apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+        )
+        .unwrap();
+        let args = vec![
+            format!("--image-credential-provider-config={}", cfg.display()),
+            format!("--image-credential-provider-bin-dir={}", bin.display()),
+        ];
+        let (dir, endpoint) = (tmp.path().join("a"), fake.endpoint());
+        let a = Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await);
+        let n = || {
+            std::fs::read_to_string(&calls)
+                .unwrap_or_default()
+                .lines()
+                .count()
+        };
+        a.write_manifest("one.yaml", &pod_yaml("one", image));
+        until(
+            &a,
+            "the first pod running with the plugin's credentials",
+            Duration::from_secs(20),
+            async || pod_field(&a, "one", phase).await == "Running",
+        )
+        .await;
+        assert_eq!(n(), 1);
+        let req: serde_json::Value = serde_json::from_str(
+            std::fs::read_to_string(&calls)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(req["kind"], "CredentialProviderRequest");
+        assert_eq!(req["image"], "plugin.example:5000/app");
+        assert_eq!(
+            fake.pull_auths()
+                .last()
+                .and_then(|(_, u)| u.clone())
+                .as_deref(),
+            Some("from-plugin")
+        );
+        // Past the answer's cache duration, the next pull asks the plugin again.
+        rt::sleep(Duration::from_secs(4)).await;
+        a.write_manifest(
+            "two.yaml",
+            &pod_yaml("two", image).replace(
+                "image: plugin.example:5000/app:1",
+                "image: plugin.example:5000/app:1\n    imagePullPolicy: Always",
+            ),
+        );
+        until(
+            &a,
+            "the second pod running",
+            Duration::from_secs(20),
+            async || pod_field(&a, "two", phase).await == "Running",
+        )
+        .await;
+        assert_eq!(n(), 2, "asked again once its answer expired");
+        let log = {
+            let a = a.clone();
+            rt::unblock(move || a.log_text()).await
+        };
+        assert!(!log.contains("plugin-pw"));
+        assert!(log.contains("image credential providers: fake-provider"));
+    });
+}

@@ -1057,3 +1057,104 @@ fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_conditi
         assert!(fake.sandboxes().is_empty());
     });
 }
+
+#[test]
+fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint() {
+    use base64::Engine as _;
+    run(async {
+        let (tmp, fake, api) = env("pullsecret");
+        let image = "registry.example:5000/app:2";
+        fake.set_pullable(image);
+        fake.require_auth(image, "pod-user", "pod-pw-9");
+        let cfg = json!({"auths": {"registry.example:5000": {"username": "pod-user", "password": "pod-pw-9"}}});
+        let b64 = base64::engine::general_purpose::STANDARD;
+        api.put_object(
+            "secrets",
+            "default",
+            "regcred",
+            json!({".dockerconfigjson": b64.encode(cfg.to_string())}),
+        );
+        let mut p = api_pod("private");
+        p["spec"]["containers"][0]["image"] = json!(image);
+        p["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+        p["spec"]["imagePullSecrets"] = json!([{"name": "absent"}, {"name": "regcred"}]);
+        api.create_pod(p);
+        let a = start(&tmp, &fake, &api).await;
+        until(
+            &a,
+            "the private pod running",
+            Duration::from_secs(20),
+            || running(&fake, "private") == 1,
+        )
+        .await;
+        let auths = fake.pull_auths();
+        assert_eq!(
+            auths.last().map(|(r, u)| (r.as_str(), u.as_deref())),
+            Some(("registry.example:5000/app:2", Some("pod-user"))),
+            "{auths:?}"
+        );
+        assert!(
+            api.count("GET", "/api/v1/namespaces/default/secrets/regcred") >= 1,
+            "read with a GET of its own"
+        );
+        // Kept in the checkpoint (0600) for a restart without the apiserver; never logged.
+        let ckpt = tmp.path().join("a/kubelet/checkpoints/objects.json");
+        until(
+            &a,
+            "the secret checkpointed",
+            Duration::from_secs(10),
+            || std::fs::read_to_string(&ckpt).is_ok_and(|s| s.contains("default/regcred")),
+        )
+        .await;
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&ckpt).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!a.log_text().contains("pod-pw-9"));
+
+        // Restarted while the apiserver is away: the container exits, and the pull it needs
+        // (policy Always) uses the secret from the checkpoint.
+        let mut agent = Arc::try_unwrap(a).ok().expect("one owner");
+        agent.kill9();
+        api.set_down(true);
+        let a = Arc::new(
+            rt::unblock(move || {
+                agent.restart();
+                agent
+            })
+            .await,
+        );
+        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
+            a.log_text().contains("from the checkpoint")
+        })
+        .await;
+        let pulls = fake.pull_auths().len();
+        let id = fake
+            .containers()
+            .into_iter()
+            .find(|c| {
+                c.state == ContainerState::ContainerRunning
+                    && c.config
+                        .labels
+                        .get("io.kubernetes.pod.name")
+                        .map(String::as_str)
+                        == Some("private")
+            })
+            .expect("the private container")
+            .id;
+        fake.exit_container(&id, 1);
+        until(
+            &a,
+            "pulled again offline and running",
+            Duration::from_secs(30),
+            || fake.pull_auths().len() > pulls && running(&fake, "private") == 1,
+        )
+        .await;
+        assert_eq!(
+            fake.pull_auths()
+                .last()
+                .and_then(|(_, u)| u.clone())
+                .as_deref(),
+            Some("pod-user")
+        );
+    });
+}

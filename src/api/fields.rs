@@ -19,8 +19,6 @@ pub enum Treatment {
 
 use Treatment::{Ignored, Only, Refused};
 
-const API_OBJECTS: &str = "a static pod may not reference API objects";
-
 /// Field paths (arrays as `[]`) with their treatment; a path covers the fields below it.
 /// Containers' rows cover init and ephemeral containers too.
 const NOT_MODELLED: &[(&str, Treatment)] = &[
@@ -139,7 +137,6 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
         "spec.hostnameOverride",
         Refused("picolet names a pod's host from hostname and subdomain only"),
     ),
-    ("spec.imagePullSecrets", Refused(API_OBJECTS)),
     (
         "spec.resourceClaims",
         Refused("dynamic resource allocation is not supported by picolet"),

@@ -171,6 +171,16 @@ pub struct PodSpec {
     pub host_users: Option<bool>,
     #[serde(rename = "setHostnameAsFQDN", skip_serializing_if = "Option::is_none")]
     pub set_hostname_as_fqdn: Option<bool>,
+    /// Secrets (in the pod's namespace) holding registry credentials for its images.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+}
+
+/// A reference to an object in the same namespace, by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LocalObjectReference {
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

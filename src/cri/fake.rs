@@ -23,7 +23,9 @@
 //! * PullImage always goes to the "registry": it succeeds only for references marked with
 //!   [`FakeRuntime::set_pullable`], otherwise NOT_FOUND "failed to pull and unpack image", even
 //!   when the image is already present; image references are normalised (`busybox` is
-//!   `docker.io/library/busybox:latest`);
+//!   `docker.io/library/busybox:latest`); an image made private with
+//!   [`FakeRuntime::require_auth`] also needs the pull's auth to carry its credential, and
+//!   [`FakeRuntime::pull_auths`] tells what each pull carried;
 //! * ImageStatus of a missing image is not an error: the response has no image.
 //!
 //! Timestamps are unix nanoseconds from [`crate::rt`]'s clock, so a fake clock drives them too.
@@ -174,6 +176,20 @@ impl FakeRuntime {
     /// Lets PullImage of `name` succeed (adding the image).
     pub fn set_pullable(&self, name: &str) {
         self.state.borrow_mut().pullable.insert(normalize_ref(name));
+    }
+
+    /// Makes `name` a private image: PullImage succeeds only with this username and password
+    /// (UNKNOWN "401 Unauthorized" otherwise, as containerd reports a registry's refusal).
+    pub fn require_auth(&self, name: &str, username: &str, password: &str) {
+        self.state.borrow_mut().private.insert(
+            normalize_ref(name),
+            (username.to_owned(), password.to_owned()),
+        );
+    }
+
+    /// Every PullImage so far: the reference (normalised) and the username it carried, if any.
+    pub fn pull_auths(&self) -> Vec<(String, Option<String>)> {
+        self.state.borrow().pull_auths.clone()
     }
 
     /// Simulates the process of a running container exiting by itself with `code`. No-op for a
@@ -613,10 +629,10 @@ impl ImageService for FakeRuntime {
             Ok(st.image_status(req).image)
         })
     }
-    fn pull_image(&self, image: &str) -> Call<'_, String> {
+    fn pull_image(&self, image: &str, auth: Option<v1::AuthConfig>) -> Call<'_, String> {
         let req = v1::PullImageRequest {
             image: super::service::image_spec(image),
-            auth: None,
+            auth,
             sandbox_config: None,
         };
         self.call("PullImage", None, move |st| {
@@ -746,6 +762,9 @@ struct State {
     containers: Vec<FakeContainer>,
     images: Vec<FakeImage>,
     pullable: HashSet<String>,
+    /// Private images: reference → (username, password) the pull must carry.
+    private: HashMap<String, (String, String)>,
+    pull_auths: Vec<(String, Option<String>)>,
     /// Reserved names to the id holding them.
     names: HashMap<String, String>,
     next_id: u64,
@@ -888,6 +907,8 @@ impl State {
             containers: Vec::new(),
             images: Vec::new(),
             pullable: HashSet::new(),
+            private: HashMap::new(),
+            pull_auths: Vec::new(),
             names: HashMap::new(),
             next_id: 0,
             next_ip: 2,
@@ -1550,6 +1571,24 @@ impl State {
     fn pull_image(&mut self, r: v1::PullImageRequest) -> Result<v1::PullImageResponse, Status> {
         let name = r.image.map(|i| i.image).unwrap_or_default();
         let reference = normalize_ref(&name);
+        self.pull_auths.push((
+            reference.clone(),
+            r.auth.as_ref().map(|a| a.username.clone()),
+        ));
+        if let Some((user, pass)) = self.private.get(&reference) {
+            let ok = r
+                .auth
+                .as_ref()
+                .is_some_and(|a| &a.username == user && &a.password == pass);
+            if !ok {
+                return Err(err(
+                    Code::Unknown,
+                    format!(
+                        "failed to pull and unpack image {reference:?}: failed to resolve reference {reference:?}: pulling from host failed with status code [manifests]: 401 Unauthorized"
+                    ),
+                ));
+            }
+        }
         if !self.pullable.contains(&reference) {
             return Err(err(
                 Code::NotFound,

@@ -349,10 +349,10 @@ impl ImageService for Cri {
         };
         Box::pin(async move { Ok(Cri::image_status(self, req).await?.image) })
     }
-    fn pull_image(&self, image: &str) -> Call<'_, String> {
+    fn pull_image(&self, image: &str, auth: Option<v1::AuthConfig>) -> Call<'_, String> {
         let req = v1::PullImageRequest {
             image: service::image_spec(image),
-            auth: None,
+            auth,
             sandbox_config: None,
         };
         Box::pin(async move { Ok(Cri::pull_image(self, req).await?.image_ref) })

@@ -67,8 +67,9 @@ pub trait RuntimeService {
 /// The CRI `ImageService` calls picolet makes.
 pub trait ImageService {
     fn image_status(&self, image: &str) -> Call<'_, Option<v1::Image>>;
-    /// Pulls an image; returns the image reference the runtime resolved it to.
-    fn pull_image(&self, image: &str) -> Call<'_, String>;
+    /// Pulls an image, with the registry credential `auth` or anonymously; returns the image
+    /// reference the runtime resolved it to.
+    fn pull_image(&self, image: &str, auth: Option<v1::AuthConfig>) -> Call<'_, String>;
     /// Every image stored locally.
     fn list_images(&self) -> Call<'_, Vec<v1::Image>>;
     /// Removes an image (by id or reference); an image that is not there is no error.

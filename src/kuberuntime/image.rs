@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::api::{Container, Pod, PullPolicy};
+use crate::credentials::{self, AuthConfig, Keyring};
 use crate::cri::CriError;
 
 use super::error::{ImageFailure, SyncError};
@@ -115,6 +116,21 @@ impl RuntimeManager {
                 retry_after: rem,
             });
         }
+        let creds = self.pull_credentials(pod, image).await.map_err(|message| {
+            record(
+                &at(),
+                Type::Warning,
+                "Failed",
+                &format!("Failed to pull image {image:?}: {message}"),
+            );
+            ImageFailure {
+                error: SyncError::ImagePull {
+                    container: container(),
+                    message,
+                },
+                retry_after: ERROR_RETRY,
+            }
+        })?;
         record(
             &at(),
             Type::Normal,
@@ -122,7 +138,7 @@ impl RuntimeManager {
             &format!("Pulling image {image:?}"),
         );
         let t0 = crate::rt::now();
-        match self.images.pull_image(image).await {
+        match self.pull_with(image, creds).await {
             Ok(image_ref) => {
                 self.pull_backoff.borrow_mut().forget(key);
                 record(
@@ -157,6 +173,89 @@ impl RuntimeManager {
                 })
             }
         }
+    }
+
+    /// The credentials to try for a pull, in order: the matches in the pod's image pull
+    /// secrets (API pods), then in the node's `<root-dir>/config.json` and the answers of the
+    /// credential provider plugins serving the image. A secret the apiserver
+    /// says is missing is left out (the pull may still work anonymously); one not read yet
+    /// makes the pull wait for it; one that does not parse fails the pull, naming it.
+    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Result<Vec<AuthConfig>, String> {
+        use crate::objects::{Kind, Object};
+        let repo = credentials::repository(image);
+        let mut out = Vec::new();
+        let api_pod = pod
+            .metadata
+            .annotations
+            .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+            .is_some_and(|s| s == "api");
+        if api_pod && !pod.spec.image_pull_secrets.is_empty() {
+            let ns = super::config::namespace(pod);
+            let mut pod_ring = Keyring::default();
+            let store = self.objects.lock();
+            for s in &pod.spec.image_pull_secrets {
+                match store.object(Kind::Secret, ns, &s.name) {
+                    Some(Object::Present(d)) => {
+                        let cfg = credentials::secret_config(d)
+                            .map_err(|e| format!("image pull secret {ns}/{}: {e}", s.name))?;
+                        pod_ring.add(&cfg);
+                    }
+                    Some(Object::Missing) => log::warn!(
+                        "pod {ns}/{}: image pull secret {ns}/{} not found; the pull of {image:?} goes on without it",
+                        pod.metadata.name,
+                        s.name
+                    ),
+                    None => {
+                        return Err(format!(
+                            "image pull secret {ns}/{} not read from the apiserver yet",
+                            s.name
+                        ));
+                    }
+                }
+            }
+            drop(store);
+            out.extend(pod_ring.lookup(&repo));
+        }
+        // The node's: config.json and the plugins' answers in one keyring, as upstream's
+        // default keyring merges its providers.
+        let root = self.node.root_dir.clone();
+        let plugins = self.credential_providers.clone();
+        let node = crate::rt::unblock(move || {
+            let mut ring = credentials::node_keyring(&root).unwrap_or_else(|e| {
+                log::warn!("node registry credentials ignored: {e}");
+                Keyring::default()
+            });
+            if let Some(p) = plugins {
+                for cfg in p.provide(&repo) {
+                    ring.add(&cfg);
+                }
+            }
+            ring.lookup(&repo)
+        })
+        .await;
+        out.extend(node);
+        Ok(out)
+    }
+
+    /// Pulls with each credential in turn until one works, or anonymously without any, as
+    /// the kubelet does; the last failure is the one reported.
+    async fn pull_with(&self, image: &str, creds: Vec<AuthConfig>) -> Result<String, CriError> {
+        if creds.is_empty() {
+            return self.images.pull_image(image, None).await;
+        }
+        let mut last = None;
+        for c in creds {
+            let auth = crate::cri::v1::AuthConfig {
+                username: c.username,
+                password: c.password,
+                ..Default::default()
+            };
+            match self.images.pull_image(image, Some(auth)).await {
+                Ok(r) => return Ok(r),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one credential was tried"))
     }
 
     /// The user an image runs as, as the kubelet reads it from ImageStatus: a numeric uid, or

@@ -199,8 +199,8 @@ impl<R: ?Sized, I: ImageService + ?Sized> ImageService for Instrumented<R, I> {
     fn image_status(&self, image: &str) -> Call<'_, Option<v1::Image>> {
         timed(&self.ops, "image_status", self.images.image_status(image))
     }
-    fn pull_image(&self, image: &str) -> Call<'_, String> {
-        timed(&self.ops, "pull_image", self.images.pull_image(image))
+    fn pull_image(&self, image: &str, auth: Option<v1::AuthConfig>) -> Call<'_, String> {
+        timed(&self.ops, "pull_image", self.images.pull_image(image, auth))
     }
     fn list_images(&self) -> Call<'_, Vec<v1::Image>> {
         timed(&self.ops, "list_images", self.images.list_images())

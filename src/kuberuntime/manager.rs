@@ -77,6 +77,8 @@ pub struct RuntimeManager {
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
     /// ConfigMaps, Secrets and tokens the pods' volumes and environments are made of.
     pub(super) objects: crate::objects::Store,
+    /// Image credential provider plugins, with their cache.
+    pub(super) credential_providers: Option<std::sync::Arc<crate::credential_provider::Providers>>,
     /// The kubepods tree (`--cgroups-per-qos`); none: sandboxes get `cgroup_parent`.
     pub(super) cgroups: Option<crate::cm::PodCgroups>,
     /// The runtime's cgroup parent when there is no kubepods tree (`--cgroup-root`, or empty).
@@ -102,6 +104,7 @@ impl RuntimeManager {
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
             objects: crate::objects::Store::default(),
+            credential_providers: None,
             cgroups: None,
             cgroup_parent: String::new(),
             allocatable: None,
@@ -138,6 +141,15 @@ impl RuntimeManager {
         let specs = self.specs.borrow();
         pc.ensure_pod(pod, specs.values().map(|p| &**p))
             .map_err(|e| format!("pod cgroup: {e}"))
+    }
+
+    /// Image credential provider plugins asked for the credentials of the images they serve.
+    pub fn with_credential_providers(
+        mut self,
+        p: Option<std::sync::Arc<crate::credential_provider::Providers>>,
+    ) -> Self {
+        self.credential_providers = p;
+        self
     }
 
     /// Shares the store the cluster side fills (the volumes and environments read it).

@@ -4,4 +4,7 @@
 // that `go mod tidy` records every module they need. Nothing imports it.
 package tools
 
-import _ "sigs.k8s.io/metrics-server/cmd/metrics-server"
+import (
+	_ "github.com/distribution/distribution/v3/cmd/registry"
+	_ "sigs.k8s.io/metrics-server/cmd/metrics-server"
+)

@@ -49,11 +49,16 @@ fn script() -> PathBuf {
 }
 
 fn run_script(action: &str, dir: &Path) -> Output {
+    run_script_env(action, dir, &[])
+}
+
+fn run_script_env(action: &str, dir: &Path, env: &[(&str, &Path)]) -> Output {
     let script = script();
     Command::new("bash")
         .arg(&script)
         .arg(action)
         .arg(dir)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .output()
         .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()))
 }
@@ -102,6 +107,16 @@ impl ScratchContainerd {
     ///
     /// Keep `dir` short: unix socket paths are limited to 107 bytes.
     pub fn start(dir: &Path) -> ScratchContainerd {
+        Self::start_env(dir, &[])
+    }
+
+    /// [`Self::start`], with the CRI plugin's registry `config_path` set to `hosts` (a
+    /// directory of `<host:port>/hosts.toml`, containerd's registry host configuration).
+    pub fn start_with_registry_hosts(dir: &Path, hosts: &Path) -> ScratchContainerd {
+        Self::start_env(dir, &[("SCRATCH_CONTAINERD_REGISTRY_HOSTS", hosts)])
+    }
+
+    fn start_env(dir: &Path, env: &[(&str, &Path)]) -> ScratchContainerd {
         let dir = if dir.is_absolute() {
             dir.to_path_buf()
         } else {
@@ -121,7 +136,7 @@ impl ScratchContainerd {
             fs::remove_dir_all(&root)
                 .unwrap_or_else(|e| panic!("cannot remove {}: {e}", root.display()));
         }
-        let out = run_script("start", &dir);
+        let out = run_script_env("start", &dir, env);
         if !out.status.success() {
             // The script already stops what a failed start launched; make sure.
             let _ = run_script("stop", &dir);

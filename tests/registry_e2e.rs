@@ -1,0 +1,425 @@
+//! Private registries against real parts: the Distribution registry (built from its pinned Go
+//! module by `scripts/k8s-build.sh --tools`) serving TLS with a CA made here by openssl and
+//! htpasswd (bcrypt) authentication, the test busybox image pushed to it with skopeo, and the
+//! scratch containerd trusting that CA through a `hosts.toml` for the registry's host:port.
+//! picolet passes the matching credentials as the CRI pull's auth: without them the registry's
+//! refusal shows in the container's waiting state; with them in the node's
+//! `<root-dir>/config.json` a static pod runs; on the real control plane, an API pod with the
+//! right `imagePullSecrets` runs and one with a wrong secret shows `ErrImagePull`.
+//!
+//! Needs root, containerd, Go (the registry's build), openssl, htpasswd (apache2-utils) and
+//! skopeo (scripts/install-deps.sh); a missing one fails the test, naming it.
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use agent::{Agent, free_port, test_dir};
+use containerd::ScratchContainerd;
+use control_plane::{ControlPlane, NodeKey, Options};
+
+const USER: &str = "edge-puller";
+const PASSWORD: &str = "pw-Reg1stry-7";
+
+fn describe(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn must(what: &str, cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what} (scripts/install-deps.sh installs it): {e}"));
+    assert!(out.status.success(), "{}", describe(what, &out));
+    out
+}
+
+/// The registry process, its address and CA. `Drop` stops it, by PID.
+struct Registry {
+    child: Child,
+    host: String,
+    ca: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Registry {
+    fn log_tail(&self) -> String {
+        let log = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Builds the registry if the cache lacks it, makes a CA and a server certificate for
+    /// 127.0.0.1, a bcrypt htpasswd file, and starts it on `port`; returns once it accepts
+    /// connections.
+    fn start(dir: &Path, port: u16) -> Registry {
+        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-build.sh");
+        let out = Command::new("bash")
+            .arg(&build)
+            .arg("--tools")
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", build.display()));
+        assert!(
+            out.status.success(),
+            "{}",
+            describe("scripts/k8s-build.sh --tools (it needs Go)", &out)
+        );
+        let bin = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|d| PathBuf::from(d).join("registry"))
+            .expect("k8s-build.sh --tools printed no directory");
+
+        fs::create_dir_all(dir.join("data")).unwrap();
+        let p = |f: &str| dir.join(f).display().to_string();
+        must(
+            "openssl (CA)",
+            Command::new("openssl").args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=picolet test registry CA",
+                "-keyout",
+                &p("ca.key"),
+                "-out",
+                &p("ca.crt"),
+            ]),
+        );
+        must(
+            "openssl (server key and request)",
+            Command::new("openssl").args([
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                &p("server.key"),
+                "-out",
+                &p("server.csr"),
+            ]),
+        );
+        fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        must(
+            "openssl (server certificate)",
+            Command::new("openssl").args([
+                "x509",
+                "-req",
+                "-in",
+                &p("server.csr"),
+                "-CA",
+                &p("ca.crt"),
+                "-CAkey",
+                &p("ca.key"),
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &p("server.ext"),
+                "-out",
+                &p("server.crt"),
+            ]),
+        );
+        let htpasswd = must(
+            "htpasswd -B",
+            Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]),
+        );
+        fs::write(dir.join("htpasswd"), &htpasswd.stdout).unwrap();
+        let host = format!("127.0.0.1:{port}");
+        let config = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {data}\n\
+             http:\n  addr: {host}\n  secret: picolet-test\n  tls:\n    certificate: {crt}\n    key: {key}\n\
+             auth:\n  htpasswd:\n    realm: picolet-test\n    path: {pw}\n",
+            data = p("data"),
+            crt = p("server.crt"),
+            key = p("server.key"),
+            pw = p("htpasswd"),
+        );
+        fs::write(dir.join("config.yml"), config).unwrap();
+        let log = dir.join("registry.log");
+        let log_file = fs::File::create(&log).unwrap();
+        let child = Command::new(&bin)
+            .arg("serve")
+            .arg(dir.join("config.yml"))
+            // no tracing exporter to dial
+            .env("OTEL_TRACES_EXPORTER", "none")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let r = Registry {
+            child,
+            host,
+            ca: dir.join("ca.crt"),
+            log,
+        };
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the registry did not listen on {} within 20 s\n{}",
+                r.host,
+                r.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        r
+    }
+
+    /// Pushes an OCI archive as `<host>/<repo>` with skopeo (verifying the CA, with the
+    /// credentials).
+    fn push(&self, dir: &Path, archive: &Path, repo: &str) {
+        let certs = dir.join("skopeo-certs");
+        fs::create_dir_all(&certs).unwrap();
+        fs::copy(&self.ca, certs.join("ca.crt")).unwrap();
+        must(
+            "skopeo copy",
+            Command::new("skopeo")
+                .arg("copy")
+                .arg("--quiet")
+                .arg("--dest-cert-dir")
+                .arg(&certs)
+                .arg("--dest-creds")
+                .arg(format!("{USER}:{PASSWORD}"))
+                .arg(format!("oci-archive:{}", archive.display()))
+                .arg(format!("docker://{}/{repo}", self.host)),
+        );
+    }
+
+    /// containerd's host configuration for the registry: trust its CA.
+    fn write_hosts(&self, hosts: &Path) {
+        let d = hosts.join(&self.host);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(
+            d.join("hosts.toml"),
+            format!(
+                "server = \"https://{h}\"\n\n[host.\"https://{h}\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = \"{ca}\"\n",
+                h = self.host,
+                ca = self.ca.display()
+            ),
+        )
+        .unwrap();
+    }
+}
+
+/// The busybox OCI archive the scratch containerd built for itself.
+fn busybox_archive(c: &ScratchContainerd) -> PathBuf {
+    fs::read_dir(c.dir.join("images"))
+        .expect("the scratch containerd's image cache")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("busybox-") && n.ends_with(".tar"))
+        })
+        .expect("no busybox-*.tar in the scratch containerd's image cache")
+}
+
+fn pod_yaml(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {image}\n    \
+         imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+    )
+}
+
+fn waiting(a: &Agent, pod: &str) -> (String, String) {
+    let p = a.pod(pod).unwrap_or_default();
+    let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+    (
+        w["reason"].as_str().unwrap_or_default().to_owned(),
+        w["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn a_static_pod_pulls_from_a_private_registry_with_the_nodes_config_json() {
+    let dir = test_dir("registry");
+    let hosts = dir.join("hosts");
+    for d in [&hosts, &dir.join("reg")] {
+        let _ = fs::remove_dir_all(d);
+    }
+    fs::create_dir_all(&hosts).unwrap();
+    let port = free_port();
+    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
+    let reg = Registry::start(&dir.join("reg"), port);
+    reg.write_hosts(&hosts);
+    reg.push(&dir.join("reg"), &busybox_archive(&c), "edge/busybox:1");
+    let image = format!("{}/edge/busybox:1", reg.host);
+
+    let a = Agent::start(&dir.join("a"), &c.endpoint());
+    a.write_manifest("private.yaml", &pod_yaml("private", &image));
+    // No credentials: the pull is anonymous and the registry refuses it, which the waiting
+    // state names.
+    a.wait_for(
+        "ErrImagePull naming the registry's refusal",
+        Duration::from_secs(60),
+        |a| {
+            let (reason, message) = waiting(a, "private");
+            (reason == "ErrImagePull" || reason == "ImagePullBackOff") && message.contains("401")
+        },
+    );
+    a.wait_for("ImagePullBackOff", Duration::from_secs(30), |a| {
+        waiting(a, "private").0 == "ImagePullBackOff"
+    });
+
+    // The node's credentials: the pull carries them and the pod runs.
+    let config = serde_json::json!({"auths": {
+        reg.host.clone(): {"username": USER, "password": PASSWORD},
+        "other.example": {"username": "nobody", "password": "x"},
+    }});
+    fs::write(
+        dir.join("a/kubelet/config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+    a.wait_for("the pod running", Duration::from_secs(90), |a| {
+        a.pod("private")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    let log = a.log_text();
+    assert!(!log.contains(PASSWORD), "a password in picolet's log");
+    assert!(
+        c.ctr(&["images", "ls", "-q"]).contains(&image),
+        "the image pulled into containerd"
+    );
+}
+
+const NODE: &str = "e2e-node";
+
+fn api_pod(name: &str, image: &str, secret: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         nodeName: {NODE}\n  terminationGracePeriodSeconds: 1\n  tolerations:\n  - operator: Exists\n  \
+         imagePullSecrets:\n  - name: {secret}\n  containers:\n  - name: main\n    image: {image}\n    \
+         imagePullPolicy: Always\n    command: [sleep, '3600']\n"
+    )
+}
+
+#[test]
+fn api_pods_pull_with_their_image_pull_secrets_on_a_real_control_plane() {
+    let dir = test_dir("regapi");
+    let hosts = dir.join("hosts");
+    for d in [&hosts, &dir.join("reg")] {
+        let _ = fs::remove_dir_all(d);
+    }
+    fs::create_dir_all(&hosts).unwrap();
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+            ..Default::default()
+        },
+    );
+    let port = free_port();
+    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
+    let reg = Registry::start(&dir.join("reg"), port);
+    reg.write_hosts(&hosts);
+    reg.push(&dir.join("reg"), &busybox_archive(&c), "fleet/busybox:1");
+    let image = format!("{}/fleet/busybox:1", reg.host);
+
+    // A docker-registry Secret with the right password, one with a wrong one.
+    for (name, pw) in [("regcred", PASSWORD), ("wrongcred", "not-the-password")] {
+        cp.admin(&[
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            "--namespace=default",
+            &format!("--docker-server={}", reg.host),
+            &format!("--docker-username={USER}"),
+            &format!("--docker-password={pw}"),
+        ]);
+    }
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &["--kubeconfig".into(), kc.display().to_string()],
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("good", &image, "regcred"));
+    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("bad", &image, "wrongcred"));
+    let get = |args: &[&str]| {
+        let mut v: Vec<&str> = args.to_vec();
+        v.push("--ignore-not-found");
+        cp.kubectl_with(&cp.admin_kubeconfig(), &v, None)
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    let t0 = Instant::now();
+    loop {
+        let phase = get(&["get", "pod", "good", "-o", "jsonpath={.status.phase}"]);
+        let bad = get(&[
+            "get",
+            "pod",
+            "bad",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].state.waiting.message}",
+        ]);
+        let refused = (bad.starts_with("ErrImagePull") || bad.starts_with("ImagePullBackOff"))
+            && bad.contains("401");
+        if phase == "Running" && refused {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "good: {phase:?}, bad: {bad:?}\n--- picolet log ---\n{}\n--- registry ---\n{}",
+            a.log_text(),
+            reg.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = a.log_text();
+    assert!(!log.contains(PASSWORD) && !log.contains("not-the-password"));
+    // Kept for an offline restart, 0600.
+    let ckpt = dir.join("a/kubelet/checkpoints/objects.json");
+    let text = fs::read_to_string(&ckpt).unwrap();
+    assert!(text.contains("default/regcred"));
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs::metadata(&ckpt).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
