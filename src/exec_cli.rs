@@ -45,13 +45,7 @@ flags:
       --config FILE           take the endpoint from this KubeletConfiguration
 ";
 
-fn bad(flag: &str, value: &str, reason: &str) -> OptionsError {
-    OptionsError::BadValue {
-        flag: flag.to_owned(),
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    }
-}
+use crate::options::bad;
 
 /// Reads `picolet exec`'s arguments (those after `exec`).
 pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {
@@ -90,11 +84,7 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {
         };
         match name {
             "-i" | "--stdin" | "-t" | "--tty" => {
-                let on = match inline.as_deref() {
-                    None | Some("true") => true,
-                    Some("false") => false,
-                    Some(v) => return Err(bad(name, v, "not true or false")),
-                };
+                let on = options::switch(name, inline.as_deref())?;
                 if name.ends_with('i') || name == "--stdin" {
                     a.stdin = on;
                 } else {
@@ -107,17 +97,7 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {
             | "--namespace"
             | "--container-runtime-endpoint"
             | "--config" => {
-                let v = match inline {
-                    Some(v) => v,
-                    None => {
-                        let v = args
-                            .get(i)
-                            .cloned()
-                            .ok_or_else(|| OptionsError::MissingValue(name.to_owned()))?;
-                        i += 1;
-                        v
-                    }
-                };
+                let v = options::flag_value(args, &mut i, name, inline)?;
                 match name {
                     "-c" | "--container" => a.container = Some(v),
                     "-n" | "--namespace" => a.namespace = v,
@@ -151,7 +131,7 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {
         a.endpoint = e;
     }
     cri::parse_endpoint(&a.endpoint)
-        .map_err(|e| bad("--container-runtime-endpoint", &a.endpoint, &e.to_string()))?;
+        .map_err(|e| bad("--container-runtime-endpoint", &a.endpoint, e))?;
     Ok(a)
 }
 

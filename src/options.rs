@@ -739,12 +739,41 @@ fn log_max_files(n: i64) -> Result<usize, String> {
     }
 }
 
-fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
+pub(crate) fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
     OptionsError::BadValue {
         flag: flag.to_owned(),
         value: value.to_owned(),
         reason: reason.to_string(),
     }
+}
+
+/// A subcommand's switch (`--flag` alone is true; `--flag=false` is allowed), with Go's
+/// spellings of a boolean.
+pub(crate) fn switch(flag: &str, inline: Option<&str>) -> Result<bool, OptionsError> {
+    match inline {
+        None | Some("true" | "1" | "t" | "T" | "TRUE" | "True") => Ok(true),
+        Some("false" | "0" | "f" | "F" | "FALSE" | "False") => Ok(false),
+        Some(v) => Err(bad(flag, v, "not true or false")),
+    }
+}
+
+/// A subcommand flag's value: the one given inline (`--flag=v`), else the next argument
+/// (`--flag v`, moving `i` past it).
+pub(crate) fn flag_value(
+    args: &[String],
+    i: &mut usize,
+    flag: &str,
+    inline: Option<String>,
+) -> Result<String, OptionsError> {
+    if let Some(v) = inline {
+        return Ok(v);
+    }
+    let v = args
+        .get(*i)
+        .cloned()
+        .ok_or_else(|| OptionsError::MissingValue(flag.to_owned()))?;
+    *i += 1;
+    Ok(v)
 }
 
 /// Every flag picolet takes; each takes a value.

@@ -45,21 +45,7 @@ flags:
       --config FILE           take both from this KubeletConfiguration
 ";
 
-fn bad(flag: &str, value: &str, reason: &str) -> OptionsError {
-    OptionsError::BadValue {
-        flag: flag.to_owned(),
-        value: value.to_owned(),
-        reason: reason.to_owned(),
-    }
-}
-
-fn boolean(flag: &str, v: &str) -> Result<bool, OptionsError> {
-    match v {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        _ => Err(bad(flag, v, "not true or false")),
-    }
-}
+use crate::options::bad;
 
 /// Parses the arguments after `logs`.
 pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
@@ -91,14 +77,10 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
             None => (arg.as_str(), None),
         };
         // Switches: a bare flag is true; `--flag=false` is allowed.
-        let switch = |inline: &Option<String>| match inline {
-            Some(v) => boolean(name, v),
-            None => Ok(true),
-        };
         match name {
-            "--timestamps" => a.timestamps = switch(&inline)?,
-            "-p" | "--previous" => a.previous = switch(&inline)?,
-            "-f" | "--follow" => a.follow = switch(&inline)?,
+            "--timestamps" => a.timestamps = options::switch(name, inline.as_deref())?,
+            "-p" | "--previous" => a.previous = options::switch(name, inline.as_deref())?,
+            "-f" | "--follow" => a.follow = options::switch(name, inline.as_deref())?,
             "-h" | "--help" => return Err(OptionsError::Unexpected("--help".into())),
             "-n"
             | "--namespace"
@@ -109,17 +91,7 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
             | "--healthz-port"
             | "--healthz-bind-address"
             | "--config" => {
-                let v = match inline {
-                    Some(v) => v,
-                    None => {
-                        let v = args
-                            .get(i)
-                            .cloned()
-                            .ok_or_else(|| OptionsError::MissingValue(name.to_owned()))?;
-                        i += 1;
-                        v
-                    }
-                };
+                let v = options::flag_value(args, &mut i, name, inline)?;
                 match name {
                     "-n" | "--namespace" => a.namespace = v,
                     "--tail" => {
@@ -127,7 +99,7 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
                         a.tail = (n >= 0).then_some(n);
                     }
                     "--since" => {
-                        let d = crate::api::parse_duration(&v).map_err(|r| bad(name, &v, &r))?;
+                        let d = crate::api::parse_duration(&v).map_err(|r| bad(name, &v, r))?;
                         if d.is_zero() {
                             return Err(bad(name, &v, "must be positive"));
                         }
