@@ -89,11 +89,21 @@ spec:
     command: [sh, -c, 'mkdir -p /www && echo served-through-the-tunnel > /www/index.html && exec httpd -f -p 8080 -h /www']
 ";
 
+/// How the joined node gets its serving certificate.
+enum Serving {
+    /// One the cluster CA signed, as kubeadm gives a node.
+    ClusterCa,
+    /// Asked of the cluster by CSR (`serverTLSBootstrap`), self-signed until issued.
+    ByCsr,
+}
+
 /// A control plane with controllers, a scratch containerd and picolet joined to it as [`NODE`],
-/// serving the node API on a free loopback port with the cluster CA's serving certificate and
-/// trusting client certificates of that CA, as kubeadm sets a node up; returns once the Node
-/// is Ready.
-fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) {
+/// serving the node API on a free loopback port and trusting client certificates of the
+/// cluster CA.
+fn start_node(
+    dir: &std::path::Path,
+    serving: Serving,
+) -> (ControlPlane, ScratchContainerd, Agent, u16) {
     let cp = ControlPlane::start(
         &dir.join("cp"),
         &Options {
@@ -105,26 +115,36 @@ fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) 
     let c = ScratchContainerd::start(&dir.join("containerd"));
     let port = free_port();
     let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
-    let a = Agent::start_with(
-        &dir.join("a"),
-        &c.endpoint(),
-        &[
-            "--kubeconfig".into(),
-            kc.display().to_string(),
-            "--node-ip=127.0.0.1".into(),
-            "--address=127.0.0.1".into(),
-            format!("--port={port}"),
-            format!(
+    let mut args = vec![
+        "--kubeconfig".into(),
+        kc.display().to_string(),
+        "--node-ip=127.0.0.1".into(),
+        "--address=127.0.0.1".into(),
+        format!("--port={port}"),
+        format!("--client-ca-file={}", cp.ca_cert().display()),
+    ];
+    let config = match serving {
+        Serving::ClusterCa => {
+            args.push(format!(
                 "--tls-cert-file={}",
                 cp.pki(&format!("node-{NODE}-serving.crt")).display()
-            ),
-            format!(
+            ));
+            args.push(format!(
                 "--tls-private-key-file={}",
                 cp.pki(&format!("node-{NODE}-serving.key")).display()
-            ),
-            format!("--client-ca-file={}", cp.ca_cert().display()),
-        ],
-    );
+            ));
+            ""
+        }
+        Serving::ByCsr => "serverTLSBootstrap: true\n",
+    };
+    let a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, config);
+    (cp, c, a, port)
+}
+
+/// [`start_node`] with the cluster CA's serving certificate, as kubeadm sets a node up;
+/// returns once the Node is Ready.
+fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) {
+    let (cp, c, a, port) = start_node(dir, Serving::ClusterCa);
     wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
         kubectl(
             &cp,
@@ -670,30 +690,7 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
 #[test]
 fn the_serving_certificate_comes_from_the_cluster_by_csr() {
     let dir = test_dir("node-api-csr");
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let c = ScratchContainerd::start(&dir.join("containerd"));
-    let port = free_port();
-    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
-    let a = Agent::start_configured(
-        &dir.join("a"),
-        &c.endpoint(),
-        &[
-            "--kubeconfig".into(),
-            kc.display().to_string(),
-            "--node-ip=127.0.0.1".into(),
-            "--address=127.0.0.1".into(),
-            format!("--port={port}"),
-            format!("--client-ca-file={}", cp.ca_cert().display()),
-        ],
-        "serverTLSBootstrap: true\n",
-    );
+    let (cp, _c, a, port) = start_node(&dir, Serving::ByCsr);
     let serving_csr = || {
         kubectl(
             &cp,
