@@ -73,26 +73,7 @@ impl Registry {
     /// 127.0.0.1, a bcrypt htpasswd file, and starts it on `port`; returns once it accepts
     /// connections.
     fn start(dir: &Path, port: u16) -> Registry {
-        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-build.sh");
-        let out = Command::new("bash")
-            .arg(&build)
-            .arg("--tools")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", build.display()));
-        assert!(
-            out.status.success(),
-            "{}",
-            describe("scripts/k8s-build.sh --tools (it needs Go)", &out)
-        );
-        let bin = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|d| PathBuf::from(d).join("registry"))
-            .expect("k8s-build.sh --tools printed no directory");
+        let bin = control_plane::tool("registry");
 
         fs::create_dir_all(dir.join("data")).unwrap();
         let p = |f: &str| dir.join(f).display().to_string();

@@ -433,6 +433,31 @@ impl ControlPlane {
     }
 }
 
+/// One of the programs `scripts/k8s-build.sh --tools` builds (`metrics-server`, `registry`),
+/// built first if the cache lacks it; panics with the build's output if it fails.
+pub fn tool(name: &str) -> PathBuf {
+    let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-build.sh");
+    let out = Command::new("bash")
+        .arg(&build)
+        .arg("--tools")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", build.display()));
+    assert!(
+        out.status.success(),
+        "scripts/k8s-build.sh --tools failed (it needs Go: scripts/install-deps.sh)\n{}",
+        describe(&out)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|d| PathBuf::from(d).join(name))
+        .expect("k8s-build.sh --tools printed no directory")
+}
+
 /// metrics-server (`scripts/k8s-build.sh --tools`), run as a process beside the control plane
 /// and registered through the apiserver's aggregation layer as `v1beta1.metrics.k8s.io`, so
 /// that `kubectl top` works as in a cluster. It scrapes each node's `/metrics/resource` on the
@@ -470,26 +495,7 @@ impl ControlPlane {
     /// with `insecureSkipTLSVerify` (metrics-server's self-signed certificate names neither).
     /// Returns once the APIService is Available. Panics, naming what failed, otherwise.
     pub fn start_metrics_server(&self, kubelet_ca: &Path, interval_s: u32) -> MetricsServer {
-        let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/k8s-build.sh");
-        let out = Command::new("bash")
-            .arg(&build)
-            .arg("--tools")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", build.display()));
-        assert!(
-            out.status.success(),
-            "scripts/k8s-build.sh --tools failed (it needs Go: scripts/install-deps.sh)\n{}",
-            describe(&out)
-        );
-        let bin = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(|d| PathBuf::from(d).join("metrics-server"))
-            .expect("k8s-build.sh --tools printed no directory");
+        let bin = tool("metrics-server");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
