@@ -40,6 +40,10 @@
 #   CONFORMANCE_DIR scratch directory (default /tmp/pconf; short: unix sockets
 #                   live there); its previous run is removed at the start
 #   GINKGO_TIMEOUT  the whole run's limit (default 3h)
+#   SCRATCH_CONTAINERD_BIN
+#                   run the containerd (and ctr, shim) of this bin directory
+#                   instead of the machine's 1.6: containerd 2.x as
+#                   `scripts/k8s-build.sh --containerd` builds it
 #
 # The reports stay in CONFORMANCE_DIR/report: junit.xml, report.json (ginkgo's),
 # summary.txt (what this script printed), ginkgo.log (the whole output), and
@@ -406,9 +410,11 @@ CTRD_STARTED=1
 SOCK=$(bash "$REPO/scripts/scratch-containerd.sh" start "$DIR/ctrd" 2>"$DIR/containerd-start.log" | tail -n 1) ||
     { tail -n 20 "$DIR/containerd-start.log" >&2; die "the scratch containerd did not start"; }
 for tar in "$DIR"/images/*.tar; do
-    ctr -a "$SOCK" -n k8s.io images import "$tar" >/dev/null 2>>"$DIR/containerd-start.log" || die "importing $tar failed"
+    "${SCRATCH_CONTAINERD_BIN:+$SCRATCH_CONTAINERD_BIN/}ctr" -a "$SOCK" -n k8s.io images import "$tar" >/dev/null 2>>"$DIR/containerd-start.log" || die "importing $tar failed"
 done
-log "control plane and containerd up in $(since "$t0") s; images imported"
+RUNTIME_VERSION=$("${SCRATCH_CONTAINERD_BIN:+$SCRATCH_CONTAINERD_BIN/}ctr" -a "$SOCK" version 2>/dev/null |
+    awk '/^Server:/ { s = 1 } s && $1 == "Version:" { print $2; exit }') || RUNTIME_VERSION=unknown
+log "control plane and containerd ${RUNTIME_VERSION:-unknown} up in $(since "$t0") s; images imported"
 
 t0=$(now)
 "start_$NODE_KIND"
@@ -435,7 +441,7 @@ run_s=$(since "$t0")
 [[ -f $REPORT/report.json ]] || { tail -n 30 "$REPORT/ginkgo.log" >&2; die "ginkgo exited with $ginkgo_rc and wrote no report"; }
 
 summary_rc=0
-python3 - "$REPORT/report.json" "$NODE_KIND" "$SELECTION" "$run_s" "${IMAGES[@]}" <<'EOF' | tee "$REPORT/summary.txt" || summary_rc=$?
+python3 - "$REPORT/report.json" "$NODE_KIND on containerd ${RUNTIME_VERSION:-unknown}" "$SELECTION" "$run_s" "${IMAGES[@]}" <<'EOF' | tee "$REPORT/summary.txt" || summary_rc=$?
 import json, re, sys
 path, node, selection, run_s, *imported = sys.argv[1:]
 imported = set(imported)

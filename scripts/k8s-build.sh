@@ -26,6 +26,15 @@
 #                                   metrics-server (version set to its module's)
 #                                   and the Distribution registry (its version
 #                                   variable set likewise)
+#   scripts/k8s-build.sh --containerd [--key]
+#                                   the same for containerd 2.x, the runtime
+#                                   current clusters run (the tests default to the
+#                                   machine's containerd 1.6), from the Go module in
+#                                   tests/containerd2: containerd, its runc shim
+#                                   (containerd-shim-runc-v2) and ctr, version set
+#                                   to the module's; scratch-containerd.sh runs
+#                                   them when SCRATCH_CONTAINERD_BIN names that
+#                                   bin directory
 #
 # Environment:
 #   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
@@ -45,6 +54,7 @@ ROOT=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 MOD=$ROOT/tests/k8s
 E2E_MOD=$ROOT/tests/k8s-e2e
 TOOLS_MOD=$ROOT/tests/k8s-tools
+CONTAINERD_MOD=$ROOT/tests/containerd2
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 
 log() { printf 'k8s-build: %s\n' "$*" >&2; }
@@ -73,6 +83,11 @@ TOOLS_TARGETS=(
     "metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
     "registry|github.com/distribution/distribution/v3/cmd/registry"
 )
+CONTAINERD_TARGETS=(
+    "containerd|github.com/containerd/containerd/v2/cmd/containerd"
+    "containerd-shim-runc-v2|github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+    "ctr|github.com/containerd/containerd/v2/cmd/ctr"
+)
 
 find_go() {
     if [[ -n ${GO:-} ]]; then
@@ -98,16 +113,19 @@ module_version() {
 
 E2E=false
 TOOLS=false
+CONTAINERD=false
 KEY_ONLY=false
+builds=0
 for arg in "$@"; do
     case $arg in
-        --e2e) E2E=true ;;
-        --tools) TOOLS=true ;;
+        --e2e) E2E=true builds=$((builds + 1)) ;;
+        --tools) TOOLS=true builds=$((builds + 1)) ;;
+        --containerd) CONTAINERD=true builds=$((builds + 1)) ;;
         --key) KEY_ONLY=true ;;
-        *) die "usage: $0 [--e2e | --tools] [--key]" ;;
+        *) die "usage: $0 [--e2e | --tools | --containerd] [--key]" ;;
     esac
 done
-! { $E2E && $TOOLS; } || die "--e2e and --tools are two builds: ask for one at a time"
+[[ $builds -le 1 ]] || die "--e2e, --tools and --containerd are separate builds: ask for one at a time"
 
 GO=$(find_go)
 [[ -f $MOD/go.mod && -f $MOD/go.sum ]] || die "$MOD/go.mod or go.sum is missing"
@@ -156,6 +174,16 @@ elif $TOOLS; then
     TARGETS=("${TOOLS_TARGETS[@]}")
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
     KEY=k8s-tools-metrics-server-$METRICS_SERVER_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+elif $CONTAINERD; then
+    [[ -f $CONTAINERD_MOD/go.mod && -f $CONTAINERD_MOD/go.sum ]] || die "$CONTAINERD_MOD/go.mod or go.sum is missing"
+    CONTAINERD_VERSION=$(module_version github.com/containerd/containerd/v2 "$CONTAINERD_MOD")
+    GO_VERSION=$(cd "$CONTAINERD_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $CONTAINERD_MOD"
+    MOD=$CONTAINERD_MOD
+    TARGETS=("${CONTAINERD_TARGETS[@]}")
+    # (containerd's version variables, as its own Makefile sets them)
+    BUILD_FLAGS=(-trimpath -buildvcs=false -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION -X github.com/containerd/containerd/v2/version.Revision=module")
+    KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
+    KEY=containerd-$CONTAINERD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
 else
     # (go.mod's comment lines are left out: they change no binary.)
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
@@ -182,6 +210,7 @@ binary_ok() {
         kubectl) out=$("$BIN/$1" version --client 2>/dev/null) ;;
         ginkgo) out=$("$BIN/$1" version 2>/dev/null) ;;
         nnp) out=$("$BIN/$1" 2>/dev/null) ;;
+        containerd-shim-runc-v2) out=$("$BIN/$1" -v 2>/dev/null) ;;
         *) out=$("$BIN/$1" --version 2>/dev/null) ;;
     esac || return 1
     case $1 in
@@ -190,6 +219,8 @@ binary_ok() {
         agnhost) want="version $AGNHOST_VERSION" ;;
         metrics-server) want=$METRICS_SERVER_VERSION ;;
         registry) want=" github.com/distribution/distribution/v3 $REGISTRY_VERSION" ;;
+        containerd | ctr) want=" $CONTAINERD_VERSION" ;;
+        containerd-shim-runc-v2) want="Version:  $CONTAINERD_VERSION" ;;
         nnp) want="Effective uid: " ;;
         *) want=$K8S_VERSION ;;
     esac
@@ -245,6 +276,8 @@ build_missing() {
                 printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
             elif $TOOLS; then
                 printf 'metrics-server %s\nregistry %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$REGISTRY_VERSION" "$GO_VERSION"
+            elif $CONTAINERD; then
+                printf 'containerd %s\ngo %s\n' "$CONTAINERD_VERSION" "$GO_VERSION"
             else
                 printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
             fi
@@ -269,7 +302,9 @@ exec 9>"$CACHE_ROOT/$KEY/.lock"
 flock 9
 build_missing
 flock -u 9
-if $TOOLS; then
+if $CONTAINERD; then
+    log "containerd $CONTAINERD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+elif $TOOLS; then
     log "metrics-server $METRICS_SERVER_VERSION, registry $REGISTRY_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
 elif $E2E; then
     log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"

@@ -18,6 +18,12 @@
 #   restart DIR  kill containerd only (shims and pods keep running) and start it
 #                again with the same config; waits until CRI answers.
 #
+# Environment: SCRATCH_CONTAINERD_BIN=DIR3 runs the containerd, ctr and
+# containerd-shim-runc-v2 in DIR3 instead of those on PATH: containerd 2.x as
+# `scripts/k8s-build.sh --containerd` builds it (its last line of stdout is that
+# directory). The config is written in the format of the version found
+# (version 2 for containerd 1.x, version 3 for 2.x).
+#
 # Environment (start): SCRATCH_CONTAINERD_REGISTRY_HOSTS=DIR2 sets the CRI
 # plugin's registry config_path to DIR2 (an absolute directory of
 # <host:port>/hosts.toml, containerd's registry host configuration: a private
@@ -72,6 +78,14 @@ cmd=$1
 [[ $2 == /* ]] || set -- "$1" "$PWD/$2"
 [[ $2 != / ]] || die "DIR must not be /"
 [[ $(id -u) == 0 ]] || die "must run as root (containerd, runc and CNI need it)"
+if [[ -n ${SCRATCH_CONTAINERD_BIN:-} ]]; then
+    for b in containerd ctr containerd-shim-runc-v2; do
+        [[ -x $SCRATCH_CONTAINERD_BIN/$b ]] ||
+            die "SCRATCH_CONTAINERD_BIN=$SCRATCH_CONTAINERD_BIN has no executable $b (scripts/k8s-build.sh --containerd builds them)"
+    done
+    # containerd starts its shims by name from PATH.
+    export PATH=$SCRATCH_CONTAINERD_BIN:$PATH
+fi
 
 # ---------------------------------------------------------------- paths
 
@@ -201,9 +215,37 @@ check_prerequisites() {
     fi
 }
 
+# The major version of the containerd on PATH (1 or 2).
+containerd_major() {
+    local out
+    out=$(containerd --version 2>&1) || die "containerd --version failed: $out"
+    [[ $out =~ \ v?([0-9]+)\.[0-9]+ ]] || die "containerd --version printed no version: $out"
+    printf '%s' "${BASH_REMATCH[1]}"
+}
+
 write_config() {
     mkdir -p "$DIR/root" "$DIR/state" "$DIR/runc" "$CNI_CONF_DIR" "$IMAGE_CACHE"
     chmod 0711 "$DIR/root" "$DIR/state"
+    local major
+    major=$(containerd_major)
+    case $major in
+        1) write_config_v2 ;;
+        2) write_config_v3 "$(containerd_config_version)" ;;
+        *) die "containerd $major.x: this script knows the config of 1.x and 2.x only" ;;
+    esac
+    mv -f -- "$CONFIG.tmp" "$CONFIG"
+    write_cni_config
+}
+
+# The config version the containerd on PATH writes by default (3, or 4 from 2.3).
+containerd_config_version() {
+    local v
+    v=$(containerd config default 2>/dev/null | awk '$1 == "version" && $2 == "=" { print $3; exit }')
+    [[ $v =~ ^[0-9]+$ ]] || die "containerd config default printed no config version"
+    printf '%s' "$v"
+}
+
+write_config_v2() {
     cat >"$CONFIG.tmp" <<EOF
 # Written by scripts/scratch-containerd.sh: a private containerd for tests.
 # Every path lives under $DIR.
@@ -285,7 +327,123 @@ EOF
       config_path = "$SCRATCH_CONTAINERD_REGISTRY_HOSTS"
 EOF
     fi
-    mv -f -- "$CONFIG.tmp" "$CONFIG"
+}
+
+# The same settings in containerd 2.x's format (config version 3 or 4, given as
+# $1: the one the binary writes itself), where the CRI plugin is split into an
+# images and a runtime plugin.
+write_config_v3() {
+    cat >"$CONFIG.tmp" <<EOF
+# Written by scripts/scratch-containerd.sh: a private containerd 2.x for tests.
+# Every path lives under $DIR.
+version = $1
+root = "$DIR/root"
+state = "$DIR/state"
+oom_score = 0
+# Nothing from /etc/containerd/conf.d (version 4 imports it unless told).
+imports = []
+required_plugins = ["io.containerd.grpc.v1.cri"]
+# As for 1.x, and NRI (it would serve /var/run/nri/nri.sock) and the snapshotters
+# 2.x adds.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.internal.v1.opt",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.nri.v1.nri",
+]
+
+$(servers_config "$1")
+
+[plugins]
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    disable_snapshot_annotations = true
+
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "$PAUSE_IMAGE"
+EOF
+    if [[ -n ${SCRATCH_CONTAINERD_REGISTRY_HOSTS:-} ]]; then
+        [[ $SCRATCH_CONTAINERD_REGISTRY_HOSTS == /* && -d $SCRATCH_CONTAINERD_REGISTRY_HOSTS ]] ||
+            die "SCRATCH_CONTAINERD_REGISTRY_HOSTS=$SCRATCH_CONTAINERD_REGISTRY_HOSTS is not an absolute path to a directory"
+        cat >>"$CONFIG.tmp" <<EOF
+
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = "$SCRATCH_CONTAINERD_REGISTRY_HOSTS"
+EOF
+    fi
+    cat >>"$CONFIG.tmp" <<EOF
+
+  [plugins."io.containerd.cri.v1.runtime"]
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    enable_selinux = false
+
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["$CNI_BIN_DIR"]
+      conf_dir = "$CNI_CONF_DIR"
+      max_conf_num = 1
+
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "$DIR/runc"
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+EOF
+}
+
+# The sockets containerd serves, in config version $1's place for them: tables
+# of their own up to version 3, server plugins from version 4. No debug socket
+# and no metrics endpoint.
+servers_config() {
+    if [[ $1 -le 3 ]]; then
+        cat <<EOF
+[grpc]
+  address = "$SOCK"
+
+[ttrpc]
+  address = "$TTRPC_SOCK"
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+EOF
+    else
+        cat <<EOF
+[debug]
+  level = "info"
+
+[plugins."io.containerd.server.v1.grpc"]
+  address = "$SOCK"
+
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "$TTRPC_SOCK"
+
+[plugins."io.containerd.server.v1.debug"]
+  address = ""
+
+[plugins."io.containerd.server.v1.metrics"]
+  address = ""
+EOF
+    fi
+}
+
+write_cni_config() {
 
     # The CRI plugin adds the loopback interface itself (with $CNI_BIN_DIR/loopback),
     # so the chain only holds bridge (+ host-local IPAM) and portmap (hostPort).

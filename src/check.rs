@@ -421,16 +421,56 @@ fn clock(now: i64, built: i64) -> Finding {
     }
 }
 
-/// The runtime: reachable, and speaking CRI v1.
+/// The runtime releases picolet's end-to-end tests run against (name, `major.minor`): the
+/// machine's containerd 1.6 and the 2.x release `scripts/k8s-build.sh --containerd` builds.
+pub const TESTED_RUNTIMES: &[(&str, &str)] = &[("containerd", "1.6"), ("containerd", "2.4")];
+
+/// Whether `name` `version` (as CRI `Version` reports it: `v2.4.2`, `1.6.20~ds1`) is of a
+/// release series in [`TESTED_RUNTIMES`].
+pub fn runtime_tested(name: &str, version: &str) -> bool {
+    let v = version.strip_prefix('v').unwrap_or(version);
+    TESTED_RUNTIMES.iter().any(|(n, series)| {
+        *n == name
+            && v.strip_prefix(series)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '-', '~', '+']))
+    })
+}
+
+fn tested_list() -> String {
+    let names: Vec<String> = TESTED_RUNTIMES
+        .iter()
+        .map(|(n, s)| format!("{n} {s}"))
+        .collect();
+    names.join(", ")
+}
+
+/// The runtime: reachable, speaking CRI v1, and of a release picolet is tested with.
 pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
     let sock = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
     match crate::rt::timeout(Duration::from_secs(5), cri.version()).await {
-        Ok(Ok(v)) if v.runtime_api_version == "v1" => ok(
+        Ok(Ok(v))
+            if v.runtime_api_version == "v1"
+                && runtime_tested(&v.runtime_name, &v.runtime_version) =>
+        {
+            ok(
+                "runtime",
+                format!(
+                    "{} {} at {endpoint}, CRI {}; a release picolet is tested with",
+                    v.runtime_name, v.runtime_version, v.runtime_api_version
+                ),
+            )
+        }
+        Ok(Ok(v)) if v.runtime_api_version == "v1" => problem(
+            Level::Warn,
             "runtime",
             format!(
-                "{} {} at {endpoint}, CRI {}",
-                v.runtime_name, v.runtime_version, v.runtime_api_version
+                "{} {} at {endpoint}, CRI {}: not a release picolet is tested with ({})",
+                v.runtime_name,
+                v.runtime_version,
+                v.runtime_api_version,
+                tested_list()
             ),
+            "it speaks CRI v1 and should work; for a tested setup use one of those releases",
         ),
         Ok(Ok(v)) => problem(
             Level::Fatal,
@@ -603,8 +643,32 @@ mod tests {
     fn runtime_version_from_the_fake() {
         let fake = crate::cri::fake::FakeRuntime::new();
         let f = crate::rt::block_on(runtime(&fake, "unix:///x.sock"));
-        assert_eq!(f.level, Level::Ok, "{f}");
+        // The fake is no tested release: reachable and CRI v1, with a warning naming them.
+        assert_eq!(f.level, Level::Warn, "{f}");
         assert!(f.detail.contains("CRI v1"), "{f}");
+        assert!(f.detail.contains("containerd 1.6, containerd 2.4"), "{f}");
+    }
+
+    #[test]
+    fn tested_runtime_releases() {
+        for (name, v) in [
+            ("containerd", "1.6.20~ds1"),
+            ("containerd", "v1.6.20"),
+            ("containerd", "v2.4.2"),
+            ("containerd", "2.4.0-rc.1"),
+            ("containerd", "1.6"),
+        ] {
+            assert!(runtime_tested(name, v), "{name} {v}");
+        }
+        for (name, v) in [
+            ("containerd", "v1.7.27"),
+            ("containerd", "v2.41.0"),
+            ("containerd", "v1.60.1"),
+            ("cri-o", "1.6.2"),
+            ("containerd", ""),
+        ] {
+            assert!(!runtime_tested(name, v), "{name} {v}");
+        }
     }
 
     #[cfg(feature = "apiserver")]

@@ -457,7 +457,8 @@ fn check_reports_the_runtime_version_and_cgroups() {
     let (success, out) = picolet_check(&c.endpoint(), &d);
     assert!(
         out.lines()
-            .any(|l| l.starts_with("ok   runtime: containerd") && l.ends_with("CRI v1")),
+            .any(|l| l.starts_with("ok   runtime: containerd")
+                && l.ends_with("CRI v1; a release picolet is tested with")),
         "{out}"
     );
     assert!(

@@ -271,13 +271,14 @@ fn a_static_pod_pulls_from_a_private_registry_with_the_nodes_config_json() {
     let a = Agent::start(&dir.join("a"), &c.endpoint());
     a.write_manifest("private.yaml", &pod_yaml("private", &image));
     // No credentials: the pull is anonymous and the registry refuses it, which the waiting
-    // state names.
+    // state names (containerd 1.6 with the registry's 401, 2.x as "authorization failed").
     a.wait_for(
         "ErrImagePull naming the registry's refusal",
         Duration::from_secs(60),
         |a| {
             let (reason, message) = waiting(a, "private");
-            (reason == "ErrImagePull" || reason == "ImagePullBackOff") && message.contains("401")
+            (reason == "ErrImagePull" || reason == "ImagePullBackOff")
+                && (message.contains("401") || message.contains("authorization failed"))
         },
     );
     a.wait_for("ImagePullBackOff", Duration::from_secs(30), |a| {

@@ -206,10 +206,15 @@ impl ScratchContainerd {
         log_tail(&self.dir, lines)
     }
 
-    /// Runs `ctr -a SOCKET -n k8s.io ARGS...`; returns its stdout, or its
-    /// stderr (with the exit status) as the error.
+    /// Runs `ctr -a SOCKET -n k8s.io ARGS...` (the ctr of `SCRATCH_CONTAINERD_BIN` when that
+    /// names another containerd, as scripts/scratch-containerd.sh runs); returns its stdout,
+    /// or its stderr (with the exit status) as the error.
     pub fn try_ctr(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new("ctr")
+        let ctr = match std::env::var_os("SCRATCH_CONTAINERD_BIN") {
+            Some(bin) if !bin.is_empty() => Path::new(&bin).join("ctr"),
+            _ => PathBuf::from("ctr"),
+        };
+        let out = Command::new(ctr)
             .arg("--connect-timeout")
             .arg("5s")
             .arg("-a")
