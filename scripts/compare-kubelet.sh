@@ -17,13 +17,22 @@
 # every 10 ms), p50 and p95; and a container that exits 2 s after it starts,
 # timed from its exit to the next instance's first command (its first restart,
 # which neither agent delays: the crash back-off starts with the second).
+# Then joined: for each agent, a control plane of its own (scripts/control-plane.sh
+# with its controllers, the apiserver auditing the node's requests) and a clean
+# containerd; the agent joins through a byte-counting TCP relay in front of the
+# apiserver; 10 pods (COMPARE_JOINED_PODS) bound to the node are created at once
+# and each timed from the create to the apiserver showing it Running (polled
+# every 0.2 s); after 10 s of rest, the node's requests (audit events, by
+# request) and the bytes through the relay (both ways, TLS included) over the
+# window, given per minute and per day.
 # Binary sizes are of the files run: picolet's release build and the kubelet
 # as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
 #
 # Environment:
 #   COMPARE_SECONDS  sampling window per phase (default 60)
 #   COMPARE_PODS     static pod counts (default "0 10 50")
-#   COMPARE_LATENCY_PODS  manifests timed one by one (default 20)
+#   COMPARE_LATENCY_PODS  manifests timed one by one (default 20; 0 skips the phase)
+#   COMPARE_JOINED_PODS   API pods in the joined phase (default 10; 0 skips the phase)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
@@ -40,6 +49,7 @@ REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 WINDOW=${COMPARE_SECONDS:-60}
 read -r -a COUNTS <<<"${COMPARE_PODS:-0 10 50}"
 LATENCY_PODS=${COMPARE_LATENCY_PODS:-20}
+JOINED_PODS=${COMPARE_JOINED_PODS:-10}
 DIR=${COMPARE_DIR:-/tmp/pcmp}
 IMAGE=picolet.local/busybox:1
 NODE_NAME=compare-node
@@ -52,12 +62,17 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 [[ $WINDOW =~ ^[0-9]+$ && $WINDOW -gt 0 ]] || die "COMPARE_SECONDS must be a positive integer"
 for n in "${COUNTS[@]}"; do [[ $n =~ ^[0-9]+$ ]] || die "COMPARE_PODS: $n is not a count"; done
+[[ $LATENCY_PODS =~ ^[0-9]+$ ]] || die "COMPARE_LATENCY_PODS must be a count"
+[[ $JOINED_PODS =~ ^[0-9]+$ ]] || die "COMPARE_JOINED_PODS must be a count"
 [[ $DIR == /* && $DIR != / ]] || die "COMPARE_DIR must be an absolute path other than /"
 for c in python3 ctr containerd unshare mount getconf; do command -v "$c" >/dev/null || die "$c not found"; done
 CLK_TCK=$(getconf CLK_TCK)
 
 KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
 KUBELET=$KBIN/kubelet
+if ((JOINED_PODS > 0)); then
+    CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
+fi
 if [[ -z ${PICOLET_BIN:-} ]]; then
     (cd "$REPO" && nice -n 19 cargo build --release --locked -q) || die "cargo build --release failed"
     PICOLET_BIN=$REPO/target/release/picolet
@@ -66,6 +81,10 @@ fi
 
 AGENT_PID=
 CTRD_STARTED=0
+CP_STARTED=0
+RELAY_PID=
+JOIN_CONFIG=
+JOIN_ARGS=()
 CGROUP_ROOT=/picolet-compare
 
 alive() {
@@ -88,6 +107,19 @@ stop_agent() {
     AGENT_PID=
 }
 
+stop_relay() {
+    [[ -n $RELAY_PID ]] || return 0
+    kill -TERM "$RELAY_PID" 2>/dev/null || true
+    wait "$RELAY_PID" 2>/dev/null || true
+    RELAY_PID=
+}
+
+stop_control_plane() {
+    [[ $CP_STARTED == 1 ]] || return 0
+    bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/control-plane-stop.log" || true
+    CP_STARTED=0
+}
+
 stop_containerd() {
     [[ $CTRD_STARTED == 1 ]] || return 0
     bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/containerd-stop.log" || true
@@ -99,7 +131,9 @@ cleanup() {
     trap - EXIT INT TERM
     set +e
     stop_agent
+    stop_relay
     stop_containerd
+    stop_control_plane
     node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
     exit "$rc"
 }
@@ -148,9 +182,10 @@ containerRuntimeEndpoint: unix://$SOCK
 podLogsDir: $DIR/node/pod-logs
 healthzPort: $HEALTHZ_PORT
 cgroupRoot: $CGROUP_ROOT
+$JOIN_CONFIG
 EOF
     "$PICOLET_BIN" --config "$DIR/node/picolet.yaml" --root-dir "$DIR/node/root" --hostname-override "$NODE_NAME" \
-        </dev/null >>"$DIR/picolet.log" 2>&1 &
+        "${JOIN_ARGS[@]}" </dev/null >>"$DIR/picolet.log" 2>&1 &
     AGENT_PID=$!
 }
 
@@ -180,9 +215,11 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
+$JOIN_CONFIG
 EOF
     upstream_kubelet_launch "$DIR/node" "$DIR/kubelet.log" "$KUBELET" --config "$DIR/node/kubelet.yaml" \
-        --root-dir "$DIR/node/root" --cert-dir "$DIR/node/root/pki" --hostname-override "$NODE_NAME"
+        --root-dir "$DIR/node/root" --cert-dir "$DIR/node/root/pki" --hostname-override "$NODE_NAME" \
+        "${JOIN_ARGS[@]}"
     AGENT_PID=$UPSTREAM_KUBELET_PID
 }
 
@@ -292,9 +329,181 @@ latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
     log "$agent: manifest → first command p50 ${R[$agent,lat50]} s, p95 ${R[$agent,lat95]} s; exit → restarted ${R[$agent,restart]} s"
 }
 
+# A TCP relay from a free loopback port to the apiserver, counting the bytes it
+# carries both ways into DIR/relay.bytes ("UP DOWN", rewritten every 0.5 s).
+start_relay() { # start_relay PORT HOST:PORT
+    python3 - "$1" "$2" "$DIR/relay.bytes" <<'EOF' &
+import asyncio, os, sys
+port, target, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+host, tport = target.rsplit(":", 1)
+count = [0, 0]
+async def pipe(r, w, i):
+    try:
+        while data := await r.read(65536):
+            count[i] += len(data)
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        w.close()
+async def serve(r, w):
+    try:
+        ur, uw = await asyncio.open_connection(host, int(tport))
+    except OSError:
+        w.close()
+        return
+    await asyncio.gather(pipe(r, uw, 0), pipe(ur, w, 1))
+async def report():
+    while True:
+        with open(out + ".tmp", "w") as f:
+            f.write("%d %d\n" % tuple(count))
+        os.replace(out + ".tmp", out)
+        await asyncio.sleep(0.5)
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    asyncio.create_task(report())
+    async with server:
+        await server.serve_forever()
+asyncio.run(main())
+EOF
+    RELAY_PID=$!
+}
+
+relay_bytes() { # the relay's "UP DOWN" as one sum
+    awk '{ print $1 + $2 }' "$DIR/relay.bytes"
+}
+
+# Distinct requests of the node (audit IDs) received in [FROM, TO) (epoch seconds);
+# their count by verb and resource goes to BREAKDOWN.
+node_requests() { # node_requests FROM TO BREAKDOWN
+    python3 - "$DIR/cp/audit.log" "system:node:$NODE_NAME" "$1" "$2" "$3" <<'EOF'
+import collections, json, sys
+from datetime import datetime
+path, user, t1, t2, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+ids = {}
+for line in open(path):
+    e = json.loads(line)
+    if e.get("user", {}).get("username") != user:
+        continue
+    t = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+    if t1 <= t < t2:
+        r = e.get("objectRef", {})
+        ids[e["auditID"]] = "%s %s%s" % (e["verb"], r.get("resource", e.get("requestURI", "?")),
+                                         "/" + r["subresource"] if r.get("subresource") else "")
+with open(out, "w") as f:
+    for k, n in collections.Counter(ids.values()).most_common():
+        f.write("%5d %s\n" % (n, k))
+print(len(ids))
+EOF
+}
+
+joined_pods_yaml() {
+    local i
+    for ((i = 0; i < JOINED_PODS; i++)); do
+        cat <<EOF
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: api-$i
+  namespace: default
+spec:
+  nodeName: $NODE_NAME
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sleep
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+EOF
+    done
+}
+
+joined() { # joined AGENT: the joined rows, into R
+    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 b1 b2 lat=() name phase rss_mean cpu
+    local -A seen=()
+    mkdir -p "$DIR/cp"
+    # The node's requests, one audit event per stage: (RequestReceived left out).
+    cat >"$DIR/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["system:node:$NODE_NAME"]
+- level: None
+EOF
+    CP_STARTED=1
+    APISERVER_EXTRA_FLAGS="--audit-policy-file=$DIR/audit-policy.yaml --audit-log-path=$DIR/cp/audit.log --audit-log-format=json --audit-log-maxsize=0 --audit-log-mode=blocking" \
+        PICOLET_K8S_BIN=$CP_BIN bash "$REPO/scripts/control-plane.sh" start "$DIR/cp" --node "$NODE_NAME" --controllers \
+        >/dev/null 2>"$DIR/control-plane.log" || { tail -n 20 "$DIR/control-plane.log" >&2; die "the control plane did not start"; }
+    # shellcheck disable=SC1091 # written by control-plane.sh
+    # shellcheck disable=SC2153 # set by cluster.env
+    apiserver=$(. "$DIR/cp/cluster.env" && printf '%s' "$APISERVER")
+    kubectl=("$CP_BIN/kubectl" --kubeconfig "$DIR/cp/admin.kubeconfig" --request-timeout=10s)
+    relay_port=$(free_port)
+    start_relay "$relay_port" "${apiserver#https://}"
+    sed "s#server: $apiserver#server: https://127.0.0.1:$relay_port#" "$DIR/cp/node-$NODE_NAME.kubeconfig" >"$DIR/node-relay.kubeconfig"
+    grep -q "127.0.0.1:$relay_port" "$DIR/node-relay.kubeconfig" || die "could not point the node's kubeconfig at the relay"
+    start_containerd
+    write_manifests 0
+    HEALTHZ_PORT=$(free_port)
+    JOIN_ARGS=(--kubeconfig "$DIR/node-relay.kubeconfig" --node-ip 127.0.0.1)
+    JOIN_CONFIG="evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99"
+    "start_$agent"
+    JOIN_ARGS=()
+    JOIN_CONFIG=
+    deadline=$((SECONDS + 120))
+    until [[ $("${kubectl[@]}" get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]; do
+        alive "$AGENT_PID" || { tail -n 20 "$DIR/$agent.log" >&2; die "$agent exited"; }
+        ((SECONDS < deadline)) || die "$agent: node $NODE_NAME not Ready within 120 s"
+        sleep 0.5
+    done
+    # The default ServiceAccount the pods' token volume needs exists (--controllers waits).
+    t0=$(now)
+    joined_pods_yaml | "${kubectl[@]}" create -f - >/dev/null || die "creating the API pods failed"
+    deadline=$((SECONDS + 300))
+    while ((${#seen[@]} < JOINED_PODS)); do
+        while read -r name phase; do
+            if [[ $phase == Running && -z ${seen[$name]+x} ]]; then
+                seen[$name]=1
+                lat+=("$(since "$t0")")
+            fi
+        done < <("${kubectl[@]}" get pods -n default -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}' 2>/dev/null)
+        alive "$AGENT_PID" || die "$agent exited"
+        ((SECONDS < deadline)) || die "$agent: ${#seen[@]} of $JOINED_PODS API pods Running after 300 s"
+        sleep 0.2
+    done
+    R[$agent,j50]=$(percentile 50 "${lat[@]}")
+    R[$agent,j95]=$(percentile 95 "${lat[@]}")
+    R[$agent,jall]=$(since "$t0")
+    sleep 10
+    t1=$(now)
+    b1=$(relay_bytes)
+    read -r rss_mean _ cpu < <(sample "$AGENT_PID" "$WINDOW")
+    t2=$(now)
+    b2=$(relay_bytes)
+    R[$agent,jrss]=$(awk -v a="$rss_mean" 'BEGIN { printf "%.1f", a / 1024 }')
+    R[$agent,jcpu]=$cpu
+    R[$agent,jreq]=$(node_requests "$t1" "$t2" "$DIR/$agent-requests.txt" | awk -v w="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" '{ printf "%.1f", $1 * 60 / w }')
+    R[$agent,jbytes]=$(awk -v a="$b1" -v b="$b2" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.1f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
+    log "$agent joined: $JOINED_PODS API pods Running p50 ${R[$agent,j50]} s, p95 ${R[$agent,j95]} s; ${R[$agent,jreq]} requests/min, ${R[$agent,jbytes]} MiB/day, RSS ${R[$agent,jrss]} MiB, CPU $cpu %"
+    stop_agent
+    stop_relay
+    stop_containerd
+    stop_control_plane
+    node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
+    rm -rf --one-file-system -- "$DIR/node" "$DIR/cp"
+}
+
 log "machine: $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for agent in picolet kubelet; do
-    for n in "${COUNTS[@]}" latency; do
+    PHASES=("${COUNTS[@]}")
+    ((LATENCY_PODS == 0)) || PHASES+=(latency)
+    for n in "${PHASES[@]}"; do
         start_containerd
         if [[ $n == latency ]]; then
             write_manifests 0
@@ -346,6 +555,12 @@ for agent in picolet kubelet; do
     rm -rf --one-file-system -- "$DIR/node"
 done
 
+if ((JOINED_PODS > 0)); then
+    for agent in picolet kubelet; do
+        joined "$agent"
+    done
+fi
+
 ratio() { awk -v p="$1" -v k="$2" 'BEGIN { if (p > 0) printf "%.1fx", k / p; else print "-" }'; }
 P_SIZE=$(stat -c %s "$PICOLET_BIN")
 K_SIZE=$(stat -c %s "$KUBELET")
@@ -364,6 +579,16 @@ for n in "${COUNTS[@]}"; do
     say_row "| $n pods: CPU, % of one core | ${R[picolet,$n,cpu]} | ${R[kubelet,$n,cpu]} | $(ratio "${R[picolet,$n,cpu]}" "${R[kubelet,$n,cpu]}") |"
     say_row "| $n pods: containerd RSS beside it | ${R[picolet,$n,ctrd]} MiB | ${R[kubelet,$n,ctrd]} MiB | |"
 done
+if ((LATENCY_PODS > 0)); then
 say_row "| manifest written → its container's first command, p50 of $LATENCY_PODS | ${R[picolet,lat50]} s | ${R[kubelet,lat50]} s | $(ratio "${R[picolet,lat50]}" "${R[kubelet,lat50]}") |"
 say_row "| manifest written → its container's first command, p95 of $LATENCY_PODS | ${R[picolet,lat95]} s | ${R[kubelet,lat95]} s | $(ratio "${R[picolet,lat95]}" "${R[kubelet,lat95]}") |"
 say_row "| container exited → first restart running | ${R[picolet,restart]} s | ${R[kubelet,restart]} s | $(ratio "${R[picolet,restart]}" "${R[kubelet,restart]}") |"
+fi
+if ((JOINED_PODS > 0)); then
+    say_row "| joined, $JOINED_PODS API pods: created → Running, p50 | ${R[picolet,j50]} s | ${R[kubelet,j50]} s | $(ratio "${R[picolet,j50]}" "${R[kubelet,j50]}") |"
+    say_row "| joined, $JOINED_PODS API pods: created → Running, p95 | ${R[picolet,j95]} s | ${R[kubelet,j95]} s | $(ratio "${R[picolet,j95]}" "${R[kubelet,j95]}") |"
+    say_row "| joined, $JOINED_PODS API pods: requests to the apiserver a minute | ${R[picolet,jreq]} | ${R[kubelet,jreq]} | $(ratio "${R[picolet,jreq]}" "${R[kubelet,jreq]}") |"
+    say_row "| joined, $JOINED_PODS API pods: bytes to and from the apiserver a day | ${R[picolet,jbytes]} MiB | ${R[kubelet,jbytes]} MiB | $(ratio "${R[picolet,jbytes]}" "${R[kubelet,jbytes]}") |"
+    say_row "| joined, $JOINED_PODS API pods: RSS mean | ${R[picolet,jrss]} MiB | ${R[kubelet,jrss]} MiB | $(ratio "${R[picolet,jrss]}" "${R[kubelet,jrss]}") |"
+    say_row "| joined, $JOINED_PODS API pods: CPU, % of one core | ${R[picolet,jcpu]} | ${R[kubelet,jcpu]} | $(ratio "${R[picolet,jcpu]}" "${R[kubelet,jcpu]}") |"
+fi
