@@ -480,6 +480,43 @@ fn http_probes_send_the_kubelets_request_and_judge_the_status() {
 }
 
 #[test]
+fn a_redirect_to_another_host_passes_with_a_probe_warning_event() {
+    let e = env("redirect");
+    let recorder = Rc::new(crate::events::Recorder::new("n"));
+    crate::events::install(recorder.clone());
+    rt::block_on(async {
+        e.clock.advance(Duration::from_secs(60));
+        let (port, _srv) = http_server(Rc::new(Cell::new(301)), Rc::default());
+        let p = pod(serde_json::json!({"livenessProbe": {
+            "httpGet": {"host": "127.0.0.1", "port": port, "path": "/redirect"},
+            "periodSeconds": 1, "failureThreshold": 1
+        }}));
+        e.sync(&p).await;
+        e.pm.add_pod(&p);
+        for _ in 0..20 {
+            rt::settle().await;
+            if recorder.queued().iter().any(|(r, _)| r == "ProbeWarning") {
+                break;
+            }
+        }
+        assert_eq!(e.result(Kind::Liveness), Some(ProbeResult::Success));
+        let warnings: Vec<_> = recorder
+            .queued()
+            .into_iter()
+            .filter(|(r, _)| r == "ProbeWarning")
+            .collect();
+        assert_eq!(
+            warnings,
+            [(
+                "ProbeWarning".to_owned(),
+                "Liveness probe warning: Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+                    .to_owned()
+            )]
+        );
+    });
+}
+
+#[test]
 fn tcp_and_grpc_probes() {
     let e = env("tcp");
     rt::block_on(async {
