@@ -1,11 +1,12 @@
 //! Pod admission: the kubelet's general predicates, decided once when a pod is first seen.
 //!
-//! Pure: the node as [`NodeInfo`] (its name, labels, taints and allocatable cpu, memory and pod
-//! count), the pods already admitted, and the pod in; a [`Rejection`] with upstream's reason and
-//! message out. The checks and their order are upstream's (`pkg/kubelet/lifecycle/predicate.go`
-//! with the scheduler's NodeResourcesFit, NodeAffinity, NodeName and NodePorts plugins): the
-//! `kubernetes.io/os` label and `spec.os` first, then resources (pods, cpu, memory, ephemeral
-//! storage), the node
+//! Pure: the node as [`NodeInfo`] (its name, labels, taints, allocatable cpu, memory and pod
+//! count, and the sysctls pods may set), the pods already admitted, and the pod in; a
+//! [`Rejection`] with upstream's reason and message out. The checks and their order are
+//! upstream's: the sysctls against the allowlist first (`pkg/kubelet/sysctl`), then
+//! `pkg/kubelet/lifecycle/predicate.go` with the scheduler's NodeResourcesFit, NodeAffinity,
+//! NodeName and NodePorts plugins: the `kubernetes.io/os` label and `spec.os`, then resources
+//! (pods, cpu, memory, ephemeral storage), the node
 //! selector with the required node affinity, the node name, the host ports, and for pods that
 //! are not static the NoExecute taints; the first failure is the one reported.
 
@@ -29,6 +30,154 @@ pub struct NodeInfo {
     pub ephemeral_storage: i64,
     /// How many pods the node runs at most.
     pub pods: i64,
+    /// The sysctls (and `prefix*` patterns) pods may set: [`sysctl_allowlist`].
+    pub sysctls: Vec<String>,
+}
+
+/// The safe sysctls, each with the kernel release from which it is namespaced (upstream's
+/// `pkg/kubelet/sysctl/safe_sysctls.go`).
+const SAFE_SYSCTLS: &[(&str, (u32, u32))] = &[
+    ("kernel.shm_rmid_forced", (0, 0)),
+    ("net.ipv4.ip_local_port_range", (0, 0)),
+    ("net.ipv4.tcp_syncookies", (0, 0)),
+    ("net.ipv4.ping_group_range", (0, 0)),
+    ("net.ipv4.ip_unprivileged_port_start", (0, 0)),
+    ("net.ipv4.ip_local_reserved_ports", (3, 16)),
+    ("net.ipv4.tcp_keepalive_time", (4, 5)),
+    ("net.ipv4.tcp_fin_timeout", (4, 6)),
+    ("net.ipv4.tcp_keepalive_intvl", (4, 5)),
+    ("net.ipv4.tcp_keepalive_probes", (4, 5)),
+    ("net.ipv4.tcp_rmem", (4, 15)),
+    ("net.ipv4.tcp_wmem", (4, 15)),
+    ("net.ipv4.tcp_slow_start_after_idle", (4, 15)),
+    ("net.ipv4.tcp_notsent_lowat", (4, 6)),
+];
+
+/// The kernel namespace a sysctl (or a pattern's prefix, dotted) belongs to; `None` for one
+/// that is not namespaced, which no pod may set.
+fn sysctl_namespace(name: &str) -> Option<&'static str> {
+    match name {
+        "kernel.domainname" => return Some("UTS"),
+        "kernel.sem"
+        | "kernel.shmall"
+        | "kernel.shmmax"
+        | "kernel.shmmni"
+        | "kernel.shm_rmid_forced"
+        | "kernel.shm"
+        | "kernel.msgmax"
+        | "kernel.msgmnb"
+        | "kernel.msgmni"
+        | "kernel.msg" => return Some("IPC"),
+        _ => {}
+    }
+    [("net.", "Net"), ("fs.mqueue.", "IPC"), ("user.", "User")]
+        .into_iter()
+        .find(|(p, _)| name.starts_with(p))
+        .map(|(_, ns)| ns)
+}
+
+/// A sysctl name with '/' separators in the dotted form ('.' and '/' swap when the first
+/// separator is a '/', as the kernel reads them).
+pub fn normalize_sysctl(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| match c {
+                '.' => '/',
+                '/' => '.',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_owned(),
+    }
+}
+
+/// Whether `s` is a sysctl pattern upstream accepts: segments of `[a-z0-9]([-_a-z0-9]*[a-z0-9])?`
+/// joined by '.' or '/', the last of which may end in '*'; at most 253 characters.
+fn is_sysctl_pattern(s: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let inner = |c: u8| alnum(c) || c == b'-' || c == b'_';
+    let parts: Vec<&[u8]> = s.split(['.', '/']).map(str::as_bytes).collect();
+    let Some((last, init)) = parts.split_last() else {
+        return false;
+    };
+    let segment = |b: &[u8]| match (b.first(), b.last()) {
+        (Some(&f), Some(&l)) => alnum(f) && alnum(l) && b.iter().all(|&c| inner(c)),
+        _ => false,
+    };
+    let last_ok = match last.split_last() {
+        Some((&end, rest)) => {
+            (alnum(end) || end == b'*')
+                && rest.first().is_none_or(|&f| alnum(f))
+                && rest.iter().all(|&c| inner(c))
+        }
+        None => false,
+    };
+    s.len() <= 253 && last_ok && init.iter().all(|b| segment(b))
+}
+
+/// The sysctls pods may set on a node running kernel `release` (`/proc/sys/kernel/osrelease`):
+/// the safe ones namespaced in that kernel and `allowedUnsafeSysctls`, each checked as upstream
+/// does (a valid pattern, a namespaced sysctl); an error names the bad entry.
+pub fn sysctl_allowlist(release: &str, unsafe_allowed: &[String]) -> Result<Vec<String>, String> {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let kernel = match (nums.next().flatten(), nums.next().flatten()) {
+        (Some(a), Some(b)) => (a, b),
+        _ => (0, 0),
+    };
+    let mut out: Vec<String> = SAFE_SYSCTLS
+        .iter()
+        .filter(|(_, since)| kernel >= *since)
+        .map(|(n, _)| (*n).to_owned())
+        .collect();
+    for p in unsafe_allowed {
+        if !is_sysctl_pattern(p) {
+            return Err(format!(
+                "sysctl {p:?} must have at most 253 characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
+            ));
+        }
+        let n = normalize_sysctl(p);
+        let prefix = n.split('*').next().unwrap_or_default();
+        if sysctl_namespace(prefix).is_none() {
+            return Err(format!(
+                "the sysctls {prefix:?} are not known to be namespaced"
+            ));
+        }
+        out.push(n);
+    }
+    Ok(out)
+}
+
+/// The first of the pod's sysctls the node does not allow (not in the allowlist, or of a
+/// namespace the pod shares with the host), upstream's message.
+fn forbidden_sysctl(pod: &Pod, allowed: &[String]) -> Option<String> {
+    let sc = pod.spec.security_context.as_ref()?;
+    let host_users = pod.spec.host_users.unwrap_or(true);
+    sc.sysctls.iter().find_map(|s| {
+        let name = normalize_sysctl(&s.name);
+        let hit = allowed.iter().find(|a| match a.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => **a == name,
+        });
+        let Some(a) = hit else {
+            return Some(format!("{name:?} not allowlisted"));
+        };
+        let ns = sysctl_namespace(a.trim_end_matches('*'));
+        let shared = match ns {
+            Some("IPC") => pod.spec.host_ipc,
+            Some("Net") => pod.spec.host_network,
+            Some("User") => host_users,
+            _ => false,
+        };
+        shared.then(|| {
+            format!(
+                "{name:?} not allowed with host {} enabled",
+                ns.unwrap_or_default()
+            )
+        })
+    })
 }
 
 impl NodeInfo {
@@ -75,6 +224,12 @@ fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rej
 /// Decides whether `pod` may run beside the pods already admitted (`admitted`, active ones:
 /// not finished, not stopping, not rejected).
 pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Rejection> {
+    if let Some(e) = forbidden_sysctl(pod, &node.sysctls) {
+        return Err(Rejection {
+            reason: "SysctlForbidden".into(),
+            message: format!("forbidden sysctl: {e}"),
+        });
+    }
     if pod
         .metadata
         .labels
@@ -336,6 +491,7 @@ mod tests {
             memory: 1 << 30,
             ephemeral_storage: 10 << 30,
             pods: 110,
+            sysctls: sysctl_allowlist("6.1.0", &[]).unwrap(),
         }
     }
 
@@ -686,6 +842,64 @@ mod tests {
             name: "linux".into(),
         });
         assert_eq!(admit(&p, &n, &[]), Ok(()));
+    }
+
+    #[test]
+    fn sysctls_must_be_safe_or_allowed_and_not_shared_with_the_host() {
+        let with = |names: &[&str]| {
+            let mut p = pod("a", "", "");
+            p.spec.security_context = Some(crate::api::PodSecurityContext {
+                sysctls: names
+                    .iter()
+                    .map(|n| crate::api::Sysctl {
+                        name: (*n).into(),
+                        value: "1".into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+            p
+        };
+        let mut n = node();
+        assert_eq!(admit(&with(&["kernel.shm_rmid_forced"]), &n, &[]), Ok(()));
+        assert_eq!(
+            admit(&with(&["net/ipv4/tcp_syncookies"]), &n, &[]),
+            Ok(()),
+            "slashes read as dots"
+        );
+        // An unsafe one, not allowed on this node: the conformance spec's.
+        assert_eq!(
+            admit(&with(&["kernel.msgmax"]), &n, &[]),
+            Err(Rejection {
+                reason: "SysctlForbidden".into(),
+                message: "forbidden sysctl: \"kernel.msgmax\" not allowlisted".into(),
+            })
+        );
+        n.sysctls =
+            sysctl_allowlist("6.1.0", &["kernel.msg*".into(), "net.core.*".into()]).unwrap();
+        assert_eq!(admit(&with(&["kernel.msgmax"]), &n, &[]), Ok(()));
+        let mut p = with(&["net.core.somaxconn"]);
+        assert_eq!(admit(&p, &n, &[]), Ok(()));
+        p.spec.host_network = true;
+        assert_eq!(
+            admit(&p, &n, &[]).unwrap_err().message,
+            "forbidden sysctl: \"net.core.somaxconn\" not allowed with host Net enabled"
+        );
+        // The tcp_* ones are safe only where the kernel namespaces them.
+        let old = sysctl_allowlist("4.4.302", &[]).unwrap();
+        assert!(!old.iter().any(|s| s == "net.ipv4.tcp_keepalive_time"));
+        assert!(old.iter().any(|s| s == "net.ipv4.ip_local_reserved_ports"));
+        // Bad entries in allowedUnsafeSysctls are named.
+        assert_eq!(
+            sysctl_allowlist("6.1", &["vm.swappiness".into()]).unwrap_err(),
+            "the sysctls \"vm.swappiness\" are not known to be namespaced"
+        );
+        assert!(
+            sysctl_allowlist("6.1", &["Net.core.*".into()])
+                .unwrap_err()
+                .starts_with("sysctl \"Net.core.*\" must have at most 253 characters")
+        );
+        assert!(sysctl_allowlist("6.1", &["net.*.x".into()]).is_err());
     }
 
     #[test]

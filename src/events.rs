@@ -377,6 +377,22 @@ impl Recorder {
         self.queue.borrow().len()
     }
 
+    /// The reason and message of every event waiting to be created, for tests.
+    #[cfg(test)]
+    pub fn queued(&self) -> Vec<(String, String)> {
+        self.queue
+            .borrow()
+            .iter()
+            .filter_map(|w| match w {
+                Write::Create(v) => Some((
+                    v["reason"].as_str().unwrap_or_default().to_owned(),
+                    v["message"].as_str().unwrap_or_default().to_owned(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[cfg(any(test, feature = "apiserver"))]
     fn pop(&self) -> Option<Write> {
         self.queue.borrow_mut().pop_front()

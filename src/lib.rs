@@ -432,6 +432,12 @@ fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::Node
                 .max(0)
         }),
         pods: i64::from(o.max_pods),
+        // The list was checked when the options were read.
+        sysctls: admission::sysctl_allowlist(
+            &std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default(),
+            &o.allowed_unsafe_sysctls,
+        )
+        .unwrap_or_default(),
     }
 }
 

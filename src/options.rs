@@ -68,6 +68,7 @@ flags:
                                      the Node is registered with them)
   --max-pods N                       pods the node admits at most (default 110)
   --register-with-taints k=v:Effect,...  taints to register the Node with
+  --allowed-unsafe-sysctls a.b,c.*   unsafe sysctls (or prefix* patterns) pods may set
   --image-gc-high-threshold PERCENT  image filesystem usage that starts image GC (default 85;
                                      100 turns it off)
   --image-gc-low-threshold PERCENT   usage image GC frees down to (default 80)
@@ -171,6 +172,9 @@ pub struct Options {
     pub max_pods: u32,
     /// Taints the Node is registered with (`--register-with-taints k=v:Effect,...`).
     pub register_with_taints: Vec<Taint>,
+    /// Unsafe sysctls (or `prefix*` patterns) pods may set besides the safe ones
+    /// (`--allowed-unsafe-sysctls`, `allowedUnsafeSysctls`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Image filesystem usage (percent) at which image GC starts (`imageGCHighThresholdPercent`).
     pub image_gc_high_threshold_percent: i32,
     /// Usage (percent) image GC frees down to (`imageGCLowThresholdPercent`).
@@ -304,6 +308,7 @@ impl Default for Options {
             node_labels: Vec::new(),
             max_pods: 110,
             register_with_taints: Vec::new(),
+            allowed_unsafe_sysctls: Vec::new(),
             image_gc_high_threshold_percent: 85,
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: Duration::from_secs(120),
@@ -401,6 +406,7 @@ struct KubeletConfiguration {
     enforce_node_allocatable: Option<Vec<String>>,
     pod_pids_limit: Option<i64>,
     max_pods: Option<u32>,
+    allowed_unsafe_sysctls: Option<Vec<String>>,
     #[serde(rename = "singleProcessOOMKill")]
     single_process_oom_kill: Option<bool>,
     container_log_max_size: Option<String>,
@@ -704,6 +710,11 @@ fn parse_config_into(
     if let Some(n) = cfg.max_pods {
         o.max_pods = n;
     }
+    if let Some(v) = cfg.allowed_unsafe_sysctls {
+        crate::admission::sysctl_allowlist("", &v)
+            .map_err(|r| err(format!("allowedUnsafeSysctls: {r}")))?;
+        o.allowed_unsafe_sysctls = v;
+    }
     if let Some(b) = cfg.single_process_oom_kill {
         cg.single_process_oom_kill = Some(b);
     }
@@ -819,6 +830,7 @@ const FLAGS: &[&str] = &[
     "enforce-node-allocatable",
     "pod-max-pids",
     "max-pods",
+    "allowed-unsafe-sysctls",
     "port",
     "address",
     "tls-cert-file",
@@ -988,6 +1000,15 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "node-labels" => o.node_labels = parse_labels(&v).map_err(|r| bad(&flag, &v, r))?,
             "register-with-taints" => {
                 o.register_with_taints = parse_taints(&v).map_err(|r| bad(&flag, &v, r))?
+            }
+            "allowed-unsafe-sysctls" => {
+                let list: Vec<String> = v
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                crate::admission::sysctl_allowlist("", &list).map_err(|r| bad(&flag, &v, r))?;
+                o.allowed_unsafe_sysctls = list;
             }
             "hostname-override" => o.hostname_override = Some(v),
             "node-ip" => {
@@ -1490,7 +1511,7 @@ mod tests {
     fn config_file_and_flag_precedence() {
         let p = write_cfg(
             "ok",
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\nkubeReserved:\n  cpu: 100m\n  memory: 100Mi\npodPidsLimit: 1024\nenforceNodeAllocatable: [pods]\nmaxPods: 20\nmaxOpenFiles: 1000\n",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\nsyncFrequency: 30s\ncontainerRuntimeEndpoint: unix:///run/k3s.sock\nhealthzPort: 0\ncgroupDriver: systemd\nkubeReserved:\n  cpu: 100m\n  memory: 100Mi\npodPidsLimit: 1024\nenforceNodeAllocatable: [pods]\nmaxPods: 20\nallowedUnsafeSysctls: [\"kernel.shm*\"]\nmaxOpenFiles: 1000\n",
         );
         let ps = p.display().to_string();
         let o = run(&["--config", &ps, "--file-check-frequency=7s"]);
@@ -1509,8 +1530,25 @@ mod tests {
         assert_eq!(o.config_warnings.len(), 1);
         assert!(o.config_warnings[0].contains("maxOpenFiles"));
         assert_eq!(o.max_pods, 20);
+        assert_eq!(o.allowed_unsafe_sysctls, ["kernel.shm*"]);
         assert_eq!(run(&["--config", &ps, "--max-pods=300"]).max_pods, 300);
         assert_eq!(run(&[]).max_pods, 110);
+        assert_eq!(
+            run(&["--allowed-unsafe-sysctls=kernel.msg*,net.core.somaxconn"])
+                .allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn"]
+        );
+        assert_eq!(
+            parse(&args(&["--allowed-unsafe-sysctls=vm.swappiness"]))
+                .unwrap_err()
+                .to_string(),
+            bad(
+                "--allowed-unsafe-sysctls",
+                "vm.swappiness",
+                "the sysctls \"vm.swappiness\" are not known to be namespaced"
+            )
+            .to_string()
+        );
         assert_eq!(o.cgroups.driver, crate::cm::Driver::Systemd);
         assert_eq!(o.cgroups.kube_reserved.memory, 100 << 20);
         assert_eq!(o.cgroups.pod_pids_limit, 1024);

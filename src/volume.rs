@@ -255,10 +255,9 @@ pub fn prepare(
             }
             if ed.medium.as_deref() == Some("Memory") && !is_mountpoint(&path) {
                 let size = ed.size_limit.as_ref().map(|q| q.value()).filter(|&s| s > 0);
-                let data = match size {
-                    Some(s) => format!("mode=0777,size={s}"),
-                    None => "mode=0777".to_owned(),
-                };
+                // tmpfs's own root mode, 1777 (world-writable and sticky), as upstream mounts
+                // it with no mode: a subPath made in it takes that mode too.
+                let data = size.map(|s| format!("size={s}")).unwrap_or_default();
                 mount_tmpfs(&v.name, &path, &data)?;
             }
             if let Some(gid) = fs_group(pod) {
@@ -308,11 +307,21 @@ pub fn resolve_subpath(volume: &Path, sub: &str) -> Result<PathBuf, String> {
     let existing = path.ancestors().find(|a| a.exists()).unwrap_or(volume);
     inside(existing)?;
     if !path.exists() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o750)
-            .create(&path)
-            .map_err(|e| format!("creating subPath {}: {e}", path.display()))?;
+        // Each directory made takes the volume's mode, its setgid and sticky bits too (an
+        // fsGroup volume's group then carries down), whatever the umask: as the kubelet's.
+        let mode = fs::metadata(volume)
+            .map_err(|e| format!("{}: {e}", volume.display()))?
+            .permissions()
+            .mode()
+            & 0o7777;
+        let missing: Vec<&Path> = path.ancestors().take_while(|a| !a.exists()).collect();
+        for dir in missing.into_iter().rev() {
+            fs::DirBuilder::new()
+                .mode(mode)
+                .create(dir)
+                .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(mode)))
+                .map_err(|e| format!("creating subPath {}: {e}", dir.display()))?;
+        }
     }
     inside(&path)
 }
@@ -467,6 +476,8 @@ mod tests {
         let m = prepare(&root, &p, &Store::default(), NA).unwrap();
         let path = m["cache"].clone();
         assert!(is_mountpoint(&path), "tmpfs mounted at {}", path.display());
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o1777, "tmpfs's root mode, sticky: {mode:o}");
         let fs = nix::sys::statfs::statfs(&path).unwrap();
         assert_eq!(fs.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC);
         assert_eq!(
@@ -538,8 +549,15 @@ mod tests {
         let root = tmp("sub");
         let vol = root.join("vol");
         fs::create_dir_all(&vol).unwrap();
+        // An fsGroup emptyDir on tmpfs: world-writable, setgid and sticky. What a missing
+        // subPath creates has that mode, whatever the umask.
+        fs::set_permissions(&vol, fs::Permissions::from_mode(0o3777)).unwrap();
         let made = resolve_subpath(&vol, "logs/app").unwrap();
         assert!(made.is_dir() && made.ends_with("vol/logs/app"));
+        for d in [vol.join("logs"), made.clone()] {
+            let mode = fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o3777, "{}: {mode:o}", d.display());
+        }
         std::os::unix::fs::symlink("/", vol.join("escape")).unwrap();
         let e = resolve_subpath(&vol, "escape").unwrap_err();
         assert!(e.contains("outside its volume"), "{e}");

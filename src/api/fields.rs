@@ -102,10 +102,6 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
         Refused("dynamic resource allocation is not supported by picolet"),
     ),
     (
-        "spec.containers[].restartPolicyRules",
-        Refused("container restart rules are not supported by picolet"),
-    ),
-    (
         "spec.containers[].securityContext.procMount",
         Only(
             &["Default"],

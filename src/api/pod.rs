@@ -369,10 +369,16 @@ pub struct Container {
     pub termination_message_policy: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<Lifecycle>,
-    /// Only `Always`, and only on init containers: a sidecar, started before the app
-    /// containers, kept running beside them and stopped after them.
+    /// On an init container, `Always` makes a sidecar, started before the app containers,
+    /// kept running beside them and stopped after them. Otherwise (`Always`, `OnFailure`,
+    /// `Never`) it replaces the pod's restart policy for this container, after its
+    /// `restartPolicyRules`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<String>,
+    /// Checked in order when the container exits: the first rule whose exit codes match
+    /// decides (`Restart`); none matching leaves it to `restartPolicy`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_policy_rules: Vec<ContainerRestartRule>,
     #[serde(skip_serializing_if = "is_false")]
     pub stdin: bool,
     #[serde(skip_serializing_if = "is_false")]
@@ -515,6 +521,41 @@ pub struct Probe {
     pub failure_threshold: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
+}
+
+/// One of a container's `restartPolicyRules`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ContainerRestartRule {
+    /// `Restart`.
+    pub action: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_codes: Option<ContainerRestartRuleOnExitCodes>,
+}
+
+/// The exit codes a restart rule matches: `In` the values, or `NotIn` them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ContainerRestartRuleOnExitCodes {
+    pub operator: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<i32>,
+}
+
+impl ContainerRestartRule {
+    /// Whether the rule's exit codes match `code` (upstream's FindMatchingContainerRestartRule:
+    /// an unknown operator never matches).
+    pub fn matches(&self, code: i32) -> bool {
+        let Some(e) = &self.exit_codes else {
+            return false;
+        };
+        let listed = e.values.contains(&code);
+        match e.operator.as_str() {
+            "In" => listed,
+            "NotIn" => !listed,
+            _ => false,
+        }
+    }
 }
 
 impl Container {

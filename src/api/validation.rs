@@ -1119,6 +1119,72 @@ impl Errors {
 
     // ---- containers ----
 
+    /// A container's `restartPolicy` and `restartPolicyRules` (the ContainerRestartRules
+    /// feature, on by default from v1.35): rules need a policy; a sidecar (an init container
+    /// with `Always`) may have no rules.
+    fn restart_policy(&mut self, c: &Container, p: &str, init: bool) {
+        let policy_path = format!("{p}.restartPolicy");
+        let rules_path = format!("{p}.restartPolicyRules");
+        match c.restart_policy.as_deref() {
+            None if c.restart_policy_rules.is_empty() => return,
+            None => {
+                self.add(
+                    &policy_path,
+                    "",
+                    "must specify restartPolicy when restart rules are used",
+                );
+            }
+            Some("Always") if init => {
+                if !c.restart_policy_rules.is_empty() {
+                    self.add(
+                        &rules_path,
+                        "",
+                        "restartPolicyRules are not allowed for init containers with restart policy Always",
+                    );
+                }
+                return;
+            }
+            Some("Always" | "OnFailure" | "Never") => {}
+            Some(v) => self.add(
+                &policy_path,
+                v,
+                &supported(&["Always", "Never", "OnFailure"]),
+            ),
+        }
+        let rules = &c.restart_policy_rules;
+        if rules.len() > 20 {
+            self.add(
+                &rules_path,
+                &rules.len().to_string(),
+                "must have at most 20 items",
+            );
+        }
+        for (i, r) in rules.iter().enumerate() {
+            let rp = format!("{rules_path}[{i}]");
+            if r.action != "Restart" {
+                self.add(&format!("{rp}.action"), &r.action, &supported(&["Restart"]));
+            }
+            let Some(e) = &r.exit_codes else {
+                self.add(&format!("{rp}.exitCodes"), "", "must be specified");
+                continue;
+            };
+            if !matches!(e.operator.as_str(), "In" | "NotIn") {
+                self.add(
+                    &format!("{rp}.exitCodes.operator"),
+                    &e.operator,
+                    &supported(&["In", "NotIn"]),
+                );
+            }
+            if e.values.len() > 255 {
+                self.add(
+                    &format!("{rp}.exitCodes.values"),
+                    &e.values.len().to_string(),
+                    "must have at most 255 items",
+                );
+            }
+        }
+    }
+
     fn container(
         &mut self,
         c: &Container,
@@ -1156,16 +1222,7 @@ impl Errors {
                 self.probe(probe, &path, name, c);
             }
         }
-        match c.restart_policy.as_deref() {
-            None => {}
-            Some(v) if !init => self.add(
-                &format!("{p}.restartPolicy"),
-                v,
-                "may not be set for non-init containers",
-            ),
-            Some("Always") => {}
-            Some(v) => self.add(&format!("{p}.restartPolicy"), v, &supported(&["Always"])),
-        }
+        self.restart_policy(c, p, init);
         if let Some(l) = &c.lifecycle {
             let path = format!("{p}.lifecycle");
             if init && !c.is_sidecar() {
@@ -2863,6 +2920,77 @@ mod tests {
     }
 
     #[test]
+    fn container_restart_policies_and_rules() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  restartPolicy: Never\n  \
+             containers:\n  - name: app\n    image: busybox\n    restartPolicy: Never\n    \
+             restartPolicyRules:\n    - action: Restart\n      exitCodes: {operator: In, values: [42]}\n",
+        );
+        assert_valid(&p);
+        let mut bad = p.clone();
+        bad.spec.containers[0].restart_policy = Some("Sometimes".into());
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicy",
+            "Sometimes",
+            "supported values: \"Always\", \"Never\", \"OnFailure\"",
+        );
+        let mut bad = p.clone();
+        bad.spec.containers[0].restart_policy = None;
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicy",
+            "",
+            "must specify restartPolicy when restart rules are used",
+        );
+        let mut bad = p.clone();
+        bad.spec.containers[0].restart_policy_rules[0].action = "RestartAllContainers".into();
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicyRules[0].action",
+            "RestartAllContainers",
+            "supported values: \"Restart\"",
+        );
+        let mut bad = p.clone();
+        let rule = &mut bad.spec.containers[0].restart_policy_rules[0];
+        rule.exit_codes.as_mut().unwrap().operator = "Is".into();
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicyRules[0].exitCodes.operator",
+            "Is",
+            "supported values: \"In\", \"NotIn\"",
+        );
+        bad.spec.containers[0].restart_policy_rules[0].exit_codes = None;
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicyRules[0].exitCodes",
+            "",
+            "must be specified",
+        );
+        let mut bad = p.clone();
+        let rule = bad.spec.containers[0].restart_policy_rules[0].clone();
+        bad.spec.containers[0].restart_policy_rules = vec![rule; 21];
+        assert_one(
+            &bad,
+            "spec.containers[0].restartPolicyRules",
+            "21",
+            "must have at most 20 items",
+        );
+        // A sidecar takes no rules.
+        let mut bad = p.clone();
+        let mut side = bad.spec.containers[0].clone();
+        side.name = "side".into();
+        side.restart_policy = Some("Always".into());
+        bad.spec.init_containers.push(side);
+        assert_one(
+            &bad,
+            "spec.initContainers[0].restartPolicyRules",
+            "",
+            "not allowed for init containers with restart policy Always",
+        );
+    }
+
+    #[test]
     fn lifecycle_hooks_and_sidecars() {
         let p = yaml(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  terminationGracePeriodSeconds: 10\n  \
@@ -2873,7 +3001,7 @@ mod tests {
         );
         assert_valid(&p);
         let mut bad = p.clone();
-        bad.spec.init_containers[0].restart_policy = Some("Never".into());
+        bad.spec.init_containers[0].restart_policy = Some("Sometimes".into());
         let errs = validate_pod(&bad);
         let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
@@ -2885,14 +3013,12 @@ mod tests {
             ],
             "{errs:?}"
         );
-        let mut bad = p.clone();
-        c0(&mut bad).restart_policy = Some("Always".into());
-        assert_one(
-            &bad,
-            "spec.containers[0].restartPolicy",
-            "Always",
-            "may not be set for non-init containers",
-        );
+        // A regular init container may have Never (a plain init container, its own policy).
+        let mut ok = p.clone();
+        ok.spec.init_containers[0].restart_policy = Some("Never".into());
+        ok.spec.init_containers[0].readiness_probe = None;
+        ok.spec.init_containers[0].lifecycle = None;
+        assert_valid(&ok);
         let mut bad = p.clone();
         bad.spec.init_containers[0]
             .lifecycle

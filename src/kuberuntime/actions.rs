@@ -77,18 +77,50 @@ fn succeeded(s: Option<&ContainerStatus>) -> bool {
     s.is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0)
 }
 
+/// Whether a container that exited with `code` is started again (upstream's
+/// ContainerShouldRestart): the first of its `restartPolicyRules` whose exit codes match
+/// decides when its action is `Restart`, then its own `restartPolicy`, then the pod's.
+pub fn container_should_restart(pod: &Pod, c: &Container, code: i32) -> bool {
+    if let Some(own) = c.restart_policy.as_deref() {
+        if c.restart_policy_rules
+            .iter()
+            .find(|r| r.matches(code))
+            .is_some_and(|r| r.action == "Restart")
+        {
+            return true;
+        }
+        match own {
+            "Always" => return true,
+            "OnFailure" => return code != 0,
+            "Never" => return false,
+            _ => {}
+        }
+    }
+    match restart_policy(pod) {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => code != 0,
+        RestartPolicy::Never => false,
+    }
+}
+
+/// Whether a container killed while running (a failed probe) is started again: its own
+/// `restartPolicy` when set, else the pod's, other than `Never` (no exit code to match rules
+/// against, as upstream).
+fn restarts_after_kill(pod: &Pod, c: &Container) -> bool {
+    match c.restart_policy.as_deref() {
+        Some(own) => own != "Never",
+        None => restart_policy(pod) != RestartPolicy::Never,
+    }
+}
+
 /// Whether a container that is not running should be (re)started.
-pub fn should_restart(policy: RestartPolicy, s: Option<&ContainerStatus>) -> bool {
+pub fn should_restart(pod: &Pod, c: &Container, s: Option<&ContainerStatus>) -> bool {
     let Some(s) = s else { return true };
     match s.state {
         ContainerState::Running => false,
         // Created but never started, or lost track of: start afresh.
         ContainerState::Created | ContainerState::Unknown => true,
-        ContainerState::Exited => match policy {
-            RestartPolicy::Always => true,
-            RestartPolicy::OnFailure => s.exit_code != 0,
-            RestartPolicy::Never => false,
-        },
+        ContainerState::Exited => container_should_restart(pod, c, s.exit_code),
     }
 }
 
@@ -129,6 +161,8 @@ enum Init {
     Wait,
     /// (Re)start this one; `failed` when its last run failed.
     Start { index: usize, failed: bool },
+    /// Kill this running sidecar, whose startup or liveness probe failed, and start it again.
+    Restart { index: usize, kind: Kind },
 }
 
 fn next_init(pod: &Pod, st: &PodRuntimeStatus, health: &dyn Health) -> Init {
@@ -145,9 +179,13 @@ fn next_init(pod: &Pod, st: &PodRuntimeStatus, health: &dyn Health) -> Init {
     for (i, c) in inits.iter().enumerate() {
         let s = st.latest(&c.name);
         if c.is_sidecar() {
-            // A sidecar counts once it runs and has started; the next one waits for that.
+            // A sidecar counts once it runs and has started; the next one waits for that. One
+            // that failed its startup or liveness probe is restarted first.
             match s {
                 Some(s) if s.state == ContainerState::Running => {
+                    if let Some(kind) = health.failed(c, &s.id) {
+                        return Init::Restart { index: i, kind };
+                    }
                     if health.started(c, &s.id) {
                         continue;
                     }
@@ -231,18 +269,31 @@ pub fn compute_with(
     };
 
     if create {
-        // A sandbox that died under a pod that must not restart ends the pod.
-        if policy == RestartPolicy::Never && attempt > 0 && !st.containers.is_empty() {
+        // A sandbox that died under a pod that must not restart ends the pod; so does one
+        // stopped because every app container exited for good (their own policies said so:
+        // the pod's phase is terminal, and the kubelet syncs it no more).
+        let done = pod.spec.containers.iter().all(|c| {
+            st.latest(&c.name).is_some_and(|s| {
+                s.state == ContainerState::Exited && !container_should_restart(pod, c, s.exit_code)
+            })
+        });
+        if (policy == RestartPolicy::Never || done) && attempt > 0 && !st.containers.is_empty() {
             a.create_sandbox = false;
             a.kill_pod = st.sandboxes.iter().any(|s| s.state == SandboxState::Ready)
                 || st.running().next().is_some();
             return a;
         }
         a.kill_pod = !st.sandboxes.is_empty() || !st.containers.is_empty();
+        // Those that ran once with success are not run again under OnFailure (the
+        // container's own policy, when set, instead of the pod's).
         a.containers_to_start = (0..pod.spec.containers.len())
             .filter(|&i| {
-                !(policy == RestartPolicy::OnFailure
-                    && succeeded(st.latest(&pod.spec.containers[i].name)))
+                let c = &pod.spec.containers[i];
+                let run_once = match c.restart_policy.as_deref() {
+                    Some(own) => own == "OnFailure",
+                    None => policy == RestartPolicy::OnFailure,
+                };
+                !(run_once && succeeded(st.latest(&c.name)))
             })
             .collect();
         if a.containers_to_start.is_empty() {
@@ -279,11 +330,21 @@ pub fn compute_with(
     match next_init(pod, st, health) {
         Init::Wait => return a, // an init container is running: wait for it
         Init::Start { index, failed } => {
-            if failed && policy == RestartPolicy::Never {
+            let c = &pod.spec.init_containers[index];
+            let code = st.latest(&c.name).map_or(0, |s| s.exit_code);
+            if failed && !container_should_restart(pod, c, code) {
                 a.kill_pod = true;
             } else {
                 a.next_init_container = Some(index);
             }
+            return a;
+        }
+        Init::Restart { index, kind } => {
+            let c = &pod.spec.init_containers[index];
+            if let Some(s) = st.latest(&c.name) {
+                a.containers_to_kill.push(probe_kill(c, s, kind, true));
+            }
+            a.next_init_container = Some(index);
             return a;
         }
         Init::Done => {}
@@ -342,7 +403,7 @@ pub fn compute_with(
                     a.containers_to_start.push(i);
                 } else if let Some(kind) = health.failed(c, &s.id) {
                     // Restarted whatever the exit code, unless the policy is Never.
-                    let restart = policy != RestartPolicy::Never;
+                    let restart = restarts_after_kill(pod, c);
                     a.containers_to_kill.push(probe_kill(c, s, kind, restart));
                     if restart {
                         a.containers_to_start.push(i);
@@ -352,7 +413,7 @@ pub fn compute_with(
                 }
             }
             _ => {
-                if should_restart(policy, s) {
+                if should_restart(pod, c, s) {
                     a.containers_to_start.push(i);
                 }
             }
@@ -427,6 +488,55 @@ mod tests {
 
     use ContainerState::{Created, Exited, Running};
     use RestartPolicy::{Always, Never, OnFailure};
+
+    /// Health where the named instances failed a probe of `kind` and none has started.
+    struct Failed(Kind, &'static [&'static str]);
+
+    impl Health for Failed {
+        fn failed(&self, _: &Container, id: &str) -> Option<Kind> {
+            self.1.contains(&id).then_some(self.0)
+        }
+        fn started(&self, _: &Container, _: &str) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_sidecar_failing_its_startup_probe_during_init_is_restarted() {
+        let mut p = pod(Never, &["side"], &["a"]);
+        p.spec.init_containers[0].restart_policy = Some("Always".into());
+        p.spec.init_containers[0].startup_probe = Some(crate::api::Probe {
+            termination_grace_period_seconds: Some(5),
+            ..Default::default()
+        });
+        let st = status(
+            vec![sandbox("s", 0, SandboxState::Ready)],
+            vec![ctr("side", Running, 0, 1)],
+        );
+        // Not started yet, no failure: wait for it.
+        let a = compute_with(&p, &st, &[1], &Failed(Kind::Startup, &[]));
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: Some("s".into()),
+                ..Default::default()
+            }
+        );
+        // Its startup probe failed: killed with the probe's grace period and started again,
+        // whatever the pod's restart policy.
+        let a = compute_with(&p, &st, &[1], &Failed(Kind::Startup, &["side-1"]));
+        assert_eq!(a.next_init_container, Some(0));
+        assert!(!a.kill_pod);
+        assert_eq!(
+            a.containers_to_kill,
+            vec![Kill {
+                id: "side-1".into(),
+                name: "side".into(),
+                reason: "Container side failed startup probe, will be restarted".into(),
+                grace: Some(5),
+            }]
+        );
+    }
 
     #[test]
     fn fresh_pod_creates_sandbox_and_starts_everything() {
@@ -578,6 +688,59 @@ mod tests {
                 .containers_to_start
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_containers_own_policy_and_rules_override_the_pods() {
+        use crate::api::{ContainerRestartRule, ContainerRestartRuleOnExitCodes};
+        let sb = || vec![sandbox("s", 0, SandboxState::Ready)];
+        let rule = |op: &str, codes: &[i32]| ContainerRestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                operator: op.into(),
+                values: codes.to_vec(),
+            }),
+        };
+        // Pod Never, container Always: restarted after a success too.
+        let mut p = pod(Never, &[], &["a"]);
+        p.spec.containers[0].restart_policy = Some("Always".into());
+        let st = status(sb(), vec![ctr("a", Exited, 0, 5)]);
+        let a = compute(&p, &st, &[1]);
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert!(!a.kill_pod);
+        // Pod Always, container Never: left exited, and the pod is done; its stopped sandbox
+        // is not made again.
+        let mut p = pod(Always, &[], &["a"]);
+        p.spec.containers[0].restart_policy = Some("Never".into());
+        let a = compute(&p, &status(sb(), vec![ctr("a", Exited, 1, 5)]), &[1]);
+        assert!(a.containers_to_start.is_empty() && a.kill_pod);
+        let stopped = vec![sandbox("s", 0, SandboxState::NotReady)];
+        let a = compute(&p, &status(stopped, vec![ctr("a", Exited, 1, 5)]), &[1]);
+        assert!(!a.create_sandbox && !a.kill_pod, "{a:?}");
+        // Container Never with a rule on 42: restarted on 42 only; the first matching rule
+        // decides.
+        p.spec.containers[0].restart_policy_rules = vec![rule("In", &[42])];
+        let a = compute(&p, &status(sb(), vec![ctr("a", Exited, 42, 5)]), &[1]);
+        assert_eq!(a.containers_to_start, vec![0]);
+        let a = compute(&p, &status(sb(), vec![ctr("a", Exited, 1, 5)]), &[1]);
+        assert!(a.containers_to_start.is_empty());
+        p.spec.containers[0].restart_policy_rules = vec![rule("NotIn", &[0, 1])];
+        assert!(container_should_restart(&p, &p.spec.containers[0], 3));
+        assert!(!container_should_restart(&p, &p.spec.containers[0], 1));
+        // A container OnFailure in a pod Always: not run again after a success.
+        let mut p = pod(Always, &[], &["a"]);
+        p.spec.containers[0].restart_policy = Some("OnFailure".into());
+        assert!(!container_should_restart(&p, &p.spec.containers[0], 0));
+        assert!(container_should_restart(&p, &p.spec.containers[0], 2));
+        // A failed init container under a pod Never is retried when its own policy says so.
+        let mut p = pod(Never, &["i"], &["a"]);
+        p.spec.init_containers[0].restart_policy = Some("OnFailure".into());
+        let a = compute(&p, &status(sb(), vec![ctr("i", Exited, 1, 5)]), &[1]);
+        assert_eq!(a.next_init_container, Some(0));
+        assert!(!a.kill_pod);
+        p.spec.init_containers[0].restart_policy = Some("Never".into());
+        let a = compute(&p, &status(sb(), vec![ctr("i", Exited, 1, 5)]), &[1]);
+        assert!(a.kill_pod);
     }
 
     #[test]

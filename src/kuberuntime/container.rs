@@ -64,6 +64,17 @@ pub fn legacy_container_hash(c: &Container) -> u64 {
     hash::fnv1a64(&[hash::canonical_json(&v).as_bytes()])
 }
 
+/// The Warning event of a container that could not be created or started (upstream's
+/// FailedToCreateContainer and FailedToStartContainer, both "Failed").
+fn failed_event(pod: &Pod, c: &Container, message: &str) {
+    crate::events::record(
+        &crate::events::ObjectRef::container(pod, &c.name),
+        crate::events::Type::Warning,
+        "Failed",
+        &format!("Error: {message}"),
+    );
+}
+
 fn backoff_key(uid: &str, container: &str) -> String {
     format!("{uid}/{container}")
 }
@@ -147,6 +158,9 @@ impl RuntimeManager {
             message,
         };
         let refuse = |e: SyncError, out: &mut SyncOutcome| {
+            if let SyncError::CreateContainerConfig { message, .. } = &e {
+                failed_event(pod, c, message);
+            }
             self.wait_on(uid, &e);
             out.fail(e);
         };
@@ -256,6 +270,7 @@ impl RuntimeManager {
                 r.container_id
             }
             Err(source) => {
+                failed_event(pod, c, &source.to_string());
                 let e = SyncError::CreateContainer {
                     container: c.name.to_string(),
                     source,
@@ -284,6 +299,7 @@ impl RuntimeManager {
                 }
             }
             Err(source) => {
+                failed_event(pod, c, &source.to_string());
                 let e = SyncError::RunContainer {
                     container: c.name.to_string(),
                     source,

@@ -2,8 +2,8 @@
 //! its own, on the executor, as the kubelet's prober does it (`pkg/probe/http`): a
 //! `User-Agent` of `kube-probe/<version>` (or `kube-lifecycle/...` for hooks), `Accept: */*`
 //! unless the pod sets its own, the pod's headers (a `Host` header sets the request's host),
-//! at most 10 KiB of the body read, redirects to the same host followed (at most 10),
-//! redirects elsewhere not followed.
+//! at most 10 KiB of the body read, redirects to the same host followed (an eleventh is an
+//! error, "stopped after 10 redirects"), redirects elsewhere not followed.
 //!
 //! HTTPS is `tls::connect` when picolet is built with the `https-probes` feature: the
 //! server's certificate is not verified, as the kubelet does not verify it either.
@@ -60,7 +60,7 @@ pub struct Response {
     pub status: u16,
     /// At most [`MAX_BODY`] bytes.
     pub body: Vec<u8>,
-    /// The response was a redirect that was not followed (to another host, or one too many).
+    /// The response was a redirect that was not followed (to another host).
     pub unfollowed_redirect: bool,
 }
 
@@ -137,11 +137,10 @@ pub async fn get(t: &Target, user_agent: &str) -> Result<Response, String> {
             }
         }
     }
-    Ok(Response {
-        status: 302,
-        body: Vec::new(),
-        unfollowed_redirect: true,
-    })
+    let url = Target { path, ..t.clone() }.url();
+    Err(format!(
+        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
+    ))
 }
 
 /// The path a `Location` leads to when it stays on the target's host.

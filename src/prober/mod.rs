@@ -74,6 +74,8 @@ pub enum ProbeResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Success(String),
+    /// A success the kubelet reports with a `ProbeWarning` event (a redirect not followed).
+    Warning(String),
     Failure(String),
     Error(String),
 }
@@ -218,15 +220,15 @@ pub fn http_target(
     })
 }
 
-/// Turns an HTTP answer into a probe outcome (`pkg/probe/http`): 2xx and 3xx succeed, an
-/// unfollowed redirect with a warning; the failure message never carries the body.
+/// Turns an HTTP answer into a probe outcome (`pkg/probe/http`): 2xx succeed, a 3xx (a
+/// redirect not followed) succeeds with a warning; the failure message never carries the body.
 pub fn http_outcome(r: Result<http::Response, String>) -> Outcome {
     match r {
         Err(e) => Outcome::Failure(e),
         Ok(r) if (200..400).contains(&r.status) => {
             let body = String::from_utf8_lossy(&r.body).into_owned();
             if r.status >= 300 || r.unfollowed_redirect {
-                Outcome::Success(format!("Probe terminated redirects, Response body: {body}"))
+                Outcome::Warning(format!("Probe terminated redirects, Response body: {body}"))
             } else {
                 Outcome::Success(body)
             }
@@ -261,11 +263,21 @@ pub(crate) struct Ctx {
     pub updates: async_channel::Sender<Update>,
     pub node_ip: String,
     pub counts: RefCell<HashMap<Key, ProbeCounts>>,
+    /// Wakes a readiness worker before its next tick, by pod UID and container name.
+    pub wake_readiness: RefCell<HashMap<(String, String), async_channel::Sender<()>>>,
 }
 
 impl Ctx {
-    /// Records a result and tells the loop when it changed.
+    /// Records a result and tells the loop when it changed. A container whose startup probe
+    /// has just succeeded has its readiness probed at once, not a readiness period later (as
+    /// the kubelet's UpdatePodStatus triggers it).
     pub(crate) fn set(&self, uid: &str, container: &str, id: &str, kind: Kind, r: ProbeResult) {
+        if kind == Kind::Startup && r == ProbeResult::Success {
+            let key = (uid.to_owned(), container.to_owned());
+            if let Some(tx) = self.wake_readiness.borrow().get(&key) {
+                let _ = tx.try_send(());
+            }
+        }
         if self.results.set(id, kind, r) {
             let _ = self.updates.try_send(Update {
                 uid: uid.to_owned(),
@@ -381,6 +393,7 @@ impl ProbeManager {
             updates: tx,
             node_ip: node_ip.to_owned(),
             counts: RefCell::default(),
+            wake_readiness: RefCell::default(),
         });
         ProbeManager {
             ctx,

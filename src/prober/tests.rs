@@ -307,6 +307,40 @@ fn a_startup_probe_holds_the_others_off_until_it_passes() {
 }
 
 #[test]
+fn readiness_is_probed_as_soon_as_the_startup_probe_passes() {
+    let e = env("startup-ready");
+    rt::block_on(async {
+        e.clock.advance(Duration::from_secs(60));
+        let up = Rc::new(Cell::new(false));
+        let u = up.clone();
+        e.fake
+            .set_exec_handler(move |_, cmd| match cmd[0].as_str() {
+                "startup" => Some(ExecReply::exit(if u.get() { 0 } else { 1 })),
+                "ready" => Some(ExecReply::exit(0)),
+                _ => None,
+            });
+        // As the conformance spec has it: readiness every 30 s, startup every 5 s.
+        let p = pod(serde_json::json!({
+            "startupProbe": {"exec": {"command": ["startup"]}, "periodSeconds": 5, "failureThreshold": 120},
+            "readinessProbe": {"exec": {"command": ["ready"]}, "periodSeconds": 30}
+        }));
+        e.sync(&p).await;
+        e.pm.add_pod(&p);
+        rt::settle().await;
+        // Readiness has had its first tick (and waited); the startup probe passes at 35 s.
+        e.advance(32).await;
+        up.set(true);
+        e.advance(3).await;
+        assert_eq!(e.result(Kind::Startup), Some(ProbeResult::Success));
+        assert_eq!(
+            e.result(Kind::Readiness),
+            Some(ProbeResult::Success),
+            "readiness probed at once, not at its next tick (60 s)"
+        );
+    });
+}
+
+#[test]
 fn a_failing_startup_probe_fails_after_its_threshold() {
     let e = env("startup-fail");
     rt::block_on(async {
@@ -349,10 +383,14 @@ fn http_server(status: Rc<Cell<u16>>, seen: Rc<RefCell<Vec<String>>>) -> (u16, r
             seen.borrow_mut()
                 .push(String::from_utf8_lossy(&buf[..n]).into_owned());
             let code = status.get();
-            let (extra, body) = if code == 302 {
-                ("Location: /elsewhere\r\n", "")
-            } else {
-                ("", "hello")
+            let (extra, body) = match code {
+                302 => ("Location: /elsewhere\r\n", ""),
+                // Off the host, with the body agnhost's redirect handler writes.
+                301 => (
+                    "Location: http://0.0.0.0/\r\n",
+                    "<a href=\"http://0.0.0.0/\">Found</a>.",
+                ),
+                _ => ("", "hello"),
             };
             let resp = format!(
                 "HTTP/1.1 {code} X\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -400,12 +438,26 @@ fn http_probes_send_the_kubelets_request_and_judge_the_status() {
             ctx.run(&probe, &c, "id", "127.0.0.1").await,
             Outcome::Failure("HTTP probe failed with statuscode: 503".into())
         );
-        // A redirect to a path of the same host is followed (here: to a 302 again, ten times).
+        // A redirect to a path of the same host is followed (here: to a 302 again, ten times),
+        // and the eleventh fails the probe.
         status.set(302);
-        assert!(
-            matches!(ctx.run(&probe, &c, "id", "127.0.0.1").await, Outcome::Success(m) if m.starts_with("Probe terminated redirects"))
+        assert_eq!(
+            ctx.run(&probe, &c, "id", "127.0.0.1").await,
+            Outcome::Failure(format!(
+                "Get \"http://127.0.0.1:{port}/elsewhere\": stopped after 10 redirects"
+            ))
         );
         assert_eq!(seen.borrow().len(), 2 + 11);
+        // A redirect to another host is not followed: a success with a warning carrying the body.
+        status.set(301);
+        assert_eq!(
+            ctx.run(&probe, &c, "id", "127.0.0.1").await,
+            Outcome::Warning(
+                "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+                    .into()
+            )
+        );
+        assert_eq!(seen.borrow().len(), 2 + 12);
         // Nothing listens: a failure naming the address.
         drop(_srv);
         let free = std::net::TcpListener::bind("127.0.0.1:0")
@@ -424,6 +476,43 @@ fn http_probes_send_the_kubelets_request_and_judge_the_status() {
             ),
             o => panic!("{o:?}"),
         }
+    });
+}
+
+#[test]
+fn a_redirect_to_another_host_passes_with_a_probe_warning_event() {
+    let e = env("redirect");
+    let recorder = Rc::new(crate::events::Recorder::new("n"));
+    crate::events::install(recorder.clone());
+    rt::block_on(async {
+        e.clock.advance(Duration::from_secs(60));
+        let (port, _srv) = http_server(Rc::new(Cell::new(301)), Rc::default());
+        let p = pod(serde_json::json!({"livenessProbe": {
+            "httpGet": {"host": "127.0.0.1", "port": port, "path": "/redirect"},
+            "periodSeconds": 1, "failureThreshold": 1
+        }}));
+        e.sync(&p).await;
+        e.pm.add_pod(&p);
+        for _ in 0..20 {
+            rt::settle().await;
+            if recorder.queued().iter().any(|(r, _)| r == "ProbeWarning") {
+                break;
+            }
+        }
+        assert_eq!(e.result(Kind::Liveness), Some(ProbeResult::Success));
+        let warnings: Vec<_> = recorder
+            .queued()
+            .into_iter()
+            .filter(|(r, _)| r == "ProbeWarning")
+            .collect();
+        assert_eq!(
+            warnings,
+            [(
+                "ProbeWarning".to_owned(),
+                "Liveness probe warning: Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+                    .to_owned()
+            )]
+        );
     });
 }
 

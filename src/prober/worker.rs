@@ -4,7 +4,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::api::{Container, Pod, RestartPolicy};
+use crate::api::{Container, Pod};
 use crate::kubecontainer::ContainerState;
 use crate::rt;
 
@@ -148,14 +148,7 @@ impl WorkerState {
 
 /// Whether a container that exited with `code` would be started again.
 fn restarts(pod: &Pod, c: &Container, code: i32) -> bool {
-    if c.is_sidecar() {
-        return true;
-    }
-    match pod.spec.restart_policy.unwrap_or(RestartPolicy::Always) {
-        RestartPolicy::Always => true,
-        RestartPolicy::OnFailure => code != 0,
-        RestartPolicy::Never => false,
-    }
+    crate::kuberuntime::actions::container_should_restart(pod, c, code)
 }
 
 fn find<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
@@ -230,6 +223,24 @@ impl Counted<'_> {
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.ctx.counts.borrow_mut().remove(&self.key);
+        if self.key.2 == Kind::Readiness {
+            let key = (self.key.0.clone(), self.key.1.clone());
+            self.ctx.wake_readiness.borrow_mut().remove(&key);
+        }
+    }
+}
+
+/// Until the next tick, or until the worker is woken (a readiness worker whose container's
+/// startup probe just succeeded).
+async fn next_tick(tick: &mut rt::Interval, wake: Option<&async_channel::Receiver<()>>) {
+    match wake {
+        Some(rx) => {
+            futures_lite::future::or(tick.tick(), async {
+                let _ = rx.recv().await;
+            })
+            .await
+        }
+        None => tick.tick().await,
     }
 }
 
@@ -241,6 +252,13 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
     let uid = pod.metadata.uid.as_str();
     let counted = Counted::new(&ctx, &pod, &name, kind);
     let mut w = WorkerState::new(kind, Timing::of(spec));
+    let wake = (kind == Kind::Readiness).then(|| {
+        let (tx, rx) = async_channel::bounded(1);
+        ctx.wake_readiness
+            .borrow_mut()
+            .insert((uid.to_owned(), name.clone()), tx);
+        rx
+    });
     if !jitter.is_zero() {
         rt::sleep(jitter).await;
     }
@@ -260,7 +278,7 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
             ctx.results.remove(&old, kind);
         }
         let (Some(v), Some(id)) = (v, w.container_id.clone()) else {
-            tick.tick().await;
+            next_tick(&mut tick, wake.as_ref()).await;
             continue;
         };
         if let Some(r) = plan.set {
@@ -287,13 +305,22 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
                         break;
                     }
                 }
+                let mut kind_name = kind.name().to_owned();
+                if let Some(f) = kind_name.get_mut(..1) {
+                    f.make_ascii_uppercase();
+                }
                 let result = match outcome {
                     Outcome::Success(_) => Some(ProbeResult::Success),
+                    Outcome::Warning(out) => {
+                        crate::events::record(
+                            &crate::events::ObjectRef::container(&pod, &name),
+                            crate::events::Type::Warning,
+                            "ProbeWarning",
+                            &format!("{kind_name} probe warning: {}", out.trim_end()),
+                        );
+                        Some(ProbeResult::Success)
+                    }
                     Outcome::Failure(out) => {
-                        let mut kind_name = kind.name().to_owned();
-                        if let Some(f) = kind_name.get_mut(..1) {
-                            f.make_ascii_uppercase();
-                        }
                         crate::events::record(
                             &crate::events::ObjectRef::container(&pod, &name),
                             crate::events::Type::Warning,
@@ -319,7 +346,7 @@ pub(crate) async fn run(ctx: Rc<Ctx>, pod: Rc<Pod>, name: String, kind: Kind, ji
                 }
             }
         }
-        tick.tick().await;
+        next_tick(&mut tick, wake.as_ref()).await;
     }
 }
 

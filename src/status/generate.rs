@@ -14,7 +14,6 @@ use crate::api::time::rfc3339;
 use crate::api::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIp, Pod, PodCondition, PodIp, PodStatus,
-    RestartPolicy,
 };
 use crate::kubecontainer::{self as kc, PodRuntimeStatus, SandboxState};
 use crate::kuberuntime::actions;
@@ -86,12 +85,7 @@ pub fn generate(
     let app = conv.statuses(&pod.spec.containers, &prev.container_statuses, false);
 
     // A terminal phase is final: the API server's wins, then a computed one, then the previous.
-    let computed = get_phase(
-        actions::restart_policy(pod),
-        &pod.spec.init_containers,
-        &init,
-        &app,
-    );
+    let computed = get_phase(pod, &init, &app);
     let phase = match (terminal(&pod.status.phase), terminal(&prev.phase)) {
         (Some(api), _) => api,
         _ if is_terminal(computed) => computed,
@@ -146,23 +140,21 @@ fn exit_code(state: &ContainerState) -> Option<i32> {
     state.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// The kubelet's getPhase (without per-container restart rules, which picolet does not
-/// support), computed from the API container statuses, not from the runtime. A sidecar keeps
-/// the pod pending only until it runs, or until the app containers have started.
+/// The kubelet's getPhase (with per-container restart policies and rules), computed from the
+/// API container statuses, not from the runtime. A sidecar keeps the pod pending only until it
+/// runs, or until the app containers have started.
 ///
 /// A container that exited and waits to be restarted (CrashLoopBackOff) has a waiting state and
 /// a terminated lastState: upstream counts it as *stopped*, not waiting, so a crash-looping pod
 /// with restartPolicy Always stays Running. Only a container that never ran (waiting without a
-/// lastState) makes the pod Pending.
-fn get_phase(
-    policy: RestartPolicy,
-    init_specs: &[Container],
-    init: &[ContainerStatus],
-    app: &[ContainerStatus],
-) -> &'static str {
+/// lastState) makes the pod Pending. A failed init container that will not be restarted fails
+/// the pod; once every app container has stopped, the pod runs on while one of them will be
+/// restarted.
+fn get_phase(pod: &Pod, init: &[ContainerStatus], app: &[ContainerStatus]) -> &'static str {
     let (mut pending_init, mut failed_init) = (0, 0);
     let app_started = app_started(app);
-    for (s, spec) in init.iter().zip(init_specs) {
+    let restarts = |spec: &Container, code: i32| actions::container_should_restart(pod, spec, code);
+    for (s, spec) in init.iter().zip(&pod.spec.init_containers) {
         if spec.is_sidecar() {
             if s.state.running.is_none() && !app_started {
                 pending_init += 1;
@@ -172,13 +164,14 @@ fn get_phase(
         if s.state.running.is_some() {
             pending_init += 1;
         } else if let Some(code) = exit_code(&s.state) {
-            if code != 0 {
+            if code != 0 && !restarts(spec, code) {
                 failed_init += 1;
             }
         } else if s.state.waiting.is_some() {
             match exit_code(&s.last_state) {
                 Some(0) => {}
-                Some(_) => failed_init += 1,
+                Some(code) if !restarts(spec, code) => failed_init += 1,
+                Some(_) => {}
                 None => pending_init += 1,
             }
         } else {
@@ -186,18 +179,25 @@ fn get_phase(
         }
     }
 
-    let (mut running, mut waiting, mut stopped, mut succeeded, mut unknown) = (0, 0, 0, 0, 0);
-    for s in app {
+    let (mut running, mut waiting, mut unknown) = (0, 0, 0);
+    let (mut stopped, mut stopped_for_good, mut succeeded) = (0, 0, 0);
+    for (s, spec) in app.iter().zip(&pod.spec.containers) {
         if s.state.running.is_some() {
             running += 1;
         } else if let Some(code) = exit_code(&s.state) {
             stopped += 1;
+            if !restarts(spec, code) {
+                stopped_for_good += 1;
+            }
             if code == 0 {
                 succeeded += 1;
             }
         } else if s.state.waiting.is_some() {
-            if s.last_state.terminated.is_some() {
+            if let Some(code) = exit_code(&s.last_state) {
                 stopped += 1;
+                if !restarts(spec, code) {
+                    stopped_for_good += 1;
+                }
             } else {
                 waiting += 1;
             }
@@ -206,7 +206,7 @@ fn get_phase(
         }
     }
 
-    if failed_init > 0 && policy == RestartPolicy::Never {
+    if failed_init > 0 {
         return FAILED;
     }
     if pending_init > 0 || waiting > 0 {
@@ -214,13 +214,13 @@ fn get_phase(
     } else if running > 0 && unknown == 0 {
         RUNNING
     } else if running == 0 && stopped > 0 && unknown == 0 {
-        match policy {
-            // Every container is on its way to be restarted.
-            RestartPolicy::Always => RUNNING,
-            _ if stopped == succeeded => SUCCEEDED,
-            RestartPolicy::Never => FAILED,
-            // OnFailure with at least one failure, which is being restarted.
-            RestartPolicy::OnFailure => RUNNING,
+        if stopped != stopped_for_good {
+            // At least one is on its way to be restarted.
+            RUNNING
+        } else if stopped == succeeded {
+            SUCCEEDED
+        } else {
+            FAILED
         }
     } else {
         PENDING
@@ -291,7 +291,7 @@ impl Converter<'_> {
                 message: Some(INIT_INFERRED.into()),
                 ..Default::default()
             });
-        } else if !(init && init_succeeded) && self.should_restart(newest) {
+        } else if !(init && init_succeeded) && self.should_restart(c, newest) {
             // A container the next sync will (re)start shows why it is not running yet; the
             // instance that exited moves to lastState.
             if let Some((reason, message)) = (self.waiting)(&c.name) {
@@ -404,11 +404,11 @@ impl Converter<'_> {
     }
 
     /// The kubelet's ShouldContainerBeRestarted for the newest instance of a container.
-    fn should_restart(&self, newest: Option<&kc::ContainerStatus>) -> bool {
+    fn should_restart(&self, c: &Container, newest: Option<&kc::ContainerStatus>) -> bool {
         if self.pod.metadata.deletion_timestamp.is_some() {
             return false;
         }
-        actions::should_restart(actions::restart_policy(self.pod), newest)
+        actions::should_restart(self.pod, c, newest)
     }
 
     fn any_app_container_created(&self) -> bool {
@@ -639,7 +639,7 @@ fn containers_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Quantity;
+    use crate::api::{Quantity, RestartPolicy};
     use crate::kubecontainer::{ContainerState as Rs, SandboxStatus};
 
     const SEC: i64 = 1_000_000_000;
@@ -974,6 +974,46 @@ mod tests {
 
         let rt = runtime(vec![], vec![ctr("job", Rs::Exited, 1, 1, 0)]);
         assert_eq!(run(&p, &rt, &[], None).phase.as_deref(), Some(FAILED));
+    }
+
+    #[test]
+    fn a_container_restarted_by_its_own_policy_keeps_a_never_pod_running() {
+        let mut p = pod(Some(RestartPolicy::Never), &[], &["job"]);
+        p.spec.containers[0].restart_policy = Some("Never".into());
+        p.spec.containers[0].restart_policy_rules = vec![crate::api::ContainerRestartRule {
+            action: "Restart".into(),
+            exit_codes: Some(crate::api::ContainerRestartRuleOnExitCodes {
+                operator: "In".into(),
+                values: vec![42],
+            }),
+        }];
+        let sb = || vec![sandbox(true, Some("10.1.0.7"))];
+        // Exited with 42, which a rule restarts: waiting to run again, the pod still running.
+        let rt = runtime(sb(), vec![ctr("job", Rs::Exited, 1, 42, 0)]);
+        let s = run(
+            &p,
+            &rt,
+            &[("job", "CrashLoopBackOff", "back-off 10s")],
+            None,
+        );
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        let c = &s.container_statuses[0];
+        assert_eq!(
+            c.state.waiting.as_ref().and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
+        assert_eq!(
+            c.last_state.terminated.as_ref().map(|t| t.exit_code),
+            Some(42)
+        );
+        // Exited with 1, which no rule matches: the pod fails.
+        let rt = runtime(sb(), vec![ctr("job", Rs::Exited, 1, 1, 0)]);
+        assert_eq!(run(&p, &rt, &[], None).phase.as_deref(), Some(FAILED));
+        // The pod's Always, the container's Never: done after one run.
+        let mut p = pod(Some(RestartPolicy::Always), &[], &["job"]);
+        p.spec.containers[0].restart_policy = Some("Never".into());
+        let rt = runtime(sb(), vec![ctr("job", Rs::Exited, 1, 0, 0)]);
+        assert_eq!(run(&p, &rt, &[], None).phase.as_deref(), Some(SUCCEEDED));
     }
 
     #[test]

@@ -1119,6 +1119,8 @@ fn the_pull_backoff_of_one_pod_does_not_hold_back_another() {
 fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
     rt::block_on(async {
         let h = harness("nonroot");
+        let recorder = Rc::new(crate::events::Recorder::new("n"));
+        crate::events::install(recorder.clone());
         let p = pod_json(
             "nr",
             serde_json::json!({
@@ -1145,6 +1147,17 @@ fn run_as_non_root_refuses_a_root_image_and_host_network_env_has_the_node_ip() {
         assert_eq!(w.reason.as_deref(), Some("CreateContainerConfigError"));
         let m = w.message.as_deref().unwrap_or_default();
         assert!(m.contains("image will run as root"), "{m}");
+        // and says so in a Failed event, the one a client waits for
+        let failed: Vec<_> = recorder
+            .queued()
+            .into_iter()
+            .filter(|(r, _)| r == "Failed")
+            .collect();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(
+            failed[0].1,
+            "Error: container has runAsNonRoot and image will run as root (pod: \"p_default(nr)\", container: root)"
+        );
         // the fake's images name no user: root, as the kubelet reads it
         assert_eq!(h.instances("root").len(), 0);
         let user = &h.instances("user")[0];
