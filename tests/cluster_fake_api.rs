@@ -125,6 +125,11 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
             api.get(&lease_key).unwrap()["spec"]["leaseDurationSeconds"],
             40
         );
+        // Owned by its Node, as the kubelet's Lease is.
+        assert_eq!(
+            api.get(&lease_key).unwrap()["metadata"]["ownerReferences"],
+            serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}])
+        );
 
         api.create_pod(api_pod("web"));
         until(&a, "the API pod running", Duration::from_secs(10), || {

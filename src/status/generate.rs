@@ -530,6 +530,35 @@ fn ready_condition(pod: &Pod, containers_ready: &PodCondition) -> PodCondition {
     )
 }
 
+/// Upstream's NeedToReconcilePodReadiness: the pod has readiness gates and the Ready condition
+/// in its status is not what its conditions (ContainersReady and the gates', set by others)
+/// make it. A status update from the apiserver that changes a gate then needs a sync.
+pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
+    if pod.spec.readiness_gates.is_empty() {
+        return false;
+    }
+    let find = |t: &str| pod.status.conditions.iter().find(|c| c.type_ == t);
+    let Some(current) = find(READY) else {
+        return false;
+    };
+    let containers_ready = find(CONTAINERS_READY)
+        .cloned()
+        .unwrap_or_else(|| condition(CONTAINERS_READY, false, None, None));
+    let want = ready_condition(pod, &containers_ready);
+    current.status != want.status || current.message != want.message
+}
+
+/// The status to send to the apiserver: the kubelet's conditions from `current`, every other
+/// condition as the apiserver holds it (others set them; a status generated before their last
+/// change must not undo it), as upstream's status manager merges them.
+pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
+    let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
+    let foreign = in_api.conditions.iter().filter(|c| !owned(c)).cloned();
+    current.conditions = foreign
+        .chain(current.conditions.iter().filter(owned).cloned())
+        .collect();
+}
+
 /// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
 /// keeps its lastTransitionTime while its status does not change.
 fn conditions(
@@ -1411,6 +1440,43 @@ mod tests {
         assert_eq!(cond(&s, READY).status, "True");
         // the gate's own condition is kept, the kubelet does not own it
         assert_eq!(cond(&s, "example.com/lb").status, "True");
+    }
+
+    #[test]
+    fn a_gate_changed_in_the_api_needs_a_sync_and_a_stale_status_does_not_undo_it() {
+        let gate = |status: &str| PodCondition {
+            type_: "example.com/lb".into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let mut p = pod(None, &[], &["app"]);
+        p.spec.readiness_gates = vec![crate::api::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }];
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![ctr("app", Rs::Running, 2, 0, 0)],
+        );
+        // The status as picolet sent it: the gate missing, Ready False.
+        let sent = run(&p, &rt, &[], None);
+        p.status = sent.clone();
+        assert!(!readiness_needs_reconcile(&p));
+        // Someone sets the gate's condition True: Ready must follow.
+        p.status.conditions.insert(0, gate("True"));
+        assert!(readiness_needs_reconcile(&p));
+        // A status generated before the change keeps the apiserver's gate when it is sent.
+        let mut stale = sent.clone();
+        merge_foreign_conditions(&mut stale, &p.status);
+        assert_eq!(cond(&stale, "example.com/lb").status, "True");
+        assert_eq!(cond(&stale, READY).status, "False");
+        // Regenerated from the updated pod, Ready is True and nothing more is needed.
+        p.status = run(&p, &rt, &[], Some(&sent));
+        assert_eq!(cond(&p.status, READY).status, "True");
+        assert!(!readiness_needs_reconcile(&p));
+        // Without gates, status changes never need a sync for readiness.
+        p.spec.readiness_gates.clear();
+        p.status.conditions[0] = gate("False");
+        assert!(!readiness_needs_reconcile(&p));
     }
 
     #[test]

@@ -385,7 +385,11 @@ impl Kubelet {
                     uid: p.metadata.uid.clone(),
                     namespace: p.metadata.namespace.clone(),
                     name: p.metadata.name.clone(),
-                    current: self.status.get(&p.metadata.uid)?,
+                    current: {
+                        let mut s = self.status.get(&p.metadata.uid)?;
+                        crate::status::generate::merge_foreign_conditions(&mut s, &p.status);
+                        s
+                    },
                     in_api: p.status.clone(),
                 })
             })
