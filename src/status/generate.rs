@@ -1504,9 +1504,27 @@ mod tests {
 /// 137 (SIGKILL's, as the runtime reports it) and one that never ran shows upstream's
 /// `ContainerStatusUnknown`.
 pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodStatus {
+    failed_by_kubelet(prev, EVICTED, message, now, killed)
+}
+
+/// The reason of a pod the eviction manager stopped.
+pub const EVICTED: &str = "Evicted";
+/// The reason and message of a pod stopped past its `activeDeadlineSeconds`, as upstream's.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+/// A pod the node stopped for good, Failed with `reason`: evicted (a `DisruptionTarget`
+/// condition says so), or past its active deadline. `killed`: its containers were stopped.
+pub fn failed_by_kubelet(
+    prev: &PodStatus,
+    reason: &str,
+    message: &str,
+    now: i64,
+    killed: bool,
+) -> PodStatus {
     let mut s = prev.clone();
     s.phase = Some(FAILED.into());
-    s.reason = Some("Evicted".into());
+    s.reason = Some(reason.to_owned());
     s.message = Some(message.to_owned());
     let at = rfc3339(now);
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
@@ -1524,13 +1542,15 @@ pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodSt
             message: msg,
         });
     };
-    set(
-        &mut s.conditions,
-        "DisruptionTarget",
-        "True",
-        "TerminationByKubelet",
-        Some(message.to_owned()),
-    );
+    if reason == EVICTED {
+        set(
+            &mut s.conditions,
+            "DisruptionTarget",
+            "True",
+            "TerminationByKubelet",
+            Some(message.to_owned()),
+        );
+    }
     set(&mut s.conditions, READY, "False", "PodFailed", None);
     set(
         &mut s.conditions,

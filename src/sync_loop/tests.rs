@@ -1709,3 +1709,52 @@ fn containers_waiting_for_volumes_show_the_kubelets_default_reasons() {
         .await;
     });
 }
+
+#[test]
+fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded_even_when_set_later() {
+    rt::block_on(async {
+        let h = harness("deadline");
+        h.set_pods(vec![
+            pod("a", "bounded", "sleep 3600"),
+            pod("b", "free", "sleep 3600"),
+        ])
+        .await;
+        h.until("both running", 5, |h| {
+            h.running("a") == 1 && h.running("b") == 1
+        })
+        .await;
+        h.run_for(10).await;
+        assert_eq!(h.running("a"), 1, "no deadline, no end");
+        // The deadline set on the running pod counts from its start: already past.
+        let mut bounded = pod("a", "bounded", "sleep 3600");
+        bounded.spec.active_deadline_seconds = Some(5);
+        h.set_pods(vec![bounded, pod("b", "free", "sleep 3600")])
+            .await;
+        h.until("the bounded pod stopped", 10, |h| h.running("a") == 0)
+            .await;
+        h.run_for(3).await;
+        let st = h.kubelet.status.get("a").unwrap();
+        assert_eq!(
+            (
+                st.phase.as_deref(),
+                st.reason.as_deref(),
+                st.message.as_deref()
+            ),
+            (
+                Some("Failed"),
+                Some("DeadlineExceeded"),
+                Some("Pod was active on the node longer than the specified deadline")
+            )
+        );
+        assert!(
+            !st.conditions.iter().any(|c| c.type_ == "DisruptionTarget"),
+            "not an eviction: {:?}",
+            st.conditions
+        );
+        let c = &st.container_statuses[0];
+        assert!(c.state.terminated.is_some(), "{c:?}");
+        h.run_for(30).await;
+        assert_eq!(h.running("a"), 0, "never runs again");
+        assert_eq!(h.running("b"), 1, "the other pod is untouched");
+    });
+}
