@@ -1503,10 +1503,6 @@ mod tests {
 /// are stopped (`killed`), each container that was running shows terminated with exit code
 /// 137 (SIGKILL's, as the runtime reports it) and one that never ran shows upstream's
 /// `ContainerStatusUnknown`.
-pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodStatus {
-    failed_by_kubelet(prev, EVICTED, message, now, killed)
-}
-
 /// The reason of a pod the eviction manager stopped.
 pub const EVICTED: &str = "Evicted";
 /// The reason and message of a pod stopped past its `activeDeadlineSeconds`, as upstream's.
@@ -1639,7 +1635,7 @@ mod evicted_tests {
         };
         let msg = "The node was low on resource: memory. ";
         let now = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
-        let s = evicted(&prev, msg, now, false);
+        let s = failed_by_kubelet(&prev, EVICTED, msg, now, false);
         assert_eq!(s.phase.as_deref(), Some(FAILED));
         assert_eq!(s.reason.as_deref(), Some("Evicted"));
         assert_eq!(s.message.as_deref(), Some(msg));
@@ -1654,7 +1650,7 @@ mod evicted_tests {
             s.container_statuses[0].state.running.is_some(),
             "not killed yet"
         );
-        let k = evicted(&s, msg, now + 5_000_000_000, true);
+        let k = failed_by_kubelet(&s, EVICTED, msg, now + 5_000_000_000, true);
         let app = &k.container_statuses[0];
         let t = app.state.terminated.as_ref().unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
