@@ -433,9 +433,19 @@ impl RuntimeManager {
                 Ok(v) => v,
                 // As upstream, volumes not ready are no container's waiting reason (the status
                 // shows ContainerCreating, or PodInitializing behind init containers): the sync
-                // fails and is retried, and the log says why.
+                // fails and is retried, the log says why, and a FailedMount event too unless
+                // the content is only being read (a token or object not read yet).
                 Err(e) => {
-                    out.fail(SyncError::Volumes(e.to_string()));
+                    let message = e.to_string();
+                    if !message.ends_with(" yet") {
+                        crate::events::record(
+                            &crate::events::ObjectRef::pod(pod),
+                            crate::events::Type::Warning,
+                            "FailedMount",
+                            &message,
+                        );
+                    }
+                    out.fail(SyncError::Volumes(message));
                     return out;
                 }
             }

@@ -551,13 +551,29 @@ pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
 /// The status to send to the apiserver: the kubelet's conditions from `current`, every other
 /// condition as the apiserver holds it (others set them; a status generated before their last
 /// change must not undo it), as upstream's status manager merges them.
+/// `DisruptionTarget` is shared, as upstream: the node's (an eviction's) replaces the
+/// apiserver's.
 pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
     let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
-    let foreign = in_api.conditions.iter().filter(|c| !owned(c)).cloned();
-    current.conditions = foreign
-        .chain(current.conditions.iter().filter(owned).cloned())
+    let shared = |c: &&PodCondition| c.type_ == DISRUPTION_TARGET;
+    let ours: Vec<PodCondition> = current
+        .conditions
+        .iter()
+        .filter(|c| owned(c) || shared(c))
+        .cloned()
         .collect();
+    let mut merged: Vec<PodCondition> = in_api
+        .conditions
+        .iter()
+        .filter(|c| !owned(c) && !ours.iter().any(|o| o.type_ == c.type_))
+        .cloned()
+        .collect();
+    merged.extend(ours);
+    current.conditions = merged;
 }
+
+/// The condition a node sets on a pod it stops for good by eviction; others may set it too.
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 /// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
 /// keeps its lastTransitionTime while its status does not change.
@@ -1469,6 +1485,11 @@ mod tests {
         merge_foreign_conditions(&mut stale, &p.status);
         assert_eq!(cond(&stale, "example.com/lb").status, "True");
         assert_eq!(cond(&stale, READY).status, "False");
+        // The node's DisruptionTarget (an eviction) is sent even though the apiserver lacks it.
+        let mut evicted = failed_by_kubelet(&sent, EVICTED, "low on memory", NOW, true);
+        merge_foreign_conditions(&mut evicted, &p.status);
+        assert_eq!(cond(&evicted, DISRUPTION_TARGET).status, "True");
+        assert_eq!(cond(&evicted, "example.com/lb").status, "True");
         // Regenerated from the updated pod, Ready is True and nothing more is needed.
         p.status = run(&p, &rt, &[], Some(&sent));
         assert_eq!(cond(&p.status, READY).status, "True");
@@ -1541,7 +1562,7 @@ pub fn failed_by_kubelet(
     if reason == EVICTED {
         set(
             &mut s.conditions,
-            "DisruptionTarget",
+            DISRUPTION_TARGET,
             "True",
             "TerminationByKubelet",
             Some(message.to_owned()),
