@@ -553,6 +553,7 @@ pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
 /// change must not undo it), as upstream's status manager merges them.
 /// `DisruptionTarget` is shared, as upstream: the node's (an eviction's) replaces the
 /// apiserver's.
+#[cfg(any(test, feature = "apiserver"))]
 pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
     let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
     let shared = |c: &&PodCondition| c.type_ == DISRUPTION_TARGET;
