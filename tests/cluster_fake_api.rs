@@ -125,6 +125,11 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
             api.get(&lease_key).unwrap()["spec"]["leaseDurationSeconds"],
             40
         );
+        // Owned by its Node, as the kubelet's Lease is.
+        assert_eq!(
+            api.get(&lease_key).unwrap()["metadata"]["ownerReferences"],
+            serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node["metadata"]["uid"]}])
+        );
 
         api.create_pod(api_pod("web"));
         until(&a, "the API pod running", Duration::from_secs(10), || {
@@ -881,20 +886,28 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
                     && !r.ends_with("/secrets")),
             "{reads:?}"
         );
-        // The pod whose ConfigMap is missing does not run, and its status says why.
+        // The pod whose ConfigMap is missing does not run; as upstream, its container waits
+        // in ContainerCreating and a FailedMount event says why.
         until(
             &a,
-            "the waiting pod's reason",
+            "the waiting pod's FailedMount event",
             Duration::from_secs(15),
             || {
-                api.get("pods/default/waits").is_some_and(|p| {
-                    p["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
-                        .as_str()
-                        .is_some_and(|m| m.contains("configmap default/absent not found"))
+                api.events().iter().any(|e| {
+                    e["reason"] == "FailedMount"
+                        && e["involvedObject"]["name"] == "waits"
+                        && e["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("configmap default/absent not found"))
                 })
             },
         )
         .await;
+        let waits = api.get("pods/default/waits").unwrap();
+        assert_eq!(
+            waits["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ContainerCreating"
+        );
         assert_eq!(running(&fake, "waits"), 0);
 
         let ckpt = tmp.path().join("a/kubelet/checkpoints/objects.json");

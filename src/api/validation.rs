@@ -463,14 +463,16 @@ impl Errors {
                 self.dns_subdomain(&format!("{p}.hostnames[{j}]"), h);
             }
         }
-        // Fields that would change what the pod does, which picolet does not apply.
-        if let Some(v) = s.active_deadline_seconds {
+        if let Some(v) = s.active_deadline_seconds
+            && !(1..=i64::from(i32::MAX)).contains(&v)
+        {
             self.add(
                 "spec.activeDeadlineSeconds",
                 &v.to_string(),
-                "is not supported by picolet: it does not end pods at a deadline",
+                "must be between 1 and 2147483647, inclusive",
             );
         }
+        // Fields that would change what the pod does, which picolet does not apply.
         if let Some(v) = s.runtime_class_name.as_deref() {
             self.add(
                 "spec.runtimeClassName",
@@ -3257,11 +3259,13 @@ mod tests {
         assert_valid(&p);
         let mut q = p.clone();
         q.spec.active_deadline_seconds = Some(60);
+        assert_valid(&q);
+        q.spec.active_deadline_seconds = Some(0);
         assert_one(
             &q,
             "spec.activeDeadlineSeconds",
-            "60",
-            "not supported by picolet",
+            "0",
+            "must be between 1 and 2147483647",
         );
         let mut q = p.clone();
         q.spec.runtime_class_name = Some("kata".into());

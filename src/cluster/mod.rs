@@ -249,7 +249,7 @@ pub async fn run_lease(client: Client, node_name: String) {
             None => match heartbeat(&client, "GET", path.clone(), None).await {
                 Ok(l) => renew_lease(&client, &path, &node_name, &now, l, &mut held).await,
                 Err(e) if e.is_not_found() => {
-                    let body = json!({
+                    let mut body = json!({
                         "apiVersion": "coordination.k8s.io/v1",
                         "kind": "Lease",
                         "metadata": {"name": node_name, "namespace": "kube-node-lease"},
@@ -259,6 +259,7 @@ pub async fn run_lease(client: Client, node_name: String) {
                             "renewTime": now,
                         },
                     });
+                    set_node_owner(&client, &node_name, &mut body).await;
                     heartbeat(
                         &client,
                         "POST",
@@ -322,6 +323,34 @@ pub async fn run_lease(client: Client, node_name: String) {
     }
 }
 
+/// Makes the Node the owner of its Lease, as the kubelet does, so the Lease goes with the Node:
+/// a Lease without owner gets one when the Node can be read (one GET, only then); a Node not
+/// registered yet leaves it for a later renewal.
+async fn set_node_owner(client: &Client, node_name: &str, lease: &mut Value) {
+    if lease["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|o| !o.is_empty())
+    {
+        return;
+    }
+    let node = heartbeat(client, "GET", format!("/api/v1/nodes/{node_name}"), None).await;
+    match node {
+        Ok(n) => {
+            if let Some(owner) = node_owner(&n) {
+                lease["metadata"]["ownerReferences"] = json!([owner]);
+            }
+        }
+        Err(e) => log::debug!("node lease: reading the node for its owner reference: {e}"),
+    }
+}
+
+/// The owner reference to a Node, as the kubelet sets it on its Lease.
+fn node_owner(node: &Value) -> Option<Value> {
+    let name = node["metadata"]["name"].as_str()?;
+    let uid = node["metadata"]["uid"].as_str()?;
+    Some(json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}))
+}
+
 /// One renewal of the Lease `l`: a PUT with the renew time `now`. When it gets no answer, or
 /// the apiserver is failing, `held` keeps the Lease: it is still the newest known, and the
 /// first renewal after the outage is one PUT, not a GET and a PUT. A conflict or any other
@@ -334,6 +363,7 @@ async fn renew_lease(
     mut l: Value,
     held: &mut Option<Value>,
 ) -> Result<Value, ApiError> {
+    set_node_owner(client, node_name, &mut l).await;
     l["spec"]["renewTime"] = json!(now);
     l["spec"]["holderIdentity"] = json!(node_name);
     l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);

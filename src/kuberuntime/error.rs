@@ -35,7 +35,8 @@ pub enum SyncError {
         #[source]
         source: CriError,
     },
-    /// The pod's volumes could not be prepared: every container waits in ContainerCreating.
+    /// The pod's volumes could not be prepared: no container starts, and none records it as
+    /// its waiting reason.
     #[error("preparing volumes: {0}")]
     Volumes(String),
     /// The sandbox could not be created (or its status read).

@@ -430,14 +430,22 @@ impl RuntimeManager {
             let (root, p) = (self.node.root_dir.clone(), pod.clone());
             let (objects, alloc) = (self.objects.clone(), self.allocatable());
             match rt::unblock(move || volume::prepare(&root, &p, &objects, alloc)).await {
-                Ok(v) => {
-                    self.clear_waiting_reason(uid, SyncError::Volumes(String::new()).reason());
-                    v
-                }
+                Ok(v) => v,
+                // As upstream, volumes not ready are no container's waiting reason (the status
+                // shows ContainerCreating, or PodInitializing behind init containers): the sync
+                // fails and is retried, the log says why, and a FailedMount event too unless
+                // the content is only being read (a token or object not read yet).
                 Err(e) => {
-                    let e = SyncError::Volumes(e.to_string());
-                    self.wait_all_on(pod, &e);
-                    out.fail(e);
+                    let message = e.to_string();
+                    if !message.ends_with(" yet") {
+                        crate::events::record(
+                            &crate::events::ObjectRef::pod(pod),
+                            crate::events::Type::Warning,
+                            "FailedMount",
+                            &message,
+                        );
+                    }
+                    out.fail(SyncError::Volumes(message));
                     return out;
                 }
             }

@@ -530,6 +530,52 @@ fn ready_condition(pod: &Pod, containers_ready: &PodCondition) -> PodCondition {
     )
 }
 
+/// Upstream's NeedToReconcilePodReadiness: the pod has readiness gates and the Ready condition
+/// in its status is not what its conditions (ContainersReady and the gates', set by others)
+/// make it. A status update from the apiserver that changes a gate then needs a sync.
+pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
+    if pod.spec.readiness_gates.is_empty() {
+        return false;
+    }
+    let find = |t: &str| pod.status.conditions.iter().find(|c| c.type_ == t);
+    let Some(current) = find(READY) else {
+        return false;
+    };
+    let containers_ready = find(CONTAINERS_READY)
+        .cloned()
+        .unwrap_or_else(|| condition(CONTAINERS_READY, false, None, None));
+    let want = ready_condition(pod, &containers_ready);
+    current.status != want.status || current.message != want.message
+}
+
+/// The status to send to the apiserver: the kubelet's conditions from `current`, every other
+/// condition as the apiserver holds it (others set them; a status generated before their last
+/// change must not undo it), as upstream's status manager merges them.
+/// `DisruptionTarget` is shared, as upstream: the node's (an eviction's) replaces the
+/// apiserver's.
+#[cfg(any(test, feature = "apiserver"))]
+pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
+    let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
+    let shared = |c: &&PodCondition| c.type_ == DISRUPTION_TARGET;
+    let ours: Vec<PodCondition> = current
+        .conditions
+        .iter()
+        .filter(|c| owned(c) || shared(c))
+        .cloned()
+        .collect();
+    let mut merged: Vec<PodCondition> = in_api
+        .conditions
+        .iter()
+        .filter(|c| !owned(c) && !ours.iter().any(|o| o.type_ == c.type_))
+        .cloned()
+        .collect();
+    merged.extend(ours);
+    current.conditions = merged;
+}
+
+/// The condition a node sets on a pod it stops for good by eviction; others may set it too.
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
 /// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
 /// keeps its lastTransitionTime while its status does not change.
 fn conditions(
@@ -1454,6 +1500,48 @@ mod tests {
     }
 
     #[test]
+    fn a_gate_changed_in_the_api_needs_a_sync_and_a_stale_status_does_not_undo_it() {
+        let gate = |status: &str| PodCondition {
+            type_: "example.com/lb".into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let mut p = pod(None, &[], &["app"]);
+        p.spec.readiness_gates = vec![crate::api::PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }];
+        let rt = runtime(
+            vec![sandbox(true, Some("10.1.0.5"))],
+            vec![ctr("app", Rs::Running, 2, 0, 0)],
+        );
+        // The status as picolet sent it: the gate missing, Ready False.
+        let sent = run(&p, &rt, &[], None);
+        p.status = sent.clone();
+        assert!(!readiness_needs_reconcile(&p));
+        // Someone sets the gate's condition True: Ready must follow.
+        p.status.conditions.insert(0, gate("True"));
+        assert!(readiness_needs_reconcile(&p));
+        // A status generated before the change keeps the apiserver's gate when it is sent.
+        let mut stale = sent.clone();
+        merge_foreign_conditions(&mut stale, &p.status);
+        assert_eq!(cond(&stale, "example.com/lb").status, "True");
+        assert_eq!(cond(&stale, READY).status, "False");
+        // The node's DisruptionTarget (an eviction) is sent even though the apiserver lacks it.
+        let mut evicted = failed_by_kubelet(&sent, EVICTED, "low on memory", NOW, true);
+        merge_foreign_conditions(&mut evicted, &p.status);
+        assert_eq!(cond(&evicted, DISRUPTION_TARGET).status, "True");
+        assert_eq!(cond(&evicted, "example.com/lb").status, "True");
+        // Regenerated from the updated pod, Ready is True and nothing more is needed.
+        p.status = run(&p, &rt, &[], Some(&sent));
+        assert_eq!(cond(&p.status, READY).status, "True");
+        assert!(!readiness_needs_reconcile(&p));
+        // Without gates, status changes never need a sync for readiness.
+        p.spec.readiness_gates.clear();
+        p.status.conditions[0] = gate("False");
+        assert!(!readiness_needs_reconcile(&p));
+    }
+
+    #[test]
     fn init_containers_rerunning_in_a_new_sandbox_make_the_pod_pending_as_upstream() {
         // The kubelet's getPhase counts a running regular init container as pending whatever
         // ran before (only sidecars are excused once an app container runs).
@@ -1477,10 +1565,24 @@ mod tests {
 /// are stopped (`killed`), each container that was running shows terminated with exit code
 /// 137 (SIGKILL's, as the runtime reports it) and one that never ran shows upstream's
 /// `ContainerStatusUnknown`.
-pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodStatus {
+/// The reason of a pod the eviction manager stopped.
+pub const EVICTED: &str = "Evicted";
+/// The reason and message of a pod stopped past its `activeDeadlineSeconds`, as upstream's.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+/// A pod the node stopped for good, Failed with `reason`: evicted (a `DisruptionTarget`
+/// condition says so), or past its active deadline. `killed`: its containers were stopped.
+pub fn failed_by_kubelet(
+    prev: &PodStatus,
+    reason: &str,
+    message: &str,
+    now: i64,
+    killed: bool,
+) -> PodStatus {
     let mut s = prev.clone();
     s.phase = Some(FAILED.into());
-    s.reason = Some("Evicted".into());
+    s.reason = Some(reason.to_owned());
     s.message = Some(message.to_owned());
     let at = rfc3339(now);
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
@@ -1498,13 +1600,15 @@ pub fn evicted(prev: &PodStatus, message: &str, now: i64, killed: bool) -> PodSt
             message: msg,
         });
     };
-    set(
-        &mut s.conditions,
-        "DisruptionTarget",
-        "True",
-        "TerminationByKubelet",
-        Some(message.to_owned()),
-    );
+    if reason == EVICTED {
+        set(
+            &mut s.conditions,
+            DISRUPTION_TARGET,
+            "True",
+            "TerminationByKubelet",
+            Some(message.to_owned()),
+        );
+    }
     set(&mut s.conditions, READY, "False", "PodFailed", None);
     set(
         &mut s.conditions,
@@ -1593,7 +1697,7 @@ mod evicted_tests {
         };
         let msg = "The node was low on resource: memory. ";
         let now = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
-        let s = evicted(&prev, msg, now, false);
+        let s = failed_by_kubelet(&prev, EVICTED, msg, now, false);
         assert_eq!(s.phase.as_deref(), Some(FAILED));
         assert_eq!(s.reason.as_deref(), Some("Evicted"));
         assert_eq!(s.message.as_deref(), Some(msg));
@@ -1608,7 +1712,7 @@ mod evicted_tests {
             s.container_statuses[0].state.running.is_some(),
             "not killed yet"
         );
-        let k = evicted(&s, msg, now + 5_000_000_000, true);
+        let k = failed_by_kubelet(&s, EVICTED, msg, now + 5_000_000_000, true);
         let app = &k.container_statuses[0];
         let t = app.state.terminated.as_ref().unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));

@@ -20,7 +20,8 @@ pub struct StatusManager {
     runtime_name: RefCell<String>,
     statuses: RefCell<HashMap<String, PodStatus>>,
     /// Evicted pods' messages: their status is Failed, Evicted from now on.
-    evictions: RefCell<HashMap<String, String>>,
+    /// Pods the node stopped for good: reason and message of their Failed status.
+    evictions: RefCell<HashMap<String, (String, String)>>,
     probes: RefCell<crate::prober::Results>,
     /// When each pod not yet running was first given a status.
     first_seen: RefCell<HashMap<String, std::time::Instant>>,
@@ -82,7 +83,7 @@ impl StatusManager {
             (new, running(old.get(uid)))
         };
         let new = match self.evictions.borrow().get(uid) {
-            Some(m) => generate::evicted(&new, m, rt::now_nanos(), false),
+            Some((r, m)) => generate::failed_by_kubelet(&new, r, m, rt::now_nanos(), false),
             None => new,
         };
         if !was_running
@@ -113,12 +114,18 @@ impl StatusManager {
 
     /// Marks a pod evicted: Failed, reason Evicted, with the eviction manager's message.
     pub fn evict(&self, pod: &Pod, message: &str) {
+        self.fail(pod, generate::EVICTED, message);
+    }
+
+    /// Marks a pod the node stops for good (evicted, past its active deadline): Failed, with
+    /// the reason and message.
+    pub fn fail(&self, pod: &Pod, reason: &str, message: &str) {
         let uid = pod.metadata.uid.as_str();
         self.evictions
             .borrow_mut()
-            .insert(uid.to_owned(), message.to_owned());
+            .insert(uid.to_owned(), (reason.to_owned(), message.to_owned()));
         let prev = self.get(uid).unwrap_or_else(|| pod.status.clone());
-        let new = generate::evicted(&prev, message, rt::now_nanos(), false);
+        let new = generate::failed_by_kubelet(&prev, reason, message, rt::now_nanos(), false);
         self.statuses.borrow_mut().insert(uid.to_owned(), new);
     }
 
@@ -128,12 +135,12 @@ impl StatusManager {
 
     /// An evicted pod's containers were stopped: they show terminated.
     pub fn eviction_done(&self, uid: &str, now: i64) {
-        let Some(m) = self.evictions.borrow().get(uid).cloned() else {
+        let Some((r, m)) = self.evictions.borrow().get(uid).cloned() else {
             return;
         };
         let mut st = self.statuses.borrow_mut();
         if let Some(prev) = st.get(uid) {
-            let new = generate::evicted(prev, &m, now, true);
+            let new = generate::failed_by_kubelet(prev, &r, &m, now, true);
             st.insert(uid.to_owned(), new);
         }
     }

@@ -123,6 +123,41 @@ impl Kubelet {
     /// loop stops it within the grace period and never runs it again. False when the pod is
     /// not one that may be evicted (gone, stopping, already evicted).
     pub fn evict(&self, uid: &str, grace: i64, message: &str) -> bool {
+        self.stop_failed(uid, grace, crate::status::generate::EVICTED, message)
+    }
+
+    /// Stops, as [`Kubelet::evict`] does, each pod past its `activeDeadlineSeconds` (counted
+    /// from its status's startTime, as upstream), Failed with reason DeadlineExceeded. The
+    /// deadline is read at each check, so an update of a running pod's deadline counts.
+    fn enforce_active_deadlines(&self) {
+        use crate::status::generate::{DEADLINE_EXCEEDED, DEADLINE_MESSAGE};
+        let now = rt::now_nanos();
+        let past: Vec<(String, i64)> = {
+            let st = self.state.borrow();
+            st.pods
+                .pods()
+                .filter_map(|p| {
+                    let deadline = p.spec.active_deadline_seconds?;
+                    let uid = &p.metadata.uid;
+                    let status = self.status.get(uid)?;
+                    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+                        return None;
+                    }
+                    let start = crate::logs::format::parse_time(status.start_time?.as_bytes())?;
+                    let past = now.saturating_sub(start) >= deadline.saturating_mul(1_000_000_000);
+                    past.then(|| (uid.clone(), crate::kuberuntime::config::grace_period(p)))
+                })
+                .collect()
+        };
+        for (uid, grace) in past {
+            if self.stop_failed(&uid, grace, DEADLINE_EXCEEDED, DEADLINE_MESSAGE) {
+                log::info!("pod {uid}: {DEADLINE_MESSAGE}; stopping it");
+            }
+        }
+    }
+
+    /// Fails a pod for good with `reason` and `message`, and has the loop stop it.
+    fn stop_failed(&self, uid: &str, grace: i64, reason: &str, message: &str) -> bool {
         let pod = {
             let st = self.state.borrow();
             if st.evicted.contains(uid)
@@ -136,13 +171,14 @@ impl Kubelet {
                 None => return false,
             }
         };
-        self.status.evict(&pod, message);
-        crate::events::record(
-            &crate::events::ObjectRef::pod(&pod),
-            crate::events::Type::Warning,
-            "Evicted",
-            message,
-        );
+        self.status.fail(&pod, reason, message);
+        // Upstream's eviction manager warns; the active deadline's event is Normal.
+        let kind = if reason == crate::status::generate::EVICTED {
+            crate::events::Type::Warning
+        } else {
+            crate::events::Type::Normal
+        };
+        crate::events::record(&crate::events::ObjectRef::pod(&pod), kind, reason, message);
         self.internal
             .0
             .try_send(Input::Evict {
@@ -308,6 +344,9 @@ impl Kubelet {
                 ),
             )
             .await;
+            if matches!(input, Some(Input::Tick)) {
+                self.enforce_active_deadlines();
+            }
             match input {
                 Some(i) => self.feed(i, &internal),
                 None => return,
@@ -385,7 +424,11 @@ impl Kubelet {
                     uid: p.metadata.uid.clone(),
                     namespace: p.metadata.namespace.clone(),
                     name: p.metadata.name.clone(),
-                    current: self.status.get(&p.metadata.uid)?,
+                    current: {
+                        let mut s = self.status.get(&p.metadata.uid)?;
+                        crate::status::generate::merge_foreign_conditions(&mut s, &p.status);
+                        s
+                    },
                     in_api: p.status.clone(),
                 })
             })

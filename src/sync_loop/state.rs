@@ -367,7 +367,16 @@ impl LoopState {
                     self.sync(pod, now, view, out);
                 }
             }
-            Op::Reconcile => self.pods.upsert(Rc::new(pod)),
+            Op::Reconcile => {
+                let pod = Rc::new(pod);
+                self.pods.upsert(pod.clone());
+                // A readiness gate's condition changed: the Ready condition follows at once.
+                if crate::status::generate::readiness_needs_reconcile(&pod)
+                    && !self.terminating.contains_key(&uid)
+                {
+                    self.sync(pod, now, view, out);
+                }
+            }
             Op::Remove => {
                 log::info!(
                     "removing pod {}/{} ({uid})",

@@ -452,6 +452,38 @@ fn housekeeping_waits_for_the_sources_and_the_runtime_then_removes_orphans() {
 }
 
 #[test]
+fn a_readiness_gate_set_in_the_apiserver_syncs_the_pod_and_other_status_changes_do_not() {
+    use crate::api::{PodCondition, PodReadinessGate};
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    let cond = |t: &str, s: &str| PodCondition {
+        type_: t.into(),
+        status: s.into(),
+        ..Default::default()
+    };
+    let mut p = pod("a", "web", "x");
+    p.spec.readiness_gates = vec![PodReadinessGate {
+        condition_type: "example.com/lb".into(),
+    }];
+    let snap = |p: &Pod| Input::Snapshot(snapshot(vec![p.clone()]));
+    assert_eq!(syncs(&step(&mut st, snap(&p), t0, view)), vec!["a"]);
+    // The status the node sent comes back: nothing to do.
+    p.status.conditions = vec![cond("ContainersReady", "True"), cond("Ready", "False")];
+    p.status.conditions[1].message = Some(
+        "corresponding condition of pod readiness gate \"example.com/lb\" does not exist.".into(),
+    );
+    assert!(syncs(&step(&mut st, snap(&p), t0, view)).is_empty());
+    // Someone sets the gate: the pod syncs, so its Ready condition follows.
+    p.status.conditions.push(cond("example.com/lb", "True"));
+    assert_eq!(syncs(&step(&mut st, snap(&p), t0, view)), vec!["a"]);
+}
+
+#[test]
 fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized() {
     let cache = Cache::default();
     let view = View {
@@ -1647,5 +1679,95 @@ fn another_nodes_pods_on_a_shared_runtime_are_not_orphans() {
         );
         assert!(h.fake.stops().is_empty(), "{:?}", h.fake.stops());
         assert_eq!(h.fake.calls("RemovePodSandbox"), 0);
+    });
+}
+
+#[test]
+fn containers_waiting_for_volumes_show_the_kubelets_default_reasons() {
+    rt::block_on(async {
+        let h = harness("volwait");
+        let missing = h.dir.join("not-yet");
+        let p = pod_json(
+            "vw",
+            serde_json::json!({
+                "initContainers": [{"name": "init", "image": IMAGE, "command": ["true"]}],
+                "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}],
+                "volumes": [{"name": "v", "hostPath": {"path": missing, "type": "Directory"}}]
+            }),
+        );
+        h.set_pods(vec![p]).await;
+        h.run_for(2).await;
+        assert_eq!(h.running("vw"), 0);
+        // As upstream, a volume not ready yet is no container's waiting reason: the app
+        // container waits for the init containers, which wait for the pod to initialize.
+        let st = h.status_of("vw");
+        for c in st
+            .init_container_statuses
+            .iter()
+            .chain(&st.container_statuses)
+        {
+            let w = c.state.waiting.as_ref().expect("waiting");
+            assert_eq!(
+                w.reason.as_deref(),
+                Some("PodInitializing"),
+                "{}: {w:?}",
+                c.name
+            );
+            assert_eq!(w.message, None, "{}", c.name);
+        }
+        std::fs::create_dir_all(&missing).unwrap();
+        h.until("the init container started", 70, |h| {
+            !h.instances("init").is_empty()
+        })
+        .await;
+    });
+}
+
+#[test]
+fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded_even_when_set_later() {
+    rt::block_on(async {
+        let h = harness("deadline");
+        h.set_pods(vec![
+            pod("a", "bounded", "sleep 3600"),
+            pod("b", "free", "sleep 3600"),
+        ])
+        .await;
+        h.until("both running", 5, |h| {
+            h.running("a") == 1 && h.running("b") == 1
+        })
+        .await;
+        h.run_for(10).await;
+        assert_eq!(h.running("a"), 1, "no deadline, no end");
+        // The deadline set on the running pod counts from its start: already past.
+        let mut bounded = pod("a", "bounded", "sleep 3600");
+        bounded.spec.active_deadline_seconds = Some(5);
+        h.set_pods(vec![bounded, pod("b", "free", "sleep 3600")])
+            .await;
+        h.until("the bounded pod stopped", 10, |h| h.running("a") == 0)
+            .await;
+        h.run_for(3).await;
+        let st = h.kubelet.status.get("a").unwrap();
+        assert_eq!(
+            (
+                st.phase.as_deref(),
+                st.reason.as_deref(),
+                st.message.as_deref()
+            ),
+            (
+                Some("Failed"),
+                Some("DeadlineExceeded"),
+                Some("Pod was active on the node longer than the specified deadline")
+            )
+        );
+        assert!(
+            !st.conditions.iter().any(|c| c.type_ == "DisruptionTarget"),
+            "not an eviction: {:?}",
+            st.conditions
+        );
+        let c = &st.container_statuses[0];
+        assert!(c.state.terminated.is_some(), "{c:?}");
+        h.run_for(30).await;
+        assert_eq!(h.running("a"), 0, "never runs again");
+        assert_eq!(h.running("b"), 1, "the other pod is untouched");
     });
 }
