@@ -17,6 +17,8 @@
 #   FOOTPRINT_PODS         the static pod counts of step 2 (default "0 10 50")
 #   FOOTPRINT_SKIP_SIZES=1 skip step 1 (it builds 2 binaries per target, ~3 min each on 2 cores)
 #   FOOTPRINT_SKIP_CLUSTER=1 skip step 3
+#   FOOTPRINT_BIN          measure this picolet binary (default features) instead of building
+#                          target/release/picolet
 #   FOOTPRINT_DIR          scratch directory (default /tmp/pfoot; short: unix sockets live there)
 #
 # Each picolet starts against the pods its predecessor left running (SIGTERM leaves pods running,
@@ -129,8 +131,13 @@ else
 fi
 
 # ---------------------------------------------------------------- 2. static pods
-(cd "$REPO" && cargo build --release --locked -q)
-BIN=$REPO/target/release/picolet
+if [[ -n ${FOOTPRINT_BIN:-} ]]; then
+    BIN=$FOOTPRINT_BIN
+    [[ -x $BIN ]] || die "FOOTPRINT_BIN=$BIN is not an executable"
+else
+    (cd "$REPO" && cargo build --release --locked -q)
+    BIN=$REPO/target/release/picolet
+fi
 say ""
 say "  binary measured below: $BIN ($(stat -c %s "$BIN") bytes, default features)"
 

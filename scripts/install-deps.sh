@@ -71,6 +71,11 @@ if $cross; then
     for t in "${targets[@]}"; do
         rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     done
+    # armv7 musl (Cross.toml's fourth target) for scripts/size-report.sh, where the toolchain's
+    # channel ships its standard library; a size report skips the target without it.
+    m=armv7-unknown-linux-musleabihf
+    rustup target list --installed | grep -qx "$m" || rustup target add "$m" >/dev/null 2>&1 ||
+        echo "install-deps: no Rust standard library for $m from rustup here; size-report.sh skips it" >&2
     # Link and run a trivial program per target with the linker and runner of
     # .cargo/config.toml: proves the C runtime, libc and qemu are all there.
     root=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)

@@ -1,27 +1,47 @@
 #!/usr/bin/env bash
-# Binary size of picolet per target and build, and where the bytes go: prints a table of
-# stripped release binaries (static-only: file source and local API; full: the default
-# features) for each target whose Rust standard library is installed, then the largest crates
-# of the x86_64 builds (cargo bloat on an unstripped copy of the same build). Asserts nothing.
-#   scripts/size-report.sh [TARGET...]   (default: x86_64, aarch64 gnu and musl, armv7)
-# About 3 minutes a build on 2 cores. Needs cargo-bloat (cargo install cargo-bloat) for the
-# crate shares; without it, or with SIZE_REPORT_TABLE_ONLY=1, only the table.
+# Binary size of picolet per target and build, against the size budgets, and where the bytes go.
+#
+#   scripts/size-report.sh [TARGET...]   (default: every target of Cross.toml, plus x86_64)
+#
+# 1. A table of stripped release binaries, static-only (file source and local API) and full (the
+#    default features), for each target whose Rust standard library is installed (a target
+#    without it is listed as skipped; scripts/install-deps.sh --cross installs them). Each row
+#    names its budget and the bytes under or over it: full on aarch64 3 MiB, static-only 1.5 MiB
+#    on every target (the full build's budget is set for aarch64; other targets print theirs for
+#    comparison only).
+# 2. Unless SIZE_REPORT_TABLE_ONLY=1: the largest crates of the x86_64 builds (cargo bloat on an
+#    unstripped copy of the same build; needs `cargo install --locked cargo-bloat`), the share of
+#    the object model's serde code in the full build, and the crates linked in more than one
+#    version (`cargo tree -d`).
+# 3. With SIZE_REPORT_LLVM_LINES=1 also the generic functions instantiated most, in LLVM IR lines
+#    (`cargo llvm-lines`, needs `cargo install --locked cargo-llvm-lines`; a rebuild of its own).
+#
+# Asserts nothing. About 3 minutes a build on 2 idle cores, far more on a busy machine.
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu
-    aarch64-unknown-linux-musl armv7-unknown-linux-gnueabihf)
+if [ "${#targets[@]}" -eq 0 ]; then
+    targets=(x86_64-unknown-linux-gnu)
+    while read -r t; do targets+=("$t"); done < <(sed -n 's/^\[target\.\([^]]*\)\]$/\1/p' Cross.toml)
+fi
 installed=$(rustup target list --installed)
 declare -A builds=(
     [static-only]="--no-default-features --features file-source,local-api"
     [full]=""
 )
+MIB=1048576
+budget_of() { # target build -> bytes, or empty when the build has no budget on that target
+    case "$2" in
+        static-only) echo $((MIB * 3 / 2)) ;;
+        full) echo $((MIB * 3)) ;;
+    esac
+}
 
-printf '%-32s %-12s %12s %10s\n' target build bytes MiB
+printf '%-32s %-12s %12s %8s %8s %14s\n' target build bytes MiB budget "under (-over)"
 for t in "${targets[@]}"; do
     if ! grep -qx "$t" <<<"$installed"; then
-        printf '%-32s %s\n' "$t" "(standard library not installed: skipped)"
+        printf '%-32s %s\n' "$t" "(Rust standard library not installed: skipped)"
         continue
     fi
     for b in static-only full; do
@@ -29,20 +49,60 @@ for t in "${targets[@]}"; do
         # shellcheck disable=SC2086
         cargo build --locked --quiet --release --target "$t" --target-dir "$dir" ${builds[$b]}
         bytes=$(stat -c %s "$dir/$t/release/picolet")
-        printf '%-32s %-12s %12d %10.2f\n' "$t" "$b" "$bytes" "$(echo "$bytes / 1048576" | bc -l)"
+        budget=$(budget_of "$t" "$b")
+        note=""
+        case "$t:$b" in
+            *:static-only | aarch64*:full) ;;
+            *) note=" (aarch64's)" ;;
+        esac
+        printf '%-32s %-12s %12d %8.2f %8.2f %14d%s\n' "$t" "$b" "$bytes" \
+            "$(echo "$bytes / $MIB" | bc -l)" "$(echo "$budget / $MIB" | bc -l)" \
+            $((budget - bytes)) "$note"
     done
 done
 
-if [ "${SIZE_REPORT_TABLE_ONLY:-0}" = 1 ]; then
-    :
-elif command -v cargo-bloat >/dev/null; then
+[ "${SIZE_REPORT_TABLE_ONLY:-0}" = 1 ] && exit 0
+
+if command -v cargo-bloat >/dev/null; then
     for b in static-only full; do
         echo
         echo "largest crates, x86_64, $b (share of .text, unstripped build):"
         # shellcheck disable=SC2086
-        CARGO_PROFILE_RELEASE_STRIP=false cargo bloat --release --crates -n 12 \
+        CARGO_PROFILE_RELEASE_STRIP=false cargo bloat --locked --release --crates -n 15 \
             --target-dir target/size-report/bloat-$b ${builds[$b]} 2>/dev/null | sed 's/^/  /'
     done
+    echo
+    echo "the object model's serde code, x86_64, full (functions naming picolet::api or"
+    echo "picolet::objects and Deserialize, Visitor or Serialize):"
+    CARGO_PROFILE_RELEASE_STRIP=false cargo bloat --locked --release -n 0 --message-format json \
+        --target-dir target/size-report/bloat-full 2>/dev/null |
+        python3 -c '
+import json, re, sys
+fns = json.load(sys.stdin)["functions"]
+model = re.compile(r"picolet::(api|objects)::")
+serde = [f for f in fns if model.search(f["name"]) and re.search(r"Deserializ|Visitor|Serializ|__Field", f["name"])]
+total = sum(f["size"] for f in fns)
+s = sum(f["size"] for f in serde)
+print(f"  .text {total:,} bytes; the object model\x27s serde functions {s:,} bytes in {len(serde)} functions, by deserializer:")
+by = {}
+for f in serde:
+    m = re.search(r"Deserializer<[^>]*?(yaml_serde|serde_json::value|serde_json::de|serde_ignored|serde_path_to_error)", f["name"])
+    k = m.group(1) if m else ("serialize" if "Serialize" in f["name"] else "other")
+    by[k] = by.get(k, 0) + f["size"]
+for k, v in sorted(by.items(), key=lambda kv: -kv[1]):
+    print(f"    {k:24} {v:>10,}")
+'
 else
     echo "(cargo-bloat not installed: no crate shares)"
+fi
+
+echo
+echo "crates linked in more than one version (cargo tree -d, normal dependencies):"
+cargo tree --locked -d -e normal --depth 0 2>/dev/null | grep -v '^$' | sed 's/^/  /' || true
+
+if [ "${SIZE_REPORT_LLVM_LINES:-0}" = 1 ] && command -v cargo-llvm-lines >/dev/null; then
+    echo
+    echo "generic functions instantiated most (cargo llvm-lines --release --lib, top 25):"
+    cargo llvm-lines --locked --release --lib --target-dir target/size-report/llvm-lines 2>/dev/null |
+        head -n 28 | sed 's/^/  /'
 fi

@@ -144,6 +144,37 @@ def mib(k):
     return "%.1f MiB" % (k / 1024.0)
 
 
+def resident_split(pid):
+    """picolet's resident pages by what maps them: its own executable, other files (libc, the
+    loader), the main heap ([heap]: glibc's arena), the main thread's stack, and other anonymous
+    mappings (the other threads' stacks and guard pages, allocations glibc mmaps for itself)."""
+    try:
+        exe = os.readlink("/proc/%d/exe" % pid)
+        with open("/proc/%d/smaps" % pid) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "n/a"
+    parts = {"binary": 0, "other files": 0, "heap": 0, "main stack": 0, "other anonymous": 0}
+    what = None
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and ":" not in head[0]:
+            path = head[5] if len(head) > 5 else ""
+            if path == exe:
+                what = "binary"
+            elif path == "[heap]":
+                what = "heap"
+            elif path == "[stack]":
+                what = "main stack"
+            elif path.startswith("/"):
+                what = "other files"
+            else:
+                what = "other anonymous"
+        elif head and head[0] == "Rss:" and what:
+            parts[what] += int(head[1])
+    return ", ".join("%s %.2f MiB" % (k, v / 1024.0) for k, v in parts.items())
+
+
 def cmd_sample(picolet_pid, containerd_pid, scratch, seconds, clk_tck, title):
     """RSS (sampled each second) and CPU (utime+stime delta) of picolet, containerd and the shims."""
     pp, cp, seconds, tck = int(picolet_pid), int(containerd_pid), int(seconds), float(clk_tck)
@@ -184,6 +215,7 @@ def cmd_sample(picolet_pid, containerd_pid, scratch, seconds, clk_tck, title):
         "%s..%s" % (mib(min(shim_rss)).split()[0], mib(max(shim_rss))), "", "", "%.2f s" % sec,
         "%.2f %%" % (100.0 * sec / el)))
     if pp > 0:
+        print("  picolet resident at the window's end, by mapping (/proc/%d/smaps): %s" % (pp, resident_split(pp)))
         r = rss[pp]
         c = c1[pp] - c0[pp] if c0[pp] is not None and c1[pp] is not None else -1
         print("RESULT picolet_steady rss_avg_kib=%d vmhwm_kib=%d cpu_pct=%.3f window_s=%.1f" % (

@@ -238,9 +238,12 @@ impl PodSet {
 /// Reads a checkpoint: `Ok(None)` when there is none (unknown), an error naming the file when it
 /// is unreadable (it is then ignored: better to wait for the apiserver than run a guess).
 pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String> {
-    let Some(c) = crate::atomic_file::read_json::<Checkpoint>(path, MAX_CHECKPOINT)? else {
+    // Through a Value, like the list and watch events (one copy of the Pod deserializer).
+    let Some(c) = crate::atomic_file::read_json::<serde_json::Value>(path, MAX_CHECKPOINT)? else {
         return Ok(None);
     };
+    let c: Checkpoint =
+        serde_json::from_value(c).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {
         pods: c
             .pods
@@ -431,7 +434,12 @@ fn watch_round(
     emit: &mut dyn FnMut(&PodSet) -> bool,
 ) -> Result<bool, ApiError> {
     if !*listed || cfg.poll_interval.is_some() {
-        let list: PodList = client.json("GET", &pods_path(&cfg.node_name, ""), None)?;
+        // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
+        // binary (from a Value) instead of a second one from bytes (README, "Footprint").
+        let path = pods_path(&cfg.node_name, "");
+        let list: serde_json::Value = client.json("GET", &path, None)?;
+        let list: PodList =
+            serde_json::from_value(list).map_err(|e| ApiError::decode(format!("GET {path}"), e))?;
         set.replace(list);
         *listed = true;
         log::debug!(
