@@ -1307,6 +1307,48 @@ mod tests {
     }
 
     #[test]
+    fn konnectivity_agent_flags() {
+        assert_eq!(run(&[]).tunnel, Tunnel::default());
+        let t = run(&[
+            "--proxy-server-host=proxy.example",
+            "--proxy-server-port=8132",
+            "--ca-cert=/etc/k/ca.crt",
+            "--agent-cert=/etc/k/a.crt",
+            "--agent-key=/etc/k/a.key",
+            "--service-account-token-path=/var/run/t",
+            "--agent-id=edge-7",
+            "--agent-identifiers=host=edge-7",
+            "--keepalive-time=30s",
+            "--proxy-allowed-destinations=10.0.0.5:9100, *",
+        ])
+        .tunnel;
+        assert_eq!(t.host, "proxy.example");
+        assert_eq!(t.port, 8132);
+        assert_eq!(t.ca_cert, Some(PathBuf::from("/etc/k/ca.crt")));
+        assert_eq!(t.agent_cert, Some(PathBuf::from("/etc/k/a.crt")));
+        assert_eq!(t.agent_key, Some(PathBuf::from("/etc/k/a.key")));
+        assert_eq!(t.token_path, Some(PathBuf::from("/var/run/t")));
+        assert_eq!(t.agent_id.as_deref(), Some("edge-7"));
+        assert_eq!(t.agent_identifiers.as_deref(), Some("host=edge-7"));
+        assert_eq!(t.keepalive, Duration::from_secs(30));
+        assert_eq!(t.allowed, ["10.0.0.5:9100", "*"]);
+        let e = parse(&args(&["--proxy-server-port=99999"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--proxy-server-port") && e.contains("99999"),
+            "{e}"
+        );
+        let e = parse(&args(&["--keepalive-time=10ms"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--keepalive-time") && e.contains("at least 1s"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bootstrap_and_rotation_flags_and_fields() {
         let o = run(&["--kubeconfig", "/k"]);
         assert!(!o.rotation(), "off without a bootstrap kubeconfig");
