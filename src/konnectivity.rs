@@ -203,14 +203,17 @@ impl Agent {
         let mut failures = 0u32;
         let target = format!("{}:{}", self.settings.host, self.settings.port);
         loop {
-            let t0 = rt::now();
+            let (t0, connects) = (rt::now(), self.stats.connects.get());
             match self.session().await {
                 Ok(()) => log::info!("konnectivity: stream to {target} ended"),
                 Err(e) => log::warn!("konnectivity: {target}: {e}"),
             }
             self.stats.up.set(false);
-            // A stream that lived a while was a success: start the backoff afresh.
-            if rt::now().saturating_duration_since(t0) > Duration::from_secs(30) {
+            // A stream that was established, or lived a while, was a success: start the backoff
+            // afresh (a server that restarted is back within the first window, under 1 s).
+            if self.stats.connects.get() != connects
+                || rt::now().saturating_duration_since(t0) > Duration::from_secs(30)
+            {
                 failures = 0;
             }
             let wait = backoff_delay(failures, &mut jitter);
