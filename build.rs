@@ -1,7 +1,9 @@
-// Compiles the CRI subset in pure Rust (protox), so neither the build machine, cross builds nor
-// Yocto need protoc. Client code only: picolet never serves CRI.
+// Compiles the CRI subset and the konnectivity agent protocol in pure Rust (protox), so neither
+// the build machine, cross builds nor Yocto need protoc. Client code only: picolet never serves
+// CRI, and is the agent, not the server, of the konnectivity tunnel.
 fn main() {
     println!("cargo:rerun-if-changed=proto/runtime.proto");
+    println!("cargo:rerun-if-changed=proto/konnectivity.proto");
     // A lower bound for the wall clock (preflight flags a board that booted in 1970);
     // SOURCE_DATE_EPOCH keeps reproducible builds reproducible.
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
@@ -19,4 +21,13 @@ fn main() {
         .build_transport(false)
         .compile_fds(fds)
         .expect("generate CRI client");
+    // The apiserver network proxy's agent protocol (feature konnectivity); the file has no
+    // package, as upstream's, so it is generated as `_.rs`.
+    let fds = protox::compile(["proto/konnectivity.proto"], ["proto"])
+        .expect("compile proto/konnectivity.proto");
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_transport(false)
+        .compile_fds(fds)
+        .expect("generate the konnectivity agent client");
 }

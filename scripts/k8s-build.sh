@@ -24,8 +24,10 @@
 #                                   Go module in tests/k8s-tools (one module, so
 #                                   the packages they share are built once):
 #                                   metrics-server (version set to its module's)
-#                                   and the Distribution registry (its version
-#                                   variable set likewise)
+#                                   the Distribution registry (its version
+#                                   variable set likewise) and konnectivity-server
+#                                   (the apiserver network proxy's server, whose
+#                                   version `go version -m` reads)
 #   scripts/k8s-build.sh --containerd [--key]
 #                                   the same for containerd 2.x, the runtime
 #                                   current clusters run (the tests default to the
@@ -82,6 +84,7 @@ E2E_TARGETS=(
 TOOLS_TARGETS=(
     "metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
     "registry|github.com/distribution/distribution/v3/cmd/registry"
+    "konnectivity-server|sigs.k8s.io/apiserver-network-proxy/cmd/server"
 )
 CONTAINERD_TARGETS=(
     "containerd|github.com/containerd/containerd/v2/cmd/containerd"
@@ -169,6 +172,7 @@ elif $TOOLS; then
     [[ -f $TOOLS_MOD/go.mod && -f $TOOLS_MOD/go.sum ]] || die "$TOOLS_MOD/go.mod or go.sum is missing"
     METRICS_SERVER_VERSION=$(module_version sigs.k8s.io/metrics-server "$TOOLS_MOD")
     REGISTRY_VERSION=$(module_version github.com/distribution/distribution/v3 "$TOOLS_MOD")
+    KONNECTIVITY_VERSION=$(module_version sigs.k8s.io/apiserver-network-proxy "$TOOLS_MOD")
     GO_VERSION=$(cd "$TOOLS_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $TOOLS_MOD"
     MOD=$TOOLS_MOD
     TARGETS=("${TOOLS_TARGETS[@]}")
@@ -211,6 +215,7 @@ binary_ok() {
         ginkgo) out=$("$BIN/$1" version 2>/dev/null) ;;
         nnp) out=$("$BIN/$1" 2>/dev/null) ;;
         containerd-shim-runc-v2) out=$("$BIN/$1" -v 2>/dev/null) ;;
+        konnectivity-server) out=$("$GO" version -m "$BIN/$1" 2>/dev/null) ;;
         *) out=$("$BIN/$1" --version 2>/dev/null) ;;
     esac || return 1
     case $1 in
@@ -221,6 +226,7 @@ binary_ok() {
         registry) want=" github.com/distribution/distribution/v3 $REGISTRY_VERSION" ;;
         containerd | ctr) want=" $CONTAINERD_VERSION" ;;
         containerd-shim-runc-v2) want="Version:  $CONTAINERD_VERSION" ;;
+        konnectivity-server) want="sigs.k8s.io/apiserver-network-proxy	$KONNECTIVITY_VERSION" ;;
         nnp) want="Effective uid: " ;;
         *) want=$K8S_VERSION ;;
     esac

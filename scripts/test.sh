@@ -20,6 +20,7 @@ echo "== each feature combination builds without warnings"
 for features in "--no-default-features" "--no-default-features --features file-source" \
     "--no-default-features --features local-api" "--no-default-features --features apiserver" \
     "--no-default-features --features node-api" \
+    "--no-default-features --features konnectivity" \
     "--no-default-features --features file-source,local-api" \
     "--no-default-features --features file-source,local-api,https-probes"; do
     echo "-- $features"
@@ -37,7 +38,7 @@ echo "== control plane binaries (scripts/k8s-build.sh)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh >/dev/null
 echo "== the conformance tooling (scripts/k8s-build.sh --e2e: e2e.test, ginkgo, ...)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh --e2e >/dev/null
-echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server, the registry)"
+echo "== the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server, the registry, konnectivity-server)"
 scripts/k8s-build.sh --tools >/dev/null
 echo "== cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2

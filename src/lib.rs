@@ -22,6 +22,8 @@ pub mod events;
 pub mod eviction;
 pub mod exec_cli;
 pub(crate) mod hash;
+#[cfg(feature = "konnectivity")]
+pub mod konnectivity;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;
 pub mod limits;
@@ -579,6 +581,18 @@ fn start_server(
     #[cfg(feature = "node-api")]
     if let Some(port) = o.node_api_port() {
         tasks.extend(start_node_api(o, port, parts, ctx, client)?);
+        #[cfg(feature = "konnectivity")]
+        if !o.tunnel.host.is_empty() {
+            tasks.push(start_tunnel(o, port, parts)?);
+        }
+    }
+    #[cfg(not(feature = "konnectivity"))]
+    if !o.tunnel.host.is_empty() {
+        return Err(
+            "--proxy-server-host: this picolet was built without the konnectivity \
+                    feature"
+                .into(),
+        );
     }
     #[cfg(all(feature = "apiserver", not(feature = "node-api")))]
     let _ = client;
@@ -707,6 +721,49 @@ fn start_node_api(
     });
     tasks.push(rt::spawn(server::node_api::serve(l, tls, api)));
     Ok(tasks)
+}
+
+/// The Konnectivity agent: the node's own addresses at the node API's port are dialed on
+/// this host.
+#[cfg(feature = "konnectivity")]
+fn start_tunnel(o: &Options, port: u16, parts: &Parts) -> Result<rt::Task<()>, String> {
+    let t = &o.tunnel;
+    let tls = konnectivity::tls_config(t)?;
+    let node = parts.rm.node();
+    let node_ip: Option<std::net::IpAddr> = node.node_ip.parse().ok();
+    let local_ip = match o.serving.address {
+        a if a.is_unspecified() && a.is_ipv6() => {
+            std::net::IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1])
+        }
+        a if a.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+        a => a,
+    };
+    let mut addresses = vec![node.node_name.clone()];
+    addresses.extend(node_ip.map(|ip| ip.to_string()));
+    let agent = Rc::new(konnectivity::Agent {
+        routes: konnectivity::Routes {
+            node_addresses: addresses,
+            node_api_port: port,
+            local: std::net::SocketAddr::new(local_ip, port),
+            allowed: t.allowed.clone(),
+        },
+        tls,
+        agent_id: t.agent_id.clone().unwrap_or_else(|| node.node_name.clone()),
+        agent_identifiers: t
+            .agent_identifiers
+            .clone()
+            .unwrap_or_else(|| konnectivity::default_identifiers(&node.node_name, node_ip)),
+        settings: t.clone(),
+        stats: Rc::default(),
+    });
+    log::info!(
+        "konnectivity agent: dialing {}:{} as {:?} ({})",
+        t.host,
+        t.port,
+        agent.agent_id,
+        agent.agent_identifiers
+    );
+    Ok(rt::spawn(agent.run()))
 }
 
 /// Upkeep beside the loop: image GC, log rotation, eviction, the malloc trim, and the systemd

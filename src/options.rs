@@ -47,6 +47,18 @@ flags:
   --authorization-mode Webhook|AlwaysAllow  (default Webhook with --kubeconfig)
   --authorization-webhook-cache-authorized-ttl DUR    (default 5m0s)
   --authorization-webhook-cache-unauthorized-ttl DUR  (default 30s)
+  --proxy-server-host HOST           run the Konnectivity agent: dial this konnectivity-server
+                                     so the apiserver reaches the node API through it (NAT)
+  --proxy-server-port PORT           its agent port (default 8091)
+  --ca-cert FILE                     CA the server's certificate is verified against
+  --agent-cert FILE, --agent-key FILE  client certificate the agent authenticates with
+  --service-account-token-path FILE  or a token sent as Authorization: Bearer
+  --agent-id ID                      (default: the node name)
+  --agent-identifiers LIST           what the server routes by (default
+                                     host=<node name>&ipv4=<node IP>)
+  --keepalive-time DUR               HTTP/2 ping period on the tunnel (default 1m0s)
+  --proxy-allowed-destinations LIST  host:port destinations dialed besides the node API
+                                     (comma-separated; * for any)
   --sync-frequency DUR               full resync period of each pod (default 1m0s)
   --file-check-frequency DUR         manifest directory re-list period (default 20s)
   --container-log-max-size SIZE      rotate a container's log at this size (default 10Mi;
@@ -194,6 +206,48 @@ pub struct Options {
     pub cgroups: crate::cm::CgroupConfig,
     /// The node API on `--port`: address, TLS, authentication and authorization.
     pub serving: Serving,
+    /// The Konnectivity agent (`--proxy-server-host` and the flags beside it).
+    pub tunnel: Tunnel,
+}
+
+/// The Konnectivity agent's settings, in the upstream agent's flag names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tunnel {
+    /// Empty: no agent.
+    pub host: String,
+    pub port: u16,
+    /// CA bundle the server's certificate is verified against (`--ca-cert`).
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate and key (`--agent-cert`, `--agent-key`).
+    pub agent_cert: Option<PathBuf>,
+    pub agent_key: Option<PathBuf>,
+    /// A token sent as `Authorization: Bearer`, read at each connection.
+    pub token_path: Option<PathBuf>,
+    /// `None`: the node's name.
+    pub agent_id: Option<String>,
+    /// `None`: `host=<node name>&ipv4=<node IP>` (or `ipv6=`).
+    pub agent_identifiers: Option<String>,
+    /// HTTP/2 ping period on the stream; an unanswered ping ends it.
+    pub keepalive: Duration,
+    /// Destinations dialed besides the node API (`host:port`, or `*` for any).
+    pub allowed: Vec<String>,
+}
+
+impl Default for Tunnel {
+    fn default() -> Self {
+        Tunnel {
+            host: String::new(),
+            port: 8091,
+            ca_cert: None,
+            agent_cert: None,
+            agent_key: None,
+            token_path: None,
+            agent_id: None,
+            agent_identifiers: None,
+            keepalive: Duration::from_secs(60),
+            allowed: Vec::new(),
+        }
+    }
 }
 
 /// The node API's settings (`port`, `address`, `tls*`, `authentication`, `authorization`).
@@ -318,6 +372,7 @@ impl Default for Options {
             config_warnings: Vec::new(),
             cgroups: crate::cm::CgroupConfig::default(),
             serving: Serving::default(),
+            tunnel: Tunnel::default(),
         }
     }
 }
@@ -843,6 +898,16 @@ const FLAGS: &[&str] = &[
     "authorization-mode",
     "authorization-webhook-cache-authorized-ttl",
     "authorization-webhook-cache-unauthorized-ttl",
+    "proxy-server-host",
+    "proxy-server-port",
+    "ca-cert",
+    "agent-cert",
+    "agent-key",
+    "service-account-token-path",
+    "agent-id",
+    "agent-identifiers",
+    "keepalive-time",
+    "proxy-allowed-destinations",
     "v",
 ];
 
@@ -1109,6 +1174,31 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "authorization-webhook-cache-unauthorized-ttl" => {
                 o.serving.unauthorized_ttl = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
             }
+            "proxy-server-host" => o.tunnel.host = v,
+            "proxy-server-port" => {
+                o.tunnel.port = v.parse().map_err(|_| bad(&flag, &v, "not a port number"))?
+            }
+            "ca-cert" => o.tunnel.ca_cert = (!v.is_empty()).then(|| v.into()),
+            "agent-cert" => o.tunnel.agent_cert = (!v.is_empty()).then(|| v.into()),
+            "agent-key" => o.tunnel.agent_key = (!v.is_empty()).then(|| v.into()),
+            "service-account-token-path" => o.tunnel.token_path = (!v.is_empty()).then(|| v.into()),
+            "agent-id" => o.tunnel.agent_id = (!v.is_empty()).then_some(v),
+            "agent-identifiers" => o.tunnel.agent_identifiers = (!v.is_empty()).then_some(v),
+            "keepalive-time" => {
+                let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
+                if d < Duration::from_secs(1) {
+                    return Err(bad(&flag, &v, "must be at least 1s"));
+                }
+                o.tunnel.keepalive = d
+            }
+            "proxy-allowed-destinations" => {
+                o.tunnel.allowed = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -1235,6 +1325,48 @@ mod tests {
             Command::Run(o) => *o,
             c => panic!("{c:?}"),
         }
+    }
+
+    #[test]
+    fn konnectivity_agent_flags() {
+        assert_eq!(run(&[]).tunnel, Tunnel::default());
+        let t = run(&[
+            "--proxy-server-host=proxy.example",
+            "--proxy-server-port=8132",
+            "--ca-cert=/etc/k/ca.crt",
+            "--agent-cert=/etc/k/a.crt",
+            "--agent-key=/etc/k/a.key",
+            "--service-account-token-path=/var/run/t",
+            "--agent-id=edge-7",
+            "--agent-identifiers=host=edge-7",
+            "--keepalive-time=30s",
+            "--proxy-allowed-destinations=10.0.0.5:9100, *",
+        ])
+        .tunnel;
+        assert_eq!(t.host, "proxy.example");
+        assert_eq!(t.port, 8132);
+        assert_eq!(t.ca_cert, Some(PathBuf::from("/etc/k/ca.crt")));
+        assert_eq!(t.agent_cert, Some(PathBuf::from("/etc/k/a.crt")));
+        assert_eq!(t.agent_key, Some(PathBuf::from("/etc/k/a.key")));
+        assert_eq!(t.token_path, Some(PathBuf::from("/var/run/t")));
+        assert_eq!(t.agent_id.as_deref(), Some("edge-7"));
+        assert_eq!(t.agent_identifiers.as_deref(), Some("host=edge-7"));
+        assert_eq!(t.keepalive, Duration::from_secs(30));
+        assert_eq!(t.allowed, ["10.0.0.5:9100", "*"]);
+        let e = parse(&args(&["--proxy-server-port=99999"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--proxy-server-port") && e.contains("99999"),
+            "{e}"
+        );
+        let e = parse(&args(&["--keepalive-time=10ms"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--keepalive-time") && e.contains("at least 1s"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,25 +1,31 @@
 // Other upstream programs the tests run beside the control plane, built by
 // `scripts/k8s-build.sh --tools` into a cache keyed by this file: metrics-server
 // (which `kubectl top` reads, registered through the apiserver's aggregation
-// layer) and the Distribution registry (the private registry, TLS and htpasswd,
-// that the image pull tests push to and pull from). One module for all of them,
+// layer), the Distribution registry (the private registry, TLS and htpasswd,
+// that the image pull tests push to and pull from) and konnectivity-server (the
+// apiserver network proxy's server, the far end of picolet's tunnel agent). One module for all of them,
 // so that the packages they share are built once. tools.go names each program's
 // main package so that `go mod tidy` keeps what it needs. picolet imports none
 // of it.
 //
-// Pinned: sigs.k8s.io/metrics-server v0.8.0 and
-// github.com/distribution/distribution/v3 v3.1.0 (the require lines below); to
+// Pinned: sigs.k8s.io/metrics-server v0.8.0,
+// github.com/distribution/distribution/v3 v3.1.0 and
+// sigs.k8s.io/apiserver-network-proxy v0.33.0 (the require lines below); to
 // move one, change that version and run `go mod tidy` (with GOMODCACHE set to
 // the build's, /var/cache/picolet-k8s/gomod). The registry stays at v3.1.0:
 // v3.1.2 needs otelgrpc v0.61.0, which dropped the UnaryClientInterceptor that
 // metrics-server's k8s.io/apiserver v0.33.2 calls, so the two would not build in
-// one module.
+// one module. The network proxy stays at v0.33.0 for the same reason: v0.34.0
+// moves k8s.io/api, apimachinery and client-go to v0.34, past metrics-server's.
+// (sum.golang.org does not list v0.33.0: its hash in go.sum was recorded with
+// GONOSUMDB=sigs.k8s.io/apiserver-network-proxy; builds check it against go.sum.)
 module picolet.local/tests/k8s-tools
 
 go 1.26.0
 
 require (
 	github.com/distribution/distribution/v3 v3.1.0
+	sigs.k8s.io/apiserver-network-proxy v0.33.0
 	sigs.k8s.io/metrics-server v0.8.0
 )
 
@@ -179,6 +185,7 @@ require (
 	k8s.io/apiserver v0.33.2 // indirect
 	k8s.io/client-go v0.33.2 // indirect
 	k8s.io/component-base v0.33.2 // indirect
+	k8s.io/component-helpers v0.32.3 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kms v0.33.2 // indirect
 	k8s.io/kube-openapi v0.0.0-20250318190949-c8a335a9a2ff // indirect

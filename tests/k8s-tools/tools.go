@@ -6,5 +6,6 @@ package tools
 
 import (
 	_ "github.com/distribution/distribution/v3/cmd/registry"
+	_ "sigs.k8s.io/apiserver-network-proxy/cmd/server"
 	_ "sigs.k8s.io/metrics-server/cmd/metrics-server"
 )
