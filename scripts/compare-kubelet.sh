@@ -30,7 +30,7 @@
 #
 # Environment:
 #   COMPARE_SECONDS  sampling window per phase (default 60)
-#   COMPARE_PODS     static pod counts (default "0 10 50")
+#   COMPARE_PODS     static pod counts (default "0 10 50"; empty skips those phases)
 #   COMPARE_LATENCY_PODS  manifests timed one by one (default 20; 0 skips the phase)
 #   COMPARE_JOINED_PODS   API pods in the joined phase (default 10; 0 skips the phase)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
@@ -47,7 +47,7 @@ REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/lib/upstream-kubelet.sh
 . "$REPO/scripts/lib/upstream-kubelet.sh"
 WINDOW=${COMPARE_SECONDS:-60}
-read -r -a COUNTS <<<"${COMPARE_PODS:-0 10 50}"
+read -r -a COUNTS <<<"${COMPARE_PODS-0 10 50}"
 LATENCY_PODS=${COMPARE_LATENCY_PODS:-20}
 JOINED_PODS=${COMPARE_JOINED_PODS:-10}
 DIR=${COMPARE_DIR:-/tmp/pcmp}
