@@ -43,6 +43,9 @@ pub struct Options {
     pub bootstrap_token: Option<String>,
     /// The controller manager's `--cluster-signing-duration` (e.g. "3m").
     pub signing_duration: Option<String>,
+    /// More kube-apiserver flags (`--egress-selector-config-file=...`), appended to the
+    /// script's `APISERVER_EXTRA_FLAGS`; none may contain whitespace.
+    pub apiserver_flags: Vec<String>,
 }
 
 /// Which of a node's kubeconfigs.
@@ -164,6 +167,20 @@ impl ControlPlane {
         }
         if let Some(d) = &options.signing_duration {
             cmd.arg("--signing-duration").arg(d);
+        }
+        if !options.apiserver_flags.is_empty() {
+            for f in &options.apiserver_flags {
+                assert!(
+                    !f.contains(char::is_whitespace),
+                    "apiserver flag {f:?}: the script splits APISERVER_EXTRA_FLAGS on whitespace"
+                );
+            }
+            let mut flags = std::env::var("APISERVER_EXTRA_FLAGS").unwrap_or_default();
+            for f in &options.apiserver_flags {
+                flags.push(' ');
+                flags.push_str(f);
+            }
+            cmd.env("APISERVER_EXTRA_FLAGS", flags.trim());
         }
         // stderr straight through: a first build takes long and says so.
         let out = cmd

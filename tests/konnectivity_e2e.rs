@@ -1,0 +1,460 @@
+//! The Konnectivity tunnel end to end: the real kube-apiserver, given an
+//! `EgressSelectorConfiguration` whose `cluster` egress goes over HTTP CONNECT to the real
+//! `konnectivity-server`'s unix socket, reaches picolet's node API through picolet's own agent.
+//! picolet reports an InternalIP this machine cannot route to (192.0.2.10, TEST-NET-1), so the
+//! apiserver's direct dial would fail: `kubectl logs`, `exec` and `port-forward` only work
+//! through the tunnel. As a control, with the server stopped the same `kubectl exec` fails;
+//! started again, exec works again within the agent's backoff.
+//!
+//! The agent port is on TLS with a certificate of the cluster CA, and the server asks agents
+//! for a client certificate of that CA (the node's own). Needs Go (the server's and the control
+//! plane's build), openssl and a containerd: without one the test fails, naming it.
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/containerd.rs"]
+mod containerd;
+#[path = "support/control_plane.rs"]
+mod control_plane;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent::{Agent, free_port, test_dir};
+use containerd::{BUSYBOX_IMAGE, ScratchContainerd};
+use control_plane::{ControlPlane, NodeKey, Options};
+
+const NODE: &str = "e2e-node"; // (the name tests/support/agent.rs gives picolet)
+/// TEST-NET-1: never routed.
+const NODE_IP: &str = "192.0.2.10";
+
+const POD: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+spec:
+  nodeName: NODE
+  terminationGracePeriodSeconds: 1
+  tolerations:
+  - operator: Exists
+  containers:
+  - name: talker
+    image: BUSYBOX
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done']
+  - name: server
+    image: BUSYBOX
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'mkdir -p /www && echo served-through-konnectivity > /www/index.html && exec httpd -f -p 8080 -h /www']
+";
+
+/// `pki/NAME.crt` and `.key` under `dir`, an EC P-256 key signed by the cluster CA.
+fn sign(cp: &ControlPlane, dir: &Path, name: &str, subject: &str, ext: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(format!("{name}.key"));
+    let csr = dir.join(format!("{name}.csr"));
+    let crt = dir.join(format!("{name}.crt"));
+    let extfile = dir.join(format!("{name}.ext"));
+    std::fs::write(
+        &extfile,
+        format!("basicConstraints = critical, CA:FALSE\n{ext}\n"),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run openssl (scripts/install-deps.sh): {e}"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let p = |p: &Path| p.display().to_string();
+    run(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        &p(&key),
+    ]);
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        &p(&key),
+        "-subj",
+        subject,
+        "-out",
+        &p(&csr),
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &p(&csr),
+        "-CA",
+        &p(&cp.ca_cert()),
+        "-CAkey",
+        &p(&cp.pki("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-sha256",
+        "-extfile",
+        &p(&extfile),
+        "-out",
+        &p(&crt),
+    ]);
+    (crt, key)
+}
+
+/// konnectivity-server, HTTP CONNECT on a unix socket for the apiserver, the agent port on TLS.
+/// `Drop` stops it, by its PID.
+struct ProxyServer {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ProxyServer {
+    fn start(bin: &Path, dir: &Path, uds: &Path, ports: [u16; 3], ca: &Path) -> ProxyServer {
+        let _ = std::fs::remove_file(uds);
+        let log = dir.join("konnectivity-server.log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(bin)
+            .args([
+                "--mode=http-connect",
+                "--server-port=0",
+                &format!("--uds-name={}", uds.display()),
+                &format!("--agent-port={}", ports[0]),
+                &format!("--admin-port={}", ports[1]),
+                &format!("--health-port={}", ports[2]),
+                "--agent-bind-address=127.0.0.1",
+                "--admin-bind-address=127.0.0.1",
+                "--health-bind-address=127.0.0.1",
+                &format!("--cluster-cert={}", dir.join("proxy-server.crt").display()),
+                &format!("--cluster-key={}", dir.join("proxy-server.key").display()),
+                &format!("--cluster-ca-cert={}", ca.display()),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        let s = ProxyServer { child, log };
+        let t0 = Instant::now();
+        while !uds.exists() || TcpStream::connect(("127.0.0.1", ports[0])).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "konnectivity-server did not listen within 20 s\n{}",
+                s.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ProxyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> control_plane::Kubectl {
+    cp.kubectl_with(&cp.admin_kubeconfig(), args, None)
+}
+
+fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!(
+        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}\n--- control plane ---\n{}",
+        a.log_text(),
+        cp.logs_tail(40)
+    );
+}
+
+fn exec_echo(cp: &ControlPlane, word: &str) -> control_plane::Kubectl {
+    kubectl(cp, &["exec", "web", "-c", "talker", "--", "echo", word])
+}
+
+#[test]
+fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
+    let t_test = Instant::now();
+    let dir = test_dir("konn-e2e");
+    let pdir = dir.join("proxy");
+    let _ = std::fs::remove_dir_all(&pdir);
+    std::fs::create_dir_all(&pdir).unwrap();
+    let uds = pdir.join("konnectivity.sock");
+    let egress = pdir.join("egress.yaml");
+    std::fs::write(
+        &egress,
+        format!(
+            "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n\
+             egressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    \
+             transport:\n      uds:\n        udsName: {}\n",
+            uds.display()
+        ),
+    )
+    .unwrap();
+    let bin = control_plane::tool("konnectivity-server");
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+            apiserver_flags: vec![format!(
+                "--egress-selector-config-file={}",
+                egress.display()
+            )],
+            ..Default::default()
+        },
+    );
+    // The node API's certificate names the address the apiserver dials; the server's, the
+    // address the agent dials.
+    let (serving_crt, serving_key) = sign(
+        &cp,
+        &pdir,
+        "node-serving",
+        &format!("/O=system:nodes/CN=system:node:{NODE}"),
+        &format!(
+            "keyUsage = critical, digitalSignature, keyEncipherment\n\
+             extendedKeyUsage = serverAuth\nsubjectAltName = DNS:{NODE}, IP:{NODE_IP}"
+        ),
+    );
+    sign(
+        &cp,
+        &pdir,
+        "proxy-server",
+        "/CN=konnectivity-server",
+        "keyUsage = critical, digitalSignature, keyEncipherment\n\
+         extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1, DNS:localhost",
+    );
+    let ports = [free_port(), free_port(), free_port()];
+    let mut server = Some(ProxyServer::start(&bin, &pdir, &uds, ports, &cp.ca_cert()));
+
+    let c = ScratchContainerd::start(&dir.join("containerd"));
+    let port = free_port();
+    let args = vec![
+        "--kubeconfig".into(),
+        cp.node_kubeconfig(NODE, NodeKey::EcSec1)
+            .display()
+            .to_string(),
+        format!("--node-ip={NODE_IP}"),
+        "--address=127.0.0.1".into(),
+        format!("--port={port}"),
+        format!("--client-ca-file={}", cp.ca_cert().display()),
+        format!("--tls-cert-file={}", serving_crt.display()),
+        format!("--tls-private-key-file={}", serving_key.display()),
+        "--proxy-server-host=127.0.0.1".into(),
+        format!("--proxy-server-port={}", ports[0]),
+        format!("--ca-cert={}", cp.ca_cert().display()),
+        // The node's own client certificate, of the CA the server checks agents against.
+        format!(
+            "--agent-cert={}",
+            cp.pki(&format!("node-{NODE}.crt")).display()
+        ),
+        format!(
+            "--agent-key={}",
+            cp.pki(&format!("node-{NODE}.key")).display()
+        ),
+    ];
+    let a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
+    let jsonpath = |args: &[&str]| kubectl(&cp, args).stdout.trim().to_owned();
+    wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
+        jsonpath(&[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]) == "True"
+    });
+    assert_eq!(
+        jsonpath(&[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}"
+        ]),
+        NODE_IP
+    );
+    // This machine cannot reach the node API at the address the Node reports.
+    let direct: SocketAddr = format!("{NODE_IP}:{port}").parse().unwrap();
+    assert!(
+        TcpStream::connect_timeout(&direct, Duration::from_secs(2)).is_err(),
+        "{direct} answered directly: the test would not show the tunnel"
+    );
+
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &POD.replace("BUSYBOX", BUSYBOX_IMAGE).replace("NODE", NODE),
+    );
+    wait("pod web Running", Duration::from_secs(90), &a, &cp, || {
+        jsonpath(&["get", "pod", "web", "-o", "jsonpath={.status.phase}"]) == "Running"
+    });
+
+    // kubectl logs through the tunnel.
+    wait(
+        "kubectl logs through the tunnel",
+        Duration::from_secs(30),
+        &a,
+        &cp,
+        || {
+            kubectl(&cp, &["logs", "web", "-c", "talker", "--tail=3"])
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("line "))
+                .count()
+                == 3
+        },
+    );
+    // kubectl exec through the tunnel: the output, and its latency.
+    let mut took = Vec::new();
+    for i in 0..5 {
+        let t0 = Instant::now();
+        let r = exec_echo(&cp, &format!("through-{i}"));
+        took.push(t0.elapsed());
+        assert_eq!(r.stdout, format!("through-{i}\n"), "{}", r.describe());
+    }
+    took.sort();
+    eprintln!(
+        "kubectl exec -- echo through the tunnel: median {:?}, min {:?}, max {:?} (5 runs, kubectl's start included)",
+        took[2], took[0], took[4]
+    );
+
+    // kubectl port-forward through the tunnel, and an HTTP request through it.
+    let local = free_port();
+    let mut pf = Command::new(&cp.kubectl)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .args(["port-forward", "pod/web", &format!("{local}:8080")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut page = String::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(20) && !page.contains("served-through-konnectivity") {
+        std::thread::sleep(Duration::from_millis(200));
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", local)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n");
+            page.clear();
+            let _ = s.read_to_string(&mut page);
+        }
+    }
+    let _ = pf.kill();
+    let _ = pf.wait();
+    assert!(
+        page.contains("served-through-konnectivity"),
+        "port-forward: {page:?}\n{}",
+        a.log_text()
+    );
+
+    // 20 kubectl exec at once, each its own tunnel over the one agent stream.
+    let t0 = Instant::now();
+    let children: Vec<Child> = (0..20)
+        .map(|_| {
+            Command::new(&cp.kubectl)
+                .arg("--kubeconfig")
+                .arg(cp.admin_kubeconfig())
+                .args([
+                    "--request-timeout=30s",
+                    "exec",
+                    "web",
+                    "-c",
+                    "talker",
+                    "--",
+                    "true",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let failed: Vec<String> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .filter(|o| !o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 20 failed: {failed:?}",
+        failed.len()
+    );
+    eprintln!(
+        "20 concurrent kubectl exec -- true: all done in {:?}",
+        t0.elapsed()
+    );
+
+    // The control: no server, no way to the node.
+    drop(server.take());
+    let r = exec_echo(&cp, "no-tunnel");
+    assert!(
+        !r.success && !r.stdout.contains("no-tunnel"),
+        "exec worked without the tunnel:\n{}",
+        r.describe()
+    );
+    eprintln!(
+        "without the server, kubectl exec fails: {}",
+        r.stderr.lines().last().unwrap_or("")
+    );
+    let logs = kubectl(&cp, &["logs", "web", "-c", "talker", "--tail=1"]);
+    assert!(
+        !logs.success,
+        "logs worked without the tunnel:\n{}",
+        logs.describe()
+    );
+
+    // The server again: the agent redials within its backoff and exec works.
+    let restarted = Instant::now();
+    server = Some(ProxyServer::start(&bin, &pdir, &uds, ports, &cp.ca_cert()));
+    let limit = Duration::from_secs(30);
+    loop {
+        let r = exec_echo(&cp, "again");
+        if r.success && r.stdout == "again\n" {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < limit,
+            "no exec within {limit:?} of the server's restart:\n{}\n--- server ---\n{}\n--- picolet ---\n{}",
+            r.describe(),
+            server.as_ref().unwrap().log_text(),
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "kubectl exec through the tunnel again {:?} after the server restarted",
+        restarted.elapsed()
+    );
+    drop(server);
+    eprintln!("whole test: {:?}", t_test.elapsed());
+}
