@@ -3,7 +3,8 @@
 //!
 //! The Node authorizer lets a node read only the objects of pods bound to it, one by one: each
 //! object is read with a GET of its own (a list would be refused), when a pod first needs it
-//! and then every [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
+//! (the loop wakes the task as soon as it has a new or updated API pod) and then every
+//! [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
 //! and are requested again at 80 % of their lifetime (or after 24 h). A changed object makes
 //! the pods using it sync at once, which rewrites their volumes. Every call runs on the
 //! blocking pool; an apiserver that is away leaves the store as it was, so pods keep the

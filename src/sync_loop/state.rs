@@ -47,6 +47,13 @@ pub enum Input {
     },
     /// What these pods' volumes or environments are made of (a ConfigMap, a Secret, a token)
     /// arrived or changed: sync them now rather than at their due time.
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(
+            dead_code,
+            reason = "the objects task, which sends it, comes with the apiserver"
+        )
+    )]
     Resync(Vec<String>),
 }
 
