@@ -903,11 +903,18 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
             },
         )
         .await;
-        let waits = api.get("pods/default/waits").unwrap();
-        assert_eq!(
-            waits["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
-            "ContainerCreating"
-        );
+        // The status follows on the next publishing tick (the event may come first).
+        until(
+            &a,
+            "the waiting pod's status",
+            Duration::from_secs(5),
+            || {
+                api.get("pods/default/waits").unwrap()["status"]["containerStatuses"][0]["state"]
+                    ["waiting"]["reason"]
+                    == "ContainerCreating"
+            },
+        )
+        .await;
         assert_eq!(running(&fake, "waits"), 0);
 
         let ckpt = tmp.path().join("a/kubelet/checkpoints/objects.json");

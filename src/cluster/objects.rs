@@ -3,7 +3,8 @@
 //!
 //! The Node authorizer lets a node read only the objects of pods bound to it, one by one: each
 //! object is read with a GET of its own (a list would be refused), when a pod first needs it
-//! and then every [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
+//! (the loop wakes the task as soon as it has a new or updated API pod) and then every
+//! [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
 //! and are requested again at 80 % of their lifetime (or after 24 h). A changed object makes
 //! the pods using it sync at once, which rewrites their volumes. Every call runs on the
 //! blocking pool; an apiserver that is away leaves the store as it was, so pods keep the
@@ -21,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::apiclient::{ApiError, Client};
 use crate::config::api::{Jitter, backoff_delay};
+use crate::kuberuntime::join_all;
 use crate::objects::{Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec};
 use crate::rt;
 use crate::sync_loop::Kubelet;
@@ -31,7 +33,11 @@ use crate::sync_loop::Kubelet;
 /// requests a minute, of which the Lease takes 6.
 pub const OBJECT_TTL: Duration = Duration::from_secs(120);
 /// How often the pods' needs are looked at (in memory; a call only when something is due).
+/// A new or changed API pod is looked at as soon as the loop has it, not at the next round.
 pub const ROUND: Duration = Duration::from_secs(1);
+/// The most calls a round has in flight at once (each holds a thread of the blocking pool):
+/// the pods created together get their tokens together, as each would in its own sync.
+pub const PARALLEL: usize = 8;
 /// An object or token no pod has used for this long leaves the store (and the checkpoint).
 /// Not at once: right after a start, the pods may not have arrived yet.
 pub const UNUSED_GRACE: Duration = Duration::from_secs(300);
@@ -290,12 +296,11 @@ struct Fetcher {
 }
 
 async fn call(
-    client: &Client,
+    c: Client,
     method: &'static str,
     path: String,
     body: Option<Value>,
 ) -> Result<Value, ApiError> {
-    let c = client.clone();
     rt::unblock(move || {
         let body = body.map(|b| {
             (
@@ -327,12 +332,18 @@ impl Fetcher {
         wait
     }
 
-    /// Reads one object; returns whether the store changed.
-    async fn fetch(&mut self, k: &ObjKey) -> bool {
+    /// Reads one object.
+    fn fetch(&self, k: &ObjKey) -> impl Future<Output = Result<Value, ApiError>> + use<> {
+        let (kind, ns, name) = k;
+        let path = format!("/api/v1/namespaces/{ns}/{}/{name}", kind.resource());
+        call(self.client.clone(), "GET", path, None)
+    }
+
+    /// Takes in what reading one object answered; returns whether the store changed.
+    fn fetched(&mut self, k: &ObjKey, answer: Result<Value, ApiError>) -> bool {
         let (kind, ns, name) = k;
         let id = format!("{}:{ns}/{name}", kind.as_str());
-        let path = format!("/api/v1/namespaces/{ns}/{}/{name}", kind.resource());
-        let got = match call(&self.client, "GET", path, None).await {
+        let got = match answer {
             Ok(v) => match decode_object(*kind, &v) {
                 Ok(d) => Object::Present(Arc::new(d)),
                 Err(m) => {
@@ -361,17 +372,29 @@ impl Fetcher {
         true
     }
 
-    /// Requests one token; returns whether the store changed.
-    async fn request_token(&mut self, key: &str, spec: &TokenSpec) -> bool {
+    /// Requests one token.
+    fn request_token(
+        &self,
+        spec: &TokenSpec,
+    ) -> impl Future<Output = Result<Value, ApiError>> + use<> {
         let path = format!(
             "/api/v1/namespaces/{}/serviceaccounts/{}/token",
             spec.namespace, spec.service_account
         );
+        call(self.client.clone(), "POST", path, Some(token_request(spec)))
+    }
+
+    /// Takes in what requesting one token answered; returns whether the store changed.
+    fn token_answered(
+        &mut self,
+        key: &str,
+        spec: &TokenSpec,
+        answer: Result<Value, ApiError>,
+    ) -> bool {
         let what = format!(
             "requesting a token for service account {}/{} (pod {})",
             spec.namespace, spec.service_account, spec.pod_name
         );
-        let answer = call(&self.client, "POST", path, Some(token_request(spec))).await;
         match answer
             .map_err(|e| (e.to_string(), Some(e)))
             .and_then(|a| token_of(&a, spec.expiration_seconds).map_err(|m| (m, None)))
@@ -405,10 +428,13 @@ impl Fetcher {
             .filter(|(k, _)| self.next.get(*k).is_none_or(|t| *t <= now))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        for (k, uids) in due {
-            if self.fetch(&k).await {
-                changed = true;
-                pods.extend(uids);
+        for chunk in due.chunks(PARALLEL) {
+            let answers = join_all(chunk.iter().map(|(k, _)| self.fetch(k))).await;
+            for ((k, uids), answer) in chunk.iter().zip(answers) {
+                if self.fetched(k, answer) {
+                    changed = true;
+                    pods.extend(uids.iter().cloned());
+                }
             }
         }
         let secs = now_secs();
@@ -422,10 +448,13 @@ impl Fetcher {
                 .map(|(k, s)| (k.clone(), s.clone()))
                 .collect()
         };
-        for (k, spec) in due {
-            if self.request_token(&k, &spec).await {
-                changed = true;
-                pods.insert(spec.pod_uid.clone());
+        for chunk in due.chunks(PARALLEL) {
+            let answers = join_all(chunk.iter().map(|(_, spec)| self.request_token(spec))).await;
+            for ((k, spec), answer) in chunk.iter().zip(answers) {
+                if self.token_answered(k, spec, answer) {
+                    changed = true;
+                    pods.insert(spec.pod_uid.clone());
+                }
             }
         }
         changed |= self.collect_unused(needs, now);
@@ -495,6 +524,7 @@ pub async fn run_objects(
         .map(|_| encode_checkpoint(&store.lock()))
         .unwrap_or_default();
     let mut tick = rt::interval(ROUND);
+    let pods_changed = kubelet.api_pods_changed();
     loop {
         let mut needs = Needs::default();
         for p in kubelet.api_pods() {
@@ -502,7 +532,7 @@ pub async fn run_objects(
         }
         let (pods, changed) = f.round(&needs).await;
         if !pods.is_empty() {
-            kubelet.sync_soon(&pods);
+            kubelet.sync_now(&pods);
         }
         if changed && let Some(path) = &checkpoint {
             let bytes = encode_checkpoint(&store.lock());
@@ -515,7 +545,13 @@ pub async fn run_objects(
             })
             .await;
         }
-        tick.tick().await;
+        // The next round: at the tick, or as soon as the loop has new or changed API pods.
+        futures_lite::future::or(tick.tick(), async {
+            if pods_changed.recv().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
     }
 }
 

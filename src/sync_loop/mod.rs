@@ -41,10 +41,14 @@ pub struct Kubelet {
     prober: ProbeManager,
     state: RefCell<LoopState>,
     last_loop: RefCell<Instant>,
-    /// Inputs the loop gives itself (finished GC) and others give it (evictions).
+    /// Inputs the loop gives itself (finished GC) and others give it (evictions, objects that
+    /// arrived for pods).
     internal: (async_channel::Sender<Input>, async_channel::Receiver<Input>),
     /// The node's pressure conditions, as the eviction manager last reported them.
     pressure: std::cell::Cell<crate::eviction::Pressure>,
+    /// Signalled when API pods were added or updated (one slot: signals coalesce), so the task
+    /// that fetches their objects and tokens looks at once.
+    api_pods_changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
 }
 
 impl Kubelet {
@@ -73,6 +77,7 @@ impl Kubelet {
             last_loop: RefCell::new(rt::now()),
             internal: async_channel::unbounded(),
             pressure: std::cell::Cell::default(),
+            api_pods_changed: async_channel::bounded(1),
         }
     }
 
@@ -268,6 +273,10 @@ impl Kubelet {
             Command::ExpireBackoffs => self.rm.gc_backoffs(rt::now_nanos()),
             Command::StartProbes(pod) => self.prober.add_pod(&pod),
             Command::StopProbes(uid) => self.prober.remove_pod(&uid),
+            Command::ApiPodsChanged => {
+                // Full: a signal is already waiting, which says the same.
+                let _ = self.api_pods_changed.0.try_send(());
+            }
             Command::Reject(pod, r) => {
                 self.status.reject(&pod, &r.reason, &r.message);
                 crate::events::record(
@@ -441,16 +450,22 @@ impl Kubelet {
         self.pods_from(crate::config::Source::Api)
     }
 
-    /// Syncs these pods at the next tick (their volumes' content changed).
+    /// Has the loop sync these pods now (what their volumes or environments are made of
+    /// arrived or changed), not at their due time.
     #[cfg(feature = "apiserver")]
-    pub fn sync_soon(&self, uids: &std::collections::BTreeSet<String>) {
-        let now = rt::now();
-        let mut st = self.state.borrow_mut();
-        for uid in uids {
-            if let Some(t) = st.due.get_mut(uid) {
-                *t = now;
-            }
-        }
+    pub fn sync_now(&self, uids: &std::collections::BTreeSet<String>) {
+        // Unbounded: never full; closed only once the loop is gone.
+        let _ = self
+            .internal
+            .0
+            .try_send(Input::Resync(uids.iter().cloned().collect()));
+    }
+
+    /// Receives a signal each time API pods were added or updated since the last one was taken
+    /// (several changes give one signal).
+    #[cfg(feature = "apiserver")]
+    pub fn api_pods_changed(&self) -> async_channel::Receiver<()> {
+        self.api_pods_changed.1.clone()
     }
 
     /// The static pods (from the manifest directory), for their mirror pods.

@@ -45,6 +45,16 @@ pub enum Input {
         uid: String,
         grace: i64,
     },
+    /// What these pods' volumes or environments are made of (a ConfigMap, a Secret, a token)
+    /// arrived or changed: sync them now rather than at their due time.
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(
+            dead_code,
+            reason = "the objects task, which sends it, comes with the apiserver"
+        )
+    )]
+    Resync(Vec<String>),
 }
 
 /// What the step reads of the world besides its own state.
@@ -78,6 +88,9 @@ pub enum Command {
     /// Admission refused a new pod: its status becomes Failed with the reason, and an event
     /// says why. It never runs.
     Reject(Rc<Pod>, crate::admission::Rejection),
+    /// A pod from the apiserver was added or updated: the objects and tokens it uses may be
+    /// new to the node, so whoever fetches them should look now, not at its next round.
+    ApiPodsChanged,
 }
 
 /// A pod being terminated: what its worker needs, and its name so a pod of the same name can
@@ -197,6 +210,11 @@ impl LoopState {
                         self.update(u.op, u.source.as_str(), pod, now, view, &mut out);
                     }
                 }
+                // One wake-up says it for every API pod of the snapshot.
+                let mut said = false;
+                out.retain(|c| {
+                    !matches!(c, Command::ApiPodsChanged) || !std::mem::replace(&mut said, true)
+                });
             }
             Input::Pleg(e) => {
                 if e.kind != pleg::EventType::ContainerRemoved
@@ -235,6 +253,16 @@ impl LoopState {
                         evicted: true,
                     };
                     self.terminate(uid, term, &mut out);
+                }
+            }
+            Input::Resync(uids) => {
+                for uid in uids {
+                    if !self.terminating.contains_key(&uid)
+                        && let Some(p) = self.pods.get(&uid).cloned()
+                    {
+                        self.due.remove(&uid);
+                        self.sync(p, now, view, &mut out);
+                    }
                 }
             }
             Input::Probe(u) => {
@@ -360,6 +388,9 @@ impl LoopState {
                 let pod = Rc::new(pod);
                 if op == Op::Add {
                     out.push(Command::ReportPending(pod.clone()));
+                }
+                if source == crate::config::Source::Api.as_str() {
+                    out.push(Command::ApiPodsChanged);
                 }
                 out.push(Command::StartProbes(pod.clone()));
                 self.pods.upsert(pod.clone());

@@ -535,6 +535,90 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
     assert!(st.finalizable.is_empty());
 }
 
+#[test]
+fn new_api_pods_wake_the_objects_fetcher_once_and_arrived_objects_sync_at_once() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = LoopState::new(
+        Mux::new(&[Source::Api, Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+            node: None,
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let api = |pods: Vec<Pod>| {
+        Input::Snapshot(Snapshot {
+            source: Source::Api,
+            pods,
+        })
+    };
+    let wakes = |cmds: &[Command]| {
+        cmds.iter()
+            .filter(|c| matches!(c, Command::ApiPodsChanged))
+            .count()
+    };
+    let (a, b) = (pod("a", "a", "x"), pod("b", "b", "x"));
+    // Two new API pods: one wake-up for both, and both synced.
+    let cmds = step(&mut st, api(vec![a.clone(), b.clone()]), t0, view);
+    assert_eq!(wakes(&cmds), 1);
+    assert_eq!(syncs(&cmds), vec!["a", "b"]);
+    // An update wakes it too (what the pod uses may have changed); nothing new does not.
+    let mut a2 = a.clone();
+    a2.metadata.labels.insert("v".into(), "2".into());
+    assert_eq!(
+        wakes(&step(&mut st, api(vec![a2.clone(), b.clone()]), t0, view)),
+        1
+    );
+    assert_eq!(
+        wakes(&step(&mut st, api(vec![a2.clone(), b.clone()]), t0, view)),
+        0
+    );
+    // Static pods use no objects from the apiserver.
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("s", "s", "x")])),
+        t0,
+        view,
+    );
+    assert_eq!(syncs(&cmds), vec!["s"]);
+    assert_eq!(wakes(&cmds), 0);
+
+    // The first syncs failed (no token yet) and came due again in 2 s.
+    for uid in ["a", "b"] {
+        for _ in 0..2 {
+            step(
+                &mut st,
+                Input::Done(Done::Synced {
+                    uid: uid.into(),
+                    retry_after: Some(Duration::from_secs(2)),
+                }),
+                t0,
+                view,
+            );
+        }
+    }
+    // Their objects arrived: synced now, not at their due time; a pod gone or stopping is not.
+    let cmds = step(
+        &mut st,
+        Input::Resync(vec!["a".into(), "gone".into()]),
+        t0,
+        view,
+    );
+    assert_eq!(syncs(&cmds), vec!["a"]);
+    assert!(
+        !st.due.contains_key("a"),
+        "no second sync at its old due time"
+    );
+    assert!(st.due.contains_key("b"), "b keeps its due time");
+    step(&mut st, api(vec![a2.clone()]), t0, view);
+    assert!(st.terminating.contains_key("b"));
+    assert!(syncs(&step(&mut st, Input::Resync(vec!["b".into()]), t0, view)).is_empty());
+}
+
 // -------------------------------------------------------------------------------------------
 // The loop, workers, PLEG and runtime manager in process
 // -------------------------------------------------------------------------------------------
@@ -555,6 +639,11 @@ impl Drop for Harness {
 }
 
 fn harness(tag: &str) -> Harness {
+    harness_with(tag, Source::File, crate::objects::Store::default())
+}
+
+/// The harness with the pods of one source, their volumes and environments made from `objects`.
+fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Harness {
     let clock = FakeClock::install();
     let dir = std::env::temp_dir().join(format!("picolet-loop-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -568,11 +657,9 @@ fn harness(tag: &str) -> Harness {
         ..Default::default()
     };
     let rt_svc = Rc::new(fake.clone());
-    let rm = Rc::new(crate::kuberuntime::RuntimeManager::new(
-        rt_svc.clone(),
-        rt_svc,
-        node,
-    ));
+    let rm = Rc::new(
+        crate::kuberuntime::RuntimeManager::new(rt_svc.clone(), rt_svc, node).with_objects(objects),
+    );
     let cache = Rc::new(RefCell::new(Cache::default()));
     let status = Rc::new(StatusManager::new("192.0.2.1"));
     let (src_tx, src_rx) = async_channel::unbounded();
@@ -594,7 +681,7 @@ fn harness(tag: &str) -> Harness {
         pleg.clone(),
         workers,
         prober,
-        Mux::new(&[Source::File]),
+        Mux::new(&[source]),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
@@ -1769,5 +1856,190 @@ fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded_even_when_set_lat
         h.run_for(30).await;
         assert_eq!(h.running("a"), 0, "never runs again");
         assert_eq!(h.running("b"), 1, "the other pod is untouched");
+    });
+}
+
+// -------------------------------------------------------------------------------------------
+// API pods and the objects they use
+// -------------------------------------------------------------------------------------------
+
+/// A loopback apiserver for the objects task alone (plain HTTP/1.1, keep-alive): a
+/// TokenRequest of `default/default` gets a new token each time, the ConfigMap
+/// `default/kube-root-ca.crt` its CA, anything else 404. Hands back the URL and the request
+/// lines it received.
+#[cfg(feature = "apiserver")]
+fn serve_objects() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut first = String::new();
+                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let line = first.trim_end().to_owned();
+                    let n = {
+                        let mut l = log.lock().unwrap();
+                        l.push(line.clone());
+                        l.len()
+                    };
+                    let (code, answer) = if line.starts_with(
+                        "POST /api/v1/namespaces/default/serviceaccounts/default/token ",
+                    ) {
+                        let asked: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let v = serde_json::json!({
+                            "spec": asked["spec"],
+                            "status": {"token": format!("token-{n}")},
+                        });
+                        ("200 OK", v)
+                    } else if line
+                        .starts_with("GET /api/v1/namespaces/default/configmaps/kube-root-ca.crt ")
+                    {
+                        ("200 OK", serde_json::json!({"data": {"ca.crt": "CA PEM"}}))
+                    } else {
+                        let v = serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404,
+                        });
+                        ("404 Not Found", v)
+                    };
+                    let answer = serde_json::to_vec(&answer).unwrap();
+                    let mut w = &stream;
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 {code}\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    let _ = w.write_all(&answer);
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// An API pod as admission leaves it: the service account's projected volume.
+#[cfg(feature = "apiserver")]
+fn api_pod_with_token(uid: &str, name: &str) -> Pod {
+    let mut p = pod_json(
+        uid,
+        serde_json::json!({
+            "serviceAccountName": "default",
+            "containers": [{
+                "name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "kube-api-access-x",
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]
+            }],
+            "volumes": [{"name": "kube-api-access-x", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+            ]}}]
+        }),
+    );
+    p.metadata.name = name.into();
+    p.metadata.annotations.insert(
+        crate::config::ANNOTATION_CONFIG_SOURCE.into(),
+        Source::Api.as_str().into(),
+    );
+    p
+}
+
+#[cfg(feature = "apiserver")]
+#[test]
+fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_tick() {
+    rt::block_on(async {
+        let (url, seen) = serve_objects();
+        let store = crate::objects::Store::default();
+        let h = harness_with("token", Source::Api, store.clone());
+        let client = crate::apiclient::Client::new(&crate::apiclient::kubeconfig::Connection {
+            server: url,
+            ca: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            credentials: crate::apiclient::kubeconfig::Credentials::None,
+            namespace: String::new(),
+        })
+        .unwrap();
+        let _objects = rt::spawn(crate::cluster::objects::run_objects(
+            client,
+            h.kubelet.clone(),
+            store,
+            None,
+        ));
+        // Its first round finds no pod; the next one is a second away.
+        rt::settle().await;
+        assert!(seen.lock().unwrap().is_empty());
+
+        let pods: Vec<Pod> = (1..=3)
+            .map(|i| api_pod_with_token(&format!("u{i}"), &format!("p{i}")))
+            .collect();
+        h.src
+            .send(Snapshot {
+                source: Source::Api,
+                pods,
+            })
+            .await
+            .unwrap();
+        rt::settle().await;
+        // Every pod runs with no fake time gone by: the tokens were requested as the pods came,
+        // and the pods synced as the tokens came, neither at a tick.
+        let t = h
+            .until("the pods running", 5, |h| {
+                (1..=3).all(|i| h.running(&format!("u{i}")) == 1)
+            })
+            .await;
+        assert_eq!(t, 0, "started {t} s late");
+        assert_eq!(h.clock.elapsed(), Duration::ZERO);
+        let mut tokens = Vec::new();
+        for c in h.fake.containers() {
+            let m = c
+                .config
+                .mounts
+                .iter()
+                .find(|m| m.container_path == "/var/run/secrets/kubernetes.io/serviceaccount")
+                .expect("the token's mount");
+            let dir = std::path::Path::new(&m.host_path);
+            assert_eq!(
+                std::fs::read_to_string(dir.join("ca.crt")).unwrap(),
+                "CA PEM"
+            );
+            tokens.push(std::fs::read_to_string(dir.join("token")).unwrap());
+        }
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(
+            tokens.len(),
+            3,
+            "a token of its own for each pod: {tokens:?}"
+        );
+        // One request per token and one for the ConfigMap, however many wake-ups there were.
+        let seen = seen.lock().unwrap().clone();
+        let posts = seen.iter().filter(|l| l.starts_with("POST ")).count();
+        let gets = seen.iter().filter(|l| l.starts_with("GET ")).count();
+        assert_eq!((posts, gets), (3, 1), "{seen:?}");
     });
 }
