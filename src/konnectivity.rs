@@ -1026,13 +1026,16 @@ mod tests {
                     .map(|i| u8::try_from((i64::try_from(i).unwrap() * 7 + n) % 251).unwrap())
                     .collect()
             };
+            // Made once: under qemu, making 100 KiB again for every chunk outlasts the timeouts.
+            let payloads: HashMap<i64, Vec<u8>> = ids.values().map(|&n| (n, payload(n))).collect();
             let sender = {
                 let to = s.to_agent.clone();
                 let ids = ids.clone();
+                let payloads = payloads.clone();
                 rt::spawn(async move {
                     for chunk in 0..SIZE / 4096 {
-                        for (&id, &n) in &ids {
-                            let d = payload(n);
+                        for (&id, n) in &ids {
+                            let d = &payloads[n];
                             to.send(data(id, &d[chunk * 4096..(chunk + 1) * 4096]))
                                 .await
                                 .unwrap();
@@ -1057,7 +1060,7 @@ mod tests {
             }
             sender.await;
             for (id, n) in &ids {
-                assert_eq!(got[id], payload(*n)[..want], "connection {id}");
+                assert_eq!(got[id], payloads[n][..want], "connection {id}");
             }
             for id in ids.keys() {
                 s.send(close_req(*id)).await;
