@@ -269,19 +269,7 @@ disabled_plugins = [
   "io.containerd.internal.v1.tracing",
 ]
 
-[grpc]
-  address = "$SOCK"
-
-[ttrpc]
-  address = "$TTRPC_SOCK"
-
-# No debug socket and no metrics endpoint: empty addresses disable both.
-[debug]
-  address = ""
-  level = "info"
-
-[metrics]
-  address = ""
+$(servers_config 2)
 
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
