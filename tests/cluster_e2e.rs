@@ -19,19 +19,8 @@ use control_plane::{ControlPlane, NodeKey, Options};
 
 const NODE: &str = "e2e-node";
 
-fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}\n--- control plane ---\n{}",
-        a.log_text(),
-        cp.logs_tail(40)
-    );
+fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, f: impl FnMut() -> bool) {
+    cp.wait_until(what, limit, &|| a.log_text(), f);
 }
 
 fn jsonpath(cp: &ControlPlane, args: &[&str]) -> String {

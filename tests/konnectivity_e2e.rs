@@ -181,19 +181,8 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> control_plane::Kubectl {
     cp.kubectl_with(&cp.admin_kubeconfig(), args, None)
 }
 
-fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}\n--- control plane ---\n{}",
-        a.log_text(),
-        cp.logs_tail(40)
-    );
+fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, f: impl FnMut() -> bool) {
+    cp.wait_until(what, limit, &|| a.log_text(), f);
 }
 
 fn exec_echo(cp: &ControlPlane, word: &str) -> control_plane::Kubectl {

@@ -430,6 +430,30 @@ impl ControlPlane {
         }
     }
 
+    /// Polls `f` every 250 ms until it holds; past `limit`, panics naming `what`, with the
+    /// node's log (`node_log`) and the control plane's log tails.
+    #[allow(dead_code, reason = "not every test file waits on a joined node")]
+    pub fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        node_log: &dyn Fn() -> String,
+        mut f: impl FnMut() -> bool,
+    ) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!(
+            "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}\n--- control plane ---\n{}",
+            node_log(),
+            self.logs_tail(40)
+        );
+    }
+
     /// Every component's log tail, for failure messages.
     pub fn logs_tail(&self, lines: usize) -> String {
         [
