@@ -17,7 +17,6 @@ mod containerd;
 #[path = "support/control_plane.rs"]
 mod control_plane;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -336,28 +335,13 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
     );
 
     // kubectl port-forward through the tunnel, and an HTTP request through it.
-    let local = free_port();
-    let mut pf = Command::new(&cp.kubectl)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .args(["port-forward", "pod/web", &format!("{local}:8080")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut page = String::new();
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(20) && !page.contains("served-through-konnectivity") {
-        std::thread::sleep(Duration::from_millis(200));
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", local)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let _ = s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n");
-            page.clear();
-            let _ = s.read_to_string(&mut page);
-        }
-    }
-    let _ = pf.kill();
-    let _ = pf.wait();
+    let page = cp.port_forward_get(
+        "web",
+        free_port(),
+        8080,
+        "served-through-konnectivity",
+        Duration::from_secs(20),
+    );
     assert!(
         page.contains("served-through-konnectivity"),
         "port-forward: {page:?}\n{}",

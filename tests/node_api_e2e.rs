@@ -286,28 +286,13 @@ fn kubectl_reaches_pods_through_the_node_api() {
     );
 
     // kubectl port-forward, and a real HTTP request through it.
-    let local = free_port();
-    let mut pf = Command::new(&cp.kubectl)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .args(["port-forward", "pod/web", &format!("{local}:8080")])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut page = String::new();
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(30) && !page.contains("served-through-the-tunnel") {
-        std::thread::sleep(Duration::from_millis(300));
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", local)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let _ = s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n");
-            page.clear();
-            let _ = s.read_to_string(&mut page);
-        }
-    }
-    let _ = pf.kill();
-    let _ = pf.wait();
+    let page = cp.port_forward_get(
+        "web",
+        free_port(),
+        8080,
+        "served-through-the-tunnel",
+        Duration::from_secs(30),
+    );
     assert!(
         page.contains("served-through-the-tunnel"),
         "{page:?}\n{}",

@@ -454,6 +454,47 @@ impl ControlPlane {
         );
     }
 
+    /// Runs `kubectl port-forward pod/POD LOCAL:REMOTE` and GETs `/index.html` through it
+    /// until the answer holds `marker` or `limit` passes; stops the port-forward and returns
+    /// the last answer.
+    #[allow(dead_code, reason = "not every test file forwards a port")]
+    pub fn port_forward_get(
+        &self,
+        pod: &str,
+        local: u16,
+        remote: u16,
+        marker: &str,
+        limit: Duration,
+    ) -> String {
+        use std::io::Read;
+        let mut pf = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(self.admin_kubeconfig())
+            .args([
+                "port-forward",
+                &format!("pod/{pod}"),
+                &format!("{local}:{remote}"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut page = String::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < limit && !page.contains(marker) {
+            std::thread::sleep(Duration::from_millis(250));
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", local)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let _ = s.write_all(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n");
+                page.clear();
+                let _ = s.read_to_string(&mut page);
+            }
+        }
+        let _ = pf.kill();
+        let _ = pf.wait();
+        page
+    }
+
     /// Every component's log tail, for failure messages.
     pub fn logs_tail(&self, lines: usize) -> String {
         [
