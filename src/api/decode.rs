@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use serde::de::DeserializeSeed;
+
 use super::pod::Pod;
 use crate::limits::{self, LimitError, Limits, Syntax};
 
@@ -47,8 +49,8 @@ impl Format {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded {
     pub pod: Pod,
-    /// Paths of ignored fields in input order, in the same notation as
-    /// validation errors: `metadata.finalizers`, `spec.schedulerName`.
+    /// Paths of ignored fields, in the same notation as validation errors
+    /// (`metadata.finalizers`, `spec.schedulerName`), each mapping's keys in sorted order.
     pub unknown_fields: Vec<String>,
     /// The manifest document as parsed, whole (the static pod identity hashes it).
     pub document: serde_json::Value,
@@ -153,44 +155,33 @@ fn check_type(meta: TypeMeta) -> Result<(), DecodeError> {
 }
 
 fn decode_yaml(bytes: &[u8]) -> Result<Decoded, DecodeError> {
-    // First pass: count documents and read their type. Stop at the first
-    // error: yaml_serde keeps yielding (or panics on) documents after one.
+    // Every document is parsed, to count them; stop at the first error: yaml_serde keeps
+    // yielding (or panics on) documents after one. Empty documents (a trailing `---`) are null.
     let mut first = None;
     let mut count = 0;
     for (i, doc) in yaml_serde::Deserializer::from_slice(bytes).enumerate() {
-        match serde_path_to_error::deserialize::<_, Option<TypeMeta>>(doc) {
-            Ok(None) => {}
-            Ok(Some(meta)) => {
+        match serde_path_to_error::deserialize::<_, Document>(doc) {
+            Ok(Document(serde_json::Value::Null)) => {}
+            Ok(Document(value)) => {
                 count += 1;
                 if first.is_none() {
-                    first = Some((i, meta));
+                    first = Some((i, value));
                 }
             }
             Err(e) => return Err(yaml_error(e.path().to_string(), e.inner())),
         }
     }
-    let Some((index, meta)) = first else {
+    let Some((index, document)) = first else {
         return Err(DecodeError::Empty);
     };
     if count > 1 {
         return Err(DecodeError::MultipleDocuments(count));
     }
-    check_type(meta)?;
-
-    let doc = || {
-        yaml_serde::Deserializer::from_slice(bytes)
-            .nth(index)
-            .ok_or(DecodeError::Empty)
-    };
-    let mut unknown_fields = Vec::new();
-    let pod = decode_tracked(doc()?, &mut unknown_fields)
-        .map_err(|e| yaml_error(e.path().to_string(), e.inner()))?;
-    let document = serde::Deserialize::deserialize(doc()?)
-        .map_err(|e: yaml_serde::Error| yaml_error(String::new(), &e))?;
-    Ok(Decoded {
-        pod,
-        unknown_fields,
-        document,
+    decode_document(document, |path| {
+        let doc = yaml_serde::Deserializer::from_slice(bytes).nth(index)?;
+        let e = Locate(path).deserialize(doc).err()?;
+        let loc = e.location().filter(|_| e.to_string().contains(FOUND))?;
+        Some((loc.line(), loc.column()))
     })
 }
 
@@ -200,15 +191,67 @@ fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
         return Err(DecodeError::Empty);
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let meta = serde_path_to_error::deserialize::<_, Option<TypeMeta>>(&mut de)
+    let Document(document) = serde_path_to_error::deserialize(&mut de)
         .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
     de.end().map_err(|e| json_error(String::new(), &e))?;
-    check_type(meta.ok_or(DecodeError::Empty)?)?;
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    if document.is_null() {
+        return Err(DecodeError::Empty);
+    }
+    decode_document(document, |path| {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let e = Locate(path).deserialize(&mut de).err()?;
+        (e.line() != 0 && e.to_string().contains(FOUND)).then(|| (e.line(), e.column()))
+    })
+}
+
+/// Checks the document's type and decodes the Pod from it; `locate` finds the line and column
+/// of a field path in the source, for a type error.
+fn decode_document(
+    document: serde_json::Value,
+    locate: impl Fn(&[Segment]) -> Option<(usize, usize)>,
+) -> Result<Decoded, DecodeError> {
+    let invalid_at = |e: &serde_path_to_error::Error<serde_json::Error>| {
+        let at = locate(&segments(e.path()));
+        invalid(
+            e.path().to_string(),
+            e.inner().to_string(),
+            at.map(|a| a.0),
+            at.map(|a| a.1),
+        )
+    };
+    if !document.is_object() {
+        use serde::de::Unexpected;
+        let found = match &document {
+            serde_json::Value::Array(_) => Unexpected::Seq,
+            serde_json::Value::String(s) => Unexpected::Str(s),
+            serde_json::Value::Bool(b) => Unexpected::Bool(*b),
+            serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), ..) => Unexpected::Unsigned(u),
+                (_, Some(i), _) => Unexpected::Signed(i),
+                (.., f) => Unexpected::Float(f.unwrap_or_default()),
+            },
+            _ => Unexpected::Unit,
+        };
+        let message = format!("invalid type: {found}, expected struct Pod");
+        let at = locate(&[]);
+        return Err(invalid(
+            String::new(),
+            message,
+            at.map(|a| a.0),
+            at.map(|a| a.1),
+        ));
+    }
+    let meta: TypeMeta = serde_path_to_error::deserialize(&document).map_err(|e| invalid_at(&e))?;
+    check_type(meta)?;
+    let mut value = document.clone();
+    drop_nulls(&mut value);
     let mut unknown_fields = Vec::new();
-    let pod = decode_tracked(&mut de, &mut unknown_fields)
-        .map_err(|e| json_error(e.path().to_string(), e.inner()))?;
-    let document = serde_json::from_slice(bytes).map_err(|e| json_error(String::new(), &e))?;
+    let pod = pod_from_value(value, &mut |path| {
+        let mut s = String::new();
+        push_path(&path, &mut s);
+        unknown_fields.push(s);
+    })
+    .map_err(|e| invalid_at(&e))?;
     Ok(Decoded {
         pod,
         unknown_fields,
@@ -216,16 +259,222 @@ fn decode_json(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     })
 }
 
-fn decode_tracked<'de, D: serde::Deserializer<'de>>(
-    de: D,
-    unknown: &mut Vec<String>,
-) -> Result<Pod, serde_path_to_error::Error<D::Error>> {
-    let mut callback = |path: serde_ignored::Path| {
-        let mut s = String::new();
-        push_path(&path, &mut s);
-        unknown.push(s);
-    };
-    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut callback))
+/// Decodes a Pod from a JSON value. This is the binary's one copy of the Pod structs' derived
+/// deserializer: static manifests (YAML or JSON, parsed into a value first), the apiserver's
+/// list and watch events and the checkpoint all come through it (README, "Footprint"). Each
+/// field no Pod struct knows is passed to `ignored`; an error carries the field's path.
+pub fn pod_from_value(
+    value: serde_json::Value,
+    ignored: &mut dyn FnMut(serde_ignored::Path<'_>),
+) -> Result<Pod, serde_path_to_error::Error<serde_json::Error>> {
+    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut { ignored }))
+}
+
+/// A null field of a manifest is the field's default, as when it is absent (`env:` with nothing
+/// after it, say): upstream's decoding leaves a field that is null at its zero value.
+fn drop_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// A manifest document as a JSON value, built as serde_json builds one (so its hash, the static
+/// pod's identity, is the same), except that a key given twice in one mapping is refused instead
+/// of the last one silently winning.
+struct Document(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Document {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Document, D::Error> {
+        d.deserialize_any(DocumentVisitor).map(Document)
+    }
+}
+
+struct DocumentVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DocumentVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Number(v.into()))
+    }
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<serde_json::Value, E> {
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(i), _) => self.visit_i64(i),
+            (_, Ok(u)) => self.visit_u64(u),
+            _ => Err(E::custom("number out of range")),
+        }
+    }
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<serde_json::Value, E> {
+        u64::try_from(v)
+            .map(|u| serde_json::Value::Number(u.into()))
+            .map_err(|_| E::custom("number out of range"))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Number::from_f64(v)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::String(v))
+    }
+    fn visit_none<E>(self) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_unit<E>(self) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<serde_json::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<serde_json::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Document(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(serde_json::Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<serde_json::Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Document(value) = map.next_value()?;
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key `{key}`"
+                )));
+            }
+            out.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+}
+
+/// One step of a field path, as serde_path_to_error records it.
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// The path's steps up to the first one it does not know.
+fn segments(path: &serde_path_to_error::Path) -> Vec<Segment> {
+    use serde_path_to_error::Segment as S;
+    path.iter()
+        .map_while(|s| match s {
+            S::Map { key } => Some(Segment::Key(key.clone())),
+            S::Seq { index } => Some(Segment::Index(*index)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The message [`Locate`] stops with where the path ends; the parser adds its position to it.
+const FOUND: &str = "(the field is here)";
+
+/// Walks a source document along a field path and stops there with an error, for the line and
+/// column the parser puts on it. Only when a type error is reported: the document was parsed
+/// once already.
+struct Locate<'a>(&'a [Segment]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Locate<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Locate<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.here()
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Segment::Index(want), rest)) = self.0.split_first() else {
+            self.here()?;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(());
+        };
+        for _ in 0..*want {
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        seq.next_element_seed(Locate(rest))?;
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let want = match self.0.split_first() {
+            Some((Segment::Key(want), rest)) => Some((want, rest)),
+            _ => {
+                self.here()?;
+                None
+            }
+        };
+        while let Some(key) = map.next_key::<String>()? {
+            match want {
+                Some((want, rest)) if key == *want => map.next_value_seed(Locate(rest))?,
+                _ => map.next_value::<serde::de::IgnoredAny>().map(|_| ())?,
+            };
+        }
+        Ok(())
+    }
+}
+
+impl Locate<'_> {
+    /// Stops with [`FOUND`] when the path ends here.
+    fn here<E: serde::de::Error>(&self) -> Result<(), E> {
+        if self.0.is_empty() {
+            Err(E::custom(FOUND))
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Writes a serde_ignored path as `a.b[0].c`, skipping Option/newtype levels.
@@ -497,7 +746,7 @@ spec:
         add: [NET_ADMIN]
         bogus: 1
     livenessProbe:
-      exec: {command: [true]}
+      exec: {command: [\"true\"]}
       foo: 2
     resources:
       claims: []
@@ -507,12 +756,12 @@ spec:
         assert_eq!(
             d.unknown_fields,
             [
-                "metadata.generateName",
                 "metadata.finalizers",
+                "metadata.generateName",
                 "spec.containers[0].lifecycle.stopSignal",
-                "spec.containers[0].securityContext.capabilities.bogus",
                 "spec.containers[0].livenessProbe.foo",
                 "spec.containers[0].resources.claims",
+                "spec.containers[0].securityContext.capabilities.bogus",
             ]
         );
         // status is modelled and not reported
@@ -689,6 +938,44 @@ spec:
         assert_eq!(msg, "invalid type: sequence, expected a string");
         let (path, ..) = invalid_parts(json(r#"{"apiVersion": 1}"#).unwrap_err());
         assert_eq!(path, "apiVersion");
+    }
+
+    #[test]
+    fn values_decode_as_upstream_decodes_them() {
+        // A null field is its default, as when absent.
+        let d = yaml("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  labels:\nspec:\n  securityContext:\n  containers:\n  - name: a\n    image: b\n    env:\n    resources:\n").unwrap();
+        assert!(d.pod.metadata.labels.is_empty());
+        assert!(d.pod.spec.containers[0].env.is_empty());
+        assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+        // ... and the document keeps it, as written.
+        assert!(d.document["metadata"]["labels"].is_null());
+
+        // An unquoted number or boolean is no string: upstream's YAML-to-JSON decoding refuses
+        // it too. The error names the field and where it is.
+        let e = yaml("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: b\n    args: [sleep, 3600]\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.containers[0].args[1]: invalid type: integer `3600`, expected a string at line 7 column 19"
+        );
+        let e = json(
+            r#"{"apiVersion":"v1","kind":"Pod","spec":{"containers":[{"name":"a","image":true}]}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.containers[0].image: invalid type: boolean `true`, expected a string at line 1 column 78"
+        );
+
+        // A key given twice is refused, in YAML and JSON alike; in the kubelet one silently wins.
+        let e = yaml("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: b\n    image: c\n").unwrap_err();
+        let (path, msg, line, _) = invalid_parts(e);
+        assert_eq!(
+            (path.as_str(), msg.as_str()),
+            ("spec.containers[0]", "duplicate key `image`")
+        );
+        assert_eq!(line, Some(5));
+        let e = json(r#"{"apiVersion":"v1","kind":"Pod","kind":"Pod"}"#).unwrap_err();
+        assert_eq!(invalid_parts(e).1, "duplicate key `kind`");
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod quantity;
 pub mod time;
 pub mod validation;
 
-pub use decode::{DecodeError, Decoded, Format, decode_pod};
+pub use decode::{DecodeError, Decoded, Format, decode_pod, pod_from_value};
 pub use duration::{format_duration, parse_duration};
 pub use pod::*;
 pub use quantity::{Quantity, QuantityError};

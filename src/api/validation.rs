@@ -2997,7 +2997,7 @@ mod tests {
         let p = yaml(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  terminationGracePeriodSeconds: 10\n  \
              initContainers:\n  - name: side\n    image: busybox\n    restartPolicy: Always\n    \
-             readinessProbe: {exec: {command: [true]}}\n    lifecycle: {preStop: {sleep: {seconds: 3}}}\n  \
+             readinessProbe: {exec: {command: [\"true\"]}}\n    lifecycle: {preStop: {sleep: {seconds: 3}}}\n  \
              containers:\n  - name: app\n    image: busybox\n    lifecycle:\n      \
              postStart: {exec: {command: [touch, /tmp/x]}}\n      preStop: {httpGet: {path: /quit, port: 8080}}\n",
         );

@@ -138,7 +138,7 @@ impl PodSet {
                 if let Some(rv) = rv_of(&ev.object) {
                     self.resource_version = rv;
                 }
-                let pod: Pod = serde_json::from_value(ev.object)
+                let pod = pod_from_value(ev.object)
                     .map_err(|e| format!("watch event {kind}: pod: {e}"))?;
                 let uid = pod.metadata.uid.clone();
                 let changed = if kind == "DELETED" {
@@ -213,9 +213,30 @@ const MAX_CHECKPOINT: usize = 16 << 20;
 /// and is the apiserver's to keep), so a picolet that starts while the apiserver is unreachable
 /// runs them at once. A missing file means "unknown"; a file with no pods means "known empty".
 /// No resourceVersion: it moves with every status change, and a restarted picolet lists anyway.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(serde::Serialize)]
 struct Checkpoint {
     pods: Vec<Pod>,
+}
+
+/// A Pod from a JSON value, through the binary's one copy of the Pod deserializer (fields it
+/// does not model are the apiserver's to keep, and ignored here).
+fn pod_from_value(v: serde_json::Value) -> Result<Pod, String> {
+    crate::api::pod_from_value(v, &mut |_| {}).map_err(|e| e.to_string())
+}
+
+/// Each Pod of `field` (an array) of a JSON object, e.g. a list's `items`; an error names the
+/// item.
+fn pods_of(object: &mut serde_json::Value, field: &str) -> Result<Vec<Pod>, String> {
+    let items = match object.get_mut(field).map(serde_json::Value::take) {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Array(items)) => items,
+        Some(_) => return Err(format!("{field}: not an array")),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| pod_from_value(item).map_err(|e| format!("{field}[{i}]: {e}")))
+        .collect()
 }
 
 impl PodSet {
@@ -242,11 +263,13 @@ pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String>
     let Some(c) = crate::atomic_file::read_json::<serde_json::Value>(path, MAX_CHECKPOINT)? else {
         return Ok(None);
     };
-    let c: Checkpoint =
-        serde_json::from_value(c).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut c = c;
+    if !c.is_object() {
+        return Err(format!("{}: not a checkpoint object", path.display()));
+    }
+    let pods = pods_of(&mut c, "pods").map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {
-        pods: c
-            .pods
+        pods: pods
             .into_iter()
             .map(|p| (p.metadata.uid.clone(), p))
             .collect(),
@@ -437,9 +460,18 @@ fn watch_round(
         // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
         // binary (from a Value) instead of a second one from bytes (README, "Footprint").
         let path = pods_path(&cfg.node_name, "");
-        let list: serde_json::Value = client.json("GET", &path, None)?;
-        let list: PodList =
-            serde_json::from_value(list).map_err(|e| ApiError::decode(format!("GET {path}"), e))?;
+        let mut list: serde_json::Value = client.json("GET", &path, None)?;
+        let decode = |e| ApiError::decode(format!("GET {path}"), e);
+        let items = pods_of(&mut list, "items").map_err(decode)?;
+        let metadata = match list.get_mut("metadata").map(serde_json::Value::take) {
+            Some(m) => serde_json::from_value(m).map_err(|e| decode(format!("metadata: {e}")))?,
+            None => Default::default(),
+        };
+        let list = PodList {
+            metadata,
+            items,
+            ..Default::default()
+        };
         set.replace(list);
         *listed = true;
         log::debug!(
