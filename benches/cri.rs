@@ -365,6 +365,7 @@ async fn start_container(
             subpaths: &HashMap::new(),
             termination_log: None,
             etc_hosts: None,
+            pid_target: None,
         },
     );
     let what = format!("{}/{}", p.pod.metadata.name, container.name);

@@ -38,7 +38,7 @@ pub struct ObjectRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    /// `spec.containers{name}` for a container's events.
+    /// `spec.containers{name}` (or `initContainers`, `ephemeralContainers`) for a container's events.
     pub field_path: String,
 }
 
@@ -59,12 +59,16 @@ impl ObjectRef {
 
     /// A container of the pod, by name (an init container's path when it is one).
     pub fn container(p: &crate::api::Pod, name: &str) -> ObjectRef {
-        let init = p.spec.init_containers.iter().any(|c| c.name == name);
+        let is = |cs: &[crate::api::Container]| cs.iter().any(|c| c.name == name);
+        let list = if is(&p.spec.init_containers) {
+            "initContainers"
+        } else if is(&p.spec.ephemeral_containers) {
+            "ephemeralContainers"
+        } else {
+            "containers"
+        };
         ObjectRef {
-            field_path: format!(
-                "spec.{}{{{name}}}",
-                if init { "initContainers" } else { "containers" }
-            ),
+            field_path: format!("spec.{list}{{{name}}}"),
             ..ObjectRef::pod(p)
         }
     }

@@ -124,12 +124,6 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
         ),
     ),
     (
-        "spec.ephemeralContainers",
-        Refused(
-            "ephemeral containers are added to a running pod through the API, never written in a manifest",
-        ),
-    ),
-    (
         "spec.hostnameOverride",
         Refused("picolet names a pod's host from hostname and subdomain only"),
     ),

@@ -109,6 +109,10 @@ pub struct PodSpec {
     pub resources: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub init_containers: Vec<Container>,
+    /// Added to a running API pod through its `ephemeralcontainers` subresource: each started
+    /// once, never restarted, stopped with the pod. Refused in a manifest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ephemeral_containers: Vec<Container>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
     #[serde(skip_serializing_if = "is_false")]
@@ -383,6 +387,9 @@ pub struct Container {
     pub stdin: bool,
     #[serde(skip_serializing_if = "is_false")]
     pub tty: bool,
+    /// An ephemeral container's only: the container whose process namespace it joins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_container_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -798,6 +805,8 @@ pub struct PodStatus {
     pub init_container_statuses: Vec<ContainerStatus>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub container_statuses: Vec<ContainerStatus>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ephemeral_container_statuses: Vec<ContainerStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qos_class: Option<String>,
 }

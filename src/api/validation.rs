@@ -363,6 +363,30 @@ impl Errors {
         if s.containers.is_empty() {
             self.required("spec.containers");
         }
+        if !s.ephemeral_containers.is_empty() {
+            self.add(
+                "spec.ephemeralContainers",
+                "",
+                "not supported: ephemeral containers are added to a running pod through the API, never written in a manifest",
+            );
+        }
+        for (i, c) in s.containers.iter().chain(&s.init_containers).enumerate() {
+            if let Some(t) = &c.target_container_name {
+                let p = if i < s.containers.len() {
+                    format!("spec.containers[{i}].targetContainerName")
+                } else {
+                    format!(
+                        "spec.initContainers[{}].targetContainerName",
+                        i - s.containers.len()
+                    )
+                };
+                self.add(
+                    &p,
+                    t,
+                    "not supported: only an ephemeral container has a target",
+                );
+            }
+        }
         let mut names = BTreeSet::new();
         let mut host_ports = BTreeSet::new();
         let grace = s.termination_grace_period_seconds.unwrap_or(30);
@@ -2483,6 +2507,21 @@ mod tests {
             "spec.volumes[0].emptyDir.sizeLimit",
             "-1Gi",
             "greater than or equal to 0",
+        );
+    }
+
+    #[test]
+    fn a_manifest_may_not_have_ephemeral_containers_nor_targets() {
+        let p = yaml(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - {name: c, image: i, targetContainerName: x}\n  ephemeralContainers:\n  - {name: d, image: i, targetContainerName: c}\n",
+        );
+        let got: Vec<String> = validate_pod(&p).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "spec.ephemeralContainers: not supported: ephemeral containers are added to a running pod through the API, never written in a manifest",
+                "spec.containers[0].targetContainerName: not supported: only an ephemeral container has a target: \"x\"",
+            ]
         );
     }
 

@@ -66,6 +66,9 @@ pub struct PodActions {
     pub containers_to_start: Vec<usize>,
     /// Indexes into `spec.initContainers` of sidecars to (re)start once the pod is initialized.
     pub sidecars_to_start: Vec<usize>,
+    /// Indexes into `spec.ephemeralContainers` of those never started yet (an ephemeral
+    /// container runs once: one that exited is not started again).
+    pub ephemeral_to_start: Vec<usize>,
     pub containers_to_kill: Vec<Kill>,
 }
 
@@ -314,6 +317,7 @@ pub fn compute_with(
             .init_containers
             .iter()
             .chain(&pod.spec.containers)
+            .chain(&pod.spec.ephemeral_containers)
             .map(|c| &*c.name)
     };
     for c in st.running() {
@@ -326,6 +330,11 @@ pub fn compute_with(
             });
         }
     }
+
+    // Ephemeral containers start even while the pod initializes, each once only.
+    a.ephemeral_to_start = (0..pod.spec.ephemeral_containers.len())
+        .filter(|&i| st.latest(&pod.spec.ephemeral_containers[i].name).is_none())
+        .collect();
 
     match next_init(pod, st, health) {
         Init::Wait => return a, // an init container is running: wait for it
@@ -424,6 +433,7 @@ pub fn compute_with(
         a.kill_pod = true;
         a.containers_to_kill.clear();
         a.sidecars_to_start.clear();
+        a.ephemeral_to_start.clear();
     }
     a
 }

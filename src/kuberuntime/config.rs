@@ -126,6 +126,19 @@ fn namespace_options(pod: &Pod) -> v1::NamespaceOption {
     }
 }
 
+/// A container's namespaces: the pod's, except that a container with a target (an ephemeral
+/// one) shares the target's PID namespace where it would otherwise have its own.
+fn container_namespaces(pod: &Pod, pid_target: Option<&str>) -> v1::NamespaceOption {
+    let mut ns = namespace_options(pod);
+    if let Some(t) = pid_target
+        && ns.pid == v1::NamespaceMode::Container as i32
+    {
+        ns.pid = v1::NamespaceMode::Target as i32;
+        ns.target_id = t.to_owned();
+    }
+    ns
+}
+
 fn protocol(p: Option<&str>) -> i32 {
     match p {
         Some("UDP") => v1::Protocol::Udp as i32,
@@ -302,6 +315,9 @@ pub struct ContainerInputs<'a> {
     pub etc_hosts: Option<&'a Path>,
     /// Variables from ConfigMaps and Secrets (`envFrom`, `configMapKeyRef`, `secretKeyRef`).
     pub object_env: &'a crate::objects::ObjectEnv,
+    /// The runtime id of the container whose process namespace an ephemeral container joins
+    /// (its `targetContainerName`).
+    pub pid_target: Option<&'a str>,
 }
 
 fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainerResources {
@@ -563,7 +579,7 @@ pub fn container_config(
                     add_ambient_capabilities: Vec::new(),
                 }),
                 privileged,
-                namespace_options: Some(namespace_options(pod)),
+                namespace_options: Some(container_namespaces(pod, i.pid_target)),
                 run_as_user: sc
                     .and_then(|s| s.run_as_user)
                     .or_else(|| psc.and_then(|s| s.run_as_user))
@@ -815,6 +831,7 @@ mod tests {
                 subpaths: &HashMap::new(),
                 termination_log: None,
                 etc_hosts: None,
+                pid_target: None,
             },
         );
         assert_eq!(
@@ -859,6 +876,7 @@ mod tests {
                 subpaths: &HashMap::new(),
                 termination_log: Some(&log),
                 etc_hosts: None,
+                pid_target: None,
             },
         );
         assert_eq!(cfg.metadata.unwrap().attempt, 3);
@@ -1075,6 +1093,7 @@ mod tests {
                     subpaths: &HashMap::new(),
                     termination_log: None,
                     etc_hosts: Some(&hosts),
+                    pid_target: None,
                 },
             )
         };

@@ -213,6 +213,18 @@ impl RuntimeManager {
                 }
             }
         }
+        // An ephemeral container with a target joins the target's process namespace, which
+        // must be running then.
+        let pid_target = match c.target_container_name.as_deref() {
+            None => None,
+            Some(t) => match ctx.st.latest(t) {
+                Some(s) if s.state == ContainerState::Running => Some(s.id.clone()),
+                _ => {
+                    let e = config_error(format!("unable to find target container {t}"));
+                    return refuse(e, out);
+                }
+            },
+        };
         let restart_count = prev.map_or(0, |p| p.restart_count.saturating_add(1));
         let files = {
             let tdir = termination_log_dir(&self.node.root_dir, uid, &c.name);
@@ -251,6 +263,7 @@ impl RuntimeManager {
                 subpaths: &subpaths,
                 termination_log: Some(&tlog),
                 etc_hosts: etc_hosts.as_deref(),
+                pid_target: pid_target.as_deref(),
             },
         );
         out.acted = true;

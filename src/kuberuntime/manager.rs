@@ -502,6 +502,13 @@ impl RuntimeManager {
             pod_ip: &pod_ip,
             volumes: &volumes,
         };
+        // Ephemeral containers first, so that a failing init container does not keep them
+        // from running.
+        for &i in &a.ephemeral_to_start {
+            let c = &pod.spec.ephemeral_containers[i];
+            self.start_container(&ctx, c, container_hash(c), &mut out)
+                .await;
+        }
         if let Some(i) = a.next_init_container {
             let c = &pod.spec.init_containers[i];
             self.start_container(&ctx, c, container_hash(c), &mut out)
@@ -583,4 +590,190 @@ pub(super) fn termination_log_dir(root: &std::path::Path, uid: &str, container: 
     volume::pod_dir(root, uid)
         .join("containers")
         .join(container)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::api::Container;
+
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+    use crate::prober::Results;
+
+    fn target_pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-eph"},
+            "spec": {"containers": [{"name": "app", "image": "img:1"}]}
+        }))
+        .unwrap()
+    }
+
+    fn with_debugger(mut pod: Pod, target: Option<&str>) -> Pod {
+        pod.spec.ephemeral_containers.push(Container {
+            name: "debugger".into(),
+            image: "img:1".into(),
+            stdin: true,
+            tty: true,
+            target_container_name: target.map(Into::into),
+            ..Default::default()
+        });
+        pod
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("picolet-eph-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn manager(fake: &FakeRuntime, root: &std::path::Path) -> RuntimeManager {
+        let svc = Rc::new(fake.clone());
+        let node = NodeContext {
+            root_dir: root.join("kubelet"),
+            pod_logs_dir: root.join("logs"),
+            ..Default::default()
+        };
+        RuntimeManager::new(svc.clone(), svc, node)
+    }
+
+    fn created(fake: &FakeRuntime, name: &str) -> Vec<crate::cri::fake::FakeContainer> {
+        fake.containers()
+            .into_iter()
+            .filter(|c| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .collect()
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_pid_namespace_and_runs_once() {
+        let tmp = scratch("runs-once");
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let rm = manager(&fake, &tmp);
+        rt::block_on(async {
+            let pod = target_pod();
+            let out = rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let app = created(&fake, "app").remove(0).id;
+
+            // The spec changes on the running pod: the next sync starts the debugger only.
+            let pod = with_debugger(pod, Some("app"));
+            let st = rm.pod_status("u-eph").await.unwrap();
+            let out = rm.sync_pod(&pod, &st).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            assert_eq!(created(&fake, "app").len(), 1, "the app is kept");
+            let dbg = created(&fake, "debugger");
+            assert_eq!(dbg.len(), 1);
+            let cfg = &dbg[0].config;
+            assert!(cfg.stdin && cfg.tty);
+            let ns = cfg
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.as_ref())
+                .unwrap();
+            assert_eq!(ns.pid, v1::NamespaceMode::Target as i32);
+            assert_eq!(ns.target_id, app);
+            assert_eq!(ns.network, v1::NamespaceMode::Pod as i32);
+
+            // Reported among the ephemeral statuses, not the app's.
+            let st = rm.pod_status("u-eph").await.unwrap();
+            let s = crate::status::generate(
+                &pod,
+                &st,
+                &|_| None,
+                &Results::default(),
+                None,
+                "10.0.0.1",
+                "containerd",
+                rt::now_nanos(),
+            );
+            assert_eq!(s.container_statuses.len(), 1);
+            let e = &s.ephemeral_container_statuses[0];
+            assert_eq!(e.name, "debugger");
+            assert!(e.state.running.is_some(), "{e:?}");
+            assert_eq!(
+                e.container_id.as_deref(),
+                Some(format!("containerd://{}", dbg[0].id).as_str())
+            );
+            assert_eq!(e.image, "img:1");
+            assert!(!e.image_id.is_empty());
+            assert_eq!(e.restart_count, 0);
+
+            // It exits, with an error even, under restartPolicy Always: never started again.
+            fake.exit_container(&dbg[0].id, 1);
+            for _ in 0..2 {
+                let st = rm.pod_status("u-eph").await.unwrap();
+                let out = rm.sync_pod(&pod, &st).await;
+                assert!(out.errors.is_empty(), "{:?}", out.errors);
+            }
+            assert_eq!(created(&fake, "debugger").len(), 1, "not restarted");
+            let st = rm.pod_status("u-eph").await.unwrap();
+            let s = crate::status::generate(
+                &pod,
+                &st,
+                &|_| None,
+                &Results::default(),
+                None,
+                "10.0.0.1",
+                "containerd",
+                rt::now_nanos(),
+            );
+            let e = &s.ephemeral_container_statuses[0];
+            let t = e.state.terminated.as_ref().expect("terminated");
+            assert_eq!((t.exit_code, t.reason.as_deref()), (1, Some("Error")));
+            assert_eq!(e.restart_count, 0);
+            assert_eq!(s.phase.as_deref(), Some("Running"), "the pod runs on");
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn an_ephemeral_container_without_target_keeps_its_own_pid_namespace() {
+        let tmp = scratch("no-target");
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let rm = manager(&fake, &tmp);
+        rt::block_on(async {
+            let pod = target_pod();
+            rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            let pod = with_debugger(pod, None);
+            let st = rm.pod_status("u-eph").await.unwrap();
+            let out = rm.sync_pod(&pod, &st).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let dbg = created(&fake, "debugger");
+            let ns = dbg[0]
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.as_ref())
+                .unwrap();
+            assert_eq!(ns.pid, v1::NamespaceMode::Container as i32);
+            assert!(ns.target_id.is_empty());
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn an_ephemeral_container_whose_target_is_not_running_waits_with_a_config_error() {
+        let tmp = scratch("no-such-target");
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let rm = manager(&fake, &tmp);
+        rt::block_on(async {
+            let pod = target_pod();
+            rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            let pod = with_debugger(pod, Some("nope"));
+            let st = rm.pod_status("u-eph").await.unwrap();
+            let out = rm.sync_pod(&pod, &st).await;
+            assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+            assert_eq!(out.errors[0].reason(), "CreateContainerConfigError");
+            assert!(created(&fake, "debugger").is_empty());
+            let w = rm.waiting("u-eph", "debugger").unwrap();
+            assert_eq!(w.reason, "CreateContainerConfigError");
+            assert!(w.message.contains("nope"), "{}", w.message);
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
 }

@@ -167,6 +167,7 @@ pub fn locate(
         .containers
         .iter()
         .chain(&spec.init_containers)
+        .chain(&spec.ephemeral_containers)
         .any(|c| c.name == container)
     {
         return Err((

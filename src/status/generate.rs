@@ -83,6 +83,11 @@ pub fn generate(
         true,
     );
     let app = conv.statuses(&pod.spec.containers, &prev.container_statuses, false);
+    let ephemeral = conv.statuses(
+        &pod.spec.ephemeral_containers,
+        &prev.ephemeral_container_statuses,
+        false,
+    );
 
     // A terminal phase is final: the API server's wins, then a computed one, then the previous.
     let computed = get_phase(pod, &init, &app);
@@ -124,6 +129,7 @@ pub fn generate(
         start_time: Some(prev.start_time.clone().unwrap_or_else(|| rfc3339(now))),
         init_container_statuses: init,
         container_statuses: app,
+        ephemeral_container_statuses: ephemeral,
         qos_class: qos.or_else(|| Some(crate::qos::qos_class(pod).as_str().to_owned())),
     }
 }
@@ -280,6 +286,13 @@ impl Converter<'_> {
         };
         s.image.clone_from(&c.image);
 
+        // An ephemeral container runs once: an instance that exited stays the last word.
+        let ephemeral = self
+            .pod
+            .spec
+            .ephemeral_containers
+            .iter()
+            .any(|e| e.name == c.name);
         let init_succeeded =
             newest.is_some_and(|n| n.state == kc::ContainerState::Exited && n.exit_code == 0);
         if init && newest.is_none() && s.state.waiting.is_some() && self.any_app_container_created()
@@ -291,7 +304,9 @@ impl Converter<'_> {
                 message: Some(INIT_INFERRED.into()),
                 ..Default::default()
             });
-        } else if !(init && init_succeeded) && self.should_restart(c, newest) {
+        } else if !(init && init_succeeded || ephemeral && newest.is_some())
+            && self.should_restart(c, newest)
+        {
             // A container the next sync will (re)start shows why it is not running yet; the
             // instance that exited moves to lastState.
             if let Some((reason, message)) = (self.waiting)(&c.name) {
@@ -306,7 +321,10 @@ impl Converter<'_> {
         let id = newest.map(|n| &*n.id).filter(|_| running);
         let started = id.is_some_and(|id| self.probes.started(c, id));
         s.started = Some(started);
-        s.ready = if init && !c.is_sidecar() {
+        // Ephemeral containers have no probes and never count for readiness.
+        s.ready = if ephemeral {
+            false
+        } else if init && !c.is_sidecar() {
             exit_code(&s.state) == Some(0)
         } else {
             started && id.is_some_and(|id| self.probes.ready(c, id))
