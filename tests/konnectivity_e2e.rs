@@ -281,7 +281,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
             cp.pki(&format!("node-{NODE}.key")).display()
         ),
     ];
-    let a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
+    let mut a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
     let jsonpath = |args: &[&str]| kubectl(&cp, args).stdout.trim().to_owned();
     wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
         jsonpath(&[
@@ -539,11 +539,58 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         link.refused(),
         back.elapsed()
     );
-    drop(server);
     eprintln!(
         "whole test: {:?}; {} bytes through the agent's link, {} connections",
         t_test.elapsed(),
         link.bytes(),
         link.accepted()
     );
+
+    // Figures only (scripts/bench-konnectivity.sh): picolet's RSS and the link's traffic with
+    // the tunnel up and idle, then picolet's RSS without the agent. Asserts nothing.
+    if let Some(window) = std::env::var("KONNECTIVITY_FIGURES_SECONDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let rss = |a: &Agent| {
+            std::fs::read_to_string(format!("/proc/{}/status", a.picolet_pid()))
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .unwrap_or("VmRSS: ?")
+                .to_owned()
+        };
+        let settle = Duration::from_secs(20);
+        a.restart();
+        std::thread::sleep(settle);
+        let b0 = link.bytes();
+        std::thread::sleep(Duration::from_secs(window));
+        let idle = link.bytes() - b0;
+        eprintln!(
+            "figure: tunnel up and idle: picolet {} ({:?} after its start, debug build)",
+            rss(&a),
+            settle + Duration::from_secs(window)
+        );
+        eprintln!(
+            "figure: the agent's link idle: {idle} bytes in {window} s (TLS and TCP payload, both ways) = {} bytes a day",
+            idle * 86_400 / window.max(1)
+        );
+        let without: Vec<String> = args
+            .iter()
+            .filter(|f| {
+                !["--proxy-server", "--ca-cert", "--agent-"]
+                    .iter()
+                    .any(|p| f.starts_with(p))
+            })
+            .cloned()
+            .collect();
+        a.restart_with(&without);
+        std::thread::sleep(settle + Duration::from_secs(window));
+        eprintln!(
+            "figure: no tunnel: picolet {} ({:?} after its start, debug build)",
+            rss(&a),
+            settle + Duration::from_secs(window)
+        );
+    }
+    drop(server);
 }
