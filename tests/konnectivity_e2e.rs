@@ -3,8 +3,12 @@
 //! `konnectivity-server`'s unix socket, reaches picolet's node API through picolet's own agent.
 //! picolet reports an InternalIP this machine cannot route to (192.0.2.10, TEST-NET-1), so the
 //! apiserver's direct dial would fail: `kubectl logs`, `exec` and `port-forward` only work
-//! through the tunnel. As a control, with the server stopped the same `kubectl exec` fails;
-//! started again, exec works again within the agent's backoff.
+//! through the tunnel, and so do the apiserver's node proxy paths metrics-server reads
+//! (`/metrics/resource`, `/stats/summary`). 50 `kubectl exec` run at once over the one agent
+//! stream. As a control, with the server stopped the same `kubectl exec` fails; started again,
+//! exec works again within the agent's backoff. The agent reaches the server through a relay the
+//! test controls: with the link cut (every connection closed, new ones refused) exec fails, the
+//! agent notices and keeps dialing; with the link back it reconnects within its backoff.
 //!
 //! The agent port is on TLS with a certificate of the cluster CA, and the server asks agents
 //! for a client certificate of that CA (the node's own). Needs Go (the server's and the control
@@ -16,6 +20,8 @@ mod agent;
 mod containerd;
 #[path = "support/control_plane.rs"]
 mod control_plane;
+#[path = "support/relay.rs"]
+mod relay;
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -25,10 +31,13 @@ use std::time::{Duration, Instant};
 use agent::{Agent, free_port, test_dir};
 use containerd::{BUSYBOX_IMAGE, ScratchContainerd};
 use control_plane::{ControlPlane, NodeKey, Options};
+use relay::Relay;
 
 const NODE: &str = "e2e-node"; // (the name tests/support/agent.rs gives picolet)
 /// TEST-NET-1: never routed.
 const NODE_IP: &str = "192.0.2.10";
+/// `kubectl exec` at once, each its own tunnel over the one agent stream.
+const CONCURRENT_EXECS: usize = 50;
 
 const POD: &str = "\
 apiVersion: v1
@@ -243,6 +252,9 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
     let ports = [free_port(), free_port(), free_port()];
     let mut server = Some(ProxyServer::start(&bin, &pdir, &uds, ports, &cp.ca_cert()));
 
+    // The agent's link to the server runs through a relay the test can cut.
+    let link = Relay::start(format!("127.0.0.1:{}", ports[0]).parse().unwrap());
+
     let c = ScratchContainerd::start(&dir.join("containerd"));
     let port = free_port();
     let args = vec![
@@ -257,7 +269,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         format!("--tls-cert-file={}", serving_crt.display()),
         format!("--tls-private-key-file={}", serving_key.display()),
         "--proxy-server-host=127.0.0.1".into(),
-        format!("--proxy-server-port={}", ports[0]),
+        format!("--proxy-server-port={}", link.port),
         format!("--ca-cert={}", cp.ca_cert().display()),
         // The node's own client certificate, of the CA the server checks agents against.
         format!(
@@ -269,7 +281,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
             cp.pki(&format!("node-{NODE}.key")).display()
         ),
     ];
-    let a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
+    let mut a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
     let jsonpath = |args: &[&str]| kubectl(&cp, args).stdout.trim().to_owned();
     wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
         jsonpath(&[
@@ -348,9 +360,36 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         a.log_text()
     );
 
-    // 20 kubectl exec at once, each its own tunnel over the one agent stream.
+    // The node proxy paths metrics-server scrapes, through the apiserver and so the tunnel.
+    let raw = |path: &str| {
+        kubectl(
+            &cp,
+            &["get", "--raw", &format!("/api/v1/nodes/{NODE}/proxy{path}")],
+        )
+    };
+    let r = raw("/metrics/resource");
+    assert!(
+        r.success
+            && r.stdout.contains("node_cpu_usage_seconds_total")
+            && r.stdout.contains("container_memory_working_set_bytes{")
+            && r.stdout.contains("pod=\"web\""),
+        "/metrics/resource through the tunnel:\n{}",
+        r.describe()
+    );
+    let r = raw("/stats/summary");
+    let summary: serde_json::Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("/stats/summary through the tunnel: {e}\n{}", r.describe()));
+    assert_eq!(summary["node"]["nodeName"], NODE, "{}", r.stdout);
+    assert!(
+        summary["pods"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["podRef"]["name"] == "web")),
+        "/stats/summary without pod web: {}",
+        r.stdout
+    );
+
     let t0 = Instant::now();
-    let children: Vec<Child> = (0..20)
+    let children: Vec<Child> = (0..CONCURRENT_EXECS)
         .map(|_| {
             Command::new(&cp.kubectl)
                 .arg("--kubeconfig")
@@ -379,11 +418,11 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         .collect();
     assert!(
         failed.is_empty(),
-        "{} of 20 failed: {failed:?}",
+        "{} of {CONCURRENT_EXECS} failed: {failed:?}",
         failed.len()
     );
     eprintln!(
-        "20 concurrent kubectl exec -- true: all done in {:?}",
+        "{CONCURRENT_EXECS} concurrent kubectl exec -- true: all done in {:?}",
         t0.elapsed()
     );
 
@@ -428,6 +467,130 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         "kubectl exec through the tunnel again {:?} after the server restarted",
         restarted.elapsed()
     );
+
+    // The link cut: the stream ends, the server has no agent, exec fails; the agent keeps
+    // dialing and each attempt is closed.
+    let notices = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(&format!(
+                    "konnectivity: stream to 127.0.0.1:{} ended",
+                    link.port
+                )) || l.contains(&format!("konnectivity: 127.0.0.1:{}: stream", link.port))
+            })
+            .count()
+    };
+    let connected = |log: &str| log.matches("konnectivity: connected to").count();
+    let (noticed, connects, relayed) = (
+        notices(&a.log_text()),
+        connected(&a.log_text()),
+        link.accepted(),
+    );
+    link.cut();
+    let cut = Instant::now();
+    let r = exec_echo(&cp, "cut");
+    assert!(
+        !r.success && !r.stdout.contains("cut"),
+        "exec worked with the link cut:\n{}",
+        r.describe()
+    );
+    eprintln!(
+        "link cut: kubectl exec fails in {:?}: {}",
+        cut.elapsed(),
+        r.stderr.lines().last().unwrap_or("")
+    );
+    wait(
+        "the agent noticing the cut",
+        Duration::from_secs(10),
+        &a,
+        &cp,
+        || notices(&a.log_text()) > noticed,
+    );
+    wait(
+        "the agent dialing during the cut",
+        Duration::from_secs(10),
+        &a,
+        &cp,
+        || link.refused() >= 2,
+    );
+    // The link back: a new stream within the backoff (after two or more failed dials, the next
+    // wait is under 4 s or 8 s; the bound leaves room for a loaded machine).
+    link.restore();
+    let back = Instant::now();
+    let limit = Duration::from_secs(25);
+    loop {
+        let r = exec_echo(&cp, "back");
+        if r.success && r.stdout == "back\n" {
+            break;
+        }
+        assert!(
+            back.elapsed() < limit,
+            "no exec within {limit:?} of the link's return ({} dials refused during the cut):\n{}\n--- picolet ---\n{}",
+            link.refused(),
+            r.describe(),
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(connected(&a.log_text()) > connects && link.accepted() > relayed);
+    eprintln!(
+        "link cut for {:?} ({} dials refused meanwhile); kubectl exec through the tunnel again {:?} after the link returned",
+        back - cut,
+        link.refused(),
+        back.elapsed()
+    );
+    eprintln!(
+        "whole test: {:?}; {} bytes through the agent's link, {} connections",
+        t_test.elapsed(),
+        link.bytes(),
+        link.accepted()
+    );
+
+    // Figures only (scripts/bench-konnectivity.sh): picolet's RSS and the link's traffic with
+    // the tunnel up and idle, then picolet's RSS without the agent. Asserts nothing.
+    if let Some(window) = std::env::var("KONNECTIVITY_FIGURES_SECONDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let rss = |a: &Agent| {
+            std::fs::read_to_string(format!("/proc/{}/status", a.picolet_pid()))
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .unwrap_or("VmRSS: ?")
+                .to_owned()
+        };
+        let settle = Duration::from_secs(20);
+        a.restart();
+        std::thread::sleep(settle);
+        let b0 = link.bytes();
+        std::thread::sleep(Duration::from_secs(window));
+        let idle = link.bytes() - b0;
+        eprintln!(
+            "figure: tunnel up and idle: picolet {} ({:?} after its start, debug build)",
+            rss(&a),
+            settle + Duration::from_secs(window)
+        );
+        eprintln!(
+            "figure: the agent's link idle: {idle} bytes in {window} s (TLS and TCP payload, both ways) = {} bytes a day",
+            idle * 86_400 / window.max(1)
+        );
+        let without: Vec<String> = args
+            .iter()
+            .filter(|f| {
+                !["--proxy-server", "--ca-cert", "--agent-"]
+                    .iter()
+                    .any(|p| f.starts_with(p))
+            })
+            .cloned()
+            .collect();
+        a.restart_with(&without);
+        std::thread::sleep(settle + Duration::from_secs(window));
+        eprintln!(
+            "figure: no tunnel: picolet {} ({:?} after its start, debug build)",
+            rss(&a),
+            settle + Duration::from_secs(window)
+        );
+    }
     drop(server);
-    eprintln!("whole test: {:?}", t_test.elapsed());
 }
