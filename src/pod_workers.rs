@@ -31,6 +31,9 @@ pub enum Work {
         /// Evicted: the pod stays (Failed, Evicted) and keeps its status, its containers
         /// shown terminated, instead of being forgotten.
         evicted: bool,
+        /// Deleted through the API: its final status, containers terminated, stays to be
+        /// posted before the pod is deleted for good.
+        deleted: bool,
     },
 }
 
@@ -130,7 +133,7 @@ async fn terminate(
     grace: i64,
     namespace: &str,
     name: &str,
-    evicted: bool,
+    keep: Keep,
 ) -> bool {
     let mut st = match inspect(sh, uid).await {
         Ok(st) => st,
@@ -146,6 +149,29 @@ async fn terminate(
     }
     if !st.sandboxes.is_empty() || !st.containers.is_empty() {
         log::info!("stopping pod {namespace}/{name} ({uid}) with grace period {grace}s");
+    }
+    if let Err(e) = sh.rm.kill_pod(&st, grace).await {
+        log::warn!("terminating pod {namespace}/{name} ({uid}): {e}");
+        return false;
+    }
+    // Stopped but not yet removed: what the runtime says of its containers now (exit codes,
+    // finish times) is the status a deleted pod is last posted with. The removal works from
+    // this look, so no hook runs twice.
+    let st = match inspect(sh, uid).await {
+        Ok(mut stopped) => {
+            if stopped.name.is_empty() {
+                stopped.name = name.into();
+                stopped.namespace = namespace.into();
+            }
+            stopped
+        }
+        Err(e) => {
+            log::warn!("terminating pod {namespace}/{name} ({uid}): inspecting: {e}");
+            return false;
+        }
+    };
+    if keep.deleted {
+        sh.status.stopped(uid, &st, rt::now_nanos());
     }
     if let Err(e) = sh.rm.remove_pod(&st, grace).await {
         log::warn!("terminating pod {namespace}/{name} ({uid}): {e}");
@@ -165,12 +191,21 @@ async fn terminate(
         }
     }
     sh.cache.borrow_mut().remove(uid);
-    if evicted {
+    if keep.evicted {
         sh.status.eviction_done(uid, rt::now_nanos());
+    } else if keep.deleted {
+        // Kept for the final status post; forgotten once the pod is deleted for good.
     } else {
         sh.status.remove(uid);
     }
     true
+}
+
+/// Which status a terminated pod keeps.
+#[derive(Clone, Copy)]
+struct Keep {
+    evicted: bool,
+    deleted: bool,
 }
 
 fn terminate_waiting(slot: &RefCell<Option<Work>>) -> bool {
@@ -226,9 +261,11 @@ async fn worker_loop(
                 namespace,
                 name,
                 evicted,
+                deleted,
                 ..
             } => {
-                if Box::pin(terminate(&sh, &uid, grace, &namespace, &name, evicted)).await {
+                let keep = Keep { evicted, deleted };
+                if Box::pin(terminate(&sh, &uid, grace, &namespace, &name, keep)).await {
                     Done::Terminated { uid: uid.clone() }
                 } else {
                     Done::TerminateFailed { uid: uid.clone() }
@@ -364,6 +401,7 @@ mod tests {
                 namespace: "default".into(),
                 name: "p".into(),
                 evicted: false,
+                deleted: false,
             };
             assert!(!workers.dispatch(term), "replaces the waiting sync");
             assert!(

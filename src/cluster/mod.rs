@@ -385,7 +385,21 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
     loop {
         tick.tick().await;
         for (uid, ns, name) in kubelet.take_finalizable() {
-            // Nothing of it runs any more: delete it for good, only if it is still this pod.
+            // Nothing of it runs any more: its final status (containers terminated) first, as
+            // the kubelet posts it, then delete it for good, only if it is still this pod.
+            if let Some(st) = kubelet.pod_status(&uid) {
+                let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
+                let body = json!({"metadata": {"uid": uid}, "status": st});
+                match call(&client, "PATCH", path, Some(body)).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                    Err(e) => {
+                        log::warn!("posting the final status of pod {ns}/{name}: {e}");
+                        kubelet.retry_finalize(uid, ns, name);
+                        continue;
+                    }
+                }
+            }
             let body = json!({
                 "kind": "DeleteOptions", "apiVersion": "v1",
                 "gracePeriodSeconds": 0,
@@ -393,8 +407,11 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
             });
             let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
             match call(&client, "DELETE", path, Some(body)).await {
-                Ok(_) => log::info!("pod {ns}/{name} ({uid}) stopped and deleted"),
-                Err(e) if e.is_not_found() || e.is_conflict() => {}
+                Ok(_) => {
+                    log::info!("pod {ns}/{name} ({uid}) stopped and deleted");
+                    kubelet.forget_status(&uid);
+                }
+                Err(e) if e.is_not_found() || e.is_conflict() => kubelet.forget_status(&uid),
                 Err(e) => {
                     log::warn!("deleting pod {ns}/{name}: {e}");
                     kubelet.retry_finalize(uid, ns, name);

@@ -145,6 +145,70 @@ impl StatusManager {
         }
     }
 
+    /// A deleted pod's containers were stopped: each still shown running or waiting shows
+    /// terminated, with the exit code and times the runtime gives the stopped instance (`rt`,
+    /// looked at before removal), or, when it has none, killed (137) at `now`.
+    pub fn stopped(&self, uid: &str, rt: &PodRuntimeStatus, now: i64) {
+        let mut st = self.statuses.borrow_mut();
+        let Some(s) = st.get_mut(uid) else {
+            return;
+        };
+        for c in s
+            .init_container_statuses
+            .iter_mut()
+            .chain(s.container_statuses.iter_mut())
+        {
+            c.ready = false;
+            if c.state.terminated.is_some() {
+                continue;
+            }
+            let started = c.state.running.take().and_then(|r| r.started_at);
+            c.state.waiting = None;
+            c.started = Some(false);
+            let id = c
+                .container_id
+                .as_deref()
+                .and_then(|i| i.split_once("://"))
+                .map(|(_, i)| i);
+            let exited = rt.containers.iter().find(|x| {
+                x.state == crate::kubecontainer::ContainerState::Exited
+                    && (Some(&*x.id) == id || (id.is_none() && *x.name == *c.name))
+            });
+            let t = match exited {
+                Some(x) => crate::api::ContainerStateTerminated {
+                    exit_code: x.exit_code,
+                    reason: Some(
+                        if x.exit_code == 0 {
+                            "Completed"
+                        } else {
+                            "Error"
+                        }
+                        .into(),
+                    ),
+                    started_at: (x.started_at > 0)
+                        .then(|| crate::api::time::rfc3339(x.started_at))
+                        .or(started),
+                    finished_at: Some(crate::api::time::rfc3339(if x.finished_at > 0 {
+                        x.finished_at
+                    } else {
+                        now
+                    })),
+                    container_id: c.container_id.clone(),
+                    ..Default::default()
+                },
+                None => crate::api::ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some("Error".into()),
+                    started_at: started,
+                    finished_at: Some(crate::api::time::rfc3339(now)),
+                    container_id: c.container_id.clone(),
+                    ..Default::default()
+                },
+            };
+            c.state.terminated = Some(t);
+        }
+    }
+
     /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
     pub fn seed(&self, uid: &str, status: &PodStatus) {
         self.statuses
@@ -228,5 +292,80 @@ mod tests {
         let h = m.pod_start.borrow();
         assert_eq!(h.count(), 1, "observed once");
         assert!((h.sum() - 3.0).abs() < 1e-9, "{}", h.sum());
+    }
+
+    #[test]
+    fn a_deleted_pods_stopped_containers_show_terminated_with_the_runtimes_exit() {
+        let _clock = rt::FakeClock::install();
+        let mut pod = Pod::default();
+        pod.metadata.uid = "u1".into();
+        pod.metadata.name = "web".into();
+        pod.spec.containers = ["app", "gone"]
+            .iter()
+            .map(|n| Container {
+                name: (*n).into(),
+                image: "img".into(),
+                ..Default::default()
+            })
+            .collect();
+        let m = StatusManager::new("10.0.0.1");
+        let c = |id: &str, name: &str, state, finished_at, exit_code| ContainerStatus {
+            id: id.into(),
+            sandbox_id: "sb".into(),
+            name: name.into(),
+            state,
+            created_at: 1,
+            started_at: 2_000_000_000,
+            finished_at,
+            exit_code,
+            image: "img".into(),
+            image_ref: "ref".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        };
+        let mut running = PodRuntimeStatus {
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        running.containers = vec![
+            c("c1", "app", ContainerState::Running, 0, 0),
+            c("c2", "gone", ContainerState::Running, 0, 0),
+        ];
+        m.update(&pod, &running, |_| None);
+        let before = m.get("u1").unwrap();
+        assert!(
+            before
+                .container_statuses
+                .iter()
+                .all(|c| c.state.running.is_some())
+        );
+        // Stopped: "app" exited 0 at t=9 s; "gone" is no longer in the runtime.
+        let stopped = PodRuntimeStatus {
+            uid: "u1".into(),
+            containers: vec![c("c1", "app", ContainerState::Exited, 9_000_000_000, 0)],
+            ..Default::default()
+        };
+        m.stopped("u1", &stopped, 12_000_000_000);
+        let s = m.get("u1").unwrap();
+        let by = |n: &str| s.container_statuses.iter().find(|c| c.name == n).unwrap();
+        let app = by("app").state.terminated.clone().expect("app terminated");
+        assert_eq!(app.exit_code, 0);
+        assert_eq!(app.reason.as_deref(), Some("Completed"));
+        assert_eq!(app.finished_at.as_deref(), Some("1970-01-01T00:00:09Z"));
+        assert_eq!(app.started_at.as_deref(), Some("1970-01-01T00:00:02Z"));
+        assert!(by("app").state.running.is_none() && !by("app").ready);
+        let gone = by("gone")
+            .state
+            .terminated
+            .clone()
+            .expect("gone terminated");
+        assert_eq!(gone.exit_code, 137);
+        assert_eq!(gone.reason.as_deref(), Some("Error"));
+        assert_eq!(gone.finished_at.as_deref(), Some("1970-01-01T00:00:12Z"));
+        // Once more changes nothing already terminated.
+        m.stopped("u1", &PodRuntimeStatus::default(), 20_000_000_000);
+        assert_eq!(m.get("u1").unwrap(), s);
     }
 }

@@ -23,6 +23,7 @@ pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: 
             namespace: c.status.namespace.to_string(),
             name: c.status.name.to_string(),
             evicted: false,
+            deleted: false,
         };
         log::info!(
             "removing orphaned pod {}/{} ({uid}): no source defines it",

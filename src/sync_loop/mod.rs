@@ -485,6 +485,12 @@ impl Kubelet {
             .collect()
     }
 
+    /// Forgets the final status of a pod deleted for good.
+    #[cfg(feature = "apiserver")]
+    pub fn forget_status(&self, uid: &str) {
+        self.status.remove(uid);
+    }
+
     /// Hands a pod back whose final deletion failed, to be tried again.
     #[cfg(feature = "apiserver")]
     pub fn retry_finalize(&self, uid: String, namespace: String, name: String) {

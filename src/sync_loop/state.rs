@@ -102,6 +102,9 @@ pub(super) struct Term {
     pub name: String,
     /// Evicted: stopped, but kept with its status as a Failed pod.
     pub evicted: bool,
+    /// Deleted through the API: its final status (containers terminated) is kept to be
+    /// posted before the pod is deleted for good.
+    pub deleted: bool,
 }
 
 impl Term {
@@ -112,6 +115,7 @@ impl Term {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             evicted: self.evicted,
+            deleted: self.deleted,
         }
     }
 }
@@ -251,6 +255,7 @@ impl LoopState {
                         namespace: p.metadata.namespace.clone(),
                         name: p.metadata.name.clone(),
                         evicted: true,
+                        deleted: false,
                     };
                     self.terminate(uid, term, &mut out);
                 }
@@ -332,6 +337,7 @@ impl LoopState {
                     namespace: pod.metadata.namespace.clone(),
                     name: pod.metadata.name.clone(),
                     evicted: false,
+                    deleted: true,
                 };
                 self.terminate(uid, term, out);
             }
@@ -374,6 +380,7 @@ impl LoopState {
                         namespace: pod.metadata.namespace.clone(),
                         name: pod.metadata.name.clone(),
                         evicted: true,
+                        deleted: false,
                     };
                     self.terminate(uid, term, out);
                 }
@@ -431,6 +438,7 @@ impl LoopState {
                     namespace: pod.metadata.namespace.clone(),
                     name: pod.metadata.name.clone(),
                     evicted: false,
+                    deleted: false,
                 };
                 self.terminate(uid, term, out);
             }
