@@ -567,7 +567,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         std::thread::sleep(Duration::from_secs(window));
         let idle = link.bytes() - b0;
         eprintln!(
-            "figure: tunnel up and idle: picolet {} ({:?} after its start, debug build)",
+            "figure: tunnel up and idle: picolet {} ({:?} after its start)",
             rss(&a),
             settle + Duration::from_secs(window)
         );
@@ -587,7 +587,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         a.restart_with(&without);
         std::thread::sleep(settle + Duration::from_secs(window));
         eprintln!(
-            "figure: no tunnel: picolet {} ({:?} after its start, debug build)",
+            "figure: no tunnel: picolet {} ({:?} after its start)",
             rss(&a),
             settle + Duration::from_secs(window)
         );
