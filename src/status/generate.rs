@@ -1636,20 +1636,9 @@ pub fn failed_by_kubelet(
         None,
     );
     if killed {
-        for c in s
-            .init_container_statuses
-            .iter_mut()
-            .chain(s.container_statuses.iter_mut())
-        {
-            c.ready = false;
-            if c.state.terminated.is_some() {
-                continue;
-            }
-            let started = c.state.running.take().and_then(|r| r.started_at);
+        terminate_unfinished(&mut s, |c, started| {
             let ran = started.is_some();
-            c.state.waiting = None;
-            c.started = Some(false);
-            c.state.terminated = Some(ContainerStateTerminated {
+            ContainerStateTerminated {
                 exit_code: 137,
                 signal: None,
                 reason: Some(
@@ -1666,10 +1655,32 @@ pub fn failed_by_kubelet(
                 started_at: started,
                 finished_at: Some(at.clone()),
                 container_id: c.container_id.clone(),
-            });
-        }
+            }
+        });
     }
     s
+}
+
+/// Every init and app container not yet terminated shows terminated as `terminated` says (given
+/// the container's status and when its running state began), no longer ready or started.
+pub fn terminate_unfinished(
+    s: &mut PodStatus,
+    mut terminated: impl FnMut(&ContainerStatus, Option<String>) -> ContainerStateTerminated,
+) {
+    for c in s
+        .init_container_statuses
+        .iter_mut()
+        .chain(s.container_statuses.iter_mut())
+    {
+        c.ready = false;
+        if c.state.terminated.is_some() {
+            continue;
+        }
+        let started = c.state.running.take().and_then(|r| r.started_at);
+        c.state.waiting = None;
+        c.started = Some(false);
+        c.state.terminated = Some(terminated(c, started));
+    }
 }
 
 #[cfg(test)]

@@ -153,18 +153,7 @@ impl StatusManager {
         let Some(s) = st.get_mut(uid) else {
             return;
         };
-        for c in s
-            .init_container_statuses
-            .iter_mut()
-            .chain(s.container_statuses.iter_mut())
-        {
-            c.ready = false;
-            if c.state.terminated.is_some() {
-                continue;
-            }
-            let started = c.state.running.take().and_then(|r| r.started_at);
-            c.state.waiting = None;
-            c.started = Some(false);
+        generate::terminate_unfinished(s, |c, started| {
             let id = c
                 .container_id
                 .as_deref()
@@ -174,7 +163,7 @@ impl StatusManager {
                 x.state == crate::kubecontainer::ContainerState::Exited
                     && (Some(&*x.id) == id || (id.is_none() && *x.name == *c.name))
             });
-            let t = match exited {
+            match exited {
                 Some(x) => crate::api::ContainerStateTerminated {
                     exit_code: x.exit_code,
                     reason: Some(
@@ -204,9 +193,8 @@ impl StatusManager {
                     container_id: c.container_id.clone(),
                     ..Default::default()
                 },
-            };
-            c.state.terminated = Some(t);
-        }
+            }
+        });
     }
 
     /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
