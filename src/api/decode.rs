@@ -243,10 +243,8 @@ fn decode_document(
     }
     let meta: TypeMeta = serde_path_to_error::deserialize(&document).map_err(|e| invalid_at(&e))?;
     check_type(meta)?;
-    let mut value = document.clone();
-    drop_nulls(&mut value);
     let mut unknown_fields = Vec::new();
-    let pod = pod_from_value(value, &mut |path| {
+    let pod = pod_from_value(document.clone(), &mut |path| {
         let mut s = String::new();
         push_path(&path, &mut s);
         unknown_fields.push(s);
@@ -262,16 +260,19 @@ fn decode_document(
 /// Decodes a Pod from a JSON value. This is the binary's one copy of the Pod structs' derived
 /// deserializer: static manifests (YAML or JSON, parsed into a value first), the apiserver's
 /// list and watch events and the checkpoint all come through it (README, "Footprint"). Each
-/// field no Pod struct knows is passed to `ignored`; an error carries the field's path.
+/// field no Pod struct knows is passed to `ignored`; an error carries the field's path. A null
+/// field is as if absent, wherever the Pod comes from.
 pub fn pod_from_value(
-    value: serde_json::Value,
+    mut value: serde_json::Value,
     ignored: &mut dyn FnMut(serde_ignored::Path<'_>),
 ) -> Result<Pod, serde_path_to_error::Error<serde_json::Error>> {
+    drop_nulls(&mut value);
     serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut { ignored }))
 }
 
-/// A null field of a manifest is the field's default, as when it is absent (`env:` with nothing
-/// after it, say): upstream's decoding leaves a field that is null at its zero value.
+/// A null field is the field's default, as when it is absent (`env:` with nothing after it in a
+/// manifest, `creationTimestamp: null` from a client): upstream's decoding leaves a field that is
+/// null at its zero value.
 fn drop_nulls(value: &mut serde_json::Value) {
     match value {
         serde_json::Value::Object(map) => {

@@ -260,12 +260,13 @@ impl PodSet {
 /// is unreadable (it is then ignored: better to wait for the apiserver than run a guess).
 pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String> {
     // Through a Value, like the list and watch events (one copy of the Pod deserializer).
-    let Some(c) = crate::atomic_file::read_json::<serde_json::Value>(path, MAX_CHECKPOINT)? else {
+    let Some(mut c) = crate::atomic_file::read_json::<serde_json::Value>(path, MAX_CHECKPOINT)?
+    else {
         return Ok(None);
     };
-    let mut c = c;
-    if !c.is_object() {
-        return Err(format!("{}: not a checkpoint object", path.display()));
+    // A checkpoint without its pods array is damaged, not "known empty".
+    if !c.get("pods").is_some_and(serde_json::Value::is_array) {
+        return Err(format!("{}: no `pods` array", path.display()));
     }
     let pods = pods_of(&mut c, "pods").map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(Some(PodSet {
@@ -654,6 +655,21 @@ mod tests {
         std::fs::write(&path, b"{torn").unwrap();
         let e = load_checkpoint(&path).unwrap_err();
         assert!(e.starts_with(&path.display().to_string()), "{e}");
+        // Damaged, not known empty: no pods array; and a bad pod is named by its place and field.
+        std::fs::write(&path, b"{}").unwrap();
+        let e = load_checkpoint(&path).unwrap_err();
+        assert!(e.ends_with("no `pods` array"), "{e}");
+        std::fs::write(
+            &path,
+            br#"{"pods":[{"metadata":{"uid":"a"}},{"spec":{"hostNetwork":"yes"}}]}"#,
+        )
+        .unwrap();
+        let e = load_checkpoint(&path).unwrap_err();
+        assert!(e.contains("pods[1]: spec.hostNetwork: invalid type"), "{e}");
+        // A null field is as if absent, as from any client.
+        std::fs::write(&path, br#"{"pods":[{"metadata":{"uid":"a","creationTimestamp":null},"spec":{"containers":null}}]}"#)
+            .unwrap();
+        assert_eq!(load_checkpoint(&path).unwrap().unwrap().len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
