@@ -23,15 +23,16 @@ export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
 # a target directory of their own, so neither cargo waits on the other's lock; their output
 # goes to a log, printed when they fail.
 export CROSS_TARGET_DIR=$PWD/target/cross
-ARM_TEST_TARGETS=(--lib --test agent_fake_cri --test cri_client --test cluster_fake_api)
+# What the ARM builds test under qemu (words, so that the background shell gets it too).
+export ARM_TEST_TARGETS="--lib --test agent_fake_cri --test cri_client --test cluster_fake_api"
 background_builds() {
     set -euo pipefail
     export CARGO_TARGET_DIR=$CROSS_TARGET_DIR
     local target features
     for target in armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu; do
         echo "-- $target: test binaries"
-        cargo test --locked --no-run --target "$target" --lib --test agent_fake_cri --test cri_client \
-            --test cluster_fake_api
+        # shellcheck disable=SC2086
+        cargo test --locked --no-run --target "$target" $ARM_TEST_TARGETS
     done
     for target in armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
         for features in "--no-default-features" "--no-default-features --features file-source,local-api" \
@@ -109,8 +110,9 @@ arm_tests() { # arm_tests TARGET RUNNER...
     local target=$1
     shift
     step "$target under qemu: unit tests, and the binary against the fake runtime and apiserver"
+    # shellcheck disable=SC2086
     CARGO_TARGET_DIR=$CROSS_TARGET_DIR PICOLET_TEST_RUNNER="$*" cargo test --locked --target "$target" \
-        "${ARM_TEST_TARGETS[@]}" -- --test-threads=2
+        $ARM_TEST_TARGETS -- --test-threads=2
 }
 arm_tests armv7-unknown-linux-gnueabihf qemu-arm-static -L /usr/arm-linux-gnueabihf
 arm_tests aarch64-unknown-linux-gnu qemu-aarch64-static -L /usr/aarch64-linux-gnu
