@@ -4,7 +4,9 @@
 # server through a byte-counting relay): `kubectl exec -- echo` latency through the tunnel, 50
 # concurrent execs, the redial after a server restart and after a cut link, then with
 # KONNECTIVITY_FIGURES_SECONDS set, picolet's RSS with the tunnel up and idle, the link's bytes
-# over that idle window (extrapolated to a day) and picolet's RSS with no agent. The picolet is
+# over that idle window (extrapolated to a day), picolet's RSS with no agent, and the exec latency
+# through the tunnel against direct (the apiserver restarted without its egress selector,
+# picolet reporting an InternalIP it serves on), both in the same run. The picolet is
 # the test's debug build. Prints figures; asserts nothing beyond what the test asserts. Run as
 # root (the test's containerd). BENCH_SECONDS: the idle window (default 300).
 set -euo pipefail

@@ -104,6 +104,13 @@ fi
 trap - EXIT
 grep '^-- ' "$background_log" | sed 's/^/   /'
 rm -f "$background_log"
+# A figure, not a check: the default build's size on aarch64 beside its 3 MiB budget (README,
+# "Footprint"; scripts/size-report.sh measures every target and build).
+for target in aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
+    bytes=$(stat -c %s "$CROSS_TARGET_DIR/$target/release/picolet")
+    printf '   %s release build: %d bytes, %d under the 3 MiB budget (negative: over)\n' \
+        "$target" "$bytes" $((3 * 1048576 - bytes))
+done
 # The test binaries of the ARM builds run under qemu-user (cargo's runner in .cargo/config.toml);
 # the picolet they start runs under PICOLET_TEST_RUNNER (no binfmt_misc needed).
 arm_tests() { # arm_tests TARGET RUNNER...

@@ -396,6 +396,8 @@ mod ws {
         let path = if path.is_empty() { "/" } else { path };
         let mut conn =
             TcpStream::connect(host).map_err(|e| format!("connecting to {host}: {e}"))?;
+        // Keystrokes go out one by one, not held for the previous one's ACK.
+        conn.set_nodelay(true).ok();
         let mut key = [0u8; 16];
         random(&mut key);
         let key = base64(&key);

@@ -262,6 +262,7 @@ impl Agent {
         let tcp = smol::Async::<TcpStream>::connect(resolve(&s.host, s.port).await?)
             .await
             .map_err(|e| format!("connecting: {e}"))?;
+        tcp.get_ref().set_nodelay(true).ok();
         let name = ServerName::try_from(s.host.clone())
             .map_err(|e| format!("server name {:?}: {e}", s.host))?;
         let tls = futures_rustls::TlsConnector::from(self.tls.clone())
@@ -462,6 +463,11 @@ async fn dial(
             .map_err(|e| format!("dial tcp {to}: {e}"))
     }
     .await;
+    // Every DATA packet is written as it comes: small TLS records of a handshake must not
+    // wait for the previous one's ACK (Nagle).
+    if let Ok(s) = &opened {
+        s.get_ref().set_nodelay(true).ok();
+    }
     let stream = match opened {
         Ok(s) => Rc::new(s),
         Err(e) => {

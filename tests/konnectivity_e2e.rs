@@ -61,6 +61,31 @@ spec:
     command: [sh, -c, 'mkdir -p /www && echo served-through-konnectivity > /www/index.html && exec httpd -f -p 8080 -h /www']
 ";
 
+/// Runs of `kubectl exec -- echo` a latency figure is the median of.
+const EXEC_RUNS: usize = 11;
+
+/// The median of [`EXEC_RUNS`] `kubectl exec -- echo` (kubectl's start included), each
+/// checked; prints the spread.
+fn exec_latency(cp: &ControlPlane, path: &str) -> Duration {
+    let mut took: Vec<Duration> = (0..EXEC_RUNS)
+        .map(|i| {
+            let t0 = Instant::now();
+            let r = exec_echo(cp, &format!("{path}-{i}"));
+            let took = t0.elapsed();
+            assert_eq!(r.stdout, format!("{path}-{i}\n"), "{}", r.describe());
+            took
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "figure: kubectl exec -- echo {path}: median {:?}, min {:?}, max {:?} ({EXEC_RUNS} runs)",
+        took[EXEC_RUNS / 2],
+        took[0],
+        took[EXEC_RUNS - 1]
+    );
+    took[EXEC_RUNS / 2]
+}
+
 /// `pki/NAME.crt` and `.key` under `dir`, an EC P-256 key signed by the cluster CA.
 fn sign(cp: &ControlPlane, dir: &Path, name: &str, subject: &str, ext: &str) -> (PathBuf, PathBuf) {
     let key = dir.join(format!("{name}.key"));
@@ -238,7 +263,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         &format!("/O=system:nodes/CN=system:node:{NODE}"),
         &format!(
             "keyUsage = critical, digitalSignature, keyEncipherment\n\
-             extendedKeyUsage = serverAuth\nsubjectAltName = DNS:{NODE}, IP:{NODE_IP}"
+             extendedKeyUsage = serverAuth\nsubjectAltName = DNS:{NODE}, IP:{NODE_IP}, IP:127.0.0.1"
         ),
     );
     sign(
@@ -575,6 +600,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
             "figure: the agent's link idle: {idle} bytes in {window} s (TLS and TCP payload, both ways) = {} bytes a day",
             idle * 86_400 / window.max(1)
         );
+        let tunnel = exec_latency(&cp, "tunnel");
         let without: Vec<String> = args
             .iter()
             .filter(|f| {
@@ -590,6 +616,48 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
             "figure: no tunnel: picolet {} ({:?} after its start)",
             rss(&a),
             settle + Duration::from_secs(window)
+        );
+
+        // The same exec without the tunnel, in the same run: the apiserver restarted without
+        // its egress selector, picolet reporting an InternalIP it serves on (127.0.0.1, which
+        // the serving certificate names too), so the apiserver dials the node API itself.
+        let mut direct = without;
+        for f in &mut direct {
+            if f.starts_with("--node-ip=") {
+                *f = "--node-ip=127.0.0.1".into();
+            }
+        }
+        a.restart_with(&direct);
+        let apiserver: Vec<String> = cp
+            .stop_apiserver()
+            .into_iter()
+            .filter(|f| !f.starts_with("--egress-selector-config-file"))
+            .collect();
+        cp.start_apiserver(&apiserver);
+        wait(
+            "the node's InternalIP 127.0.0.1",
+            Duration::from_secs(60),
+            &a,
+            &cp,
+            || {
+                jsonpath(&[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+                ]) == "127.0.0.1"
+            },
+        );
+        wait("exec direct", Duration::from_secs(30), &a, &cp, || {
+            exec_echo(&cp, "direct").stdout == "direct\n"
+        });
+        let direct = exec_latency(&cp, "direct");
+        eprintln!(
+            "figure: kubectl exec -- echo, median of {EXEC_RUNS}: through the tunnel {:.1} ms, direct {:.1} ms ({:+.1} ms)",
+            tunnel.as_secs_f64() * 1e3,
+            direct.as_secs_f64() * 1e3,
+            (tunnel.as_secs_f64() - direct.as_secs_f64()) * 1e3
         );
     }
     drop(server);

@@ -233,6 +233,8 @@ pub async fn serve(
                 continue;
             }
         };
+        // Streams carry small frames both ways (exec's, port-forward's): no Nagle delay.
+        stream.get_ref().set_nodelay(true).ok();
         let (api, acceptor) = (api.clone(), acceptor.clone());
         rt::spawn(async move {
             let tls = match rt::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {

@@ -284,9 +284,11 @@ async fn proxy<B>(mut req: Request<B>, url: &str) -> Response<Streamed> {
             .first()
             .copied()
             .ok_or_else(|| format!("resolving {authority}: no address"))?;
-        Async::<std::net::TcpStream>::connect(addr)
+        let c = Async::<std::net::TcpStream>::connect(addr)
             .await
-            .map_err(|e| format!("connecting to the runtime's streaming server {addr}: {e}"))
+            .map_err(|e| format!("connecting to the runtime's streaming server {addr}: {e}"))?;
+        c.get_ref().set_nodelay(true).ok();
+        Ok::<_, String>(c)
     };
     let conn = match rt::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(c)) => Rc::new(c),

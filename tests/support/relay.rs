@@ -50,6 +50,9 @@ impl Relay {
                     continue;
                 };
                 s.accepted.fetch_add(1, Ordering::SeqCst);
+                // Each read is passed on at once, as a router would, not held for an ACK.
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
                 {
                     let mut conns = s.conns.lock().unwrap();
                     conns.push(client.try_clone().unwrap());
