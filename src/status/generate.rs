@@ -1604,19 +1604,7 @@ pub fn failed_by_kubelet(
     s.message = Some(message.to_owned());
     let at = rfc3339(now);
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
-        let keep = conds
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == status)
-            .and_then(|c| c.last_transition_time.clone());
-        conds.retain(|c| c.type_ != type_);
-        conds.push(PodCondition {
-            type_: type_.into(),
-            status: status.into(),
-            last_probe_time: None,
-            last_transition_time: keep.or_else(|| Some(at.clone())),
-            reason: Some(reason.into()),
-            message: msg,
-        });
+        set_condition(conds, type_, status, reason, msg, &at);
     };
     if reason == EVICTED {
         set(
@@ -1661,6 +1649,63 @@ pub fn failed_by_kubelet(
     s
 }
 
+/// Condition `type_` replaced by one with this status and reason; its transition time kept when
+/// the status is the same, else `at`.
+fn set_condition(
+    conds: &mut Vec<PodCondition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: Option<String>,
+    at: &str,
+) {
+    let keep = conds
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone());
+    conds.retain(|c| c.type_ != type_);
+    conds.push(PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        last_probe_time: None,
+        last_transition_time: keep.or_else(|| Some(at.to_owned())),
+        reason: Some(reason.into()),
+        message,
+    });
+}
+
+/// A pod deleted through the API whose containers have all stopped is terminal, as the kubelet
+/// makes it (getPhase with the pod terminal): Succeeded when every app container exited 0,
+/// else Failed, and no longer ready. A phase already terminal stays.
+pub fn terminal_after_deletion(s: &mut PodStatus, now: i64) {
+    if terminal(&s.phase).is_some() {
+        return;
+    }
+    let all_succeeded = !s.container_statuses.is_empty()
+        && s.container_statuses.iter().all(|c| {
+            c.state
+                .terminated
+                .as_ref()
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    let (phase, reason) = if all_succeeded {
+        (SUCCEEDED, "PodCompleted")
+    } else {
+        (FAILED, "PodFailed")
+    };
+    s.phase = Some(phase.into());
+    let at = rfc3339(now);
+    set_condition(&mut s.conditions, READY, "False", reason, None, &at);
+    set_condition(
+        &mut s.conditions,
+        CONTAINERS_READY,
+        "False",
+        reason,
+        None,
+        &at,
+    );
+}
+
 /// Every init and app container not yet terminated shows terminated as `terminated` says (given
 /// the container's status and when its running state began), no longer ready or started.
 pub fn terminate_unfinished(
@@ -1686,6 +1731,53 @@ pub fn terminate_unfinished(
 #[cfg(test)]
 mod evicted_tests {
     use super::*;
+
+    #[test]
+    fn deleted_pod_is_terminal() {
+        let exited = |code| ContainerStatus {
+            state: ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let running = PodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: vec![PodCondition {
+                type_: READY.into(),
+                status: "True".into(),
+                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut s = running.clone();
+        s.container_statuses = vec![exited(0), exited(0)];
+        terminal_after_deletion(&mut s, 5_000_000_000);
+        assert_eq!(s.phase.as_deref(), Some(SUCCEEDED));
+        let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("False", Some("PodCompleted"))
+        );
+        assert_eq!(
+            ready.last_transition_time.as_deref(),
+            Some("1970-01-01T00:00:05Z")
+        );
+        let mut s = running.clone();
+        s.container_statuses = vec![exited(0), exited(143)];
+        terminal_after_deletion(&mut s, 5_000_000_000);
+        assert_eq!(s.phase.as_deref(), Some(FAILED));
+        // A terminal phase stays as it was.
+        let mut s = running;
+        s.phase = Some(SUCCEEDED.into());
+        s.container_statuses = vec![exited(1)];
+        terminal_after_deletion(&mut s, 5_000_000_000);
+        assert_eq!(s.phase.as_deref(), Some(SUCCEEDED));
+    }
 
     #[test]
     fn evicted_pod_status() {

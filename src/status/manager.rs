@@ -147,7 +147,8 @@ impl StatusManager {
 
     /// A deleted pod's containers were stopped: each still shown running or waiting shows
     /// terminated, with the exit code and times the runtime gives the stopped instance (`rt`,
-    /// looked at before removal), or, when it has none, killed (137) at `now`.
+    /// looked at before removal), or, when it has none, killed (137) at `now`; the pod is then
+    /// terminal (Succeeded when every app container exited 0, else Failed) and not ready.
     pub fn stopped(&self, uid: &str, rt: &PodRuntimeStatus, now: i64) {
         let mut st = self.statuses.borrow_mut();
         let Some(s) = st.get_mut(uid) else {
@@ -195,6 +196,7 @@ impl StatusManager {
                 },
             }
         });
+        generate::terminal_after_deletion(s, now);
     }
 
     /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
@@ -352,6 +354,13 @@ mod tests {
         assert_eq!(gone.exit_code, 137);
         assert_eq!(gone.reason.as_deref(), Some("Error"));
         assert_eq!(gone.finished_at.as_deref(), Some("1970-01-01T00:00:12Z"));
+        // One container killed: the deleted pod is Failed, and not ready.
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        let cond = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap();
+        for t in ["Ready", "ContainersReady"] {
+            assert_eq!(cond(t).status, "False", "{t}");
+            assert_eq!(cond(t).reason.as_deref(), Some("PodFailed"), "{t}");
+        }
         // Once more changes nothing already terminated.
         m.stopped("u1", &PodRuntimeStatus::default(), 20_000_000_000);
         assert_eq!(m.get("u1").unwrap(), s);
