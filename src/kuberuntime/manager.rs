@@ -77,6 +77,9 @@ pub struct RuntimeManager {
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
     /// ConfigMaps, Secrets and tokens the pods' volumes and environments are made of.
     pub(super) objects: crate::objects::Store,
+    /// The cluster's Services for the containers' service variables; none on a node without
+    /// an apiserver (no variables, as a kubelet without a client).
+    pub(super) services: Option<crate::services::Shared>,
     /// Image credential provider plugins, with their cache.
     pub(super) credential_providers: Option<std::sync::Arc<crate::credential_provider::Providers>>,
     /// The kubepods tree (`--cgroups-per-qos`); none: sandboxes get `cgroup_parent`.
@@ -104,6 +107,7 @@ impl RuntimeManager {
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
             objects: crate::objects::Store::default(),
+            services: None,
             credential_providers: None,
             cgroups: None,
             cgroup_parent: String::new(),
@@ -156,6 +160,35 @@ impl RuntimeManager {
     pub fn with_objects(mut self, objects: crate::objects::Store) -> Self {
         self.objects = objects;
         self
+    }
+
+    /// Shares the Services the cluster side keeps (the containers' service variables).
+    pub fn with_services(mut self, services: Option<crate::services::Shared>) -> Self {
+        self.services = services;
+        self
+    }
+
+    /// The service variables of a pod's containers, as the kubelet's `getServiceEnvVarMap`: an
+    /// API pod waits (the error) until the Services were read once; a static pod takes what is
+    /// known.
+    pub(super) fn service_env(
+        &self,
+        pod: &Pod,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let Some(services) = &self.services else {
+            return Ok(Default::default());
+        };
+        let s = services.lock();
+        let is_api = pod
+            .metadata
+            .annotations
+            .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+            .is_some_and(|src| src == crate::config::Source::Api.as_str());
+        if is_api && !s.synced {
+            return Err(crate::services::NOT_SYNCED.to_owned());
+        }
+        let links = pod.spec.enable_service_links.unwrap_or(true);
+        Ok(s.env(super::config::namespace(pod), links))
     }
 
     /// What the downward API gives for a resource without a limit.
