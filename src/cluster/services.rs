@@ -231,7 +231,13 @@ pub fn run_blocking(
     let mut jitter = Jitter::new(&format!("{node_name}/services"));
     let probe = shared.clone();
     let mut set = ServiceSet::new(shared);
-    let mut written = set.checkpoint();
+    // What the checkpoint holds when it was loaded; otherwise the first list writes one, empty
+    // or not (an empty set read is known, and a restart offline must know it).
+    let mut written = if probe.lock().synced {
+        set.checkpoint()
+    } else {
+        Vec::new()
+    };
     let opts = watch::Options {
         poll_interval,
         log_prefix: "api services",

@@ -809,4 +809,82 @@ mod tests {
         });
         let _ = fs::remove_dir_all(&tmp);
     }
+
+    /// Upstream's makeEnvironmentVariables: an API pod's container waits while the Services
+    /// were never read; a static pod's starts with what is known; once read, the variables are
+    /// in the container's environment.
+    #[test]
+    fn an_api_pods_container_waits_until_the_services_were_read() {
+        let tmp = scratch("svc-wait");
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let services = crate::services::Shared::default();
+        let rm = manager(&fake, &tmp).with_services(Some(services.clone()));
+        let source = |mut pod: Pod, src: &str, uid: &str| {
+            pod.metadata.uid = uid.into();
+            pod.metadata
+                .annotations
+                .insert(crate::config::ANNOTATION_CONFIG_SOURCE.into(), src.into());
+            pod
+        };
+        let env_of = |uid: &str| -> HashMap<String, String> {
+            fake.containers()
+                .into_iter()
+                .find(|c| {
+                    c.config
+                        .labels
+                        .get("io.kubernetes.pod.uid")
+                        .map(String::as_str)
+                        == Some(uid)
+                })
+                .unwrap()
+                .config
+                .envs
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
+                .collect()
+        };
+        rt::block_on(async {
+            let api = source(target_pod(), "api", "u-api");
+            let out = rm.sync_pod(&api, &PodRuntimeStatus::default()).await;
+            assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+            let w = rm.waiting("u-api", "app").unwrap();
+            assert_eq!(w.reason, "CreateContainerConfigError");
+            assert!(
+                w.message.ends_with(crate::services::NOT_SYNCED),
+                "{}",
+                w.message
+            );
+            assert!(created(&fake, "app").is_empty());
+
+            let file = source(target_pod(), "file", "u-file");
+            let out = rm.sync_pod(&file, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            assert!(!env_of("u-file").contains_key("KUBERNETES_SERVICE_HOST"));
+
+            {
+                let mut s = services.lock();
+                s.by_name.insert(
+                    ("default".into(), "kubernetes".into()),
+                    crate::services::Service {
+                        cluster_ip: "10.96.0.1".into(),
+                        ports: vec![crate::services::Port {
+                            name: "https".into(),
+                            port: 443,
+                            protocol: "TCP".into(),
+                        }]
+                        .into(),
+                    },
+                );
+                s.synced = true;
+            }
+            let st = rm.pod_status("u-api").await.unwrap();
+            let out = rm.sync_pod(&api, &st).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let env = env_of("u-api");
+            assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+            assert_eq!(env["KUBERNETES_PORT"], "tcp://10.96.0.1:443");
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
 }
