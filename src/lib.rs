@@ -45,6 +45,7 @@ pub(crate) mod qos;
 pub mod rt;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;
+pub mod services;
 pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
@@ -321,6 +322,7 @@ async fn start_runtime(
     cri: cri::Cri,
     node: kuberuntime::NodeContext,
     objects: objects::Store,
+    services: Option<services::Shared>,
     status: &status::manager::StatusManager,
 ) -> Result<Runtime, String> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -341,6 +343,7 @@ async fn start_runtime(
     let rm = Rc::new(
         kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node)
             .with_objects(objects)
+            .with_services(services)
             .with_credential_providers(providers)
             .with_cgroups(cgroups, cgroup_parent)
             .with_allocatable(o.cgroups.allocatable(capacity)),
@@ -452,6 +455,7 @@ fn start_cluster(
     parts: &Parts,
     runtime_version: &str,
     objects: objects::Store,
+    services: Option<services::Shared>,
     tx: async_channel::Sender<config::Snapshot>,
 ) -> Result<Vec<rt::Task<()>>, String> {
     let node = parts.rm.node();
@@ -467,6 +471,14 @@ fn start_cluster(
         .name("api-source".into())
         .spawn(move || config::api::run_blocking(c, cfg, tx, m))
         .map_err(|e| format!("starting the api source thread: {e}"))?;
+    if let Some(shared) = services {
+        let (c, name, poll) = (client.clone(), node_name.clone(), o.apiserver_poll_interval);
+        let checkpoint = Some(o.root_dir.join("checkpoints").join("services.json"));
+        std::thread::Builder::new()
+            .name("api-services".into())
+            .spawn(move || cluster::services::run_blocking(c, shared, &name, poll, checkpoint))
+            .map_err(|e| format!("starting the api services thread: {e}"))?;
+    }
     let mut facts = cluster::node::gather(
         &node_name,
         &node.node_ip,
@@ -843,6 +855,20 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             Err(e) => log::warn!("ignoring the objects checkpoint: {e}"),
         }
     }
+    // The Services for the containers' service variables, with what the node last saw.
+    #[cfg(feature = "apiserver")]
+    let services = src.apiserver.is_some().then(|| {
+        let shared = services::Shared::default();
+        let checkpoint = o.root_dir.join("checkpoints").join("services.json");
+        match cluster::services::load_checkpoint(&checkpoint, &shared) {
+            Ok(None) => {}
+            Ok(Some(n)) => log::info!("{n} Services from the checkpoint"),
+            Err(e) => log::warn!("ignoring the services checkpoint: {e}"),
+        }
+        shared
+    });
+    #[cfg(not(feature = "apiserver"))]
+    let services: Option<services::Shared> = None;
     // A broken NOTIFY_SOCKET is logged, not fatal: picolet runs the same under any supervisor.
     let notifier = notify::Notifier::from_env()
         .inspect_err(|e| log::warn!("{e}; not notifying systemd"))
@@ -856,7 +882,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     let admission_node = admission_node(&o, &node.node_name, node.memory_bytes);
     rt::block_on(async move {
         let status = Rc::new(status::manager::StatusManager::new(&host_ip));
-        let runtime = start_runtime(&o, cri, node, objects.clone(), &status).await?;
+        let runtime =
+            start_runtime(&o, cri, node, objects.clone(), services.clone(), &status).await?;
         let rm = runtime.rm;
         let cache = Rc::new(RefCell::new(pleg::Cache::default()));
         let (snap_tx, snap_rx) = async_channel::unbounded();
@@ -924,6 +951,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 &parts,
                 &runtime.version,
                 objects,
+                services,
                 snap_tx.clone(),
             )?,
             // The first bootstrap: the cluster's tasks start once the node has an identity.
@@ -936,7 +964,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
                 );
                 vec![rt::spawn(async move {
                     let _ = ready.recv().await;
-                    match start_cluster(&o, client, &parts, &version, objects, tx) {
+                    match start_cluster(&o, client, &parts, &version, objects, services, tx) {
                         Ok(tasks) => {
                             futures_lite::future::pending::<()>().await;
                             drop(tasks);
@@ -948,7 +976,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             (None, _) => Vec::new(),
         };
         #[cfg(not(feature = "apiserver"))]
-        let _ = (&runtime.version, objects);
+        let _ = (&runtime.version, objects, services);
         drop(snap_tx);
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         #[cfg(feature = "local-api")]

@@ -490,6 +490,9 @@ pub struct ObjectEnv {
     /// is optional and absent (the variable is then left out, as upstream); the runtime manager
     /// adds the `resourceFieldRef` values (`kuberuntime::env::resource_refs`).
     pub refs: HashMap<usize, Option<String>>,
+    /// The service variables (`crate::services`), by name: `$(VAR)` in env, command and args
+    /// may name them, and each that the container does not set itself is added after its own.
+    pub services: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for ObjectEnv {
@@ -498,6 +501,7 @@ impl std::fmt::Debug for ObjectEnv {
         f.debug_struct("ObjectEnv")
             .field("from", &names)
             .field("refs", &self.refs.len())
+            .field("services", &self.services.len())
             .finish()
     }
 }

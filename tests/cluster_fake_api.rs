@@ -9,6 +9,7 @@ mod fake_apiserver;
 #[path = "support/fake_cri.rs"]
 mod fake_cri;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -1176,5 +1177,159 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
                 .as_deref(),
             Some("pod-user")
         );
+    });
+}
+
+fn container_named(fake: &FakeCri, pod: &str) -> picolet::cri::fake::FakeContainer {
+    fake.containers()
+        .into_iter()
+        .filter(|c| {
+            c.config
+                .labels
+                .get("io.kubernetes.pod.name")
+                .map(String::as_str)
+                == Some(pod)
+        })
+        .max_by_key(|c| c.created_at)
+        .unwrap_or_else(|| panic!("no container of {pod}"))
+}
+
+fn with_env(name: &str, links: Option<bool>) -> serde_json::Value {
+    let mut p = api_pod(name);
+    p["spec"]["containers"][0]["env"] = json!([
+        {"name": "URL", "value": "http://$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT)"},
+        {"name": "WEB_SERVICE_PORT", "value": "8080"},
+    ]);
+    if let Some(l) = links {
+        p["spec"]["enableServiceLinks"] = json!(l);
+    }
+    p
+}
+
+#[test]
+fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_restart() {
+    run(async {
+        let (tmp, fake, api) = env("svcenv");
+        let port = |name: &str, n: u16| json!({"name": name, "port": n, "protocol": "TCP", "targetPort": 8080});
+        api.put_service(
+            "default",
+            "kubernetes",
+            json!({"clusterIP": "10.96.0.1", "ports": [port("https", 443)]}),
+        );
+        api.put_service(
+            "default",
+            "web",
+            json!({"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}),
+        );
+        api.put_service(
+            "default",
+            "headless",
+            json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+        );
+        api.put_service(
+            "other",
+            "db",
+            json!({"clusterIP": "10.96.0.20", "ports": [{"port": 5432}]}),
+        );
+        api.create_pod(with_env("first", None));
+        let a = start(&tmp, &fake, &api).await;
+        until(&a, "first running", Duration::from_secs(15), || {
+            running(&fake, "first") == 1
+        })
+        .await;
+        let env: BTreeMap<String, String> = env_of(&container_named(&fake, "first"))
+            .into_iter()
+            .collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT_HTTPS"], "443");
+        assert_eq!(env["KUBERNETES_PORT_443_TCP"], "tcp://10.96.0.1:443");
+        assert_eq!(env["WEB_SERVICE_HOST"], "10.96.0.10");
+        assert_eq!(env["WEB_PORT_80_TCP_PROTO"], "tcp");
+        // The container's own variable wins, and `$(VAR)` sees the service's before it is set.
+        assert_eq!(env["WEB_SERVICE_PORT"], "8080");
+        assert_eq!(env["URL"], "http://10.96.0.10:80");
+        assert!(!env.keys().any(|k| k.starts_with("HEADLESS_")), "{env:?}");
+        assert!(!env.keys().any(|k| k.starts_with("DB_")), "{env:?}");
+        assert_eq!(
+            env.keys()
+                .filter(|k| k.starts_with("KUBERNETES_") || k.starts_with("WEB_"))
+                .count(),
+            8 + 7,
+            "{env:?}"
+        );
+
+        // A service made afterwards arrives through the watch: no second list.
+        api.put_service(
+            "default",
+            "later",
+            json!({"clusterIP": "10.96.0.30", "ports": [{"port": 9000, "protocol": "UDP"}]}),
+        );
+        let ckpt = tmp.path().join("a/kubelet/checkpoints/services.json");
+        until(
+            &a,
+            "later in the checkpoint",
+            Duration::from_secs(10),
+            || std::fs::read_to_string(&ckpt).is_ok_and(|t| t.contains("later")),
+        )
+        .await;
+        api.create_pod(with_env("second", Some(true)));
+        api.create_pod(with_env("nolinks", Some(false)));
+        until(
+            &a,
+            "second and nolinks running",
+            Duration::from_secs(15),
+            || running(&fake, "second") == 1 && running(&fake, "nolinks") == 1,
+        )
+        .await;
+        let second: BTreeMap<String, String> = env_of(&container_named(&fake, "second"))
+            .into_iter()
+            .collect();
+        assert_eq!(second["LATER_PORT"], "udp://10.96.0.30:9000");
+        let nolinks: BTreeMap<String, String> = env_of(&container_named(&fake, "nolinks"))
+            .into_iter()
+            .collect();
+        assert_eq!(nolinks["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+        assert!(!nolinks.contains_key("WEB_SERVICE_HOST"), "{nolinks:?}");
+        assert!(!nolinks.contains_key("LATER_PORT"), "{nolinks:?}");
+        // enableServiceLinks off: $(WEB_SERVICE_HOST) is not defined and stays as written.
+        assert_eq!(
+            nolinks["URL"],
+            "http://$(WEB_SERVICE_HOST):$(WEB_SERVICE_PORT)"
+        );
+        assert_eq!(api.service_lists(), 1, "{:?}", api.requests());
+
+        // Restarted while the apiserver is down: a container that exits then starts again
+        // with the services of the checkpoint.
+        let mut agent = Arc::try_unwrap(a).ok().expect("one owner");
+        agent.kill9();
+        api.set_down(true);
+        let a = Arc::new(
+            rt::unblock(move || {
+                agent.restart();
+                agent
+            })
+            .await,
+        );
+        until(
+            &a,
+            "the services checkpoint loaded",
+            Duration::from_secs(10),
+            || a.log_text().contains("4 Services from the checkpoint"),
+        )
+        .await;
+        let old = container_named(&fake, "second").id;
+        fake.exit_container(&old, 1);
+        until(
+            &a,
+            "second restarted offline",
+            Duration::from_secs(15),
+            || running(&fake, "second") == 1 && container_named(&fake, "second").id != old,
+        )
+        .await;
+        let again: BTreeMap<String, String> = env_of(&container_named(&fake, "second"))
+            .into_iter()
+            .collect();
+        assert_eq!(again, second, "the same variables offline");
+        api.set_down(false);
     });
 }

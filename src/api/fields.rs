@@ -37,8 +37,7 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
     ("spec.topologySpreadConstraints", Ignored),
     ("spec.evictionResponders", Ignored),
     ("spec.serviceAccount", Ignored),
-    // No services on a node alone, no SELinux, not Windows.
-    ("spec.enableServiceLinks", Ignored),
+    // No SELinux, not Windows.
     ("spec.securityContext.seLinuxChangePolicy", Ignored),
     ("spec.securityContext.windowsOptions", Ignored),
     ("spec.containers[].securityContext.windowsOptions", Ignored),

@@ -178,6 +178,10 @@ pub struct PodSpec {
     /// Secrets (in the pod's namespace) holding registry credentials for its images.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Whether the containers get the variables of the namespace's services (default true);
+    /// the master service's they get always.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enable_service_links: Option<bool>,
 }
 
 /// A reference to an object in the same namespace, by name.

@@ -8,6 +8,7 @@
 //! apart.
 
 pub mod kubeconfig;
+pub mod watch;
 
 use std::io::Read;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -9,6 +9,7 @@
 
 pub mod node;
 pub mod objects;
+pub mod services;
 
 use std::collections::HashMap;
 use std::rc::Rc;

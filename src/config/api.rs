@@ -1,25 +1,20 @@
 //! The apiserver pod source (feature `apiserver`): the pods bound to this node
 //! (`spec.nodeName=<node>`), listed once, then watched from the list's resourceVersion with
-//! bookmarks on. Every change hands the mux a full snapshot, source `api`, as the file source
-//! does.
-//!
-//! Fleet behaviour: a watch that breaks resumes from the last resourceVersion it saw (bookmarks
-//! keep it fresh), so a short outage costs one watch request, not a list; only 410 Gone lists
-//! again. Reconnects wait a random time up to a doubling cap ("full jitter", 1 s to 30 s), so a
-//! fleet whose apiserver restarts comes back spread out instead of in one storm; watch lengths
-//! are randomised (5 to 10 min) so their renewals spread too. `--apiserver-poll-interval`
-//! replaces the watch with a plain list every interval, for links whose middleboxes cut long
-//! connections.
+//! bookmarks on (`apiclient::watch`, which holds the fleet behaviour: resuming, 410 Gone,
+//! jittered back-off, `--apiserver-poll-interval`). Every change hands the mux a full snapshot,
+//! source `api`, as the file source does.
 //!
 //! The network work runs on a thread of its own (a watch blocks in a read for minutes); the
 //! executor only receives snapshots.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
 
-use crate::api::{Pod, PodList};
-use crate::apiclient::{ApiError, Client};
+use crate::api::Pod;
+use crate::apiclient::Client;
+use crate::apiclient::watch::{self, Event, Watched};
+#[cfg(test)]
+use crate::apiclient::watch::{Applied, MAX_EVENT, read_watch};
 
 use super::{ANNOTATION_CONFIG_MIRROR, ANNOTATION_CONFIG_SOURCE, Snapshot, Source};
 
@@ -44,11 +39,8 @@ fn is_mirror(p: &Pod) -> bool {
         .contains_key(ANNOTATION_CONFIG_MIRROR)
 }
 
-/// Longest line of a watch stream (one event: a pod is at most ~1.5 MB in etcd).
-const MAX_EVENT: usize = 4 << 20;
 const BACKOFF_BASE: Duration = Duration::from_millis(1000);
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
-const WATCH_MIN: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone)]
 pub struct ApiSourceConfig {
@@ -63,100 +55,30 @@ pub struct ApiSourceConfig {
 #[derive(Debug, Default)]
 pub struct PodSet {
     pods: BTreeMap<String, Pod>,
+    /// The node whose pods these are (the list's field selector).
+    node: String,
     /// The resourceVersion to resume a watch from.
     pub resource_version: String,
 }
 
-/// What a watch event asks for.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// The set changed: hand the mux a new snapshot.
-    Changed,
-    /// Nothing to tell (a bookmark, or an event about a pod that is not ours).
-    Unchanged,
-    /// The watch's resourceVersion is too old: list again.
-    Gone,
-    /// The server sent an error event.
-    Error(String),
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct WatchEvent {
-    #[serde(rename = "type")]
-    kind: String,
-    object: serde_json::Value,
-}
-
 impl PodSet {
-    /// Replaces the set with a full list.
-    pub fn replace(&mut self, list: PodList) {
-        self.pods = list
-            .items
+    /// Replaces the set with a full list (a PodList's JSON).
+    pub fn replace_list(&mut self, mut list: serde_json::Value) -> Result<(), String> {
+        // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
+        // binary (from a Value) instead of a second one from bytes (README, "Footprint").
+        let items = pods_of(&mut list, "items")?;
+        self.pods = items
             .into_iter()
             .map(|p| (p.metadata.uid.clone(), p))
             .collect();
-        self.resource_version = list.metadata.resource_version.unwrap_or_default();
+        self.resource_version = watch::list_resource_version(&list);
+        Ok(())
     }
 
     /// Applies one line of a watch stream.
-    pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
-        crate::limits::check(
-            line,
-            crate::limits::Syntax::Json,
-            &crate::limits::Limits::API,
-        )
-        .map_err(|e| format!("watch event: {e}"))?;
-        let ev: WatchEvent =
-            serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
-        let rv_of = |o: &serde_json::Value| {
-            o.pointer("/metadata/resourceVersion")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
-        };
-        match ev.kind.as_str() {
-            "BOOKMARK" => {
-                if let Some(rv) = rv_of(&ev.object) {
-                    self.resource_version = rv;
-                }
-                Ok(Applied::Unchanged)
-            }
-            "ERROR" => {
-                let code = ev.object.get("code").and_then(|c| c.as_u64());
-                let msg = ev
-                    .object
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("")
-                    .to_owned();
-                if code == Some(410) {
-                    Ok(Applied::Gone)
-                } else {
-                    Ok(Applied::Error(msg))
-                }
-            }
-            kind @ ("ADDED" | "MODIFIED" | "DELETED") => {
-                if let Some(rv) = rv_of(&ev.object) {
-                    self.resource_version = rv;
-                }
-                let pod = pod_from_value(ev.object)
-                    .map_err(|e| format!("watch event {kind}: pod: {e}"))?;
-                let uid = pod.metadata.uid.clone();
-                let changed = if kind == "DELETED" {
-                    self.pods.remove(&uid).is_some()
-                } else if self.pods.get(&uid) == Some(&pod) {
-                    false
-                } else {
-                    self.pods.insert(uid, pod);
-                    true
-                };
-                Ok(if changed {
-                    Applied::Changed
-                } else {
-                    Applied::Unchanged
-                })
-            }
-            other => Err(format!("watch event of unknown type {other:?}")),
-        }
+    #[cfg(test)]
+    fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
+        watch::apply(self, line)
     }
 
     /// The node's pods, marked as coming from the API. Pods being deleted are in it: the loop
@@ -203,6 +125,44 @@ impl PodSet {
 
     pub fn is_empty(&self) -> bool {
         self.pods.is_empty()
+    }
+}
+
+impl Watched for PodSet {
+    fn what(&self) -> &'static str {
+        "pods"
+    }
+
+    fn path(&self, query: &str) -> String {
+        format!(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3D{}{query}",
+            self.node
+        )
+    }
+
+    fn replace(&mut self, list: serde_json::Value) -> Result<(), String> {
+        self.replace_list(list)
+    }
+
+    fn apply_object(&mut self, event: Event, object: serde_json::Value) -> Result<bool, String> {
+        let pod = pod_from_value(object).map_err(|e| format!("pod: {e}"))?;
+        let uid = pod.metadata.uid.clone();
+        Ok(if event == Event::Deleted {
+            self.pods.remove(&uid).is_some()
+        } else if self.pods.get(&uid) == Some(&pod) {
+            false
+        } else {
+            self.pods.insert(uid, pod);
+            true
+        })
+    }
+
+    fn resource_version(&mut self) -> &mut String {
+        &mut self.resource_version
+    }
+
+    fn count(&self) -> usize {
+        self.pods.len()
     }
 }
 
@@ -275,6 +235,7 @@ pub fn load_checkpoint(path: &std::path::Path) -> Result<Option<PodSet>, String>
             .map(|p| (p.metadata.uid.clone(), p))
             .collect(),
         resource_version: String::new(),
+        node: String::new(),
     }))
 }
 
@@ -332,45 +293,6 @@ pub fn backoff_delay(failures: u32, jitter: &mut Jitter) -> Duration {
     jitter.below(window)
 }
 
-fn pods_path(node: &str, query: &str) -> String {
-    format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}{query}")
-}
-
-/// Reads a watch stream line by line, applying each event; returns how the stream ended.
-fn read_watch(
-    body: impl Read,
-    set: &mut PodSet,
-    emit: &mut dyn FnMut(&PodSet) -> bool,
-) -> Result<Applied, String> {
-    let mut r = BufReader::new(body);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = (&mut r)
-            .take(MAX_EVENT as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("reading the watch: {e}"))?;
-        if n == 0 {
-            return Ok(Applied::Unchanged);
-        }
-        if line.len() > MAX_EVENT {
-            return Err(format!("watch event larger than {MAX_EVENT} bytes"));
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match set.apply(&line)? {
-            Applied::Changed => {
-                if !emit(set) {
-                    return Ok(Applied::Unchanged);
-                }
-            }
-            Applied::Unchanged => {}
-            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
-        }
-    }
-}
-
 /// Runs the source on the calling thread until the receiver of `tx` goes away.
 pub fn run_blocking(
     client: Client,
@@ -380,9 +302,6 @@ pub fn run_blocking(
 ) {
     let mut jitter = Jitter::new(&cfg.node_name);
     let mut set = PodSet::default();
-    let mut listed = false;
-    let mut failures = 0u32;
-    let mut forbidden_told = false;
     let mut written = Vec::new();
     // Run what the node had before anything is asked of the apiserver: it may be far away.
     if let Some(path) = &cfg.checkpoint {
@@ -401,6 +320,15 @@ pub fn run_blocking(
             Err(e) => log::warn!("api source: ignoring the checkpoint: {e}"),
         }
     }
+    set.node = cfg.node_name.clone();
+    let opts = watch::Options {
+        poll_interval: cfg.poll_interval,
+        log_prefix: "api source",
+        forbidden_hint: format!(
+            "check that the kubeconfig's identity is system:node:{} in group system:nodes",
+            cfg.node_name
+        ),
+    };
     let mut emit = |set: &PodSet| {
         if let Ok(mut m) = mirrors.lock() {
             *m = Some(set.mirrors());
@@ -410,107 +338,8 @@ pub fn run_blocking(
         }
         tx.send_blocking(set.snapshot()).is_ok()
     };
-    loop {
-        if tx.is_closed() {
-            return;
-        }
-        let result = watch_round(&client, &cfg, &mut set, &mut listed, &mut jitter, &mut emit);
-        match result {
-            // A watch that delivered events, or ended by its own timeout.
-            Ok(true) => failures = 0,
-            // Nothing came through (410 right after a list, say): back off as for an error,
-            // so an apiserver whose cache lags never meets a tight list loop.
-            Ok(false) => {
-                failures = failures.saturating_add(1);
-                std::thread::sleep(backoff_delay(failures, &mut jitter));
-            }
-            Err(e) => {
-                if e.is_gone() {
-                    listed = false;
-                }
-                failures = failures.saturating_add(1);
-                let wait = backoff_delay(failures, &mut jitter);
-                if e.is_forbidden() {
-                    if !forbidden_told {
-                        log::error!(
-                            "api source: the apiserver refuses this node's pods ({e}); check that \
-                             the kubeconfig's identity is system:node:{} in group system:nodes",
-                            cfg.node_name
-                        );
-                        forbidden_told = true;
-                    }
-                } else {
-                    log::warn!("api source: {e}; retrying in {wait:?}");
-                }
-                std::thread::sleep(wait);
-            }
-        }
-    }
-}
-
-/// One list (when needed) and one watch. `Ok(true)` when the round made progress.
-fn watch_round(
-    client: &Client,
-    cfg: &ApiSourceConfig,
-    set: &mut PodSet,
-    listed: &mut bool,
-    jitter: &mut Jitter,
-    emit: &mut dyn FnMut(&PodSet) -> bool,
-) -> Result<bool, ApiError> {
-    if !*listed || cfg.poll_interval.is_some() {
-        // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
-        // binary (from a Value) instead of a second one from bytes (README, "Footprint").
-        let path = pods_path(&cfg.node_name, "");
-        let mut list: serde_json::Value = client.json("GET", &path, None)?;
-        let decode = |e| ApiError::decode(format!("GET {path}"), e);
-        let items = pods_of(&mut list, "items").map_err(decode)?;
-        let metadata = match list.get_mut("metadata").map(serde_json::Value::take) {
-            Some(m) => serde_json::from_value(m).map_err(|e| decode(format!("metadata: {e}")))?,
-            None => Default::default(),
-        };
-        let list = PodList {
-            metadata,
-            items,
-            ..Default::default()
-        };
-        set.replace(list);
-        *listed = true;
-        log::debug!(
-            "api source: listed {} pods at {}",
-            set.len(),
-            set.resource_version
-        );
-        emit(set);
-        if let Some(every) = cfg.poll_interval {
-            std::thread::sleep(every);
-            return Ok(true);
-        }
-    }
-    let length = WATCH_MIN + jitter.below(WATCH_MIN);
-    let q = format!(
-        "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
-        set.resource_version,
-        length.as_secs()
-    );
-    let started = set.resource_version.clone();
-    let body = client.stream(
-        &pods_path(&cfg.node_name, &q),
-        length + Duration::from_secs(30),
-    )?;
-    match read_watch(body, set, emit) {
-        Ok(Applied::Gone) => {
-            log::info!(
-                "api source: resourceVersion {} expired; listing again",
-                set.resource_version
-            );
-            *listed = false;
-            // Progress only if the watch moved on before it expired.
-            Ok(set.resource_version != started)
-        }
-        Ok(Applied::Error(m)) => Err(ApiError::decode("watch", m)),
-        Ok(_) => Ok(true),
-        Err(e) => Err(ApiError::decode("watch", e)),
-    }
+    let alive = || !tx.is_closed();
+    watch::run(&client, &mut set, &opts, &mut jitter, &alive, &mut emit);
 }
 
 #[cfg(test)]
@@ -527,11 +356,11 @@ mod tests {
     #[test]
     fn list_then_events_track_pods_and_the_resource_version() {
         let mut s = PodSet::default();
-        let list: PodList = serde_json::from_str(
+        let list: serde_json::Value = serde_json::from_str(
             r#"{"metadata":{"resourceVersion":"10"},"items":[{"metadata":{"name":"a","namespace":"default","uid":"a","resourceVersion":"9"},"spec":{"containers":[]}}]}"#,
         )
         .unwrap();
-        s.replace(list);
+        s.replace_list(list).unwrap();
         assert_eq!((s.len(), s.resource_version.as_str()), (1, "10"));
         assert_eq!(
             s.apply(&ev("ADDED", "b", "11", "")).unwrap(),

@@ -184,6 +184,10 @@ impl RuntimeManager {
             Ok(e) => e,
             Err(m) => return refuse(config_error(m), out),
         };
+        match self.service_env(pod) {
+            Ok(s) => object_env.services = s,
+            Err(m) => return refuse(config_error(m), out),
+        }
         match super::env::resource_refs(pod, c, self.allocatable()) {
             Ok(r) => object_env
                 .refs

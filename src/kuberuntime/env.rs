@@ -73,13 +73,18 @@ pub fn expand(input: &str, vars: &HashMap<&str, String>) -> String {
 }
 
 /// The resolved environment: `envFrom` first, then `env` in spec order (later duplicates win,
-/// as in a shell). A `configMapKeyRef`/`secretKeyRef` that is optional and absent is left out.
+/// as in a shell), then the service variables not set by either. A `configMapKeyRef`/`secretKeyRef` that is optional and absent is left out.
 pub fn resolve(
     c: &Container,
     fields: &PodFields<'_>,
     objects: &ObjectEnv,
 ) -> Vec<(String, String)> {
-    let mut vars: HashMap<&str, String> = HashMap::new();
+    // References resolve to the container's own variables first, then the service variables.
+    let mut vars: HashMap<&str, String> = objects
+        .services
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
     let mut out: Vec<(String, String)> = Vec::with_capacity(c.env.len() + objects.from.len());
     for (k, v) in &objects.from {
         vars.insert(k, v.clone());
@@ -103,6 +108,13 @@ pub fn resolve(
         match out.iter_mut().find(|(k, _)| *k == e.name) {
             Some(slot) => slot.1 = value,
             None => out.push((e.name.clone(), value)),
+        }
+    }
+    // Then the service variables the container does not set itself, by name.
+    let own = out.len();
+    for (k, v) in &objects.services {
+        if !out[..own].iter().any(|(n, _)| n == k) {
+            out.push((k.clone(), v.clone()));
         }
     }
     out
@@ -184,6 +196,7 @@ mod tests {
             refs: [(1, Some("from-ref".to_owned())), (2, None)]
                 .into_iter()
                 .collect(),
+            ..Default::default()
         };
         let e = resolve(&c, &PodFields::default(), &objects);
         assert_eq!(
@@ -194,6 +207,56 @@ mod tests {
                 ("A".to_owned(), "literal-from-envFrom".to_owned()),
             ]
         );
+    }
+
+    /// Upstream's makeEnvironmentVariables: `$(VAR)` sees the container's variables first, then
+    /// the service variables; the container's own override the service's; the service
+    /// variables it does not set come after its own; command and args see them all.
+    #[test]
+    fn service_variables_come_last_and_give_way_to_the_containers() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "c",
+            "command": ["echo", "$(TEST_SERVICE_HOST)"],
+            "args": ["$(KUBERNETES_SERVICE_PORT)", "$(TEST_PORT)"],
+            "env": [
+                {"name": "URL", "value": "http://$(TEST_SERVICE_HOST):$(TEST_SERVICE_PORT)"},
+                {"name": "TEST_SERVICE_PORT", "value": "9999"},
+                {"name": "AFTER", "value": "$(TEST_SERVICE_PORT)"},
+            ]
+        }))
+        .unwrap();
+        let objects = ObjectEnv {
+            from: vec![("TEST_PORT".into(), "from-envFrom".into())],
+            services: [
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+                ("TEST_PORT", "tcp://10.0.0.3:8083"),
+                ("TEST_SERVICE_HOST", "10.0.0.3"),
+                ("TEST_SERVICE_PORT", "8083"),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            ..Default::default()
+        };
+        let e = resolve(&c, &PodFields::default(), &objects);
+        let pairs: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            pairs,
+            vec![
+                ("TEST_PORT", "from-envFrom"),
+                // Before TEST_SERVICE_PORT is set, the service's value is the one referenced.
+                ("URL", "http://10.0.0.3:8083"),
+                ("TEST_SERVICE_PORT", "9999"),
+                ("AFTER", "9999"),
+                ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+                ("TEST_SERVICE_HOST", "10.0.0.3"),
+            ]
+        );
+        let (command, args) = command_and_args(&c, &e);
+        assert_eq!(command, vec!["echo", "10.0.0.3"]);
+        assert_eq!(args, vec!["443", "from-envFrom"]);
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct RuntimeManager {
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
     /// ConfigMaps, Secrets and tokens the pods' volumes and environments are made of.
     pub(super) objects: crate::objects::Store,
+    /// The cluster's Services for the containers' service variables; none on a node without
+    /// an apiserver (no variables, as a kubelet without a client).
+    pub(super) services: Option<crate::services::Shared>,
     /// Image credential provider plugins, with their cache.
     pub(super) credential_providers: Option<std::sync::Arc<crate::credential_provider::Providers>>,
     /// The kubepods tree (`--cgroups-per-qos`); none: sandboxes get `cgroup_parent`.
@@ -104,6 +107,7 @@ impl RuntimeManager {
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
             objects: crate::objects::Store::default(),
+            services: None,
             credential_providers: None,
             cgroups: None,
             cgroup_parent: String::new(),
@@ -156,6 +160,35 @@ impl RuntimeManager {
     pub fn with_objects(mut self, objects: crate::objects::Store) -> Self {
         self.objects = objects;
         self
+    }
+
+    /// Shares the Services the cluster side keeps (the containers' service variables).
+    pub fn with_services(mut self, services: Option<crate::services::Shared>) -> Self {
+        self.services = services;
+        self
+    }
+
+    /// The service variables of a pod's containers, as the kubelet's `getServiceEnvVarMap`: an
+    /// API pod waits (the error) until the Services were read once; a static pod takes what is
+    /// known.
+    pub(super) fn service_env(
+        &self,
+        pod: &Pod,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let Some(services) = &self.services else {
+            return Ok(Default::default());
+        };
+        let s = services.lock();
+        let is_api = pod
+            .metadata
+            .annotations
+            .get(crate::config::ANNOTATION_CONFIG_SOURCE)
+            .is_some_and(|src| src == crate::config::Source::Api.as_str());
+        if is_api && !s.synced {
+            return Err(crate::services::NOT_SYNCED.to_owned());
+        }
+        let links = pod.spec.enable_service_links.unwrap_or(true);
+        Ok(s.env(super::config::namespace(pod), links))
     }
 
     /// What the downward API gives for a resource without a limit.
@@ -773,6 +806,84 @@ mod tests {
             let w = rm.waiting("u-eph", "debugger").unwrap();
             assert_eq!(w.reason, "CreateContainerConfigError");
             assert!(w.message.contains("nope"), "{}", w.message);
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    /// Upstream's makeEnvironmentVariables: an API pod's container waits while the Services
+    /// were never read; a static pod's starts with what is known; once read, the variables are
+    /// in the container's environment.
+    #[test]
+    fn an_api_pods_container_waits_until_the_services_were_read() {
+        let tmp = scratch("svc-wait");
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let services = crate::services::Shared::default();
+        let rm = manager(&fake, &tmp).with_services(Some(services.clone()));
+        let source = |mut pod: Pod, src: &str, uid: &str| {
+            pod.metadata.uid = uid.into();
+            pod.metadata
+                .annotations
+                .insert(crate::config::ANNOTATION_CONFIG_SOURCE.into(), src.into());
+            pod
+        };
+        let env_of = |uid: &str| -> HashMap<String, String> {
+            fake.containers()
+                .into_iter()
+                .find(|c| {
+                    c.config
+                        .labels
+                        .get("io.kubernetes.pod.uid")
+                        .map(String::as_str)
+                        == Some(uid)
+                })
+                .unwrap()
+                .config
+                .envs
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
+                .collect()
+        };
+        rt::block_on(async {
+            let api = source(target_pod(), "api", "u-api");
+            let out = rm.sync_pod(&api, &PodRuntimeStatus::default()).await;
+            assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+            let w = rm.waiting("u-api", "app").unwrap();
+            assert_eq!(w.reason, "CreateContainerConfigError");
+            assert!(
+                w.message.ends_with(crate::services::NOT_SYNCED),
+                "{}",
+                w.message
+            );
+            assert!(created(&fake, "app").is_empty());
+
+            let file = source(target_pod(), "file", "u-file");
+            let out = rm.sync_pod(&file, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            assert!(!env_of("u-file").contains_key("KUBERNETES_SERVICE_HOST"));
+
+            {
+                let mut s = services.lock();
+                s.by_name.insert(
+                    ("default".into(), "kubernetes".into()),
+                    crate::services::Service {
+                        cluster_ip: "10.96.0.1".into(),
+                        ports: vec![crate::services::Port {
+                            name: "https".into(),
+                            port: 443,
+                            protocol: "TCP".into(),
+                        }]
+                        .into(),
+                    },
+                );
+                s.synced = true;
+            }
+            let st = rm.pod_status("u-api").await.unwrap();
+            let out = rm.sync_pod(&api, &st).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let env = env_of("u-api");
+            assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
+            assert_eq!(env["KUBERNETES_PORT"], "tcp://10.96.0.1:443");
         });
         let _ = fs::remove_dir_all(&tmp);
     }

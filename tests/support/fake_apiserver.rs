@@ -1,8 +1,9 @@
 //! A fake kube-apiserver on loopback (plain HTTP, std threads), for what a real one cannot be
 //! made to do on command: drop every watch, answer 410 Gone, refuse with 403, stall, cut the link
 //! and leave its connections dead, silence the watches. It keeps
-//! Nodes, Leases and Pods as JSON with one resourceVersion counter and an event log, and speaks
-//! the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=`), watch
+//! Nodes, Leases, Pods and Services as JSON with one resourceVersion counter and an event log, and
+//! speaks the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=` for
+//! pods, `spec.clusterIP!=None` for services), watch
 //! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
 //! get, update, merge-patch (status subresource with a UID precondition), delete. It is not a
 //! substitute for the real apiserver: the end-to-end cluster tests run one.
@@ -26,6 +27,8 @@ struct State {
     objects: BTreeMap<String, Value>,
     /// (resourceVersion, type, object) of every pod change.
     pod_events: Vec<(u64, &'static str, Value)>,
+    /// The same for Services.
+    service_events: Vec<(u64, &'static str, Value)>,
     /// Watches asking for a resourceVersion below this get 410 Gone.
     compacted_below: u64,
     /// Every request: (method, path with query).
@@ -78,6 +81,14 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message})
 }
 
+/// Whether a Service matches a list's or watch's field selector (only `spec.clusterIP!=None`).
+fn service_selected(q: &BTreeMap<String, String>, o: &Value) -> bool {
+    match q.get("fieldSelector").map(String::as_str) {
+        Some("spec.clusterIP!=None") => o["spec"]["clusterIP"] != "None",
+        _ => true,
+    }
+}
+
 fn merge(into: &mut Value, patch: &Value) {
     match (into, patch) {
         (Value::Object(a), Value::Object(b)) => {
@@ -98,7 +109,7 @@ fn query(path: &str) -> (String, BTreeMap<String, String>) {
     let q = q
         .split('&')
         .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=")))
+        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=").replace("%21", "!")))
         .collect();
     (p.to_owned(), q)
 }
@@ -252,6 +263,54 @@ impl FakeApi {
             let rv = s.rv;
             s.pod_events.push((rv, "ADDED", pod));
         });
+    }
+
+    /// Creates or replaces a Service (`spec` as given), recording the event.
+    pub fn put_service(&self, ns: &str, name: &str, spec: Value) {
+        self.with(|s| {
+            s.rv += 1;
+            let key = format!("services/{ns}/{name}");
+            let kind = if s.objects.contains_key(&key) {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            let o = json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": ns, "resourceVersion": s.rv.to_string(),
+                             "uid": format!("uid-svc-{name}")},
+                "spec": spec,
+                "status": {"loadBalancer": {}},
+            });
+            s.objects.insert(key, o.clone());
+            let rv = s.rv;
+            s.service_events.push((rv, kind, o));
+        });
+    }
+
+    /// Deletes a Service, recording the event.
+    pub fn delete_service(&self, ns: &str, name: &str) {
+        self.with(|s| {
+            if let Some(mut o) = s.objects.remove(&format!("services/{ns}/{name}")) {
+                s.rv += 1;
+                o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                let rv = s.rv;
+                s.service_events.push((rv, "DELETED", o));
+            }
+        });
+    }
+
+    /// How many times the Services were listed (not watched).
+    pub fn service_lists(&self) -> usize {
+        self.with(|s| {
+            s.requests
+                .iter()
+                .filter(|(m, p)| {
+                    m == "GET" && p.starts_with("/api/v1/services?") && !p.contains("watch=true")
+                })
+                .count()
+        })
     }
 
     /// Deletes a pod at once (grace 0) and records the event.
@@ -552,7 +611,7 @@ impl FakeApi {
             }
             let (p, q) = query(&path);
             if q.get("watch").is_some_and(|v| v == "true") {
-                self.watch(&mut w, &q, cuts);
+                self.watch(&mut w, &p, &q, cuts);
                 return;
             }
             let refused = self.with(|s| s.bad_tokens.iter().any(|t| auth == format!("Bearer {t}")));
@@ -604,6 +663,7 @@ impl FakeApi {
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"] => format!("leases/{ns}"),
                 ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", n] => format!("leases/{ns}/{n}"),
                 ["api", "v1", "pods"] => "pods".to_owned(),
+                ["api", "v1", "services"] => "services".to_owned(),
                 ["api", "v1", "namespaces", ns, kind @ ("configmaps" | "secrets"), n] => format!("{kind}/{ns}/{n}"),
                 ["api", "v1", "namespaces", ns, "serviceaccounts", sa, "token"] => format!("token/{ns}/{sa}"),
                 ["api", "v1", "namespaces", ns, "pods"] => format!("newpod/{ns}"),
@@ -626,6 +686,15 @@ impl FakeApi {
                         .map(|(_, v)| v.clone())
                         .collect();
                     (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("GET", "services") => {
+                    let items: Vec<Value> = s
+                        .objects
+                        .iter()
+                        .filter(|(k, v)| k.starts_with("services/") && service_selected(q, v))
+                        .map(|(_, v)| v.clone())
+                        .collect();
+                    (200, json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
                 }
                 ("POST", "nodes") | ("POST", _) if key == "nodes" || key.starts_with("leases/") => {
                     let name = body["metadata"]["name"].as_str().unwrap_or("").to_owned();
@@ -762,7 +831,8 @@ impl FakeApi {
         })
     }
 
-    fn watch(&self, w: &mut TcpStream, q: &BTreeMap<String, String>, cuts: u64) {
+    fn watch(&self, w: &mut TcpStream, p: &str, q: &BTreeMap<String, String>, cuts: u64) {
+        let services = p == "/api/v1/services";
         let from: u64 = q
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
@@ -818,12 +888,22 @@ impl FakeApi {
                 let _ = w.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            let news: Vec<(u64, &str, Value)> = g
-                .pod_events
-                .iter()
-                .filter(|(rv, _, o)| *rv > sent && o["spec"]["nodeName"] == node.as_str())
-                .map(|(rv, t, o)| (*rv, *t, o.clone()))
-                .collect();
+            let news: Vec<(u64, &str, Value)> = if services {
+                &g.service_events
+            } else {
+                &g.pod_events
+            }
+            .iter()
+            .filter(|(rv, _, o)| {
+                *rv > sent
+                    && if services {
+                        service_selected(q, o)
+                    } else {
+                        o["spec"]["nodeName"] == node.as_str()
+                    }
+            })
+            .map(|(rv, t, o)| (*rv, *t, o.clone()))
+            .collect();
             let last = g.rv;
             drop(g);
             for (rv, t, o) in news {
@@ -841,7 +921,7 @@ impl FakeApi {
                 // watcher current.
                 if !send(
                     w,
-                    &json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": last.to_string()}}}),
+                    &json!({"type": "BOOKMARK", "object": {"kind": if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
                 ) {
                     return;
                 }

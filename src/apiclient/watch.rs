@@ -1,0 +1,288 @@
+//! List and watch of one collection, for every watched kind (the node's pods, the cluster's
+//! Services): listed once, then watched from the list's resourceVersion with bookmarks on.
+//!
+//! Fleet behaviour: a watch that breaks resumes from the last resourceVersion it saw (bookmarks
+//! keep it fresh), so a short outage costs one watch request, not a list; only 410 Gone lists
+//! again, and a watch that keeps expiring backs off instead of listing in a loop. Reconnects
+//! wait a random time up to a doubling cap ("full jitter", 1 s to 30 s), so a fleet whose
+//! apiserver restarts comes back spread out; watch lengths are randomised (5 to 10 min) so their
+//! renewals spread too. A poll interval replaces the watch with a plain list every interval, for
+//! links whose middleboxes cut long connections.
+//!
+//! Each watched kind runs [`run`] on a thread of its own (a watch blocks in a read for minutes).
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::Duration;
+
+use super::{ApiError, Client};
+use crate::config::api::{Jitter, backoff_delay};
+
+/// Longest line of a watch stream (one event: an object is at most ~1.5 MB in etcd).
+pub const MAX_EVENT: usize = 4 << 20;
+const WATCH_MIN: Duration = Duration::from_secs(300);
+
+/// What a watch event asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The set changed.
+    Changed,
+    /// Nothing to tell (a bookmark, or an event that changes nothing kept).
+    Unchanged,
+    /// The watch's resourceVersion is too old: list again.
+    Gone,
+    /// The server sent an error event.
+    Error(String),
+}
+
+/// The kind of an object event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// A set of objects kept by list and watch.
+pub trait Watched {
+    /// What is watched, for log lines ("pods", "services").
+    fn what(&self) -> &'static str;
+    /// The collection's path with `query` (`&watch=true...`, may be empty) appended; the path
+    /// carries a `?` already.
+    fn path(&self, query: &str) -> String;
+    /// Replaces the set with a list's `items` (the list as decoded JSON).
+    fn replace(&mut self, list: serde_json::Value) -> Result<(), String>;
+    /// Applies one object event; true when the set changed.
+    fn apply_object(&mut self, event: Event, object: serde_json::Value) -> Result<bool, String>;
+    /// The resourceVersion to resume a watch from.
+    fn resource_version(&mut self) -> &mut String;
+    /// How many objects the set holds (for log lines).
+    fn count(&self) -> usize;
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct WatchEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    object: serde_json::Value,
+}
+
+/// Applies one line of a watch stream to `set`.
+pub fn apply<W: Watched + ?Sized>(set: &mut W, line: &[u8]) -> Result<Applied, String> {
+    crate::limits::check(
+        line,
+        crate::limits::Syntax::Json,
+        &crate::limits::Limits::API,
+    )
+    .map_err(|e| format!("watch event: {e}"))?;
+    let ev: WatchEvent = serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
+    let rv = ev
+        .object
+        .pointer("/metadata/resourceVersion")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    let event = match ev.kind.as_str() {
+        "BOOKMARK" => {
+            if let Some(rv) = rv {
+                *set.resource_version() = rv;
+            }
+            return Ok(Applied::Unchanged);
+        }
+        "ERROR" => {
+            let code = ev.object.get("code").and_then(|c| c.as_u64());
+            let msg = ev
+                .object
+                .get("message")
+                .and_then(|m| m.as_str())
+                .unwrap_or("")
+                .to_owned();
+            return Ok(if code == Some(410) {
+                Applied::Gone
+            } else {
+                Applied::Error(msg)
+            });
+        }
+        "ADDED" => Event::Added,
+        "MODIFIED" => Event::Modified,
+        "DELETED" => Event::Deleted,
+        other => return Err(format!("watch event of unknown type {other:?}")),
+    };
+    if let Some(rv) = rv {
+        *set.resource_version() = rv;
+    }
+    let changed = set
+        .apply_object(event, ev.object)
+        .map_err(|e| format!("watch event {}: {e}", ev.kind))?;
+    Ok(if changed {
+        Applied::Changed
+    } else {
+        Applied::Unchanged
+    })
+}
+
+/// Reads a watch stream line by line, applying each event and calling `emit` after each change
+/// (it returns false to stop); returns how the stream ended.
+pub fn read_watch<W: Watched + ?Sized>(
+    body: impl Read,
+    set: &mut W,
+    emit: &mut dyn FnMut(&W) -> bool,
+) -> Result<Applied, String> {
+    let mut r = BufReader::new(body);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut r)
+            .take(MAX_EVENT as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("reading the watch: {e}"))?;
+        if n == 0 {
+            return Ok(Applied::Unchanged);
+        }
+        if line.len() > MAX_EVENT {
+            return Err(format!("watch event larger than {MAX_EVENT} bytes"));
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match apply(set, &line)? {
+            Applied::Changed => {
+                if !emit(set) {
+                    return Ok(Applied::Unchanged);
+                }
+            }
+            Applied::Unchanged => {}
+            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
+        }
+    }
+}
+
+/// How [`run`] goes about it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// List every this long instead of watching.
+    pub poll_interval: Option<Duration>,
+    /// What log lines start with ("api source").
+    pub log_prefix: &'static str,
+    /// Said once, after the refusal, when the apiserver refuses the set (403).
+    pub forbidden_hint: String,
+}
+
+/// Lists and watches `set` on the calling thread, calling `emit` after every list and every
+/// change, until `emit` returns false or `alive` does.
+pub fn run<W: Watched>(
+    client: &Client,
+    set: &mut W,
+    opts: &Options,
+    jitter: &mut Jitter,
+    alive: &dyn Fn() -> bool,
+    emit: &mut dyn FnMut(&W) -> bool,
+) {
+    let mut listed = false;
+    let mut failures = 0u32;
+    let mut forbidden_told = false;
+    let stop = std::cell::Cell::new(false);
+    let mut emit = |set: &W| {
+        let go = emit(set);
+        stop.set(stop.get() || !go);
+        go
+    };
+    loop {
+        if !alive() {
+            return;
+        }
+        let result = round(client, opts, set, &mut listed, jitter, &mut emit);
+        if stop.get() {
+            return;
+        }
+        match result {
+            // A watch that delivered events, or ended by its own timeout.
+            Ok(true) => failures = 0,
+            // Nothing came through (410 right after a list, say): back off as for an error,
+            // so an apiserver whose cache lags never meets a tight list loop.
+            Ok(false) => {
+                failures = failures.saturating_add(1);
+                std::thread::sleep(backoff_delay(failures, jitter));
+            }
+            Err(e) => {
+                if e.is_gone() {
+                    listed = false;
+                }
+                failures = failures.saturating_add(1);
+                let wait = backoff_delay(failures, jitter);
+                let (prefix, what) = (opts.log_prefix, set.what());
+                if e.is_forbidden() {
+                    if !forbidden_told {
+                        log::error!(
+                            "{prefix}: the apiserver refuses this node's {what} ({e}); {}",
+                            opts.forbidden_hint
+                        );
+                        forbidden_told = true;
+                    }
+                } else {
+                    log::warn!("{prefix}: {e}; retrying in {wait:?}");
+                }
+                std::thread::sleep(wait);
+            }
+        }
+    }
+}
+
+/// One list (when needed) and one watch. `Ok(true)` when the round made progress.
+fn round<W: Watched>(
+    client: &Client,
+    opts: &Options,
+    set: &mut W,
+    listed: &mut bool,
+    jitter: &mut Jitter,
+    emit: &mut dyn FnMut(&W) -> bool,
+) -> Result<bool, ApiError> {
+    let (prefix, what) = (opts.log_prefix, set.what());
+    if !*listed || opts.poll_interval.is_some() {
+        let path = set.path("");
+        let list: serde_json::Value = client.json("GET", &path, None)?;
+        set.replace(list)
+            .map_err(|e| ApiError::decode(format!("GET {path}"), e))?;
+        *listed = true;
+        log::debug!(
+            "{prefix}: listed {} {what} at {}",
+            set.count(),
+            set.resource_version()
+        );
+        if !emit(set) {
+            return Ok(true);
+        }
+        if let Some(every) = opts.poll_interval {
+            std::thread::sleep(every);
+            return Ok(true);
+        }
+    }
+    let length = WATCH_MIN + jitter.below(WATCH_MIN);
+    let q = format!(
+        "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
+        set.resource_version(),
+        length.as_secs()
+    );
+    let started = set.resource_version().clone();
+    let body = client.stream(&set.path(&q), length + Duration::from_secs(30))?;
+    match read_watch(body, set, emit) {
+        Ok(Applied::Gone) => {
+            log::info!(
+                "{prefix}: resourceVersion {} expired; listing again",
+                set.resource_version()
+            );
+            *listed = false;
+            // Progress only if the watch moved on before it expired.
+            Ok(*set.resource_version() != started)
+        }
+        Ok(Applied::Error(m)) => Err(ApiError::decode("watch", m)),
+        Ok(_) => Ok(true),
+        Err(e) => Err(ApiError::decode("watch", e)),
+    }
+}
+
+/// The `resourceVersion` of a list's `metadata`, taken out of it.
+pub fn list_resource_version(list: &serde_json::Value) -> String {
+    list.pointer("/metadata/resourceVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
