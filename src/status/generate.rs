@@ -1732,6 +1732,20 @@ pub fn terminate_unfinished(
 mod evicted_tests {
     use super::*;
 
+    /// A running pod, ready since 2026-01-01.
+    fn running_and_ready() -> PodStatus {
+        PodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: vec![PodCondition {
+                type_: READY.into(),
+                status: "True".into(),
+                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn deleted_pod_is_terminal() {
         let exited = |code| ContainerStatus {
@@ -1744,16 +1758,7 @@ mod evicted_tests {
             },
             ..Default::default()
         };
-        let running = PodStatus {
-            phase: Some(RUNNING.into()),
-            conditions: vec![PodCondition {
-                type_: READY.into(),
-                status: "True".into(),
-                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let running = running_and_ready();
         let mut s = running.clone();
         s.container_statuses = vec![exited(0), exited(0)];
         terminal_after_deletion(&mut s, 5_000_000_000);
@@ -1782,13 +1787,6 @@ mod evicted_tests {
     #[test]
     fn evicted_pod_status() {
         let prev = PodStatus {
-            phase: Some(RUNNING.into()),
-            conditions: vec![PodCondition {
-                type_: READY.into(),
-                status: "True".into(),
-                last_transition_time: Some("2026-01-01T00:00:00Z".into()),
-                ..Default::default()
-            }],
             container_statuses: vec![
                 ContainerStatus {
                     name: "app".into(),
@@ -1814,7 +1812,7 @@ mod evicted_tests {
                     ..Default::default()
                 },
             ],
-            ..Default::default()
+            ..running_and_ready()
         };
         let msg = "The node was low on resource: memory. ";
         let now = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
