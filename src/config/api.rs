@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::api::Pod;
 use crate::apiclient::Client;
-use crate::apiclient::watch::{self, Event, Watched};
+use crate::apiclient::watch::{self, Applied, Event, Watched};
 #[cfg(test)]
-use crate::apiclient::watch::{Applied, MAX_EVENT, read_watch};
+use crate::apiclient::watch::{MAX_EVENT, read_watch};
 
 use super::{ANNOTATION_CONFIG_MIRROR, ANNOTATION_CONFIG_SOURCE, Snapshot, Source};
 
@@ -75,9 +75,8 @@ impl PodSet {
         Ok(())
     }
 
-    /// Applies one line of a watch stream.
-    #[cfg(test)]
-    fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
+    /// Applies one line of a watch stream (the fuzz target's way in).
+    pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
         watch::apply(self, line)
     }
 
