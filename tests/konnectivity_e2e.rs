@@ -9,6 +9,10 @@
 //! exec works again within the agent's backoff. The agent reaches the server through a relay the
 //! test controls: with the link cut (every connection closed, new ones refused) exec fails, the
 //! agent notices and keeps dialing; with the link back it reconnects within its backoff.
+//! Last, metrics-server's own scrape: the server's frontend moved to TCP with mutual TLS, the
+//! apiserver's egress with it, metrics-server given it as `HTTPS_PROXY` and its address allowed
+//! to the agent (the aggregator reaches it through the same egress): `kubectl top node` and
+//! `kubectl top pod` show the unroutable node's figures.
 //!
 //! The agent port is on TLS with a certificate of the cluster CA, and the server asks agents
 //! for a client certificate of that CA (the node's own). Needs Go (the server's and the control
@@ -149,7 +153,14 @@ fn sign(cp: &ControlPlane, dir: &Path, name: &str, subject: &str, ext: &str) -> 
     (crt, key)
 }
 
-/// konnectivity-server, HTTP CONNECT on a unix socket for the apiserver, the agent port on TLS.
+/// Where konnectivity-server takes HTTP CONNECT requests: a unix socket, or a TCP port on
+/// loopback with mutual TLS (clients of the cluster CA).
+enum Frontend<'a> {
+    Uds(&'a Path),
+    Tcp(u16),
+}
+
+/// konnectivity-server, HTTP CONNECT on its frontend for the apiserver, the agent port on TLS.
 /// `Drop` stops it, by its PID.
 struct ProxyServer {
     child: Child,
@@ -158,7 +169,32 @@ struct ProxyServer {
 
 impl ProxyServer {
     fn start(bin: &Path, dir: &Path, uds: &Path, ports: [u16; 3], ca: &Path) -> ProxyServer {
-        let _ = std::fs::remove_file(uds);
+        Self::start_with(bin, dir, &Frontend::Uds(uds), ports, ca)
+    }
+
+    fn start_with(
+        bin: &Path,
+        dir: &Path,
+        frontend: &Frontend,
+        ports: [u16; 3],
+        ca: &Path,
+    ) -> ProxyServer {
+        let frontend_flags = match frontend {
+            Frontend::Uds(uds) => {
+                let _ = std::fs::remove_file(uds);
+                vec![
+                    "--server-port=0".to_owned(),
+                    format!("--uds-name={}", uds.display()),
+                ]
+            }
+            Frontend::Tcp(port) => vec![
+                format!("--server-port={port}"),
+                "--server-bind-address=127.0.0.1".into(),
+                format!("--server-ca-cert={}", ca.display()),
+                format!("--server-cert={}", dir.join("proxy-server.crt").display()),
+                format!("--server-key={}", dir.join("proxy-server.key").display()),
+            ],
+        };
         let log = dir.join("konnectivity-server.log");
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -166,10 +202,9 @@ impl ProxyServer {
             .open(&log)
             .unwrap();
         let child = Command::new(bin)
+            .arg("--mode=http-connect")
+            .args(&frontend_flags)
             .args([
-                "--mode=http-connect",
-                "--server-port=0",
-                &format!("--uds-name={}", uds.display()),
                 &format!("--agent-port={}", ports[0]),
                 &format!("--admin-port={}", ports[1]),
                 &format!("--health-port={}", ports[2]),
@@ -187,7 +222,11 @@ impl ProxyServer {
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         let s = ProxyServer { child, log };
         let t0 = Instant::now();
-        while !uds.exists() || TcpStream::connect(("127.0.0.1", ports[0])).is_err() {
+        let frontend_up = || match frontend {
+            Frontend::Uds(uds) => uds.exists(),
+            Frontend::Tcp(port) => TcpStream::connect(("127.0.0.1", *port)).is_ok(),
+        };
+        while !frontend_up() || TcpStream::connect(("127.0.0.1", ports[0])).is_err() {
             assert!(
                 t0.elapsed() < Duration::from_secs(20),
                 "konnectivity-server did not listen within 20 s\n{}",
@@ -570,6 +609,100 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         link.bytes(),
         link.accepted()
     );
+
+    // metrics-server's own scrape through the tunnel. It dials each node itself, so it takes
+    // konnectivity-server's HTTP CONNECT frontend as its proxy (HTTPS_PROXY, which client-go
+    // honours); that frontend is then TCP with mutual TLS, and the apiserver's egress with it.
+    // The aggregator takes the same `cluster` egress to reach metrics-server, so `kubectl top`
+    // crosses the tunnel both ways: metrics-server's address is one the agent may dial.
+    let front = free_port();
+    let ms_port = free_port();
+    let (egress_crt, egress_key) = sign(
+        &cp,
+        &pdir,
+        "egress-client",
+        "/CN=kube-apiserver-egress",
+        "keyUsage = critical, digitalSignature, keyEncipherment\nextendedKeyUsage = clientAuth",
+    );
+    let egress_tcp = pdir.join("egress-tcp.yaml");
+    std::fs::write(
+        &egress_tcp,
+        format!(
+            "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n\
+             egressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    \
+             transport:\n      tcp:\n        url: https://127.0.0.1:{front}\n        tlsConfig:\n          \
+             caBundle: {}\n          clientKey: {}\n          clientCert: {}\n",
+            cp.ca_cert().display(),
+            egress_key.display(),
+            egress_crt.display()
+        ),
+    )
+    .unwrap();
+    drop(server.take());
+    server = Some(ProxyServer::start_with(
+        &bin,
+        &pdir,
+        &Frontend::Tcp(front),
+        ports,
+        &cp.ca_cert(),
+    ));
+    let apiserver: Vec<String> = cp
+        .stop_apiserver()
+        .into_iter()
+        .map(|f| {
+            if f.starts_with("--egress-selector-config-file") {
+                format!("--egress-selector-config-file={}", egress_tcp.display())
+            } else {
+                f
+            }
+        })
+        .collect();
+    cp.start_apiserver(&apiserver);
+    let mut with_ms = args.clone();
+    with_ms.push(format!(
+        "--proxy-allowed-destinations=localhost:{ms_port},127.0.0.1:{ms_port}"
+    ));
+    a.restart_with(&with_ms);
+    wait(
+        "exec through the tunnel's TCP frontend",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || exec_echo(&cp, "tcp-frontend").stdout == "tcp-frontend\n",
+    );
+    let ms = cp.start_metrics_server_on(
+        &cp.ca_cert(),
+        10,
+        ms_port,
+        &[("HTTPS_PROXY", format!("https://127.0.0.1:{front}"))],
+    );
+    let t0 = Instant::now();
+    let top = loop {
+        // Two scrapes make a rate; `kubectl top` fails until then.
+        let node = kubectl(&cp, &["top", "node", NODE]);
+        let pod = kubectl(&cp, &["top", "pod", "web", "--containers"]);
+        if node.success
+            && node.stdout.lines().any(|l| l.starts_with(NODE))
+            && pod.success
+            && pod.stdout.contains("talker")
+        {
+            break format!("{}{}", node.stdout, pod.stdout);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "kubectl top through the tunnel: nothing after 120 s\n{}\n{}\n--- metrics-server ---\n{}\n--- server ---\n{}",
+            node.describe(),
+            pod.describe(),
+            ms.log_tail(20),
+            server.as_ref().unwrap().log_text()
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    eprintln!(
+        "kubectl top through the tunnel after {:?}:\n{top}",
+        t0.elapsed()
+    );
+    drop(ms);
 
     // Figures only (scripts/bench-konnectivity.sh): picolet's RSS and the link's traffic with
     // the tunnel up and idle, then picolet's RSS without the agent. Asserts nothing.

@@ -577,11 +577,23 @@ impl ControlPlane {
     /// with `insecureSkipTLSVerify` (metrics-server's self-signed certificate names neither).
     /// Returns once the APIService is Available. Panics, naming what failed, otherwise.
     pub fn start_metrics_server(&self, kubelet_ca: &Path, interval_s: u32) -> MetricsServer {
-        let bin = tool("metrics-server");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("free port");
+        self.start_metrics_server_on(kubelet_ca, interval_s, port, &[])
+    }
+
+    /// [`Self::start_metrics_server`] on this port, with these variables in its environment
+    /// (`HTTPS_PROXY`, say: client-go's transports honour it, loopback excepted).
+    pub fn start_metrics_server_on(
+        &self,
+        kubelet_ca: &Path,
+        interval_s: u32,
+        port: u16,
+        env: &[(&str, String)],
+    ) -> MetricsServer {
+        let bin = tool("metrics-server");
         let dir = self.dir.join("metrics-server");
         fs::create_dir_all(&dir).expect("metrics-server dir");
         let log = self.dir.join("logs/metrics-server.log");
@@ -603,6 +615,7 @@ impl ControlPlane {
             .arg(format!("--metric-resolution={interval_s}s"))
             // (it must stay below the resolution)
             .arg("--kubelet-request-timeout=5s")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log fd"))
             .stderr(log_file)
