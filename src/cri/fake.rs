@@ -286,6 +286,23 @@ impl FakeRuntime {
         self.state.borrow().containers.clone()
     }
 
+    /// The containers of the pod with this UID (its `io.kubernetes.pod.uid` label).
+    pub fn containers_of_pod(&self, uid: &str) -> Vec<FakeContainer> {
+        self.state
+            .borrow()
+            .containers
+            .iter()
+            .filter(|c| {
+                c.config
+                    .labels
+                    .get("io.kubernetes.pod.uid")
+                    .map(String::as_str)
+                    == Some(uid)
+            })
+            .cloned()
+            .collect()
+    }
+
     pub fn images(&self) -> Vec<FakeImage> {
         self.state.borrow().images.clone()
     }

@@ -828,15 +828,9 @@ mod tests {
             pod
         };
         let env_of = |uid: &str| -> HashMap<String, String> {
-            fake.containers()
+            fake.containers_of_pod(uid)
                 .into_iter()
-                .find(|c| {
-                    c.config
-                        .labels
-                        .get("io.kubernetes.pod.uid")
-                        .map(String::as_str)
-                        == Some(uid)
-                })
+                .next()
                 .unwrap()
                 .config
                 .envs

@@ -731,16 +731,9 @@ impl Harness {
 
     fn running(&self, uid: &str) -> usize {
         self.fake
-            .containers()
+            .containers_of_pod(uid)
             .iter()
-            .filter(|c| {
-                c.state == ContainerState::ContainerRunning
-                    && c.config
-                        .labels
-                        .get("io.kubernetes.pod.uid")
-                        .map(String::as_str)
-                        == Some(uid)
-            })
+            .filter(|c| c.state == ContainerState::ContainerRunning)
             .count()
     }
 
@@ -880,20 +873,7 @@ fn a_hung_inspection_does_not_delay_another_pods_restart() {
             h.running("a") == 1 && h.running("b") == 1
         })
         .await;
-        let id_of = |uid: &str| {
-            h.fake
-                .containers()
-                .into_iter()
-                .find(|c| {
-                    c.config
-                        .labels
-                        .get("io.kubernetes.pod.uid")
-                        .map(String::as_str)
-                        == Some(uid)
-                })
-                .unwrap()
-                .id
-        };
+        let id_of = |uid: &str| h.fake.containers_of_pod(uid).into_iter().next().unwrap().id;
         let (a, b) = (id_of("a"), id_of("b"));
         h.fake.hang_container_status(&a);
         // a's container changes, so every relist wants to inspect it, and it never answers.
