@@ -104,7 +104,7 @@ fi
 trap - EXIT
 grep '^-- ' "$background_log" | sed 's/^/   /'
 rm -f "$background_log"
-# A figure, not a check: the default build's size on aarch64 beside its 3 MiB budget (README,
+# A figure, not a check: the aarch64 default build's size beside its 3 MiB budget (docs/figures.md,
 # "Footprint"; scripts/size-report.sh measures every target and build).
 for target in aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
     bytes=$(stat -c %s "$CROSS_TARGET_DIR/$target/release/picolet")

@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn owners_are_set_and_a_change_of_owner_is_an_update() {
-        // Needs root, as the whole suite does (README): chown is the point of the test.
+        // Needs root, as the whole suite does (docs/testing.md): chown is the point of the test.
         let d = tmp("owner");
         let mut p = payload(&[("token", "t", 0o640)]);
         p.get_mut("token").unwrap().uid = Some(1000);

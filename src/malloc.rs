@@ -5,7 +5,7 @@
 //! picolet's blocking work (every apiserver call, file reads that may stall) runs on pool threads
 //! that come and go, so those arenas fill with free memory that stays resident: with the
 //! apiserver unreachable, RSS kept rising although the memory in use did not (a heap profile
-//! showed it flat; README, "Figures"). [`limit_arenas`] keeps every thread in one arena, and
+//! showed it flat; docs/figures.md). [`limit_arenas`] keeps every thread in one arena, and
 //! [`run_trim`] hands the free pages back to the kernel once a minute.
 //!
 //! musl's allocator has no arenas and returns freed memory by itself: there both do nothing.

@@ -34,7 +34,7 @@ pub fn block_on<T>(fut: impl Future<Output = T>) -> T {
 ///
 /// The future is boxed before it reaches the executor: the task machinery (async-task's raw
 /// task, the executor's spawn) is then instantiated once per output type instead of once per
-/// future type: 50 KB less binary, one more allocation per spawn (README, "Footprint").
+/// future type: 50 KB less binary, one more allocation per spawn (docs/figures.md, "Footprint").
 pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> Task<T> {
     spawn_boxed(Box::pin(fut))
 }
@@ -82,7 +82,7 @@ pub async fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
 /// closure. picolet's blocking work is periodic (housekeeping's directory scan every 2 s, the
 /// Lease every 10 s, file reads), so the same threads serve it for as long as it runs: no thread
 /// is started and torn down every few seconds, which cost a thread's start-up each time and, over
-/// hours, heap fragmentation (README, "Figures").
+/// hours, heap fragmentation (docs/figures.md).
 mod pool {
     use std::collections::VecDeque;
     use std::sync::{Mutex, MutexGuard, PoisonError};

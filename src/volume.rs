@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn memory_empty_dir_is_a_sized_tmpfs_unmounted_on_cleanup() {
-        // Needs root, as the whole suite does (README): mounting tmpfs is the point of the test.
+        // Needs root, as the whole suite does (docs/testing.md): mounting tmpfs is the point.
         let root = tmp("mem");
         let p = pod_with(vec![Volume {
             name: "cache".into(),

@@ -259,7 +259,7 @@ fn decode_document(
 
 /// Decodes a Pod from a JSON value. This is the binary's one copy of the Pod structs' derived
 /// deserializer: static manifests (YAML or JSON, parsed into a value first), the apiserver's
-/// list and watch events and the checkpoint all come through it (README, "Footprint"). Each
+/// list and watch events and the checkpoint all come through it (docs/figures.md). Each
 /// field no Pod struct knows is passed to `ignored`; an error carries the field's path. A null
 /// field is as if absent, wherever the Pod comes from.
 pub fn pod_from_value(

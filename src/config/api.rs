@@ -65,7 +65,7 @@ impl PodSet {
     /// Replaces the set with a full list (a PodList's JSON).
     pub fn replace_list(&mut self, mut list: serde_json::Value) -> Result<(), String> {
         // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
-        // binary (from a Value) instead of a second one from bytes (README, "Footprint").
+        // binary (from a Value) instead of a second one from bytes (docs/figures.md, "Footprint").
         let items = pods_of(&mut list, "items")?;
         self.pods = items
             .into_iter()
