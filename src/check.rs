@@ -102,7 +102,7 @@ fn client_certificate(o: &Options, now: i64) -> Option<Finding> {
     const WHAT: &str = "client certificate";
     let kubeconfig = o.kubeconfig.as_ref()?;
     let rotation = if o.rotation() { "on" } else { "off" };
-    let store = Store::new(&o.root_dir.join("pki"), CLIENT_PREFIX);
+    let store = Store::new(&o.root().pki(), CLIENT_PREFIX);
     let from_store = store.current().ok().flatten();
     let loaded = crate::apiclient::kubeconfig::load(kubeconfig);
     let from_kubeconfig = loaded

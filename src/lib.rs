@@ -43,6 +43,7 @@ pub(crate) mod pod_workers;
 pub(crate) mod prober;
 pub(crate) mod projection;
 pub(crate) mod qos;
+pub mod root_dir;
 pub mod rt;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;

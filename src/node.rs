@@ -1,9 +1,118 @@
-//! Facts about the node: name, address, memory, DNS, paths.
+//! Facts about the node: name, address, CPUs, memory, disk, DNS, what it runs, read once at
+//! start; and what of it pods may use (node allocatable), which admission weighs pods against
+//! and the Node's status reports.
 
 use std::net::IpAddr;
 
+use crate::cm::{Allocatable, Reserved};
+use crate::cri::v1;
 use crate::kuberuntime::NodeContext;
 use crate::options::Options;
+
+/// What the node is, gathered once at start.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Facts {
+    pub name: String,
+    pub ip: String,
+    pub cpus: usize,
+    pub memory_bytes: i64,
+    /// The size of the filesystem under `--root-dir`; `None` when it could not be read.
+    pub disk_bytes: Option<i64>,
+    /// The host's resolv.conf, for pods with `dnsPolicy: Default`.
+    pub dns: Option<v1::DnsConfig>,
+    pub machine_id: String,
+    pub boot_id: String,
+    pub kernel: String,
+    pub os_image: String,
+    pub architecture: String,
+}
+
+impl Facts {
+    /// Reads the facts from the host (`--root-dir` must exist, for its filesystem's size).
+    pub fn gather(o: &Options) -> Result<Facts, String> {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        #[allow(
+            clippy::useless_conversion,
+            reason = "statvfs counts are u32 on 32-bit targets (armv7)"
+        )]
+        let disk = nix::sys::statvfs::statvfs(&o.root_dir)
+            .ok()
+            .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
+            .and_then(|b| i64::try_from(b).ok());
+        Ok(Facts {
+            name: node_name(o)?,
+            ip: node_ip(o).to_string(),
+            cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            memory_bytes: mem_total(&meminfo).unwrap_or(0),
+            disk_bytes: disk,
+            dns: std::fs::read_to_string("/etc/resolv.conf")
+                .ok()
+                .map(|t| crate::kuberuntime::config::parse_resolv_conf(&t)),
+            machine_id: first_line("/etc/machine-id"),
+            boot_id: first_line("/proc/sys/kernel/random/boot_id"),
+            kernel: first_line("/proc/sys/kernel/osrelease"),
+            os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
+            architecture: goarch().to_owned(),
+        })
+    }
+
+    /// CPUs, memory and disk (0 when unknown).
+    pub fn capacity(&self) -> Allocatable {
+        Allocatable {
+            milli_cpu: i64::try_from(self.cpus)
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000),
+            memory: self.memory_bytes.max(0),
+            ephemeral_storage: self.disk_bytes.unwrap_or(0),
+        }
+    }
+
+    /// Node allocatable, as upstream's: capacity less `kubeReserved`, `systemReserved` and the
+    /// hard `memory.available` and `nodefs.available` eviction thresholds. Admission weighs
+    /// pods against it and the Node's status reports it. (The kubepods cgroup's limit and the
+    /// downward API's default limits leave the thresholds in: `CgroupConfig::allocatable`.)
+    pub fn allocatable(&self, o: &Options) -> Allocatable {
+        let capacity = self.capacity();
+        let (memory, nodefs) = o
+            .eviction
+            .hard_reserved(capacity.memory, capacity.ephemeral_storage);
+        let reserved = o.cgroups.reserved().plus(&Reserved {
+            memory,
+            ephemeral_storage: nodefs,
+            ..Reserved::default()
+        });
+        capacity.less(&reserved)
+    }
+
+    /// What the runtime manager knows of the node.
+    pub fn runtime_context(&self, o: &Options) -> NodeContext {
+        NodeContext {
+            node_name: self.name.clone(),
+            node_ip: self.ip.clone(),
+            memory_bytes: self.memory_bytes,
+            dns: self.dns.clone(),
+            pod_logs_dir: o.pod_logs_dir.clone(),
+            root_dir: o.root_dir.clone(),
+            memory_oom_group: false,
+        }
+    }
+}
+
+fn first_line(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.lines().next().map(|l| l.trim().to_owned()))
+        .unwrap_or_default()
+}
+
+/// `PRETTY_NAME` of os-release text.
+pub fn os_image(os_release: &str) -> String {
+    os_release
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .unwrap_or_else(|| "Linux".into())
+}
 
 /// The node name: `--hostname-override`, else the host name, lowercased as the kubelet does.
 pub fn node_name(o: &Options) -> Result<String, String> {
@@ -62,22 +171,6 @@ pub fn mem_total(meminfo: &str) -> Option<i64> {
     kb.checked_mul(1024)
 }
 
-pub fn detect(o: &Options) -> Result<NodeContext, String> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let dns = std::fs::read_to_string("/etc/resolv.conf")
-        .ok()
-        .map(|t| crate::kuberuntime::config::parse_resolv_conf(&t));
-    Ok(NodeContext {
-        node_name: node_name(o)?,
-        node_ip: node_ip(o).to_string(),
-        memory_bytes: mem_total(&meminfo).unwrap_or(0),
-        dns,
-        pod_logs_dir: o.pod_logs_dir.clone(),
-        root_dir: o.root_dir.clone(),
-        memory_oom_group: false,
-    })
-}
-
 /// Go's GOARCH for this build, as `kubernetes.io/arch` wants it.
 pub fn goarch() -> &'static str {
     match std::env::consts::ARCH {
@@ -104,6 +197,41 @@ mod tests {
             Some(1_024_000)
         );
         assert_eq!(mem_total(""), None);
+    }
+
+    #[test]
+    fn os_release() {
+        assert_eq!(
+            os_image("NAME=x\nPRETTY_NAME=\"Raspbian GNU/Linux 12\"\n"),
+            "Raspbian GNU/Linux 12"
+        );
+        assert_eq!(os_image(""), "Linux");
+    }
+
+    #[test]
+    fn allocatable_leaves_out_both_reservations_and_the_hard_thresholds() {
+        let f = Facts {
+            cpus: 4,
+            memory_bytes: 4 << 30,
+            disk_bytes: Some(100 << 30),
+            ..Facts::default()
+        };
+        let mut o = Options::default();
+        o.cgroups.kube_reserved = Reserved::parse_flag("cpu=500m,memory=1Gi").unwrap();
+        o.cgroups.system_reserved = Reserved::parse_flag("ephemeral-storage=10Gi").unwrap();
+        // The defaults: memory.available<100Mi, nodefs.available<10%.
+        let a = f.allocatable(&o);
+        assert_eq!(a.milli_cpu, 3500);
+        assert_eq!(a.memory, (3 << 30) - (100 << 20));
+        assert_eq!(a.ephemeral_storage, (90 << 30) - (10 << 30));
+        // The kubepods cgroup's limit keeps the thresholds; both are the one subtraction.
+        let k = o.cgroups.allocatable(f.capacity());
+        assert_eq!((k.milli_cpu, k.memory), (3500, 3 << 30));
+        assert_eq!(k.ephemeral_storage, 90 << 30);
+        // Never below zero.
+        o.cgroups.kube_reserved = Reserved::parse_flag("cpu=8,memory=8Gi").unwrap();
+        assert_eq!(f.allocatable(&o).milli_cpu, 0);
+        assert_eq!(f.allocatable(&o).memory, 0);
     }
 
     #[test]

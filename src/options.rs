@@ -320,6 +320,11 @@ impl Default for Serving {
 }
 
 impl Options {
+    /// The layout under `--root-dir`.
+    pub fn root(&self) -> crate::root_dir::RootDir<'_> {
+        crate::root_dir::RootDir(&self.root_dir)
+    }
+
     /// Whether the client certificate is renewed by CSR.
     pub fn rotation(&self) -> bool {
         self.rotate_certificates

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use super::{Parts, Restored, sources::Sources};
 use crate::config::{self, Snapshot};
+use crate::node::Facts;
 use crate::options::Options;
 use crate::{apiclient, certificate, cluster, events, objects, rt, services};
 
@@ -23,7 +24,7 @@ pub(super) fn connect(o: &Options) -> Result<Option<Join>, String> {
     let Some(path) = &o.kubeconfig else {
         return Ok(None);
     };
-    let store = certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX);
+    let store = certificate::Store::new(&o.root().pki(), certificate::CLIENT_PREFIX);
     let now = rt::now_nanos().div_euclid(1_000_000_000);
     let (conn, start) = certificate::start(
         path,
@@ -56,14 +57,14 @@ pub(super) fn restore(o: &Options, join: Option<&Join>) -> Restored {
             services: None,
         };
     }
-    let checkpoint = o.root_dir.join("checkpoints").join("objects.json");
+    let checkpoint = o.root().objects_checkpoint();
     match cluster::objects::load_checkpoint(&checkpoint, &objects) {
         Ok(0) => {}
         Ok(n) => log::info!("{n} ConfigMaps, Secrets and tokens from the checkpoint"),
         Err(e) => log::warn!("ignoring the objects checkpoint: {e}"),
     }
     let shared = services::Shared::default();
-    let checkpoint = o.root_dir.join("checkpoints").join("services.json");
+    let checkpoint = o.root().services_checkpoint();
     match cluster::services::load_checkpoint(&checkpoint, &shared) {
         Ok(None) => {}
         Ok(Some(n)) => log::info!("{n} Services from the checkpoint"),
@@ -81,21 +82,35 @@ pub(super) fn start(
     o: &Options,
     src: &Sources,
     parts: &Parts,
+    node: &Facts,
     restored: Restored,
     tx: async_channel::Sender<Snapshot>,
 ) -> Result<Vec<rt::Task<()>>, String> {
     let Some(join) = &src.cluster else {
         return Ok(Vec::new());
     };
-    let (mut tasks, ready) = start_certificates(o, join, &parts.rm.node().node_name);
+    let (mut tasks, ready) = start_certificates(o, join, &node.name);
     let client = join.client.clone();
+    let facts = cluster::node::NodeFacts {
+        node: node.clone(),
+        allocatable: node.allocatable(o),
+        max_pods: o.max_pods,
+        runtime_version: parts.runtime_version.clone(),
+        labels: o.node_labels.clone(),
+        taints: o.register_with_taints.clone(),
+        kubelet_port: if cfg!(feature = "node-api") {
+            o.node_api_port().unwrap_or(0)
+        } else {
+            0
+        },
+    };
     match ready {
-        None => tasks.extend(start_cluster(o, client, parts, restored, tx)?),
+        None => tasks.extend(start_cluster(o, client, parts, facts, restored, tx)?),
         Some(ready) => {
             let (o, parts) = (o.clone(), parts.clone());
             tasks.push(rt::spawn(async move {
                 let _ = ready.recv().await;
-                match start_cluster(&o, client, &parts, restored, tx) {
+                match start_cluster(&o, client, &parts, facts, restored, tx) {
                     Ok(tasks) => {
                         futures_lite::future::pending::<()>().await;
                         drop(tasks);
@@ -136,7 +151,7 @@ fn start_certificates(
         client: join.client.clone(),
         kubeconfig: kubeconfig.clone(),
         bootstrap: o.bootstrap_kubeconfig.clone(),
-        store: certificate::Store::new(&o.root_dir.join("pki"), certificate::CLIENT_PREFIX),
+        store: certificate::Store::new(&o.root().pki(), certificate::CLIENT_PREFIX),
         node: node_name.to_owned(),
         rotation: o.rotation(),
         ready: Some(tx),
@@ -152,15 +167,15 @@ fn start_cluster(
     o: &Options,
     client: apiclient::Client,
     parts: &Parts,
+    facts: cluster::node::NodeFacts,
     restored: Restored,
     tx: async_channel::Sender<Snapshot>,
 ) -> Result<Vec<rt::Task<()>>, String> {
-    let node = parts.rm.node();
-    let node_name = node.node_name.clone();
+    let node_name = facts.node.name.clone();
     let cfg = config::api::ApiSourceConfig {
         node_name: node_name.clone(),
         poll_interval: o.apiserver_poll_interval,
-        checkpoint: Some(o.root_dir.join("checkpoints").join("pods.json")),
+        checkpoint: Some(o.root().pods_checkpoint()),
     };
     let mirrors = config::api::Mirrors::default();
     let (c, m) = (client.clone(), mirrors.clone());
@@ -170,33 +185,12 @@ fn start_cluster(
         .map_err(|e| format!("starting the api source thread: {e}"))?;
     if let Some(shared) = restored.services {
         let (c, name, poll) = (client.clone(), node_name.clone(), o.apiserver_poll_interval);
-        let checkpoint = Some(o.root_dir.join("checkpoints").join("services.json"));
+        let checkpoint = Some(o.root().services_checkpoint());
         std::thread::Builder::new()
             .name("api-services".into())
             .spawn(move || cluster::services::run_blocking(c, shared, &name, poll, checkpoint))
             .map_err(|e| format!("starting the api services thread: {e}"))?;
     }
-    let mut facts = cluster::node::gather(
-        &node_name,
-        &node.node_ip,
-        node.memory_bytes,
-        &o.root_dir,
-        &parts.runtime_version,
-        &o.node_labels,
-        &o.register_with_taints,
-    );
-    // As upstream, the Node's allocatable also leaves out the hard eviction thresholds.
-    facts.reserved = o.cgroups.reserved();
-    let disk = i64::try_from(facts.ephemeral_storage_bytes).unwrap_or(i64::MAX);
-    let (memory, nodefs) = o.eviction.hard_reserved(facts.memory_bytes, disk);
-    facts.reserved.memory = facts.reserved.memory.saturating_add(memory);
-    facts.reserved.ephemeral_storage = facts.reserved.ephemeral_storage.saturating_add(nodefs);
-    facts.max_pods = o.max_pods;
-    facts.kubelet_port = if cfg!(feature = "node-api") {
-        o.node_api_port().unwrap_or(0)
-    } else {
-        0
-    };
     let kubelet = &parts.kubelet;
     let recorder = Rc::new(events::Recorder::new(&node_name));
     events::install(recorder.clone());
@@ -209,7 +203,7 @@ fn start_cluster(
             client.clone(),
             kubelet.clone(),
             restored.objects,
-            Some(o.root_dir.join("checkpoints").join("objects.json")),
+            Some(o.root().objects_checkpoint()),
         )),
         rt::spawn(cluster::run_mirrors(
             client,

@@ -27,7 +27,7 @@ pub(super) fn start(
                 dir,
                 node_name: parts.rm.node().node_name.clone(),
                 check_frequency: o.file_check_frequency,
-                store: Some(o.root_dir.join("static-pods")),
+                store: Some(o.root().static_pods()),
             },
             tx,
             report.clone(),

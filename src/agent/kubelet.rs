@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use super::{Parts, Restored, runtime, sources::Sources};
 use crate::config::{Mux, Snapshot, Source};
+use crate::node::Facts;
 use crate::options::Options;
 use crate::{admission, cri, kuberuntime, pleg, pod_workers, prober, status, sync_loop};
 
@@ -25,12 +26,11 @@ pub(super) struct Started {
 pub(super) async fn start(
     o: &Options,
     cri: cri::Cri,
-    node: kuberuntime::NodeContext,
+    node: &Facts,
     src: &Sources,
     restored: &Restored,
-    admission_node: admission::NodeInfo,
 ) -> Result<Started, String> {
-    let host_ip = node.node_ip.clone();
+    let host_ip = node.ip.clone();
     let status = Rc::new(status::manager::StatusManager::new(&host_ip));
     let runtime = runtime::start(o, cri, node, restored, &status).await?;
     let rm = runtime.rm;
@@ -64,7 +64,7 @@ pub(super) async fn start(
         Mux::new(&expected),
         sync_loop::LoopConfig {
             sync_frequency: o.sync_frequency,
-            node: Some(admission_node),
+            node: Some(admission_node(o, node)),
         },
     ));
     let parts = Parts {
@@ -89,48 +89,24 @@ pub(super) async fn start(
 }
 
 /// The node as admission weighs pods against it: its name, the well-known labels and
-/// `--node-labels`, `--register-with-taints`, and allocatable cpu, memory, ephemeral storage
-/// (capacity less `kubeReserved`, `systemReserved` and the hard eviction thresholds, as the
-/// Node's allocatable) and pods.
-pub(super) fn admission_node(o: &Options, name: &str, memory_bytes: i64) -> admission::NodeInfo {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let reserved = o.cgroups.reserved();
-    #[allow(
-        clippy::useless_conversion,
-        reason = "statvfs counts are u32 on 32-bit targets (armv7)"
-    )]
-    let disk = nix::sys::statvfs::statvfs(&o.root_dir)
-        .ok()
-        .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
-        .and_then(|b| i64::try_from(b).ok());
-    let (evict_memory, evict_disk) = o
-        .eviction
-        .hard_reserved(memory_bytes, disk.unwrap_or(i64::MAX));
+/// `--node-labels`, `--register-with-taints`, node allocatable and pods.
+fn admission_node(o: &Options, node: &Facts) -> admission::NodeInfo {
+    let a = node.allocatable(o);
     admission::NodeInfo {
-        name: name.to_owned(),
-        labels: admission::NodeInfo::node_labels(name, &o.node_labels),
+        name: node.name.clone(),
+        labels: admission::NodeInfo::node_labels(&node.name, &o.node_labels),
         taints: o.register_with_taints.clone(),
-        milli_cpu: i64::try_from(cpus)
-            .unwrap_or(i64::MAX)
-            .saturating_mul(1000)
-            .saturating_sub(reserved.milli_cpu)
-            .max(0),
-        memory: memory_bytes
-            .saturating_sub(reserved.memory)
-            .saturating_sub(evict_memory)
-            .max(0),
-        // Unknown (statvfs failed): not checked.
-        ephemeral_storage: disk.map_or(i64::MAX, |d| {
-            d.saturating_sub(reserved.ephemeral_storage)
-                .saturating_sub(evict_disk)
-                .max(0)
-        }),
+        milli_cpu: a.milli_cpu,
+        memory: a.memory,
+        // Unknown (the filesystem's size could not be read): not checked.
+        ephemeral_storage: if node.disk_bytes.is_some() {
+            a.ephemeral_storage
+        } else {
+            i64::MAX
+        },
         pods: i64::from(o.max_pods),
         // The list was checked when the options were read.
-        sysctls: admission::sysctl_allowlist(
-            &std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default(),
-            &o.allowed_unsafe_sysctls,
-        )
-        .unwrap_or_default(),
+        sysctls: admission::sysctl_allowlist(&node.kernel, &o.allowed_unsafe_sysctls)
+            .unwrap_or_default(),
     }
 }

@@ -67,12 +67,15 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         log::warn!("{w}");
     }
     let src = sources::open(&o)?;
-    let node = crate::node::detect(&o)?;
+    // Before the facts: they include the size of its filesystem.
+    crate::atomic_file::create_dir_all(&o.root_dir)
+        .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
+    let node = crate::node::Facts::gather(&o)?;
     log::info!(
         "picolet {} starting: node {:?}, address {}, manifests {}, apiserver {}, runtime {}",
         env!("CARGO_PKG_VERSION"),
-        node.node_name,
-        node.node_ip,
+        node.name,
+        node.ip,
         src.manifests
             .as_ref()
             .map_or("none".into(), |m| m.display().to_string()),
@@ -85,23 +88,20 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     if let Some(line) = check::summary(&check::host(&o, std::path::Path::new("/"), now)) {
         log::warn!("{line}");
     }
-    crate::atomic_file::create_dir_all(&o.root_dir)
-        .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
     let cri = runtime::connect(&o)?;
     // What the API pods' volumes and environments had, and the Services, before any pod
     // starts: a node that comes up without its apiserver runs them at once with it.
     let restored = cluster::restore(&o, src.cluster.as_ref());
     let notifier = notifier();
-    let admission_node = kubelet::admission_node(&o, &node.node_name, node.memory_bytes);
     rt::block_on(async move {
         let kubelet::Started {
             parts,
             pleg,
             snapshots,
             inputs,
-        } = kubelet::start(&o, cri, node, &src, &restored, admission_node).await?;
+        } = kubelet::start(&o, cri, &node, &src, &restored).await?;
         let file = file_source::start(&o, &src, &parts, snapshots.clone());
-        let _cluster = cluster::start(&o, &src, &parts, restored, snapshots)?;
+        let _cluster = cluster::start(&o, &src, &parts, &node, restored, snapshots)?;
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         let _server = server::start(&o, &parts, file.report, src.cluster.as_ref())?;
         let _upkeep = upkeep::start(&o, &parts, notifier.clone());

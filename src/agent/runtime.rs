@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use super::{Counted, Restored};
+use crate::node::Facts;
 use crate::options::Options;
 use crate::{cm, credential_provider, cri, kuberuntime, rt, status};
 
@@ -36,16 +37,11 @@ pub(super) struct Runtime {
 pub(super) async fn start(
     o: &Options,
     cri: cri::Cri,
-    node: kuberuntime::NodeContext,
+    node: &Facts,
     restored: &Restored,
     status: &status::manager::StatusManager,
 ) -> Result<Runtime, String> {
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let capacity = cm::Allocatable {
-        milli_cpu: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
-        memory: node.memory_bytes,
-        ephemeral_storage: 0,
-    };
+    let capacity = node.capacity();
     let cri = Rc::new(cri);
     let ops = Rc::new(kuberuntime::instrumented::Ops::default());
     let counted = Rc::new(kuberuntime::instrumented::Instrumented::new(
@@ -56,7 +52,7 @@ pub(super) async fn start(
     let (cgroups, cgroup_parent) = pod_cgroups(o, &*counted, capacity).await?;
     let providers = credential_providers(o)?;
     let rm = Rc::new(
-        kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node)
+        kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node.runtime_context(o))
             .with_objects(restored.objects.clone())
             .with_services(restored.services.clone())
             .with_credential_providers(providers)

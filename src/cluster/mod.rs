@@ -95,7 +95,7 @@ async fn call_within(
 
 /// Registers the Node (retrying with backoff until it succeeds), then reports its status.
 pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
-    let mut jitter = Jitter::new(&facts.name);
+    let mut jitter = Jitter::new(&facts.node.name);
     let mut failures = 0u32;
     loop {
         match call(
@@ -109,24 +109,24 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
             Ok(_) => {
                 log::info!(
                     "registered node {} with the apiserver at {}",
-                    facts.name,
+                    facts.node.name,
                     client.server()
                 );
                 break;
             }
             Err(e) if e.is_conflict() => {
-                log::info!("node {} is already registered", facts.name);
+                log::info!("node {} is already registered", facts.node.name);
                 break;
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let wait = backoff_delay(failures, &mut jitter);
-                log_failure("registering the node", &e, &facts.name, failures);
+                log_failure("registering the node", &e, &facts.node.name, failures);
                 rt::sleep(wait).await;
             }
         }
     }
-    let me = crate::events::ObjectRef::node(&facts.name);
+    let me = crate::events::ObjectRef::node(&facts.node.name);
     crate::events::record(
         &me,
         crate::events::Type::Normal,
@@ -135,7 +135,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
     );
     // The conditions last announced with an event: memory, disk and PID pressure, Ready.
     let mut announced: Option<[bool; 4]> = None;
-    let path = format!("/api/v1/nodes/{}/status", facts.name);
+    let path = format!("/api/v1/nodes/{}/status", facts.node.name);
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
     let mut tick = rt::interval(STATUS_UPDATE);
@@ -169,7 +169,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
                     &me,
                     t,
                     reason,
-                    &format!("Node {} status is now: {reason}", facts.name),
+                    &format!("Node {} status is now: {reason}", facts.node.name),
                 );
             }
         }

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use crate::agent::{Parts, cluster};
 use crate::options::{self, Options};
-use crate::{certificate, pki, rt, server};
+use crate::{certificate, rt, server};
 
 pub(super) fn start(
     o: &Options,
@@ -18,19 +18,17 @@ pub(super) fn start(
     let s = &o.serving;
     let node = parts.rm.node();
     let mut tasks = Vec::new();
-    let (cert, key) = match (&s.tls_cert_file, &s.tls_private_key_file) {
-        (Some(c), Some(k)) => (c.clone(), k.clone()),
-        _ => {
-            let mut ips = vec![std::net::IpAddr::from([127, 0, 0, 1])];
-            if let Ok(ip) = node.node_ip.parse() {
-                ips.insert(0, ip);
-            }
-            let names = [node.node_name.clone(), "localhost".to_owned()];
-            let now = rt::now_nanos().div_euclid(1_000_000_000);
-            pki::ensure_self_signed(&o.root_dir.join("pki"), &node.node_name, &names, &ips, now)
-                .map_err(|e| format!("the node API's self-signed certificate: {e}"))?
-        }
-    };
+    let now = rt::now_nanos().div_euclid(1_000_000_000);
+    let (cert, key) = certificate::serving_files(
+        (
+            s.tls_cert_file.as_deref(),
+            s.tls_private_key_file.as_deref(),
+        ),
+        &o.root().pki(),
+        &node.node_name,
+        &node.node_ip,
+        now,
+    )?;
     let serving = server::node_api::serving_from_files(&cert, &key)
         .map_err(|e| format!("the node API's certificate: {e}"))?;
     let mut cert_name = cert.display().to_string();
@@ -42,15 +40,16 @@ pub(super) fn start(
                     .into(),
             );
         };
-        let store = certificate::Store::new(&o.root_dir.join("pki"), certificate::SERVER_PREFIX);
-        let now = rt::now_nanos().div_euclid(1_000_000_000);
-        let current = store
-            .current()
-            .unwrap_or_else(|e| {
-                log::warn!("certificate: {e}; asking for a new serving certificate");
-                None
-            })
-            .filter(|i| i.valid_at(now));
+        let certificate::ServingBootstrap {
+            store,
+            current,
+            ask,
+        } = certificate::ServingBootstrap::new(
+            &o.root().pki(),
+            &node.node_name,
+            &node.node_ip,
+            now,
+        );
         if let Some(i) = &current {
             let what = store.current_path().display().to_string();
             serving.set(server::node_api::Serving::key_of(
@@ -62,8 +61,6 @@ pub(super) fn start(
         } else {
             cert_name = format!("{cert_name} until the cluster issues one");
         }
-        let ips: Vec<std::net::IpAddr> = node.node_ip.parse().into_iter().collect();
-        let ask = certificate::Ask::serving(&node.node_name, vec![node.node_name.clone()], ips);
         let (target, path) = (serving.clone(), store.current_path());
         tasks.push(rt::spawn(certificate::run_serving(
             c.clone(),

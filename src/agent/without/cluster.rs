@@ -27,6 +27,7 @@ pub(super) fn start(
     _: &Options,
     _: &Sources,
     _: &Parts,
+    _: &crate::node::Facts,
     _: Restored,
     _: async_channel::Sender<Snapshot>,
 ) -> Result<Vec<rt::Task<()>>, String> {
