@@ -35,8 +35,8 @@ use hyper::client::conn::http2::{self, SendRequest};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
+use crate::cli::options::Tunnel;
 use crate::config::api::{Jitter, backoff_delay};
-use crate::options::Tunnel;
 use crate::rt;
 
 /// The agent protocol's messages and client, generated from `proto/konnectivity.proto`.

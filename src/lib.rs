@@ -11,7 +11,7 @@ pub(crate) mod atomic_file;
 pub(crate) mod atomic_writer;
 #[cfg(feature = "apiserver")]
 pub mod certificate;
-pub mod check;
+pub mod cli;
 #[cfg(feature = "apiserver")]
 pub(crate) mod cluster;
 pub mod cm;
@@ -21,7 +21,6 @@ pub mod credentials;
 pub mod cri;
 pub mod events;
 pub mod eviction;
-pub mod exec_cli;
 pub(crate) mod hash;
 #[cfg(feature = "konnectivity")]
 pub mod konnectivity;
@@ -34,7 +33,6 @@ pub mod malloc;
 pub mod node;
 pub mod notify;
 pub mod objects;
-pub mod options;
 #[cfg(feature = "apiserver")]
 pub mod pki;
 pub mod pleg;
@@ -54,15 +52,5 @@ pub(crate) mod sync_loop;
 pub mod volume;
 
 pub use agent::run;
-
-/// Checks manifests as the file source would; returns one line per error.
-#[cfg(feature = "file-source")]
-pub fn validate(files: &[std::path::PathBuf]) -> Vec<String> {
-    let mut errors = Vec::new();
-    for f in files {
-        if let Err(e) = config::file::load(f, "validate", "") {
-            errors.extend(e);
-        }
-    }
-    errors
-}
+/// The options' old path, which the fuzz targets and tests use.
+pub use cli::options;

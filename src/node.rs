@@ -4,10 +4,10 @@
 
 use std::net::IpAddr;
 
+use crate::cli::options::Options;
 use crate::cm::{Allocatable, Reserved};
 use crate::cri::v1;
 use crate::kuberuntime::NodeContext;
-use crate::options::Options;
 
 /// What the node is, gathered once at start.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

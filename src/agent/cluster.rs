@@ -5,9 +5,9 @@
 use std::rc::Rc;
 
 use super::{Parts, Restored, sources::Sources};
+use crate::cli::options::Options;
 use crate::config::{self, Snapshot};
 use crate::node::Facts;
-use crate::options::Options;
 use crate::{apiclient, certificate, cluster, events, objects, rt, services};
 
 /// The cluster `--kubeconfig` joins: its client, and how the client identity stood at start

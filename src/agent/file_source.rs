@@ -1,8 +1,8 @@
 //! The manifest directory's source (`--pod-manifest-path`).
 
 use super::{Parts, sources::Sources};
+use crate::cli::options::Options;
 use crate::config::{self, Snapshot};
-use crate::options::Options;
 use crate::rt;
 
 /// What the local API's `/manifests` reports: each manifest file and its errors.

@@ -5,9 +5,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{Parts, Restored, runtime, sources::Sources};
+use crate::cli::options::Options;
 use crate::config::{Mux, Snapshot, Source};
 use crate::node::Facts;
-use crate::options::Options;
 use crate::{admission, cri, kuberuntime, pleg, pod_workers, prober, status, sync_loop};
 
 /// What `start` starts: the parts the subsystems share, the PLEG to run, the sender the pod

@@ -26,8 +26,9 @@ mod upkeep;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::options::Options;
-use crate::{check, cri, kuberuntime, notify, pleg, rt, sync_loop};
+use crate::cli::check;
+use crate::cli::options::Options;
+use crate::{cri, kuberuntime, notify, pleg, rt, sync_loop};
 
 /// The parts of a running agent that the subsystems started beside the loop share.
 #[derive(Clone)]

@@ -4,8 +4,8 @@
 use std::rc::Rc;
 
 use super::{Counted, Restored};
+use crate::cli::options::Options;
 use crate::node::Facts;
-use crate::options::Options;
 use crate::{cm, credential_provider, cri, kuberuntime, rt, status};
 
 /// The CRI client of `--container-runtime-endpoint` (and `--image-service-endpoint`); it

@@ -1,7 +1,7 @@
 //! The pod sources the options ask for, checked against what this build has.
 
 use super::cluster;
-use crate::options::Options;
+use crate::cli::options::Options;
 
 pub(super) struct Sources {
     /// `--pod-manifest-path`.

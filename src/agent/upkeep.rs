@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::Parts;
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::{cm, eviction, logs, malloc, notify, rt, stats};
 
 pub(super) fn start(

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::options::Taint;
+use crate::cli::options::Taint;
 
 /// The kubelet version picolet reports: the Kubernetes API level it implements and is tested
 /// against, with its own name and version as the pre-release part (so a version check reads the
@@ -225,7 +225,7 @@ mod tests {
         let s = node_status(&facts(), &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s["allocatable"], s["capacity"], "nothing reserved");
         let mut f = facts();
-        let mut o = crate::options::Options::default();
+        let mut o = crate::cli::options::Options::default();
         o.cgroups.system_reserved =
             crate::cm::Reserved::parse_flag("cpu=250m,memory=100Mi,ephemeral-storage=1Gi").unwrap();
         o.eviction = crate::eviction::Config {

@@ -15,7 +15,7 @@ mod tunnel;
 mod tunnel;
 
 use super::{Parts, cluster, file_source};
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::{rt, server, stats};
 
 pub(super) fn start(

@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::agent::{Parts, cluster};
-use crate::options::{self, Options};
+use crate::cli::options::{self, Options};
 use crate::{certificate, rt, server};
 
 pub(super) fn start(

@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::agent::Parts;
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::{konnectivity, rt};
 
 /// Nothing when the node API is off.

@@ -2,8 +2,8 @@
 //! started.
 
 use super::{Parts, Restored, sources::Sources};
+use crate::cli::options::Options;
 use crate::config::Snapshot;
-use crate::options::Options;
 use crate::rt;
 
 /// Never made in this build.

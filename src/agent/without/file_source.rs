@@ -2,8 +2,8 @@
 //! opened, so there is nothing to start.
 
 use super::{Parts, sources::Sources};
+use crate::cli::options::Options;
 use crate::config::Snapshot;
-use crate::options::Options;
 
 pub(super) type Report = ();
 

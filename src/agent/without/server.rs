@@ -1,7 +1,7 @@
 //! A build without the local API: no server, and so no node API nor tunnel.
 
 use super::{Parts, cluster, file_source};
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::rt;
 
 pub(super) fn start(

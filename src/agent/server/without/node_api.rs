@@ -1,7 +1,7 @@
 //! A build without the node API: `--port` serves nothing.
 
 use crate::agent::{Parts, cluster};
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::rt;
 
 /// `ctx` is the local API's context, which this build may not have.

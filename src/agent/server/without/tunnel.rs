@@ -1,7 +1,7 @@
 //! A build without the Konnectivity agent: `--proxy-server-host` is refused.
 
 use crate::agent::Parts;
-use crate::options::Options;
+use crate::cli::options::Options;
 use crate::rt;
 
 pub(super) fn start(

@@ -137,11 +137,11 @@ pub enum Command {
     /// Preflight checks with the options of a run.
     Check(Box<Options>),
     /// `picolet logs`: a container's log through the local API.
-    Logs(Box<crate::logs::cli::LogsArgs>),
+    Logs(Box<crate::cli::logs::LogsArgs>),
     /// `picolet logs --help`.
     LogsHelp,
     /// `picolet exec`: a command in a running container, through the runtime.
-    Exec(Box<crate::exec_cli::ExecArgs>),
+    Exec(Box<crate::cli::exec::ExecArgs>),
     /// `picolet exec --help`.
     ExecHelp,
     Version,
@@ -947,7 +947,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         if args[1..].iter().any(|a| a == "-h" || a == "--help") {
             return Ok(Command::LogsHelp);
         }
-        return Ok(Command::Logs(Box::new(crate::logs::cli::parse(
+        return Ok(Command::Logs(Box::new(crate::cli::logs::parse(
             &args[1..],
         )?)));
     }
@@ -959,7 +959,9 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         {
             return Ok(Command::ExecHelp);
         }
-        return Ok(Command::Exec(Box::new(crate::exec_cli::parse(&args[1..])?)));
+        return Ok(Command::Exec(Box::new(crate::cli::exec::parse(
+            &args[1..],
+        )?)));
     }
     if args.first().map(String::as_str) == Some("check") {
         return Ok(match parse(&args[1..])? {

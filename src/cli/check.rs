@@ -7,9 +7,9 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::cli::options::Options;
 use crate::cm::detect::{self, Mode};
 use crate::cri::RuntimeService;
-use crate::options::Options;
 
 /// Seconds since the epoch when this binary was built (`SOURCE_DATE_EPOCH` when set).
 const BUILD_EPOCH: &str = env!("PICOLET_BUILD_EPOCH");
