@@ -22,7 +22,6 @@ pub mod cri;
 pub mod events;
 pub mod eviction;
 pub(crate) mod hash;
-#[cfg(feature = "konnectivity")]
 pub mod konnectivity;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::api::{format_duration, parse_duration};
+use crate::api::{Taint, format_duration, parse_duration};
+/// Where the tests name it.
+pub use crate::konnectivity::Tunnel;
 use crate::limits::{self, Limits, Syntax};
 
 pub const USAGE: &str = "\
@@ -210,46 +212,6 @@ pub struct Options {
     pub tunnel: Tunnel,
 }
 
-/// The Konnectivity agent's settings, in the upstream agent's flag names.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tunnel {
-    /// Empty: no agent.
-    pub host: String,
-    pub port: u16,
-    /// CA bundle the server's certificate is verified against (`--ca-cert`).
-    pub ca_cert: Option<PathBuf>,
-    /// Client certificate and key (`--agent-cert`, `--agent-key`).
-    pub agent_cert: Option<PathBuf>,
-    pub agent_key: Option<PathBuf>,
-    /// A token sent as `Authorization: Bearer`, read at each connection.
-    pub token_path: Option<PathBuf>,
-    /// `None`: the node's name.
-    pub agent_id: Option<String>,
-    /// `None`: `host=<node name>&ipv4=<node IP>` (or `ipv6=`).
-    pub agent_identifiers: Option<String>,
-    /// HTTP/2 ping period on the stream; an unanswered ping ends it.
-    pub keepalive: Duration,
-    /// Destinations dialed besides the node API (`host:port`, or `*` for any).
-    pub allowed: Vec<String>,
-}
-
-impl Default for Tunnel {
-    fn default() -> Self {
-        Tunnel {
-            host: String::new(),
-            port: 8091,
-            ca_cert: None,
-            agent_cert: None,
-            agent_key: None,
-            token_path: None,
-            agent_id: None,
-            agent_identifiers: None,
-            keepalive: Duration::from_secs(60),
-            allowed: Vec::new(),
-        }
-    }
-}
-
 /// The node API's settings (`port`, `address`, `tls*`, `authentication`, `authorization`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Serving {
@@ -380,15 +342,6 @@ impl Default for Options {
             tunnel: Tunnel::default(),
         }
     }
-}
-
-/// A node taint, as `--register-with-taints` gives it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Taint {
-    pub key: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub value: String,
-    pub effect: String,
 }
 
 /// `key=value:Effect` or `key:Effect`, comma-separated.

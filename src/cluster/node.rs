@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::cli::options::Taint;
+use crate::api::Taint;
 
 /// The kubelet version picolet reports: the Kubernetes API level it implements and is tested
 /// against, with its own name and version as the pre-release part (so a version check reads the
