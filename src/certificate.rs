@@ -16,9 +16,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::apiclient::backoff::Jitter;
 use crate::apiclient::kubeconfig::{self, Connection, Credentials, Pem};
 use crate::apiclient::{ApiError, Client};
-use crate::config::api::Jitter;
 use crate::rt;
 
 /// The client certificate's files: `kubelet-client-<time>.pem`, `kubelet-client-current.pem`.

@@ -3,11 +3,10 @@
 //! and the Node's status reports.
 
 use std::net::IpAddr;
+use std::path::Path;
 
-use crate::cli::options::Options;
-use crate::cm::{Allocatable, Reserved};
+use crate::cm::{Allocatable, CgroupConfig, Reserved};
 use crate::cri::v1;
-use crate::kuberuntime::NodeContext;
 
 /// What the node is, gathered once at start.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -28,20 +27,26 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// Reads the facts from the host (`--root-dir` must exist, for its filesystem's size).
-    pub fn gather(o: &Options) -> Result<Facts, String> {
+    /// Reads the facts from the host: the name is `--hostname-override` or the host's, the
+    /// address `--node-ip` or the host's (see [`node_ip`]); `root_dir` must exist, for its
+    /// filesystem's size.
+    pub fn gather(
+        hostname_override: Option<&str>,
+        given_ip: Option<IpAddr>,
+        root_dir: &Path,
+    ) -> Result<Facts, String> {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
         #[allow(
             clippy::useless_conversion,
             reason = "statvfs counts are u32 on 32-bit targets (armv7)"
         )]
-        let disk = nix::sys::statvfs::statvfs(&o.root_dir)
+        let disk = nix::sys::statvfs::statvfs(root_dir)
             .ok()
             .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
             .and_then(|b| i64::try_from(b).ok());
         Ok(Facts {
-            name: node_name(o)?,
-            ip: node_ip(o).to_string(),
+            name: node_name(hostname_override)?,
+            ip: node_ip(given_ip).to_string(),
             cpus: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             memory_bytes: mem_total(&meminfo).unwrap_or(0),
             disk_bytes: disk,
@@ -71,30 +76,19 @@ impl Facts {
     /// hard `memory.available` and `nodefs.available` eviction thresholds. Admission weighs
     /// pods against it and the Node's status reports it. (The kubepods cgroup's limit and the
     /// downward API's default limits leave the thresholds in: `CgroupConfig::allocatable`.)
-    pub fn allocatable(&self, o: &Options) -> Allocatable {
+    pub fn allocatable(
+        &self,
+        cgroups: &CgroupConfig,
+        eviction: &crate::eviction::Config,
+    ) -> Allocatable {
         let capacity = self.capacity();
-        let (memory, nodefs) = o
-            .eviction
-            .hard_reserved(capacity.memory, capacity.ephemeral_storage);
-        let reserved = o.cgroups.reserved().plus(&Reserved {
+        let (memory, nodefs) = eviction.hard_reserved(capacity.memory, capacity.ephemeral_storage);
+        let reserved = cgroups.reserved().plus(&Reserved {
             memory,
             ephemeral_storage: nodefs,
             ..Reserved::default()
         });
         capacity.less(&reserved)
-    }
-
-    /// What the runtime manager knows of the node.
-    pub fn runtime_context(&self, o: &Options) -> NodeContext {
-        NodeContext {
-            node_name: self.name.clone(),
-            node_ip: self.ip.clone(),
-            memory_bytes: self.memory_bytes,
-            dns: self.dns.clone(),
-            pod_logs_dir: o.pod_logs_dir.clone(),
-            root_dir: o.root_dir.clone(),
-            memory_oom_group: false,
-        }
     }
 }
 
@@ -115,9 +109,9 @@ pub fn os_image(os_release: &str) -> String {
 }
 
 /// The node name: `--hostname-override`, else the host name, lowercased as the kubelet does.
-pub fn node_name(o: &Options) -> Result<String, String> {
-    let name = match &o.hostname_override {
-        Some(n) => n.clone(),
+pub fn node_name(hostname_override: Option<&str>) -> Result<String, String> {
+    let name = match hostname_override {
+        Some(n) => n.to_owned(),
         None => nix::unistd::gethostname()
             .map_err(|e| format!("reading the host name: {e}"))?
             .to_string_lossy()
@@ -141,8 +135,8 @@ pub fn default_route_iface(route: &str) -> Option<String> {
 
 /// The node address: `--node-ip`, else the first IPv4 address of the default-route interface,
 /// else any non-loopback IPv4 address, else 127.0.0.1 (a device with no network at all).
-pub fn node_ip(o: &Options) -> IpAddr {
-    if let Some(ip) = o.node_ip {
+pub fn node_ip(given: Option<IpAddr>) -> IpAddr {
+    if let Some(ip) = given {
         return ip;
     }
     let route = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
@@ -216,35 +210,30 @@ mod tests {
             disk_bytes: Some(100 << 30),
             ..Facts::default()
         };
-        let mut o = Options::default();
-        o.cgroups.kube_reserved = Reserved::parse_flag("cpu=500m,memory=1Gi").unwrap();
-        o.cgroups.system_reserved = Reserved::parse_flag("ephemeral-storage=10Gi").unwrap();
+        let mut cg = CgroupConfig {
+            kube_reserved: Reserved::parse_flag("cpu=500m,memory=1Gi").unwrap(),
+            system_reserved: Reserved::parse_flag("ephemeral-storage=10Gi").unwrap(),
+            ..CgroupConfig::default()
+        };
         // The defaults: memory.available<100Mi, nodefs.available<10%.
-        let a = f.allocatable(&o);
+        let ev = crate::eviction::Config::default();
+        let a = f.allocatable(&cg, &ev);
         assert_eq!(a.milli_cpu, 3500);
         assert_eq!(a.memory, (3 << 30) - (100 << 20));
         assert_eq!(a.ephemeral_storage, (90 << 30) - (10 << 30));
         // The kubepods cgroup's limit keeps the thresholds; both are the one subtraction.
-        let k = o.cgroups.allocatable(f.capacity());
+        let k = cg.allocatable(f.capacity());
         assert_eq!((k.milli_cpu, k.memory), (3500, 3 << 30));
         assert_eq!(k.ephemeral_storage, 90 << 30);
         // Never below zero.
-        o.cgroups.kube_reserved = Reserved::parse_flag("cpu=8,memory=8Gi").unwrap();
-        assert_eq!(f.allocatable(&o).milli_cpu, 0);
-        assert_eq!(f.allocatable(&o).memory, 0);
+        cg.kube_reserved = Reserved::parse_flag("cpu=8,memory=8Gi").unwrap();
+        assert_eq!(f.allocatable(&cg, &ev).milli_cpu, 0);
+        assert_eq!(f.allocatable(&cg, &ev).memory, 0);
     }
 
     #[test]
     fn names_are_lowercased() {
-        let o = Options {
-            hostname_override: Some("Edge-GW-01".into()),
-            ..Options::default()
-        };
-        assert_eq!(node_name(&o).unwrap(), "edge-gw-01");
-        let o = Options {
-            hostname_override: Some("  ".into()),
-            ..Options::default()
-        };
-        assert!(node_name(&o).is_err());
+        assert_eq!(node_name(Some("Edge-GW-01")).unwrap(), "edge-gw-01");
+        assert!(node_name(Some("  ")).is_err());
     }
 }

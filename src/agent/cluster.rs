@@ -93,7 +93,7 @@ pub(super) fn start(
     let client = join.client.clone();
     let facts = cluster::node::NodeFacts {
         node: node.clone(),
-        allocatable: node.allocatable(o),
+        allocatable: node.allocatable(&o.cgroups, &o.eviction),
         max_pods: o.max_pods,
         runtime_version: parts.runtime_version.clone(),
         labels: o.node_labels.clone(),

@@ -91,7 +91,7 @@ pub(super) async fn start(
 /// The node as admission weighs pods against it: its name, the well-known labels and
 /// `--node-labels`, `--register-with-taints`, node allocatable and pods.
 fn admission_node(o: &Options, node: &Facts) -> admission::NodeInfo {
-    let a = node.allocatable(o);
+    let a = node.allocatable(&o.cgroups, &o.eviction);
     admission::NodeInfo {
         name: node.name.clone(),
         labels: admission::NodeInfo::node_labels(&node.name, &o.node_labels),

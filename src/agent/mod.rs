@@ -71,7 +71,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     // Before the facts: they include the size of its filesystem.
     crate::atomic_file::create_dir_all(&o.root_dir)
         .map_err(|e| format!("creating --root-dir {}: {e}", o.root_dir.display()))?;
-    let node = crate::node::Facts::gather(&o)?;
+    let node = crate::node::Facts::gather(o.hostname_override.as_deref(), o.node_ip, &o.root_dir)?;
     log::info!(
         "picolet {} starting: node {:?}, address {}, manifests {}, apiserver {}, runtime {}",
         env!("CARGO_PKG_VERSION"),

@@ -52,7 +52,7 @@ pub(super) async fn start(
     let (cgroups, cgroup_parent) = pod_cgroups(o, &*counted, capacity).await?;
     let providers = credential_providers(o)?;
     let rm = Rc::new(
-        kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node.runtime_context(o))
+        kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node_context(o, node))
             .with_objects(restored.objects.clone())
             .with_services(restored.services.clone())
             .with_credential_providers(providers)
@@ -76,6 +76,19 @@ pub(super) async fn start(
         ops,
         version,
     })
+}
+
+/// What the runtime manager knows of the node.
+fn node_context(o: &Options, node: &Facts) -> kuberuntime::NodeContext {
+    kuberuntime::NodeContext {
+        node_name: node.name.clone(),
+        node_ip: node.ip.clone(),
+        memory_bytes: node.memory_bytes,
+        dns: node.dns.clone(),
+        pod_logs_dir: o.pod_logs_dir.clone(),
+        root_dir: o.root_dir.clone(),
+        memory_oom_group: false,
+    }
 }
 
 /// The kubepods tree (`--cgroups-per-qos`), set up with the driver the runtime agrees to and

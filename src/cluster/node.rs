@@ -225,14 +225,18 @@ mod tests {
         let s = node_status(&facts(), &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s["allocatable"], s["capacity"], "nothing reserved");
         let mut f = facts();
-        let mut o = crate::cli::options::Options::default();
-        o.cgroups.system_reserved =
-            crate::cm::Reserved::parse_flag("cpu=250m,memory=100Mi,ephemeral-storage=1Gi").unwrap();
-        o.eviction = crate::eviction::Config {
-            thresholds: Vec::new(),
-            ..o.eviction
+        let cgroups = crate::cm::CgroupConfig {
+            system_reserved: crate::cm::Reserved::parse_flag(
+                "cpu=250m,memory=100Mi,ephemeral-storage=1Gi",
+            )
+            .unwrap(),
+            ..Default::default()
         };
-        f.allocatable = f.node.allocatable(&o);
+        let no_thresholds = crate::eviction::Config {
+            thresholds: Vec::new(),
+            ..Default::default()
+        };
+        f.allocatable = f.node.allocatable(&cgroups, &no_thresholds);
         let s = node_status(&f, &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s["allocatable"]["cpu"], "3750m");
         assert_eq!(s["allocatable"]["memory"], "946176Ki");

@@ -16,7 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use super::Tunnel;
-use crate::config::api::{Jitter, backoff_delay};
+use crate::apiclient::backoff::{Jitter, backoff_delay};
 use crate::rt;
 
 /// The agent protocol's messages and client, generated from `proto/konnectivity.proto`.
