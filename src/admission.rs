@@ -21,7 +21,7 @@ pub struct NodeInfo {
     /// The well-known labels and `--node-labels`.
     pub labels: BTreeMap<String, String>,
     /// `--register-with-taints` (only NoExecute ones matter here, as upstream).
-    pub taints: Vec<crate::options::Taint>,
+    pub taints: Vec<crate::api::Taint>,
     /// Allocatable CPU in millicores.
     pub milli_cpu: i64,
     /// Allocatable memory in bytes.
@@ -454,7 +454,7 @@ fn ports_free(pod: &Pod, admitted: &[&Pod]) -> bool {
 }
 
 /// Every NoExecute taint of the node is tolerated.
-fn tolerates_no_execute(pod: &Pod, taints: &[crate::options::Taint]) -> bool {
+fn tolerates_no_execute(pod: &Pod, taints: &[crate::api::Taint]) -> bool {
     taints.iter().filter(|t| t.effect == "NoExecute").all(|t| {
         pod.spec.tolerations.iter().any(|tol| {
             let effect_ok = tol
@@ -905,12 +905,12 @@ mod tests {
     #[test]
     fn no_execute_taints_for_api_pods_only() {
         let mut n = node();
-        n.taints.push(crate::options::Taint {
+        n.taints.push(crate::api::Taint {
             key: "dedicated".into(),
             value: "gpu".into(),
             effect: "NoExecute".into(),
         });
-        n.taints.push(crate::options::Taint {
+        n.taints.push(crate::api::Taint {
             key: "other".into(),
             value: String::new(),
             effect: "NoSchedule".into(),

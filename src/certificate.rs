@@ -16,9 +16,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::apiclient::backoff::Jitter;
 use crate::apiclient::kubeconfig::{self, Connection, Credentials, Pem};
 use crate::apiclient::{ApiError, Client};
-use crate::config::api::Jitter;
 use crate::rt;
 
 /// The client certificate's files: `kubelet-client-<time>.pem`, `kubelet-client-current.pem`.
@@ -740,6 +740,57 @@ impl ClientManager {
             *told = true;
         }
         r
+    }
+}
+
+/// The node API's certificate files, as the kubelet chooses them: `tlsCertFile` and
+/// `tlsPrivateKeyFile` when given, else a self-signed certificate kept in `pki` for the node's
+/// name and address (and localhost, 127.0.0.1), made on first use.
+pub fn serving_files(
+    given: (Option<&Path>, Option<&Path>),
+    pki: &Path,
+    node_name: &str,
+    node_ip: &str,
+    now: i64,
+) -> Result<(PathBuf, PathBuf), String> {
+    if let (Some(c), Some(k)) = given {
+        return Ok((c.to_owned(), k.to_owned()));
+    }
+    let mut ips = vec![IpAddr::from([127, 0, 0, 1])];
+    if let Ok(ip) = node_ip.parse() {
+        ips.insert(0, ip);
+    }
+    let names = [node_name.to_owned(), "localhost".to_owned()];
+    crate::pki::ensure_self_signed(pki, node_name, &names, &ips, now)
+        .map_err(|e| format!("the node API's self-signed certificate: {e}"))
+}
+
+/// With `serverTLSBootstrap`: the store of the serving certificates the cluster issues, the
+/// one it holds that is valid now (served at once, else the files serve until one is issued),
+/// and what to ask for (the node's name and address).
+pub struct ServingBootstrap {
+    pub store: Store,
+    pub current: Option<Identity>,
+    pub ask: Ask,
+}
+
+impl ServingBootstrap {
+    pub fn new(pki: &Path, node_name: &str, node_ip: &str, now: i64) -> ServingBootstrap {
+        let store = Store::new(pki, SERVER_PREFIX);
+        let current = store
+            .current()
+            .unwrap_or_else(|e| {
+                log::warn!("certificate: {e}; asking for a new serving certificate");
+                None
+            })
+            .filter(|i| i.valid_at(now));
+        let ips: Vec<IpAddr> = node_ip.parse().into_iter().collect();
+        let ask = Ask::serving(node_name, vec![node_name.to_owned()], ips);
+        ServingBootstrap {
+            store,
+            current,
+            ask,
+        }
     }
 }
 

@@ -363,7 +363,7 @@ pub fn secret_config(data: &crate::objects::Data) -> Result<DockerConfig, String
 /// The node's credentials: `<root-dir>/config.json`, as the kubelet reads it in its root
 /// directory. No file is no credentials; a file that does not parse is an error naming it.
 pub fn node_keyring(root_dir: &Path) -> Result<Keyring, String> {
-    let path = root_dir.join("config.json");
+    let path = crate::root_dir::RootDir(root_dir).registry_credentials();
     let mut k = Keyring::default();
     match std::fs::read(&path) {
         Ok(b) => {

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
-use picolet::options::{self, Command};
+use picolet::cli::options::{self, Command};
 
 fn main() -> ExitCode {
     // Before any thread starts: one malloc arena for all of them.
@@ -22,13 +22,13 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::LogsHelp) => {
-            print!("{}", picolet::logs::cli::USAGE);
+            print!("{}", picolet::cli::logs::USAGE);
             return ExitCode::SUCCESS;
         }
         Ok(Command::Logs(a)) => {
             // Ctrl-C ends a follow: the exit signals act as usual here.
             let _ = set.thread_unblock();
-            return match picolet::logs::cli::run(&a, &mut std::io::stdout().lock()) {
+            return match picolet::cli::logs::run(&a, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("picolet logs: {e}");
@@ -37,12 +37,12 @@ fn main() -> ExitCode {
             };
         }
         Ok(Command::ExecHelp) => {
-            print!("{}", picolet::exec_cli::USAGE);
+            print!("{}", picolet::cli::exec::USAGE);
             return ExitCode::SUCCESS;
         }
         Ok(Command::Exec(a)) => {
             let _ = set.thread_unblock();
-            return match picolet::exec_cli::run(&a) {
+            return match picolet::cli::exec::run(&a) {
                 Ok(code) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
                 Err(e) => {
                     eprintln!("picolet exec: {e}");
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         Ok(Command::Validate(files)) => {
             // Unknown fields are warnings: they go to stderr, the errors to stdout.
             picolet::logger::init(0);
-            let errors = picolet::validate(&files);
+            let errors = picolet::cli::validate(&files);
             for e in &errors {
                 println!("{e}");
             }
@@ -74,13 +74,13 @@ fn main() -> ExitCode {
             };
         }
         Ok(Command::Check(o)) => {
-            let findings = picolet::check::all(&o);
+            let findings = picolet::cli::check::all(&o);
             for f in &findings {
                 println!("{f}");
             }
             let fatal = findings
                 .iter()
-                .any(|f| f.level == picolet::check::Level::Fatal);
+                .any(|f| f.level == picolet::cli::check::Level::Fatal);
             return if fatal {
                 ExitCode::FAILURE
             } else {

@@ -45,7 +45,7 @@ pub enum VolumeError {
 }
 
 pub fn pod_dir(root: &Path, uid: &str) -> PathBuf {
-    root.join("pods").join(uid)
+    crate::root_dir::RootDir(root).pod(uid)
 }
 
 pub fn empty_dir_path(root: &Path, uid: &str, name: &str) -> PathBuf {
@@ -340,7 +340,7 @@ pub fn cleanup(root: &Path, uid: &str) -> io::Result<()> {
 
 /// Pod directories present under the root dir (for orphan cleanup).
 pub fn pod_dirs(root: &Path) -> Vec<String> {
-    let Ok(rd) = fs::read_dir(root.join("pods")) else {
+    let Ok(rd) = fs::read_dir(crate::root_dir::RootDir(root).pods()) else {
         return Vec::new();
     };
     rd.filter_map(|e| e.ok()?.file_name().into_string().ok())

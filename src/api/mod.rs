@@ -5,6 +5,7 @@
 pub mod decode;
 pub mod duration;
 pub mod fields;
+pub mod node;
 pub mod pod;
 pub mod quantity;
 pub mod time;
@@ -12,6 +13,7 @@ pub mod validation;
 
 pub use decode::{DecodeError, Decoded, Format, decode_pod, pod_from_value};
 pub use duration::{format_duration, parse_duration};
+pub use node::Taint;
 pub use pod::*;
 pub use quantity::{Quantity, QuantityError};
 pub use time::{now_rfc3339, rfc3339, unix_nanos_now};

@@ -7,6 +7,7 @@
 //! carries the apiserver's `Status` (code, reason, message), so callers tell 404, 409, 410 and 403
 //! apart.
 
+pub mod backoff;
 pub mod kubeconfig;
 pub mod watch;
 

@@ -14,8 +14,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
 
+use super::backoff::{Jitter, backoff_delay};
 use super::{ApiError, Client};
-use crate::config::api::{Jitter, backoff_delay};
 
 /// Longest line of a watch stream (one event: an object is at most ~1.5 MB in etcd).
 pub const MAX_EVENT: usize = 4 << 20;

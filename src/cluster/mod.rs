@@ -19,14 +19,40 @@ use serde_json::{Value, json};
 
 use crate::api::time::{rfc3339, rfc3339_micro};
 use crate::api::{Pod, PodStatus};
+use crate::apiclient::backoff::{Jitter, backoff_delay};
 use crate::apiclient::{ApiError, Client};
-use crate::config::api::{Jitter, backoff_delay};
 use crate::config::api::{MirrorPod, Mirrors};
 use crate::config::{ANNOTATION_CONFIG_HASH, ANNOTATION_CONFIG_MIRROR};
 use crate::rt;
-use crate::sync_loop::Kubelet;
 
 use node::{Health, NodeFacts};
+
+/// What the cluster's tasks ask of the agent: a narrow view, which the sync loop implements
+/// (as the server's `Host`), so that the cluster's code does not hold the loop.
+pub trait Kubelet {
+    /// Why the node is not healthy, when it is not (the Ready condition).
+    fn healthz(&self) -> Result<(), String>;
+    /// MemoryPressure, DiskPressure and PIDPressure from the eviction manager.
+    fn pressure(&self) -> crate::eviction::Pressure;
+    /// The status picolet computed for a pod.
+    fn pod_status(&self, uid: &str) -> Option<PodStatus>;
+    /// The status of each pod that came from the apiserver: picolet's, and the apiserver's.
+    fn api_pod_statuses(&self) -> Vec<PodStatusView>;
+    /// The pods from the apiserver.
+    fn api_pods(&self) -> Vec<Rc<Pod>>;
+    /// Told when the pods from the apiserver change.
+    fn api_pods_changed(&self) -> async_channel::Receiver<()>;
+    /// The static pods.
+    fn static_pods(&self) -> Vec<Rc<Pod>>;
+    /// Syncs these pods now (their objects have arrived).
+    fn sync_now(&self, uids: &std::collections::BTreeSet<String>);
+    /// The deleted API pods whose final status is to be posted: `(uid, namespace, name)`.
+    fn take_finalizable(&self) -> Vec<(String, String, String)>;
+    /// Posts a final status again later.
+    fn retry_finalize(&self, uid: String, namespace: String, name: String);
+    /// Drops a pod's status once the apiserver has the final one.
+    fn forget_status(&self, uid: &str);
+}
 
 /// Node status: computed this often, posted when it changed or [`STATUS_REPORT`] passed.
 pub const STATUS_UPDATE: Duration = Duration::from_secs(10);
@@ -94,8 +120,8 @@ async fn call_within(
 }
 
 /// Registers the Node (retrying with backoff until it succeeds), then reports its status.
-pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
-    let mut jitter = Jitter::new(&facts.name);
+pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>) {
+    let mut jitter = Jitter::new(&facts.node.name);
     let mut failures = 0u32;
     loop {
         match call(
@@ -109,24 +135,24 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
             Ok(_) => {
                 log::info!(
                     "registered node {} with the apiserver at {}",
-                    facts.name,
+                    facts.node.name,
                     client.server()
                 );
                 break;
             }
             Err(e) if e.is_conflict() => {
-                log::info!("node {} is already registered", facts.name);
+                log::info!("node {} is already registered", facts.node.name);
                 break;
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let wait = backoff_delay(failures, &mut jitter);
-                log_failure("registering the node", &e, &facts.name, failures);
+                log_failure("registering the node", &e, &facts.node.name, failures);
                 rt::sleep(wait).await;
             }
         }
     }
-    let me = crate::events::ObjectRef::node(&facts.name);
+    let me = crate::events::ObjectRef::node(&facts.node.name);
     crate::events::record(
         &me,
         crate::events::Type::Normal,
@@ -135,7 +161,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
     );
     // The conditions last announced with an event: memory, disk and PID pressure, Ready.
     let mut announced: Option<[bool; 4]> = None;
-    let path = format!("/api/v1/nodes/{}/status", facts.name);
+    let path = format!("/api/v1/nodes/{}/status", facts.node.name);
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
     let mut tick = rt::interval(STATUS_UPDATE);
@@ -169,7 +195,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
                     &me,
                     t,
                     reason,
-                    &format!("Node {} status is now: {reason}", facts.name),
+                    &format!("Node {} status is now: {reason}", facts.node.name),
                 );
             }
         }
@@ -380,7 +406,7 @@ async fn renew_lease(
 /// Publishes the status of the pods the apiserver gave this node: whenever the status picolet
 /// generates differs from the one the apiserver holds, it is patched (with the pod's UID as a
 /// precondition); a failed patch is tried again next round, so nothing is lost to an outage.
-pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
+pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
     let mut sent: HashMap<String, PodStatus> = HashMap::new();
     let mut tick = rt::interval(POD_STATUS_PERIOD);
     loop {
@@ -523,7 +549,7 @@ pub fn plan_mirrors(static_pods: &[Rc<Pod>], mirrors: &[MirrorPod]) -> Vec<Mirro
 /// gone; the static pod's status is published on it.
 pub async fn run_mirrors(
     client: Client,
-    kubelet: Rc<Kubelet>,
+    kubelet: Rc<dyn Kubelet>,
     mirrors: Mirrors,
     node_name: String,
 ) {

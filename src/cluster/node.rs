@@ -1,9 +1,9 @@
 //! The Node object: what picolet registers and the status it reports. Building it is pure (facts
-//! in, JSON out); gathering the facts reads /proc and the root directory once per status round.
+//! in, JSON out); the facts are `node::Facts`, gathered once at start.
 
 use serde_json::{Value, json};
 
-use crate::options::Taint;
+use crate::api::Taint;
 
 /// The kubelet version picolet reports: the Kubernetes API level it implements and is tested
 /// against, with its own name and version as the pre-release part (so a version check reads the
@@ -13,23 +13,15 @@ pub const KUBELET_VERSION: &str = concat!("v1.37.2-picolet.", env!("CARGO_PKG_VE
 /// What the node reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
-    pub name: String,
-    pub ip: String,
-    pub cpus: usize,
-    pub memory_bytes: i64,
-    pub ephemeral_storage_bytes: u64,
+    /// What the node is, gathered once at start.
+    pub node: crate::node::Facts,
+    /// Node allocatable (`node::Facts::allocatable`), as admission weighs pods against it.
+    pub allocatable: crate::cm::Allocatable,
     pub max_pods: u32,
-    pub machine_id: String,
-    pub boot_id: String,
-    pub kernel: String,
-    pub os_image: String,
-    pub architecture: String,
     /// `containerd://1.6.20`.
     pub runtime_version: String,
     pub labels: Vec<(String, String)>,
     pub taints: Vec<Taint>,
-    /// `kubeReserved` plus `systemReserved`: capacity minus this is allocatable.
-    pub reserved: crate::cm::Reserved,
     /// The node API's port (`daemonEndpoints.kubeletEndpoint.Port`); 0 when it is off.
     pub kubelet_port: u16,
 }
@@ -44,68 +36,13 @@ pub struct Health {
     pub pressure: crate::eviction::Pressure,
 }
 
-pub use crate::node::goarch;
-
-fn first_line(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| t.lines().next().map(|l| l.trim().to_owned()))
-        .unwrap_or_default()
-}
-
-/// `PRETTY_NAME` of os-release text.
-pub fn os_image(os_release: &str) -> String {
-    os_release
-        .lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-        .map(|v| v.trim_matches('"').to_owned())
-        .unwrap_or_else(|| "Linux".into())
-}
-
-/// Reads the facts that do not change while picolet runs (plus disk size).
-pub fn gather(
-    name: &str,
-    ip: &str,
-    memory_bytes: i64,
-    root: &std::path::Path,
-    runtime_version: &str,
-    labels: &[(String, String)],
-    taints: &[Taint],
-) -> NodeFacts {
-    #[allow(
-        clippy::useless_conversion,
-        reason = "statvfs counts are u32 on 32-bit targets (armv7)"
-    )]
-    let disk = nix::sys::statvfs::statvfs(root)
-        .map(|s| u64::from(s.blocks()).saturating_mul(u64::from(s.fragment_size())))
-        .unwrap_or(0);
-    NodeFacts {
-        name: name.to_owned(),
-        ip: ip.to_owned(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        memory_bytes,
-        ephemeral_storage_bytes: disk,
-        max_pods: 110,
-        machine_id: first_line("/etc/machine-id"),
-        boot_id: first_line("/proc/sys/kernel/random/boot_id"),
-        kernel: first_line("/proc/sys/kernel/osrelease"),
-        os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
-        architecture: goarch().to_owned(),
-        runtime_version: runtime_version.to_owned(),
-        labels: labels.to_vec(),
-        taints: taints.to_vec(),
-        reserved: crate::cm::Reserved::default(),
-        kubelet_port: 0,
-    }
-}
-
 /// The Node as first registered.
 pub fn node_object(f: &NodeFacts) -> Value {
     // The labels admission matches pods against, with this node's architecture.
     let mut labels = serde_json::Map::new();
-    for (k, v) in crate::admission::NodeInfo::node_labels(&f.name, &f.labels) {
+    for (k, v) in crate::admission::NodeInfo::node_labels(&f.node.name, &f.labels) {
         let v = if k.ends_with("kubernetes.io/arch") && !f.labels.iter().any(|(l, _)| *l == k) {
-            f.architecture.clone()
+            f.node.architecture.clone()
         } else {
             v
         };
@@ -118,7 +55,7 @@ pub fn node_object(f: &NodeFacts) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": f.name, "labels": labels},
+        "metadata": {"name": f.node.name, "labels": labels},
         "spec": spec,
     })
 }
@@ -170,22 +107,14 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
         health.message.clone()
     };
     let p = health.pressure;
+    let node = &f.node;
     let capacity = json!({
-        "cpu": f.cpus.to_string(),
-        "memory": format!("{}Ki", f.memory_bytes.max(0) / 1024),
+        "cpu": node.cpus.to_string(),
+        "memory": bytes_quantity(node.memory_bytes),
         "pods": f.max_pods.to_string(),
-        "ephemeral-storage": format!("{}Ki", f.ephemeral_storage_bytes / 1024),
+        "ephemeral-storage": bytes_quantity(node.disk_bytes.unwrap_or(0)),
     });
-    let cpus = i64::try_from(f.cpus).unwrap_or(i64::MAX);
-    let alloc = crate::cm::CgroupConfig {
-        system_reserved: f.reserved.clone(),
-        ..Default::default()
-    }
-    .allocatable(crate::cm::Allocatable {
-        milli_cpu: cpus.saturating_mul(1000),
-        memory: f.memory_bytes.max(0),
-        ephemeral_storage: i64::try_from(f.ephemeral_storage_bytes).unwrap_or(i64::MAX),
-    });
+    let alloc = f.allocatable;
     let allocatable = json!({
         "cpu": if alloc.milli_cpu % 1000 == 0 {
             (alloc.milli_cpu / 1000).to_string()
@@ -218,21 +147,21 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
             condition("Ready", health.ready, if health.ready { "KubeletReady" } else { "KubeletNotReady" }, &ready_msg, old_cond("Ready"), now),
         ],
         "addresses": [
-            {"type": "InternalIP", "address": f.ip},
-            {"type": "Hostname", "address": f.name},
+            {"type": "InternalIP", "address": node.ip},
+            {"type": "Hostname", "address": node.name},
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.kubelet_port}},
         "nodeInfo": {
-            "machineID": f.machine_id,
-            "systemUUID": f.machine_id,
-            "bootID": f.boot_id,
-            "kernelVersion": f.kernel,
-            "osImage": f.os_image,
+            "machineID": node.machine_id,
+            "systemUUID": node.machine_id,
+            "bootID": node.boot_id,
+            "kernelVersion": node.kernel,
+            "osImage": node.os_image,
             "containerRuntimeVersion": f.runtime_version,
             "kubeletVersion": KUBELET_VERSION,
             "kubeProxyVersion": "",
             "operatingSystem": "linux",
-            "architecture": f.architecture,
+            "architecture": node.architecture,
         },
     })
 }
@@ -258,18 +187,23 @@ mod tests {
     use super::*;
 
     fn facts() -> NodeFacts {
-        NodeFacts {
+        let node = crate::node::Facts {
             name: "edge-1".into(),
             ip: "192.0.2.7".into(),
             cpus: 4,
             memory_bytes: 1 << 30,
-            ephemeral_storage_bytes: 32 << 30,
-            max_pods: 110,
+            disk_bytes: Some(32 << 30),
+            dns: None,
             machine_id: "m".into(),
             boot_id: "b".into(),
             kernel: "6.1.0".into(),
             os_image: "Debian GNU/Linux 12 (bookworm)".into(),
             architecture: "arm64".into(),
+        };
+        NodeFacts {
+            allocatable: node.capacity(),
+            node,
+            max_pods: 110,
             runtime_version: "containerd://1.6.20".into(),
             labels: vec![("node.kubernetes.io/instance-type".into(), "rpi4".into())],
             taints: vec![Taint {
@@ -277,7 +211,6 @@ mod tests {
                 value: "".into(),
                 effect: "NoSchedule".into(),
             }],
-            reserved: crate::cm::Reserved::default(),
             kubelet_port: 10250,
         }
     }
@@ -292,8 +225,18 @@ mod tests {
         let s = node_status(&facts(), &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s["allocatable"], s["capacity"], "nothing reserved");
         let mut f = facts();
-        f.reserved =
-            crate::cm::Reserved::parse_flag("cpu=250m,memory=100Mi,ephemeral-storage=1Gi").unwrap();
+        let cgroups = crate::cm::CgroupConfig {
+            system_reserved: crate::cm::Reserved::parse_flag(
+                "cpu=250m,memory=100Mi,ephemeral-storage=1Gi",
+            )
+            .unwrap(),
+            ..Default::default()
+        };
+        let no_thresholds = crate::eviction::Config {
+            thresholds: Vec::new(),
+            ..Default::default()
+        };
+        f.allocatable = f.node.allocatable(&cgroups, &no_thresholds);
         let s = node_status(&f, &up, None, "2026-01-01T00:00:00Z");
         assert_eq!(s["allocatable"]["cpu"], "3750m");
         assert_eq!(s["allocatable"]["memory"], "946176Ki");
@@ -386,14 +329,5 @@ mod tests {
             (Some("True"), Some("KubeletHasInsufficientPID"))
         );
         assert!(differs(&s3, &s4));
-    }
-
-    #[test]
-    fn os_release() {
-        assert_eq!(
-            os_image("NAME=x\nPRETTY_NAME=\"Raspbian GNU/Linux 12\"\n"),
-            "Raspbian GNU/Linux 12"
-        );
-        assert_eq!(os_image(""), "Linux");
     }
 }

@@ -20,12 +20,12 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::Kubelet;
+use crate::apiclient::backoff::{Jitter, backoff_delay};
 use crate::apiclient::{ApiError, Client};
-use crate::config::api::{Jitter, backoff_delay};
 use crate::kuberuntime::join_all;
 use crate::objects::{Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec};
 use crate::rt;
-use crate::sync_loop::Kubelet;
 
 /// How often an object in use is read again. A change reaches the files within this (the pods
 /// are synced at once), as fast as the kubelet's TTL cache and sync period make it in the worst
@@ -505,7 +505,7 @@ impl Fetcher {
 /// Keeps the store filled for the node's API pods, and its checkpoint written.
 pub async fn run_objects(
     client: Client,
-    kubelet: Rc<Kubelet>,
+    kubelet: Rc<dyn Kubelet>,
     store: Store,
     checkpoint: Option<PathBuf>,
 ) {

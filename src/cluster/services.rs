@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::apiclient::Client;
+use crate::apiclient::backoff::Jitter;
 use crate::apiclient::watch::{self, Event, Watched};
-use crate::config::api::Jitter;
 use crate::services::{Port, Service, Shared, is_ip_set};
 
 /// Largest checkpoint written or read.

@@ -49,7 +49,7 @@ impl Reserved {
         Ok(r)
     }
 
-    fn plus(&self, o: &Reserved) -> Reserved {
+    pub fn plus(&self, o: &Reserved) -> Reserved {
         Reserved {
             milli_cpu: self.milli_cpu.saturating_add(o.milli_cpu),
             memory: self.memory.saturating_add(o.memory),
@@ -100,6 +100,21 @@ pub struct Allocatable {
     pub ephemeral_storage: i64,
 }
 
+impl Allocatable {
+    /// This less what `r` reserves, never below zero: the one computation of allocatable
+    /// (`CgroupConfig::allocatable`, `node::Facts::allocatable`).
+    pub fn less(&self, r: &Reserved) -> Allocatable {
+        Allocatable {
+            milli_cpu: self.milli_cpu.saturating_sub(r.milli_cpu).max(0),
+            memory: self.memory.saturating_sub(r.memory).max(0),
+            ephemeral_storage: self
+                .ephemeral_storage
+                .saturating_sub(r.ephemeral_storage)
+                .max(0),
+        }
+    }
+}
+
 impl CgroupConfig {
     pub fn reserved(&self) -> Reserved {
         self.kube_reserved.plus(&self.system_reserved)
@@ -109,15 +124,10 @@ impl CgroupConfig {
         self.enforce_node_allocatable.iter().any(|e| e == "pods")
     }
 
-    /// Capacity minus `kubeReserved` and `systemReserved`, never below zero (upstream's
-    /// allocatable before the eviction threshold is taken off).
+    /// Capacity minus `kubeReserved` and `systemReserved` (upstream's allocatable before the
+    /// eviction thresholds are taken off: the kubepods cgroup's limit).
     pub fn allocatable(&self, capacity: Allocatable) -> Allocatable {
-        let r = self.reserved();
-        Allocatable {
-            milli_cpu: (capacity.milli_cpu - r.milli_cpu).max(0),
-            memory: (capacity.memory - r.memory).max(0),
-            ephemeral_storage: (capacity.ephemeral_storage - r.ephemeral_storage).max(0),
-        }
+        capacity.less(&self.reserved())
     }
 
     /// Checks the combination, naming the flag at fault.

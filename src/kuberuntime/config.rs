@@ -173,7 +173,11 @@ pub fn seccomp_profile(pod: &Pod, c: Option<&Container>, root_dir: &Path) -> v1:
             Some(("RuntimeDefault", _)) => (ProfileType::RuntimeDefault, String::new()),
             Some(("Localhost", Some(f))) => (
                 ProfileType::Localhost,
-                root_dir.join("seccomp").join(f).display().to_string(),
+                crate::root_dir::RootDir(root_dir)
+                    .seccomp()
+                    .join(f)
+                    .display()
+                    .to_string(),
             ),
             _ => (ProfileType::Unconfined, String::new()),
         };

@@ -6,7 +6,6 @@
 //! knows (no runtime call) and rotates the logs that reached `containerLogMaxSize`; file work
 //! runs on the blocking pool, the reopen goes to the runtime.
 
-pub mod cli;
 pub mod format;
 pub mod read;
 pub mod rotate;

@@ -21,13 +21,13 @@ use super::{Context, Streamed, reply};
 use crate::rt;
 
 /// `/configz`: the settings in force, with `KubeletConfiguration`'s field names.
-pub fn configz(o: &crate::options::Options, port: u16) -> Bytes {
+pub fn configz(o: &crate::cli::options::Options, port: u16) -> Bytes {
     use crate::api::format_duration as d;
     let s = &o.serving;
     let webhook = s.webhook_authn.unwrap_or(o.kubeconfig.is_some());
     let mode = match s.authorization {
-        Some(crate::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
-        Some(crate::options::AuthorizationMode::Webhook) => "Webhook",
+        Some(crate::cli::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
+        Some(crate::cli::options::AuthorizationMode::Webhook) => "Webhook",
         None if o.kubeconfig.is_some() => "Webhook",
         None => "AlwaysAllow",
     };

@@ -4,6 +4,8 @@
 //! the commands it returns. All runtime calls happen in the pod workers or in spawned tasks, so
 //! the loop itself never waits on the runtime or the disk.
 
+#[cfg(feature = "apiserver")]
+mod cluster;
 #[cfg(feature = "local-api")]
 mod host;
 mod housekeeping;

@@ -14,8 +14,8 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::cli::options::{self, OptionsError};
 use crate::cri::{self, v1};
-use crate::options::{self, OptionsError};
 
 /// What `picolet exec` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ flags:
       --config FILE           take the endpoint from this KubeletConfiguration
 ";
 
-use crate::options::bad;
+use crate::cli::options::bad;
 
 /// Reads `picolet exec`'s arguments (those after `exec`).
 pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::options::{self, OptionsError};
+use crate::cli::options::{self, OptionsError};
 
 /// What `picolet logs` was asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ flags:
       --config FILE           take both from this KubeletConfiguration
 ";
 
-use crate::options::bad;
+use crate::cli::options::bad;
 
 /// Parses the arguments after `logs`.
 pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
@@ -106,7 +106,7 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
                         a.since = Some(d);
                     }
                     "--since-time" => {
-                        if super::format::parse_time(v.as_bytes()).is_none() {
+                        if crate::logs::format::parse_time(v.as_bytes()).is_none() {
                             return Err(bad(name, &v, "not an RFC 3339 time"));
                         }
                         a.since_time = Some(v);

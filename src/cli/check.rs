@@ -7,9 +7,9 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::cli::options::Options;
 use crate::cm::detect::{self, Mode};
 use crate::cri::RuntimeService;
-use crate::options::Options;
 
 /// Seconds since the epoch when this binary was built (`SOURCE_DATE_EPOCH` when set).
 const BUILD_EPOCH: &str = env!("PICOLET_BUILD_EPOCH");
@@ -102,7 +102,7 @@ fn client_certificate(o: &Options, now: i64) -> Option<Finding> {
     const WHAT: &str = "client certificate";
     let kubeconfig = o.kubeconfig.as_ref()?;
     let rotation = if o.rotation() { "on" } else { "off" };
-    let store = Store::new(&o.root_dir.join("pki"), CLIENT_PREFIX);
+    let store = Store::new(&o.root().pki(), CLIENT_PREFIX);
     let from_store = store.current().ok().flatten();
     let loaded = crate::apiclient::kubeconfig::load(kubeconfig);
     let from_kubeconfig = loaded

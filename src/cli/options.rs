@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::api::{format_duration, parse_duration};
+use crate::api::{Taint, format_duration, parse_duration};
+/// Where the tests name it.
+pub use crate::konnectivity::Tunnel;
 use crate::limits::{self, Limits, Syntax};
 
 pub const USAGE: &str = "\
@@ -137,11 +139,11 @@ pub enum Command {
     /// Preflight checks with the options of a run.
     Check(Box<Options>),
     /// `picolet logs`: a container's log through the local API.
-    Logs(Box<crate::logs::cli::LogsArgs>),
+    Logs(Box<crate::cli::logs::LogsArgs>),
     /// `picolet logs --help`.
     LogsHelp,
     /// `picolet exec`: a command in a running container, through the runtime.
-    Exec(Box<crate::exec_cli::ExecArgs>),
+    Exec(Box<crate::cli::exec::ExecArgs>),
     /// `picolet exec --help`.
     ExecHelp,
     Version,
@@ -208,46 +210,6 @@ pub struct Options {
     pub serving: Serving,
     /// The Konnectivity agent (`--proxy-server-host` and the flags beside it).
     pub tunnel: Tunnel,
-}
-
-/// The Konnectivity agent's settings, in the upstream agent's flag names.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tunnel {
-    /// Empty: no agent.
-    pub host: String,
-    pub port: u16,
-    /// CA bundle the server's certificate is verified against (`--ca-cert`).
-    pub ca_cert: Option<PathBuf>,
-    /// Client certificate and key (`--agent-cert`, `--agent-key`).
-    pub agent_cert: Option<PathBuf>,
-    pub agent_key: Option<PathBuf>,
-    /// A token sent as `Authorization: Bearer`, read at each connection.
-    pub token_path: Option<PathBuf>,
-    /// `None`: the node's name.
-    pub agent_id: Option<String>,
-    /// `None`: `host=<node name>&ipv4=<node IP>` (or `ipv6=`).
-    pub agent_identifiers: Option<String>,
-    /// HTTP/2 ping period on the stream; an unanswered ping ends it.
-    pub keepalive: Duration,
-    /// Destinations dialed besides the node API (`host:port`, or `*` for any).
-    pub allowed: Vec<String>,
-}
-
-impl Default for Tunnel {
-    fn default() -> Self {
-        Tunnel {
-            host: String::new(),
-            port: 8091,
-            ca_cert: None,
-            agent_cert: None,
-            agent_key: None,
-            token_path: None,
-            agent_id: None,
-            agent_identifiers: None,
-            keepalive: Duration::from_secs(60),
-            allowed: Vec::new(),
-        }
-    }
 }
 
 /// The node API's settings (`port`, `address`, `tls*`, `authentication`, `authorization`).
@@ -320,6 +282,11 @@ impl Default for Serving {
 }
 
 impl Options {
+    /// The layout under `--root-dir`.
+    pub fn root(&self) -> crate::root_dir::RootDir<'_> {
+        crate::root_dir::RootDir(&self.root_dir)
+    }
+
     /// Whether the client certificate is renewed by CSR.
     pub fn rotation(&self) -> bool {
         self.rotate_certificates
@@ -375,15 +342,6 @@ impl Default for Options {
             tunnel: Tunnel::default(),
         }
     }
-}
-
-/// A node taint, as `--register-with-taints` gives it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Taint {
-    pub key: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub value: String,
-    pub effect: String,
 }
 
 /// `key=value:Effect` or `key:Effect`, comma-separated.
@@ -942,7 +900,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         if args[1..].iter().any(|a| a == "-h" || a == "--help") {
             return Ok(Command::LogsHelp);
         }
-        return Ok(Command::Logs(Box::new(crate::logs::cli::parse(
+        return Ok(Command::Logs(Box::new(crate::cli::logs::parse(
             &args[1..],
         )?)));
     }
@@ -954,7 +912,9 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
         {
             return Ok(Command::ExecHelp);
         }
-        return Ok(Command::Exec(Box::new(crate::exec_cli::parse(&args[1..])?)));
+        return Ok(Command::Exec(Box::new(crate::cli::exec::parse(
+            &args[1..],
+        )?)));
     }
     if args.first().map(String::as_str) == Some("check") {
         return Ok(match parse(&args[1..])? {
