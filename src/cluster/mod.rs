@@ -139,16 +139,28 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
     let mut tick = rt::interval(STATUS_UPDATE);
+    let changed = kubelet.node_changed();
     loop {
-        let health = match kubelet.healthz() {
-            Ok(()) => Health {
+        let health = match (kubelet.healthz(), kubelet.not_ready_reason()) {
+            (Ok(()), None) => Health {
                 ready: true,
                 message: String::new(),
                 pressure: kubelet.pressure(),
             },
-            Err(m) => Health {
+            (Err(m), None) => Health {
                 ready: false,
                 message: m,
+                pressure: kubelet.pressure(),
+            },
+            // Upstream's aggregate of errors: one alone, several in brackets.
+            (Ok(()), Some(r)) => Health {
+                ready: false,
+                message: r.to_owned(),
+                pressure: kubelet.pressure(),
+            },
+            (Err(m), Some(r)) => Health {
+                ready: false,
+                message: format!("[{m}, {r}]"),
                 pressure: kubelet.pressure(),
             },
         };
@@ -195,7 +207,11 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<Kubelet>) {
                 Err(e) => log::warn!("posting the node status: {e}"),
             }
         }
-        tick.tick().await;
+        // The period, or at once when the node's readiness changed (a shutdown).
+        futures_lite::future::or(tick.tick(), async {
+            let _ = changed.recv().await;
+        })
+        .await;
     }
 }
 
