@@ -990,6 +990,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             src.apiserver.as_ref(),
         )?;
         let _upkeep = start_upkeep(&o, &parts, notifier.clone());
+        let _shutdown = nodeshutdown::start(&o, &parts.kubelet);
         let main = kubelet.run(snap_rx, ev_rx, done_rx);
         futures_lite::future::or(
             async {

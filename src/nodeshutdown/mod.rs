@@ -10,6 +10,13 @@
 //! (`dbus`, `systemd`) and the task that ties them together (`manager`) come with the
 //! `graceful-shutdown` feature.
 
+#[cfg(feature = "graceful-shutdown")]
+pub mod dbus;
+#[cfg(feature = "graceful-shutdown")]
+pub mod manager;
+#[cfg(feature = "graceful-shutdown")]
+pub mod systemd;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -324,6 +331,28 @@ pub fn describe_state(s: &State) -> String {
              stopped by it",
             s.start_time, s.end_time
         )
+    }
+}
+
+/// Starts graceful node shutdown for a running agent: the one call `lib::run` makes (nothing
+/// when it is off, or when this picolet was built without it).
+pub(crate) fn start(
+    o: &crate::options::Options,
+    kubelet: &std::rc::Rc<crate::sync_loop::Kubelet>,
+) -> Option<rt::Task<()>> {
+    #[cfg(feature = "graceful-shutdown")]
+    {
+        manager::start(o, kubelet)
+    }
+    #[cfg(not(feature = "graceful-shutdown"))]
+    {
+        let _ = kubelet;
+        if o.shutdown.enabled() {
+            log::warn!(
+                "shutdownGracePeriod: this picolet was built without the graceful-shutdown                  feature; pods are not stopped before the machine shuts down"
+            );
+        }
+        None
     }
 }
 

@@ -109,6 +109,11 @@ impl Kubelet {
         self.node_changed.1.clone()
     }
 
+    /// The node's name.
+    pub fn node_name(&self) -> String {
+        self.rm.node().node_name.clone()
+    }
+
     /// The pods a shutdown stops: those that still run or may.
     pub fn shutdown_pods(&self) -> Vec<crate::nodeshutdown::PodInfo> {
         self.eviction_pods()
