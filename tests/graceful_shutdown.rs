@@ -267,26 +267,28 @@ fn without_a_bus_picolet_warns_once_and_runs_its_pods() {
     });
 }
 
+/// A node with no pods, for the library's manager.
+struct NoPods;
+impl picolet::nodeshutdown::Node for NoPods {
+    fn set_shutting_down(&self, _: bool) {}
+    fn active_pods(&self) -> Vec<picolet::nodeshutdown::PodInfo> {
+        Vec::new()
+    }
+    fn kill(&self, _: &str, _: i64) -> bool {
+        false
+    }
+    fn stopped(&self, _: &str) -> bool {
+        true
+    }
+    fn statuses_posted(&self) -> bool {
+        true
+    }
+}
+
 /// The library's manager against the fake: a logind that waits less than the grace period
 /// gets the drop-in and a reload (KillUnit SIGHUP through systemd), then the lock is taken.
 #[test]
 fn a_short_inhibit_delay_is_raised_with_a_drop_in_and_a_reload() {
-    struct NoPods;
-    impl picolet::nodeshutdown::Node for NoPods {
-        fn set_shutting_down(&self, _: bool) {}
-        fn active_pods(&self) -> Vec<picolet::nodeshutdown::PodInfo> {
-            Vec::new()
-        }
-        fn kill(&self, _: &str, _: i64) -> bool {
-            false
-        }
-        fn stopped(&self, _: &str) -> bool {
-            true
-        }
-        fn statuses_posted(&self) -> bool {
-            true
-        }
-    }
     let tmp = TempDir::new("gns-dropin");
     let bus = PrivateBus::start(&tmp.path().join("bus"));
     let conf_dir = tmp.path().join("logind.conf.d");
@@ -333,4 +335,42 @@ fn a_short_inhibit_delay_is_raised_with_a_drop_in_and_a_reload() {
             .count()
             >= 2
     );
+}
+
+/// A drop-in that cannot be written (a read-only /etc): the lock is still taken, and logind's
+/// shorter delay is what the pods get.
+#[test]
+fn a_drop_in_that_cannot_be_written_still_takes_the_lock() {
+    let tmp = TempDir::new("gns-readonly");
+    let bus = PrivateBus::start(&tmp.path().join("bus"));
+    // A file where the directory would go: creating it fails as on a read-only /etc.
+    std::fs::write(tmp.path().join("etc"), "").unwrap();
+    let conf_dir = tmp.path().join("etc/logind.conf.d");
+    let logind = FakeLogind::start(&bus.address, 5_000_000, None);
+    let settings = picolet::nodeshutdown::manager::Settings {
+        config: picolet::nodeshutdown::Config {
+            grace_period: Duration::from_secs(30),
+            ..Default::default()
+        },
+        root_dir: tmp.path().to_owned(),
+        bus: picolet::nodeshutdown::dbus::parse_address(&bus.address).unwrap(),
+        logind_conf_dir: conf_dir,
+    };
+    run(async {
+        let _task = rt::spawn(picolet::nodeshutdown::manager::run(
+            settings,
+            Rc::new(NoPods),
+            "n".into(),
+        ));
+        let t0 = Instant::now();
+        while logind.count("inhibit shutdown picolet delay") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no lock taken: {:?}",
+                logind.lines()
+            );
+            rt::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(logind.count("killunit"), 0, "{:?}", logind.lines());
 }

@@ -129,7 +129,10 @@ pub async fn run(s: Settings, node: Rc<dyn Node>, node_name: String) {
 }
 
 /// Makes sure logind waits long enough for the lock: raises `InhibitDelayMaxSec` with a
-/// drop-in and a reload when it is shorter than the grace period.
+/// drop-in and a reload when it is shorter than the grace period. When it cannot (a read-only
+/// `/etc`, no systemd to reload logind), the lock is still taken: the pods get what logind
+/// allows, with a warning, where upstream goes without the lock. An error only when logind
+/// does not answer.
 async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, String> {
     let requested = s.config.period_requested();
     let current = systemd::inhibit_delay_max(bus)
@@ -138,11 +141,36 @@ async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, String> {
     if requested <= current {
         return Ok(current);
     }
-    let path = systemd::write_inhibit_delay(&s.logind_conf_dir, requested)
-        .map_err(|e| format!("unable to override inhibit delay: {e}"))?;
-    systemd::reload_logind(bus)
-        .await
-        .map_err(|e| format!("unable to reload logind conf: {e}"))?;
+    let short = |have: Duration, why: &str| {
+        log::warn!(
+            "graceful node shutdown: logind waits at most {}s for the lock (InhibitDelayMaxSec), \
+             less than the {}s the grace periods need, and {why}: pods stopping at shutdown get \
+             {}s in all",
+            have.as_secs(),
+            requested.as_secs(),
+            have.as_secs()
+        );
+    };
+    let path = match systemd::write_inhibit_delay(&s.logind_conf_dir, requested) {
+        Ok(p) => p,
+        Err(e) => {
+            short(
+                current,
+                &format!("picolet could not write its drop-in: {e}"),
+            );
+            return Ok(current);
+        }
+    };
+    if let Err(e) = systemd::reload_logind(bus).await {
+        short(
+            current,
+            &format!(
+                "logind could not be reloaded after writing {}: {e}",
+                path.display()
+            ),
+        );
+        return Ok(current);
+    }
     let deadline = rt::now() + RELOAD_WAIT;
     loop {
         let updated = systemd::inhibit_delay_max(bus)
@@ -159,13 +187,14 @@ async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, String> {
             return Ok(updated);
         }
         if rt::now() >= deadline {
-            return Err(format!(
-                "logind's InhibitDelayMaxSec is {}s after writing {} and reloading logind, less \
-                 than the {}s shutdownGracePeriod",
-                updated.as_secs(),
-                path.display(),
-                requested.as_secs()
-            ));
+            short(
+                updated,
+                &format!(
+                    "writing {} and reloading logind did not raise it",
+                    path.display()
+                ),
+            );
+            return Ok(updated);
         }
         rt::sleep(Duration::from_millis(200)).await;
     }
