@@ -8,6 +8,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
 #[path = "support/fake_cri.rs"]
 mod fake_cri;
 #[path = "support/private_bus.rs"]
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::Agent;
+use fake_apiserver::FakeApi;
 use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
 use private_bus::{FakeLogind, PrivateBus};
@@ -59,10 +62,20 @@ async fn until(a: &Agent, what: &str, limit: Duration, mut cond: impl FnMut() ->
     );
 }
 
-async fn start_agent(dir: &std::path::Path, endpoint: &str, config: &str, bus: &str) -> Arc<Agent> {
+async fn start_agent(
+    dir: &std::path::Path,
+    endpoint: &str,
+    extra: &[String],
+    config: &str,
+    bus: &str,
+) -> Arc<Agent> {
     let (dir, endpoint, config) = (dir.to_owned(), endpoint.to_owned(), config.to_owned());
+    let extra = extra.to_vec();
     let env = vec![("DBUS_SYSTEM_BUS_ADDRESS".to_owned(), bus.to_owned())];
-    Arc::new(rt::unblock(move || Agent::start_configured_env(&dir, &endpoint, &config, &env)).await)
+    Arc::new(
+        rt::unblock(move || Agent::start_configured_env(&dir, &endpoint, &extra, &config, &env))
+            .await,
+    )
 }
 
 /// A pod's status field from picolet's /pods, read off the executor's thread.
@@ -88,6 +101,7 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
         let a = start_agent(
             &tmp.path().join("a"),
             &fake.endpoint(),
+            &[],
             "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 8s\n",
             &bus.address,
         )
@@ -242,6 +256,7 @@ fn without_a_bus_picolet_warns_once_and_runs_its_pods() {
         let a = start_agent(
             &tmp.path().join("a"),
             &fake.endpoint(),
+            &[],
             "shutdownGracePeriod: 10s\n",
             &nothing,
         )
@@ -373,4 +388,97 @@ fn a_drop_in_that_cannot_be_written_still_takes_the_lock() {
         }
     });
     assert_eq!(logind.count("killunit"), 0, "{:?}", logind.lines());
+}
+
+/// Joined to an apiserver: the pods' final statuses are in the API and the node NotReady
+/// before the lock is released.
+#[test]
+fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_goes() {
+    run(async {
+        let tmp = TempDir::new("gns-api");
+        let bus = PrivateBus::start(&tmp.path().join("bus"));
+        let mut logind = FakeLogind::start(&bus.address, 60_000_000, None);
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = api.kubeconfig(&dir);
+        let a = start_agent(
+            &dir,
+            &fake.endpoint(),
+            &["--kubeconfig".to_owned(), kc.display().to_string()],
+            "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 5s\n",
+            &bus.address,
+        )
+        .await;
+        api.create_pod(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "nodeName": "e2e-node",
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "web-main", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }
+        }));
+        let ready = |api: &FakeApi| {
+            api.get("nodes/e2e-node")
+                .and_then(|n| {
+                    n["status"]["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+                })
+                .unwrap_or_default()
+        };
+        until(
+            &a,
+            "the API pod running and reported",
+            Duration::from_secs(30),
+            || {
+                running(&fake, "web-main")
+                    && api
+                        .get("pods/default/web")
+                        .is_some_and(|p| p["status"]["phase"] == "Running")
+                    && ready(&api)["status"] == "True"
+            },
+        )
+        .await;
+        until(&a, "picolet's delay lock", Duration::from_secs(20), || {
+            logind.count("inhibit shutdown picolet delay") == 1
+        })
+        .await;
+        let t0 = Instant::now();
+        logind.send("shutdown true");
+        until(&a, "the lock released", Duration::from_secs(30), || {
+            logind.count("released 1") == 1
+        })
+        .await;
+        // Released once the status was in the API, well before the 20 s were up.
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+        let p = api.get("pods/default/web").unwrap();
+        assert_eq!(p["status"]["phase"], "Failed", "{p}");
+        assert_eq!(p["status"]["reason"], "Terminated", "{p}");
+        assert_eq!(
+            p["status"]["message"],
+            "Pod was terminated in response to imminent node shutdown."
+        );
+        let r = ready(&api);
+        assert_eq!(
+            (&r["status"], &r["reason"], &r["message"]),
+            (
+                &"False".into(),
+                &"KubeletNotReady".into(),
+                &"node is shutting down".into()
+            ),
+            "{r}"
+        );
+        assert!(!a.log_text().contains("not every final pod status"));
+
+        // Cancelled: Ready again.
+        logind.send("shutdown false");
+        until(&a, "the node Ready again", Duration::from_secs(20), || {
+            ready(&api)["status"] == "True"
+        })
+        .await;
+    });
 }

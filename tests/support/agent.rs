@@ -78,11 +78,12 @@ impl Agent {
         a
     }
 
-    /// Starts picolet with more configuration fields and environment variables, and waits
-    /// for its local API.
+    /// Starts picolet with more flags, configuration fields and environment variables, and
+    /// waits for its local API.
     pub fn start_configured_env(
         dir: &Path,
         endpoint: &str,
+        extra: &[String],
         config: &str,
         env: &[(String, String)],
     ) -> Agent {
@@ -94,7 +95,7 @@ impl Agent {
             port: free_port(),
             log: dir.join("picolet.log"),
             endpoint: endpoint.to_owned(),
-            extra: Vec::new(),
+            extra: extra.to_vec(),
             config: config.to_owned(),
             env: env.to_vec(),
             child: None,
