@@ -505,6 +505,104 @@ mod tests {
         assert_eq!(event(&s("a.b", "C", Vec::new())).unwrap(), None);
     }
 
+    /// A bus that does the handshake, reads Hello, and answers with `reply` (bytes).
+    fn fake_bus(name: &str, reply: Vec<u8>) -> (Address, std::thread::JoinHandle<Vec<u8>>) {
+        use std::io::{Read, Write};
+        let dir = std::env::temp_dir().join(format!("picolet-bus-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bus.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            let mut step = 0;
+            while step < 3 {
+                let n = s.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+                let lines = got.windows(2).filter(|w| *w == b"\r\n").count();
+                while step < lines.min(3) {
+                    match step {
+                        0 => s.write_all(b"OK 0123456789abcdef\r\n").unwrap(),
+                        1 => s.write_all(b"AGREE_UNIX_FD\r\n").unwrap(),
+                        _ => {}
+                    }
+                    step += 1;
+                }
+            }
+            // Hello may have come with BEGIN, or comes now.
+            let begin = got.windows(7).position(|w| w == b"BEGIN\r\n").unwrap() + 7;
+            let mut hello = got[begin..].to_vec();
+            while Message::decode(&hello).unwrap().is_none() {
+                let n = s.read(&mut buf).unwrap();
+                hello.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(&reply).unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
+            got
+        });
+        (Address::Path(path), t)
+    }
+
+    #[test]
+    fn the_handshake_and_hello_against_a_fake_bus() {
+        let mut r = Message {
+            kind: dbus::METHOD_RETURN,
+            reply_serial: Some(1),
+            body: vec![Value::Str(":1.42".into())],
+            ..Message::default()
+        };
+        r.sender = Some(BUS.into());
+        let (addr, t) = fake_bus("hello", r.encode(1).unwrap());
+        let bus = rt::block_on(Bus::connect(&addr)).unwrap();
+        assert_eq!(bus.unique_name, ":1.42");
+        let got = t.join().unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        assert!(got.starts_with(&dbus::auth_external(uid)));
+        assert!(
+            got.windows(19).any(|w| w == b"NEGOTIATE_UNIX_FD\r\n"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+
+    #[test]
+    fn a_malformed_reply_or_a_closed_bus_is_an_error_not_a_panic() {
+        let mut bad = vec![b'x'; 16];
+        bad[3] = 1;
+        let (addr, t) = fake_bus("garbage", bad);
+        let e = rt::block_on(Bus::connect(&addr)).unwrap_err();
+        t.join().unwrap();
+        assert!(e.to_string().contains("endianness"), "{e}");
+
+        // A reply announcing a descriptor that never came.
+        let r = Message {
+            kind: dbus::METHOD_RETURN,
+            reply_serial: Some(1),
+            unix_fds: 1,
+            body: vec![Value::Str(":1.1".into())],
+            ..Message::default()
+        };
+        let (addr, t) = fake_bus("nofd", r.encode(1).unwrap());
+        let e = rt::block_on(Bus::connect(&addr)).unwrap_err();
+        t.join().unwrap();
+        assert!(e.to_string().contains("UNIX_FDS"), "{e}");
+
+        // Half a message, then the bus goes away.
+        let r = Message {
+            kind: dbus::METHOD_RETURN,
+            reply_serial: Some(1),
+            body: vec![Value::Str(":1.1".into())],
+            ..Message::default()
+        };
+        let half = r.encode(1).unwrap()[..20].to_vec();
+        let (addr, t) = fake_bus("closed", half);
+        let e = rt::block_on(Bus::connect(&addr)).unwrap_err();
+        t.join().unwrap();
+        assert!(matches!(e, Error::Closed), "{e}");
+    }
+
     #[test]
     fn the_drop_in_raises_the_delay_in_whole_seconds() {
         let d = std::env::temp_dir().join(format!("picolet-logind-{}", std::process::id()));
