@@ -482,3 +482,69 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
         .await;
     });
 }
+
+/// Joined to an apiserver that has gone away: the lock is released once the pods stopped,
+/// without waiting out the grace period for statuses that cannot be posted.
+#[test]
+fn an_offline_node_does_not_wait_for_statuses_it_cannot_post() {
+    run(async {
+        let tmp = TempDir::new("gns-offline");
+        let bus = PrivateBus::start(&tmp.path().join("bus"));
+        let mut logind = FakeLogind::start(&bus.address, 60_000_000, None);
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        let api = FakeApi::start();
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kc = api.kubeconfig(&dir);
+        let a = start_agent(
+            &dir,
+            &fake.endpoint(),
+            &["--kubeconfig".to_owned(), kc.display().to_string()],
+            "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 5s\n",
+            &bus.address,
+        )
+        .await;
+        api.create_pod(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {
+                "nodeName": "e2e-node",
+                "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "web-main", "image": IMAGE, "command": ["sleep", "3600"]}]
+            }
+        }));
+        until(
+            &a,
+            "the API pod running and reported",
+            Duration::from_secs(30),
+            || {
+                running(&fake, "web-main")
+                    && api
+                        .get("pods/default/web")
+                        .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        until(&a, "picolet's delay lock", Duration::from_secs(20), || {
+            logind.count("inhibit shutdown picolet delay") == 1
+        })
+        .await;
+        api.set_down(true);
+        let t0 = Instant::now();
+        logind.send("shutdown true");
+        until(&a, "the lock released", Duration::from_secs(40), || {
+            logind.count("released 1") == 1
+        })
+        .await;
+        assert!(!running(&fake, "web-main"));
+        // The pod stopped in about a second; the 30 s were not waited out.
+        assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+        assert_eq!(
+            api.get("pods/default/web").unwrap()["status"]["phase"],
+            "Running",
+            "the apiserver never heard"
+        );
+        assert!(!a.log_text().contains("not every final pod status"));
+    });
+}

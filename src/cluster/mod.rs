@@ -446,12 +446,16 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<Kubelet>) {
             match call(&client, "PATCH", path, Some(body)).await {
                 // Gone from the apiserver: the source will tell the loop; no point in retrying.
                 Ok(_) => {
+                    kubelet.set_status_unreachable(false);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) if e.is_not_found() => {
+                    kubelet.set_status_unreachable(false);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) => {
+                    // An answer (a refusal) says the apiserver is there; none says it is not.
+                    kubelet.set_status_unreachable(e.is_transport());
                     sent.remove(&p.uid);
                     log::debug!("patching the status of pod {}/{}: {e}", p.namespace, p.name);
                 }

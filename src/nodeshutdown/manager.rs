@@ -59,12 +59,15 @@ impl Node for KubeletNode {
         self.0.pod_stopped(uid)
     }
     fn statuses_posted(&self) -> bool {
+        // No apiserver to post to (an offline node): nothing to wait for.
         #[cfg(feature = "apiserver")]
         {
-            self.0
-                .api_pod_statuses()
-                .iter()
-                .all(|p| crate::cluster::same_but_times(&p.current, &p.in_api))
+            self.0.status_unreachable()
+                || self
+                    .0
+                    .api_pod_statuses()
+                    .iter()
+                    .all(|p| crate::cluster::same_but_times(&p.current, &p.in_api))
         }
         #[cfg(not(feature = "apiserver"))]
         true

@@ -52,6 +52,8 @@ pub struct Kubelet {
     /// Signalled when the node's readiness changed outside the health checks (the node began
     /// or stopped shutting down), so the Node status is posted at once (one slot).
     node_changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
+    /// The last pod status patch failed for want of an apiserver (not a refusal of the pod).
+    status_unreachable: std::cell::Cell<bool>,
 }
 
 impl Kubelet {
@@ -82,6 +84,7 @@ impl Kubelet {
             pressure: std::cell::Cell::default(),
             api_pods_changed: async_channel::bounded(1),
             node_changed: async_channel::bounded(1),
+            status_unreachable: std::cell::Cell::new(false),
         }
     }
 
@@ -107,6 +110,21 @@ impl Kubelet {
     )]
     pub fn node_changed(&self) -> async_channel::Receiver<()> {
         self.node_changed.1.clone()
+    }
+
+    /// Whether the last pod status patch failed for want of an apiserver: a shutdown then
+    /// does not wait for statuses that cannot be posted.
+    #[cfg(feature = "apiserver")]
+    pub fn set_status_unreachable(&self, unreachable: bool) {
+        self.status_unreachable.set(unreachable);
+    }
+
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(dead_code, reason = "set by the pod status task")
+    )]
+    pub fn status_unreachable(&self) -> bool {
+        self.status_unreachable.get()
     }
 
     /// The node's name.
