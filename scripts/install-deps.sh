@@ -14,6 +14,9 @@ set -euo pipefail
 pkgs=(containerd runc containernetworking-plugins busybox-static iptables iproute2 python3 python3-pip openssl pyflakes3 curl)
 # systemd-analyze checks the unit file (scripts/verify-unit.sh).
 pkgs+=(systemd)
+# The graceful shutdown tests (tests/graceful_shutdown.rs): a private dbus-daemon, and a fake
+# logind on it in Debian's python3 with its D-Bus and GLib bindings.
+pkgs+=(dbus-daemon python3-dbus python3-gi)
 # The private registry tests (tests/registry_e2e.rs): skopeo pushes the test image, htpasswd
 # (apache2-utils) makes the registry's bcrypt password file.
 pkgs+=(skopeo apache2-utils)

@@ -9,6 +9,8 @@
 #    names its budget and the bytes under or over it: full on aarch64 3 MiB, static-only 1.5 MiB
 #    on every target (the full build's budget is set for aarch64; other targets print theirs for
 #    comparison only).
+#    Then, for each target, the bytes the graceful-shutdown feature adds (the full build against
+#    the default features less graceful-shutdown).
 # 2. Unless SIZE_REPORT_TABLE_ONLY=1: the largest crates of the x86_64 builds (cargo bloat on an
 #    unstripped copy of the same build; needs `cargo install --locked cargo-bloat`), the share of
 #    the object model's serde code in the full build, and the crates linked in more than one
@@ -59,6 +61,50 @@ for t in "${targets[@]}"; do
             "$(echo "$bytes / $MIB" | bc -l)" "$(echo "$budget / $MIB" | bc -l)" \
             $((budget - bytes)) "$note"
     done
+done
+
+# Bytes of an ELF file's sections that are loaded and take file space (SHF_ALLOC, not NOBITS).
+loaded_bytes() {
+    python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+wide, end = b[4] == 2, "<" if b[5] == 1 else ">"
+if wide:
+    shoff, = struct.unpack_from(end + "Q", b, 0x28)
+    shentsize, shnum = struct.unpack_from(end + "HH", b, 0x3A)
+else:
+    shoff, = struct.unpack_from(end + "I", b, 0x20)
+    shentsize, shnum = struct.unpack_from(end + "HH", b, 0x2E)
+total = 0
+for i in range(shnum):
+    at = shoff + i * shentsize
+    if wide:
+        _, typ, flags, _, _, size = struct.unpack_from(end + "IIQQQQ", b, at)
+    else:
+        _, typ, flags, _, _, size = struct.unpack_from(end + "IIIIII", b, at)
+    if flags & 2 and typ != 8:
+        total += size
+print(total)
+PY
+}
+
+# What the graceful-shutdown feature (the D-Bus client and the shutdown manager) adds: the full
+# build against the default features less that one.
+without_gns=$(sed -n 's/^default = \[\(.*\)\]$/\1/p' Cargo.toml | tr -d '" ' | tr , '\n' |
+    grep -vx graceful-shutdown | paste -sd,)
+for t in "${targets[@]}"; do
+    grep -qx "$t" <<<"$installed" || continue
+    dir=target/size-report/full-without-graceful-shutdown
+    cargo build --locked --quiet --release --target "$t" --target-dir "$dir" \
+        --no-default-features --features "$without_gns"
+    full=$(stat -c %s "target/size-report/full/$t/release/picolet")
+    without=$(stat -c %s "$dir/$t/release/picolet")
+    # The file's size moves in whole pages (the linker aligns segments); the loaded sections'
+    # sizes say what the code and data take.
+    full_sec=$(loaded_bytes "target/size-report/full/$t/release/picolet")
+    without_sec=$(loaded_bytes "$dir/$t/release/picolet")
+    printf '%-32s graceful-shutdown adds %d bytes to the file (%d with it, %d without), %d to the loaded sections (%d, %d)\n' \
+        "$t" $((full - without)) "$full" "$without" $((full_sec - without_sec)) "$full_sec" "$without_sec"
 done
 
 [ "${SIZE_REPORT_TABLE_ONLY:-0}" = 1 ] && exit 0

@@ -36,7 +36,8 @@ background_builds() {
     done
     for target in armv7-unknown-linux-gnueabihf aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
         for features in "--no-default-features" "--no-default-features --features file-source,local-api" \
-            "--no-default-features --features apiserver" ""; do
+            "--no-default-features --features apiserver" \
+            "--no-default-features --features graceful-shutdown" ""; do
             echo "-- $target: clippy $features"
             # shellcheck disable=SC2086
             cargo clippy --locked --quiet --target "$target" --lib --bins $features -- -D warnings
@@ -68,6 +69,8 @@ for features in "--no-default-features" "--no-default-features --features file-s
     "--no-default-features --features local-api" "--no-default-features --features apiserver" \
     "--no-default-features --features node-api" \
     "--no-default-features --features konnectivity" \
+    "--no-default-features --features graceful-shutdown" \
+    "--no-default-features --features file-source,graceful-shutdown" \
     "--no-default-features --features file-source,local-api" \
     "--no-default-features --features file-source,local-api,https-probes"; do
     echo "-- $features"

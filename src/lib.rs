@@ -30,6 +30,7 @@ pub mod logger;
 pub mod logs;
 pub mod malloc;
 pub mod node;
+pub mod nodeshutdown;
 pub mod notify;
 pub mod objects;
 #[cfg(feature = "apiserver")]

@@ -20,6 +20,11 @@ mod server;
 #[cfg(not(feature = "local-api"))]
 #[path = "without/server.rs"]
 mod server;
+#[cfg(feature = "graceful-shutdown")]
+mod shutdown;
+#[cfg(not(feature = "graceful-shutdown"))]
+#[path = "without/shutdown.rs"]
+mod shutdown;
 mod sources;
 mod upkeep;
 
@@ -106,6 +111,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         let _server = server::start(&o, &parts, file.report, src.cluster.as_ref())?;
         let _upkeep = upkeep::start(&o, &parts, notifier.clone());
+        let _shutdown = shutdown::start(&o, &parts);
         let main = parts.kubelet.clone().run(inputs.0, inputs.1, inputs.2);
         futures_lite::future::or(
             async {

@@ -523,6 +523,21 @@ pub fn all(o: &Options) -> Vec<Finding> {
             "pass --container-runtime-endpoint unix:///run/containerd/containerd.sock",
         )),
     }
+    #[cfg(feature = "graceful-shutdown")]
+    out.push(crate::nodeshutdown::manager::check(o));
+    #[cfg(not(feature = "graceful-shutdown"))]
+    if o.shutdown.enabled() {
+        out.push(problem(
+            Level::Warn,
+            "graceful shutdown",
+            format!(
+                "{}, but this picolet was built without the graceful-shutdown feature",
+                o.shutdown.describe()
+            ),
+            "build with the graceful-shutdown feature (on by default), or set \
+             shutdownGracePeriod: 0",
+        ));
+    }
     out
 }
 

@@ -210,6 +210,9 @@ pub struct Options {
     pub serving: Serving,
     /// The Konnectivity agent (`--proxy-server-host` and the flags beside it).
     pub tunnel: Tunnel,
+    /// Graceful node shutdown: `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
+    /// `shutdownGracePeriodByPodPriority` (checked as upstream checks them).
+    pub shutdown: crate::nodeshutdown::Config,
 }
 
 /// The node API's settings (`port`, `address`, `tls*`, `authentication`, `authorization`).
@@ -336,6 +339,7 @@ impl Default for Options {
             image_maximum_gc_age: Duration::ZERO,
             pod_infra_container_image: None,
             eviction: crate::eviction::Config::default(),
+            shutdown: crate::nodeshutdown::Config::default(),
             config_warnings: Vec::new(),
             cgroups: crate::cm::CgroupConfig::default(),
             serving: Serving::default(),
@@ -434,6 +438,9 @@ struct KubeletConfiguration {
     server_tls_bootstrap: Option<bool>,
     authentication: Option<ConfigAuthentication>,
     authorization: Option<ConfigAuthorization>,
+    shutdown_grace_period: Option<String>,
+    shutdown_grace_period_critical_pods: Option<String>,
+    shutdown_grace_period_by_pod_priority: Option<Vec<crate::nodeshutdown::ByPriority>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -631,6 +638,19 @@ fn parse_config_into(
         origin: "evictionMaxPodGracePeriod".into(),
         value: i64::from(v),
     });
+    if let Some(d) = dur("shutdownGracePeriod", &cfg.shutdown_grace_period)? {
+        o.shutdown.grace_period = d;
+    }
+    if let Some(d) = dur(
+        "shutdownGracePeriodCriticalPods",
+        &cfg.shutdown_grace_period_critical_pods,
+    )? {
+        o.shutdown.critical_pods = d;
+    }
+    if let Some(v) = cfg.shutdown_grace_period_by_pod_priority {
+        o.shutdown.by_priority = v;
+    }
+    o.shutdown.validate().map_err(err)?;
     let sv = &mut o.serving;
     if let Some(p) = cfg.port {
         sv.port = Some(p);

@@ -52,6 +52,12 @@ pub trait Kubelet {
     fn retry_finalize(&self, uid: String, namespace: String, name: String);
     /// Drops a pod's status once the apiserver has the final one.
     fn forget_status(&self, uid: &str);
+    /// Why the node is not ready besides its health, if it is not (it is shutting down).
+    fn not_ready_reason(&self) -> Option<&'static str>;
+    /// Told each time the node's readiness changed outside the health checks.
+    fn node_changed(&self) -> async_channel::Receiver<()>;
+    /// Whether the last pod status patch failed for want of an apiserver.
+    fn set_status_unreachable(&self, unreachable: bool);
 }
 
 /// Node status: computed this often, posted when it changed or [`STATUS_REPORT`] passed.
@@ -165,16 +171,28 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
     let mut tick = rt::interval(STATUS_UPDATE);
+    let changed = kubelet.node_changed();
     loop {
-        let health = match kubelet.healthz() {
-            Ok(()) => Health {
+        let health = match (kubelet.healthz(), kubelet.not_ready_reason()) {
+            (Ok(()), None) => Health {
                 ready: true,
                 message: String::new(),
                 pressure: kubelet.pressure(),
             },
-            Err(m) => Health {
+            (Err(m), None) => Health {
                 ready: false,
                 message: m,
+                pressure: kubelet.pressure(),
+            },
+            // Upstream's aggregate of errors: one alone, several in brackets.
+            (Ok(()), Some(r)) => Health {
+                ready: false,
+                message: r.to_owned(),
+                pressure: kubelet.pressure(),
+            },
+            (Err(m), Some(r)) => Health {
+                ready: false,
+                message: format!("[{m}, {r}]"),
                 pressure: kubelet.pressure(),
             },
         };
@@ -221,7 +239,11 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>
                 Err(e) => log::warn!("posting the node status: {e}"),
             }
         }
-        tick.tick().await;
+        // The period, or at once when the node's readiness changed (a shutdown).
+        futures_lite::future::or(tick.tick(), async {
+            let _ = changed.recv().await;
+        })
+        .await;
     }
 }
 
@@ -456,12 +478,16 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             match call(&client, "PATCH", path, Some(body)).await {
                 // Gone from the apiserver: the source will tell the loop; no point in retrying.
                 Ok(_) => {
+                    kubelet.set_status_unreachable(false);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) if e.is_not_found() => {
+                    kubelet.set_status_unreachable(false);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) => {
+                    // An answer (a refusal) says the apiserver is there; none says it is not.
+                    kubelet.set_status_unreachable(e.is_transport());
                     sent.remove(&p.uid);
                     log::debug!("patching the status of pod {}/{}: {e}", p.namespace, p.name);
                 }

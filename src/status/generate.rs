@@ -1589,8 +1589,8 @@ pub const EVICTED: &str = "Evicted";
 pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
-/// A pod the node stopped for good, Failed with `reason`: evicted (a `DisruptionTarget`
-/// condition says so), or past its active deadline. `killed`: its containers were stopped.
+/// A pod the node stopped for good, Failed with `reason`: evicted or stopped for the node's
+/// shutdown (a `DisruptionTarget` condition says so), or past its active deadline. `killed`: its containers were stopped.
 pub fn failed_by_kubelet(
     prev: &PodStatus,
     reason: &str,
@@ -1606,7 +1606,7 @@ pub fn failed_by_kubelet(
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
         set_condition(conds, type_, status, reason, msg, &at);
     };
-    if reason == EVICTED {
+    if reason == EVICTED || reason == crate::nodeshutdown::REASON {
         set(
             &mut s.conditions,
             DISRUPTION_TARGET,

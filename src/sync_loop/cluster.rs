@@ -51,4 +51,16 @@ impl crate::cluster::Kubelet for Kubelet {
     fn forget_status(&self, uid: &str) {
         Kubelet::forget_status(self, uid);
     }
+
+    fn not_ready_reason(&self) -> Option<&'static str> {
+        Kubelet::not_ready_reason(self)
+    }
+
+    fn node_changed(&self) -> async_channel::Receiver<()> {
+        Kubelet::node_changed(self)
+    }
+
+    fn set_status_unreachable(&self, unreachable: bool) {
+        Kubelet::set_status_unreachable(self, unreachable);
+    }
 }

@@ -51,6 +51,11 @@ pub struct Kubelet {
     /// Signalled when API pods were added or updated (one slot: signals coalesce), so the task
     /// that fetches their objects and tokens looks at once.
     api_pods_changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
+    /// Signalled when the node's readiness changed outside the health checks (the node began
+    /// or stopped shutting down), so the Node status is posted at once (one slot).
+    node_changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
+    /// The last pod status patch failed for want of an apiserver (not a refusal of the pod).
+    status_unreachable: std::cell::Cell<bool>,
 }
 
 impl Kubelet {
@@ -80,7 +85,75 @@ impl Kubelet {
             internal: async_channel::unbounded(),
             pressure: std::cell::Cell::default(),
             api_pods_changed: async_channel::bounded(1),
+            node_changed: async_channel::bounded(1),
+            status_unreachable: std::cell::Cell::new(false),
         }
+    }
+
+    /// The node shuts down (or no longer does): new pods are refused, the node is NotReady.
+    pub fn set_shutting_down(&self, on: bool) {
+        self.state.borrow_mut().shutting_down = on;
+        // Full: a signal is already waiting, which says the same.
+        let _ = self.node_changed.0.try_send(());
+    }
+
+    /// Why the node is not ready besides its health, if it is not: it is shutting down.
+    pub fn not_ready_reason(&self) -> Option<&'static str> {
+        self.state
+            .borrow()
+            .shutting_down
+            .then_some(crate::nodeshutdown::NOT_READY_MESSAGE)
+    }
+
+    /// Receives a signal each time the node's readiness changed outside the health checks.
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(dead_code, reason = "read by the node status task")
+    )]
+    pub fn node_changed(&self) -> async_channel::Receiver<()> {
+        self.node_changed.1.clone()
+    }
+
+    /// Whether the last pod status patch failed for want of an apiserver: a shutdown then
+    /// does not wait for statuses that cannot be posted.
+    #[cfg(feature = "apiserver")]
+    pub fn set_status_unreachable(&self, unreachable: bool) {
+        self.status_unreachable.set(unreachable);
+    }
+
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(dead_code, reason = "set by the pod status task")
+    )]
+    pub fn status_unreachable(&self) -> bool {
+        self.status_unreachable.get()
+    }
+
+    /// The node's name.
+    pub fn node_name(&self) -> String {
+        self.rm.node().node_name.clone()
+    }
+
+    /// The pods a shutdown stops: those that still run or may.
+    pub fn shutdown_pods(&self) -> Vec<crate::nodeshutdown::PodInfo> {
+        self.eviction_pods()
+            .iter()
+            .map(|(p, _)| crate::nodeshutdown::PodInfo::of(p))
+            .collect()
+    }
+
+    /// Stops a pod for the node's shutdown: Failed, reason Terminated, upstream's message and
+    /// a DisruptionTarget condition; stopped within `grace` seconds, never run again.
+    pub fn shutdown_kill(&self, uid: &str, grace: i64) -> bool {
+        use crate::nodeshutdown::{MESSAGE, REASON};
+        self.stop_failed(uid, grace, REASON, MESSAGE)
+    }
+
+    /// Nothing of the pod runs any more and nothing is stopping it: its termination ended,
+    /// or it is gone.
+    pub fn pod_stopped(&self, uid: &str) -> bool {
+        let st = self.state.borrow();
+        !st.terminating.contains_key(uid) && (st.evicted.contains(uid) || !st.pods.contains(uid))
     }
 
     /// The node's MemoryPressure, DiskPressure and PIDPressure.

@@ -169,6 +169,9 @@ pub struct LoopState {
     /// Pods whose status is Succeeded or Failed, as the loop last heard before a snapshot:
     /// they hold no resources for admission.
     pub finished: HashSet<String>,
+    /// The node is shutting down: every new pod is refused (upstream's shutdown manager's
+    /// admission handler).
+    pub shutting_down: bool,
     cfg: LoopConfig,
 }
 
@@ -188,6 +191,7 @@ impl LoopState {
             evicted: HashSet::new(),
             rejected: HashSet::new(),
             finished: HashSet::new(),
+            shutting_down: false,
             cfg,
         }
     }
@@ -449,10 +453,16 @@ impl LoopState {
     /// already Succeeded or Failed is not admitted again, as upstream; the pods it is weighed
     /// against are the desired ones that still run or may (not rejected, evicted or finished).
     fn admit(&self, pod: &Pod) -> Option<crate::admission::Rejection> {
-        let node = self.cfg.node.as_ref()?;
         if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) {
             return None;
         }
+        if self.shutting_down {
+            return Some(crate::admission::Rejection {
+                reason: crate::nodeshutdown::NOT_ADMITTED_REASON.into(),
+                message: crate::nodeshutdown::NOT_ADMITTED_MESSAGE.into(),
+            });
+        }
+        let node = self.cfg.node.as_ref()?;
         let admitted: Vec<&Pod> = self
             .pods
             .pods()

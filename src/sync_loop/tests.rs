@@ -2023,3 +2023,59 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         assert_eq!((posts, gets), (3, 1), "{seen:?}");
     });
 }
+
+#[test]
+fn a_shutting_down_node_refuses_new_pods_and_admits_again_when_cancelled() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    // No node limits at all: only the shutdown refuses.
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    let a = pod("a", "web", "x");
+    assert_eq!(
+        syncs(&step(
+            &mut st,
+            Input::Snapshot(snapshot(vec![a.clone()])),
+            t0,
+            view
+        )),
+        vec!["a"]
+    );
+    st.shutting_down = true;
+    let b = pod("b", "web2", "x");
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![a.clone(), b.clone()])),
+        t0,
+        view,
+    );
+    let reasons: Vec<(String, String)> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Reject(p, r) => Some((p.metadata.uid.clone(), r.message.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![(
+            "b".to_owned(),
+            "Pod was rejected as the node is shutting down.".to_owned()
+        )]
+    );
+    assert_eq!(
+        rejections(&cmds),
+        vec![("b".to_owned(), "NodeShutdown".to_owned())]
+    );
+    assert!(syncs(&cmds).is_empty(), "{cmds:?}");
+    // The shutdown is cancelled: a new pod is admitted; the refused one stays refused.
+    st.shutting_down = false;
+    let c = pod("c", "web3", "x");
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![a, b, c])), t0, view);
+    assert_eq!(syncs(&cmds), vec!["c"]);
+    assert!(rejections(&cmds).is_empty());
+    assert!(st.rejected.contains("b"));
+}

@@ -78,6 +78,32 @@ impl Agent {
         a
     }
 
+    /// Starts picolet with more flags, configuration fields and environment variables, and
+    /// waits for its local API.
+    pub fn start_configured_env(
+        dir: &Path,
+        endpoint: &str,
+        extra: &[String],
+        config: &str,
+        env: &[(String, String)],
+    ) -> Agent {
+        let manifests = dir.join("manifests");
+        fs::create_dir_all(&manifests).unwrap();
+        let mut a = Agent {
+            dir: dir.to_owned(),
+            manifests,
+            port: free_port(),
+            log: dir.join("picolet.log"),
+            endpoint: endpoint.to_owned(),
+            extra: extra.to_vec(),
+            config: config.to_owned(),
+            env: env.to_vec(),
+            child: None,
+        };
+        a.spawn();
+        a
+    }
+
     /// Starts picolet with more flags and environment variables, and returns at once: the
     /// process may end by itself (a failpoint) before its local API answers.
     pub fn start_env(
