@@ -1,14 +1,14 @@
 //! Runs the real picolet binary for end-to-end tests, against a scratch containerd, and reads
 //! its local API. Every process it starts is stopped by PID when the handle drops.
 
-#![allow(dead_code, reason = "each test binary uses a different part")]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::NODE;
 
 pub struct Agent {
     pub dir: PathBuf,
@@ -39,6 +39,15 @@ pub fn picolet_command() -> Command {
         }
         _ => Command::new(bin),
     }
+}
+
+/// `picolet check ARGS...`: whether it succeeded, and its stdout.
+pub fn picolet_check(args: &[&str]) -> (bool, String) {
+    let out = picolet_command().arg("check").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 pub fn free_port() -> u16 {
@@ -170,7 +179,7 @@ impl Agent {
             .arg("--root-dir")
             .arg(self.dir.join("kubelet"))
             .arg("--hostname-override")
-            .arg("e2e-node")
+            .arg(NODE)
             .arg("-v=4")
             .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -275,14 +284,48 @@ impl Agent {
             .unwrap_or_default()
     }
 
-    /// The pod named `<name>-e2e-node` from `/pods`.
+    /// The static pod `name` (`<name>-<node>`) from `/pods`.
     pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
-        let full = format!("{name}-e2e-node");
+        let full = super::full(name);
         self.pods()["items"]
             .as_array()?
             .iter()
             .find(|p| p["metadata"]["name"] == full.as_str())
             .cloned()
+    }
+
+    /// The static pod's `status` (null when `/pods` does not list it).
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        self.pod(name)
+            .map(|p| p["status"].clone())
+            .unwrap_or_default()
+    }
+
+    /// The static pod's phase ("" when `/pods` does not list it).
+    pub fn phase(&self, name: &str) -> String {
+        self.status(name)["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Its first container's restart count (-1 when there is none).
+    pub fn restarts(&self, name: &str) -> i64 {
+        self.status(name)["containerStatuses"][0]["restartCount"]
+            .as_i64()
+            .unwrap_or(-1)
+    }
+
+    /// The status of its condition `type` ("" when it has none).
+    pub fn condition(&self, name: &str, r#type: &str) -> String {
+        self.status(name)["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == r#type)
+            .and_then(|c| c["status"].as_str())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub fn manifests_report(&self) -> serde_json::Value {
