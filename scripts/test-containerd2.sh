@@ -36,8 +36,8 @@ log "$("$BIN/containerd" --version)"
 
 failed=()
 for t in "${TESTS[@]}"; do
-    log "cargo test --test $t (containerd 2.x)"
-    if cargo test --locked --test "$t" -- --test-threads=2; then
+    log "cargo test --features e2e --test $t (containerd 2.x)"
+    if cargo test --locked --features e2e --test "$t" -- --test-threads=2; then
         printf 'containerd 2.x: %s ok\n' "$t"
     else
         printf 'containerd 2.x: %s FAILED\n' "$t"
