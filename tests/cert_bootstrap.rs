@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agent::Agent;
 use fake_apiserver::FakeApi;
-use fake_cri::{ContainerState, FakeCri, TempDir};
+use fake_cri::{FakeCri, TempDir};
 use picolet::rt;
 use serde_json::json;
 
@@ -65,17 +65,9 @@ fn valid_identity(a: &Agent) -> picolet::certificate::Identity {
 }
 
 fn running_ids(fake: &FakeCri, pod: &str) -> Vec<String> {
-    fake.containers()
-        .iter()
-        .filter(|c| {
-            c.config
-                .labels
-                .get("io.kubernetes.pod.name")
-                .map(String::as_str)
-                == Some(pod)
-        })
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .map(|c| c.id.clone())
+    fake.running_containers_of(pod)
+        .into_iter()
+        .map(|c| c.id)
         .collect()
 }
 

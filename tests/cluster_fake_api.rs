@@ -38,17 +38,7 @@ fn api_pod(name: &str) -> serde_json::Value {
 }
 
 fn running(fake: &FakeCri, pod: &str) -> usize {
-    fake.containers()
-        .iter()
-        .filter(|c| {
-            c.config
-                .labels
-                .get("io.kubernetes.pod.name")
-                .map(String::as_str)
-                == Some(pod)
-        })
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .count()
+    fake.running_containers_of(pod).len()
 }
 
 #[test]

@@ -70,19 +70,7 @@ impl Agent {
 
     /// Starts picolet with more flags and more KubeletConfiguration fields (YAML lines).
     pub fn start_configured(dir: &Path, endpoint: &str, extra: &[String], config: &str) -> Agent {
-        let manifests = dir.join("manifests");
-        fs::create_dir_all(&manifests).unwrap();
-        let mut a = Agent {
-            dir: dir.to_owned(),
-            manifests,
-            port: free_port(),
-            log: dir.join("picolet.log"),
-            endpoint: endpoint.to_owned(),
-            extra: extra.to_vec(),
-            config: config.to_owned(),
-            env: Vec::new(),
-            child: None,
-        };
+        let mut a = Agent::new(dir, endpoint, extra, config, &[]);
         a.spawn();
         a
     }
@@ -95,21 +83,32 @@ impl Agent {
         extra: &[String],
         env: &[(String, String)],
     ) -> Agent {
+        let mut a = Agent::new(dir, endpoint, extra, "", env);
+        a.launch();
+        a
+    }
+
+    /// The handle of a picolet not started yet, with its manifest directory created.
+    fn new(
+        dir: &Path,
+        endpoint: &str,
+        extra: &[String],
+        config: &str,
+        env: &[(String, String)],
+    ) -> Agent {
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).unwrap();
-        let mut a = Agent {
+        Agent {
             dir: dir.to_owned(),
             manifests,
             port: free_port(),
             log: dir.join("picolet.log"),
             endpoint: endpoint.to_owned(),
             extra: extra.to_vec(),
-            config: String::new(),
+            config: config.to_owned(),
             env: env.to_vec(),
             child: None,
-        };
-        a.launch();
-        a
+        }
     }
 
     /// Waits for the process to end by itself; its exit status (`None` after `limit`).

@@ -197,17 +197,25 @@ impl FakeCri {
             .copied()
     }
 
-    /// A running container of the pod named `pod` (its `io.kubernetes.pod.name` label; a static
-    /// pod's is `<name>-<node>`).
+    /// The running containers of the pod named `pod` (its `io.kubernetes.pod.name` label; a
+    /// static pod's is `<name>-<node>`).
+    pub fn running_containers_of(&self, pod: &str) -> Vec<FakeContainer> {
+        self.containers()
+            .into_iter()
+            .filter(|c| {
+                c.config
+                    .labels
+                    .get("io.kubernetes.pod.name")
+                    .map(String::as_str)
+                    == Some(pod)
+                    && c.state == ContainerState::ContainerRunning
+            })
+            .collect()
+    }
+
+    /// A running container of the pod named `pod`.
     pub fn running_container_of(&self, pod: &str) -> Option<FakeContainer> {
-        self.containers().into_iter().find(|c| {
-            c.config
-                .labels
-                .get("io.kubernetes.pod.name")
-                .map(String::as_str)
-                == Some(pod)
-                && c.state == ContainerState::ContainerRunning
-        })
+        self.running_containers_of(pod).into_iter().next()
     }
 }
 
