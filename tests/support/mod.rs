@@ -8,6 +8,11 @@
 //! and apiserver of the in-process tests ([`fake_cri`], [`fake_apiserver`]), the real ones of
 //! the end-to-end tests ([`containerd`], [`control_plane`]), the pods they run ([`pods`]) and
 //! the waits and small helpers below.
+//!
+//! The test files that start real parts (a containerd, the control plane, other upstream
+//! programs) are built only with the cargo feature `e2e` (their `[[test]]` entries in
+//! Cargo.toml): plain `cargo test` is the in-process suite, `cargo test --features e2e`
+//! (scripts/test.sh) everything. A new such file gets an entry there too.
 
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
