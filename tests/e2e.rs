@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{IMAGE, NODE, Pod, agent, containerd, full, prom};
+use support::{IMAGE, NODE, Pod, agent, containerd, full, pods, prom};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -466,12 +466,6 @@ fn check_reports_the_runtime_version_and_cgroups() {
     assert!(!success, "{out}");
 }
 
-const BUSY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
-    terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      medium: Memory\n  \
-    containers:\n  - name: main\n    image: picolet.local/busybox:1\n    command: [\"sh\", \"-c\", \
-    \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && while :; do :; done\"]\n    \
-    volumeMounts:\n    - name: cache\n      mountPath: /cache\n";
-
 /// The accounting of a running container, read from the cgroup of its init process, found
 /// as picolet finds it: the pid from the runtime's verbose ContainerStatus, then
 /// `/proc/<pid>/cgroup`.
@@ -496,7 +490,7 @@ fn cgroup_accounting_of_a_busy_container() {
     let c = ScratchContainerd::start(&d.join("c"));
     let a = Agent::start(&d.join("a"), &c.endpoint());
     // 32 MiB into a memory-backed emptyDir (a tmpfs, charged to the writer), then a busy loop.
-    a.write_manifest("busy.yaml", BUSY);
+    a.write_manifest("busy.yaml", &pods::busy());
     let mut first = None;
     a.wait_for(
         "the busy container's stats",

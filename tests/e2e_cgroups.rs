@@ -385,14 +385,7 @@ fn a_pod_in_the_tree_is_accounted_from_its_own_cgroup() {
         &c.endpoint(),
         &[format!("--cgroup-root={}", tree.root)],
     );
-    a.write_manifest(
-        "busy.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
-         terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      \
-         medium: Memory\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
-         command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && \
-         while :; do :; done\"]\n    volumeMounts:\n    - name: cache\n      mountPath: /cache\n",
-    );
+    a.write_manifest("busy.yaml", &pods::busy());
     a.wait_for("the busy pod to run", T, |a| {
         a.pod("busy")
             .is_some_and(|p| p["status"]["phase"] == "Running")

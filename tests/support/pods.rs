@@ -92,6 +92,18 @@ impl Pod {
     }
 }
 
+/// The pod `busy`, for the accounting tests: it fills 32 MiB of a memory-backed emptyDir, then
+/// keeps a CPU busy.
+pub fn busy() -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      \
+         medium: Memory\n  containers:\n  - name: main\n    image: {IMAGE}\n    \
+         command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && \
+         while :; do :; done\"]\n    volumeMounts:\n    - name: cache\n      mountPath: /cache\n"
+    )
+}
+
 /// A container `name` running `sh -c SCRIPT` in [`IMAGE`], for [`manifest`].
 pub fn container(name: &str, script: &str) -> Value {
     json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
