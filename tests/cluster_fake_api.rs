@@ -306,13 +306,15 @@ fn events_made_while_the_apiserver_is_down_wait_and_a_repeat_bumps_the_count() {
                 e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(message))
             })
         };
+        // The node's NodeReady comes from the node status loop, in no set order with the pod's.
         until(
             &a,
-            "Created and Started sent",
+            "Created, Started and NodeReady sent",
             Duration::from_secs(20),
             async || {
                 event("Created", "Created container: main").is_some()
                     && event("Started", "Started container main").is_some()
+                    && event("NodeReady", "status is now: NodeReady").is_some()
             },
         )
         .await;
