@@ -18,12 +18,10 @@
 //! `FLEET_OFFLINE_MODES` which outages of `refused,stalled,cut` the offline phase has (default
 //! all three; `cut` leaves every connection open at the time dead for good).
 
-#[path = "../tests/support/agent.rs"]
-mod agent;
-#[path = "../tests/support/fake_apiserver.rs"]
-mod fake_apiserver;
-#[path = "../tests/support/fake_cri.rs"]
-mod fake_cri;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use support::{IMAGE, NODE, agent, fake_apiserver, fake_cri};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -32,8 +30,6 @@ use fake_apiserver::FakeApi;
 use fake_cri::{FakeCri, TempDir};
 use picolet::rt;
 use serde_json::json;
-
-const IMAGE: &str = "picolet.local/busybox:1";
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -80,7 +76,7 @@ fn ten_api_pods(api: &FakeApi) {
         api.create_pod(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("p{i}"), "namespace": "default"},
-            "spec": {"nodeName": "e2e-node", "terminationGracePeriodSeconds": 1,
+            "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
                      "serviceAccountName": "default",
                      "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"],
                                      "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
@@ -287,7 +283,7 @@ fn offline(seconds: u64) {
             api.create_pod(json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": late, "namespace": "default"},
-                "spec": {"nodeName": "e2e-node", "terminationGracePeriodSeconds": 1,
+                "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
                          "containers": [{"name": "c", "image": IMAGE, "command": ["sleep", "3600"]}]}
             }));
             let n1 = api.requests().len();

@@ -15,5 +15,5 @@ WINDOW=${BENCH_SECONDS:-300}
 cd "$REPO"
 echo "== $(date -u +%FT%TZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 KONNECTIVITY_FIGURES_SECONDS=$WINDOW CARGO_INCREMENTAL=0 nice -n 19 \
-    cargo test --test konnectivity_e2e -- --nocapture 2>&1 |
+    cargo test --features e2e --test konnectivity_e2e -- --nocapture 2>&1 |
     grep -E '^(figure:|kubectl exec|[0-9]+ concurrent|link cut|without the server|whole test)'

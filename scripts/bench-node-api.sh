@@ -14,7 +14,7 @@ N_IDLE=${N_IDLE:-200}
 SECONDS_CRASH=${BENCH_SECONDS:-300}
 NODE=bench-node
 
-log() { printf 'bench-node-api: %s\n' "$*" >&2; }
+. scripts/lib/common.sh
 # Each open stream is a process group of its own (kubectl and the sleep feeding its stdin),
 # stopped as a group.
 pids=()

@@ -14,7 +14,8 @@ PER_POD=10
 PORT=${BENCH_PORT:-10391}
 WORK=$DIR/pl
 SCRATCH=$REPO/scripts/scratch-containerd.sh
-say() { printf '%s\n' "$*"; }
+. "$REPO/scripts/lib/common.sh"
+. "$REPO/scripts/lib/kubelet-config.sh"
 
 say "== building the release picolet"
 (cd "$REPO" && nice -n 19 cargo build --release --locked -q)
@@ -25,21 +26,15 @@ mkdir -p "$DIR"
 SOCK=$(bash "$SCRATCH" start "$DIR/c" | tail -n 1)
 PICOLET=
 cleanup() {
-    if [[ -n $PICOLET ]]; then kill "$PICOLET" 2>/dev/null || true; wait "$PICOLET" 2>/dev/null || true; fi
+    stop_pid "$PICOLET"
     bash "$SCRATCH" stop "$DIR/c" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
 rm -rf "$WORK"
 mkdir -p "$WORK/manifests"
-cat >"$WORK/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $WORK/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $WORK/logs
-healthzPort: $PORT
-EOF
+kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+    podLogsDir="$WORK/logs" healthzPort="$PORT" >"$WORK/config.yaml"
 # No kubepods tree: nothing may be left in the machine's cgroup hierarchy.
 "$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench \
     --cgroups-per-qos=false --enforce-node-allocatable=none >"$WORK/picolet.log" 2>&1 &

@@ -17,7 +17,8 @@ PORT=${BENCH_PORT:-10392}
 WORK=$DIR/pl
 SCRATCH=$REPO/scripts/scratch-containerd.sh
 HELPER=$REPO/scripts/bench/stats.py
-say() { printf '%s\n' "$*"; }
+. "$REPO/scripts/lib/common.sh"
+. "$REPO/scripts/lib/kubelet-config.sh"
 
 say "== building the release picolet"
 (cd "$REPO" && nice -n 19 cargo build --release --locked -q)
@@ -28,7 +29,7 @@ mkdir -p "$DIR"
 SOCK=$(bash "$SCRATCH" start "$DIR/c" | tail -n 1)
 PICOLET=
 cleanup() {
-    if [[ -n $PICOLET ]]; then kill "$PICOLET" 2>/dev/null || true; wait "$PICOLET" 2>/dev/null || true; fi
+    stop_pid "$PICOLET"
     bash "$SCRATCH" stop "$DIR/c" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -37,18 +38,10 @@ rm -rf "$WORK"
 mkdir -p "$WORK/manifests"
 # Neither image GC nor eviction: whether the machine's disk (shared with other builds) is 85 %
 # full must not remove the pods being measured.
-cat >"$WORK/config.yaml" <<CFG
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $WORK/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $WORK/logs
-healthzPort: $PORT
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "0"
-CFG
+kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+    podLogsDir="$WORK/logs" healthzPort="$PORT" imageGCHighThresholdPercent=100 \
+    imageGCLowThresholdPercent=99 'evictionHard:
+  memory.available: "0"' >"$WORK/config.yaml"
 # No kubepods tree: the benchmark creates no cgroups in the machine's own hierarchy, so each
 # pod's figures are the sum of its containers' (with the tree: one more cgroup read per pod).
 "$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench \

@@ -21,11 +21,8 @@ SETTLE=${BENCH_SETTLE:-30}
 PODS=10
 WORK=$DIR/pl
 SCRATCH=$REPO/scripts/scratch-containerd.sh
-say() { printf '%s\n' "$*"; }
-die() {
-    printf 'bench-writes: error: %s\n' "$*" >&2
-    exit 1
-}
+. "$REPO/scripts/lib/common.sh"
+. "$REPO/scripts/lib/kubelet-config.sh"
 
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and strace need it)"
 for b in python3 strace containerd ctr; do
@@ -44,8 +41,8 @@ PICOLET=
 STRACE=
 cleanup() {
     set +e
-    [[ -n $STRACE ]] && kill "$STRACE" 2>/dev/null && wait "$STRACE" 2>/dev/null
-    [[ -n $PICOLET ]] && kill "$PICOLET" 2>/dev/null && wait "$PICOLET" 2>/dev/null
+    stop_pid "$STRACE"
+    stop_pid "$PICOLET"
     bash "$SCRATCH" stop "$DIR/c" >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -55,15 +52,9 @@ mkdir -p "$DIR"
 SOCK=$(bash "$SCRATCH" start "$DIR/c" | tail -n 1)
 rm -rf "$WORK"
 mkdir -p "$WORK/manifests"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat >"$WORK/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $WORK/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $WORK/logs
-healthzPort: $PORT
-EOF
+PORT=$(free_port)
+kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+    podLogsDir="$WORK/logs" healthzPort="$PORT" >"$WORK/config.yaml"
 "$PICOLET_BIN" --config "$WORK/config.yaml" --root-dir "$WORK/root" --hostname-override bench \
     --cgroups-per-qos=false --enforce-node-allocatable=none </dev/null >"$WORK/picolet.log" 2>&1 &
 PICOLET=$!

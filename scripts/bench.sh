@@ -32,15 +32,10 @@ LATENCY_RUNS=5
 IMAGE=picolet.local/busybox:1
 SCRATCH=$REPO/scripts/scratch-containerd.sh
 
-say() { printf '%s\n' "$*"; }
-section() { printf '\n==== %s\n' "$*"; }
+PROG=bench
+. scripts/lib/common.sh
+. scripts/lib/kubelet-config.sh
 loadavg() { say "  load average now: $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min; other work on the machine skews the figures)"; }
-die() {
-    printf 'bench: error: %s\n' "$*" >&2
-    exit 1
-}
-now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
-since() { python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$(now)"; }
 
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 [[ $SECONDS_WINDOW =~ ^[0-9]+$ && $SECONDS_WINDOW -gt 0 ]] || die "BENCH_SECONDS must be a positive integer"
@@ -92,9 +87,6 @@ stop_tree() {
 # for (run_child ... >FILE), and its messages belong on the terminal, not in FILE.
 exec 3>&1 4>&2
 cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
     exec 1>&3 2>&4
     if [[ -n $CHILD_PID ]]; then
         stop_tree "$CHILD_PID"
@@ -107,11 +99,8 @@ cleanup() {
         say "bench: stopping the scratch containerd in $DIR"
         bash "$SCRATCH" stop "$DIR" 2>&1 | sed 's/^/  /'
     fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
 # Runs a command in the background and waits for it, so that a signal to this script is handled
 # at once (the trap then stops the command by PID).
@@ -130,22 +119,7 @@ HELPER=$PWD/scripts/bench/helper.py
 
 helper() { python3 "$HELPER" "$@"; }
 
-write_manifest() { # write_manifest NAME: dot-temp file, then rename into the directory
-    local name=$1
-    cat >"$WORK/manifests/.$name.yaml.tmp" <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $name
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: sleep
-    image: $IMAGE
-    command: ["sleep", "3600"]
-EOF
-    mv -f -- "$WORK/manifests/.$name.yaml.tmp" "$WORK/manifests/$name.yaml"
-}
+write_manifest() { write_sleep_pod "$WORK/manifests" "$1" "$IMAGE"; }
 
 # ---------------------------------------------------------------- prepare the scratch dir
 
@@ -238,14 +212,8 @@ RAW_CRI_MS=${RAW_CRI_MS:-n/a}
 section "3. picolet running $STATIC_PODS static pods: memory and CPU"
 loadavg
 PORT=$(helper freeport)
-cat >"$WORK/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $WORK/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $WORK/logs
-healthzPort: $PORT
-EOF
+kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+    podLogsDir="$WORK/logs" healthzPort="$PORT" >"$WORK/config.yaml"
 # No kubepods tree: a benchmark must leave no cgroups in the machine's hierarchy behind (the
 # scratch containerd kills the pods after picolet has stopped, so nothing would remove them).
 "$REPO/target/release/picolet" --config "$WORK/config.yaml" --root-dir "$WORK/kubelet" \

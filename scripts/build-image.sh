@@ -32,11 +32,9 @@
 # Tools used: bash, coreutils, tar, sha256sum (no gzip: the layer is stored
 # uncompressed, which avoids any dependence on the compressor's version).
 set -euo pipefail
-
-die() {
-    printf 'build-image.sh: error: %s\n' "$*" >&2
-    exit 1
-}
+PROG=build-image.sh
+# shellcheck source=scripts/lib/common.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib/common.sh"
 
 usage() {
     printf 'usage: %s [--all-applets] [--add DIR] [--user USER] [--entrypoint PATH] [--path VALUE] OUT.tar NAME [CMD [ARG...]]\n' "${0##*/}" >&2

@@ -44,6 +44,11 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+PROG=compare
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/kubelet-config.sh
+. "$REPO/scripts/lib/kubelet-config.sh"
 # shellcheck source=scripts/lib/upstream-kubelet.sh
 . "$REPO/scripts/lib/upstream-kubelet.sh"
 WINDOW=${COMPARE_SECONDS:-60}
@@ -53,11 +58,6 @@ JOINED_PODS=${COMPARE_JOINED_PODS:-10}
 DIR=${COMPARE_DIR:-/tmp/pcmp}
 IMAGE=picolet.local/busybox:1
 NODE_NAME=compare-node
-
-log() { printf 'compare: %s\n' "$*" >&2; }
-die() { printf 'compare: error: %s\n' "$*" >&2; exit 1; }
-now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 [[ $WINDOW =~ ^[0-9]+$ && $WINDOW -gt 0 ]] || die "COMPARE_SECONDS must be a positive integer"
@@ -87,23 +87,8 @@ JOIN_CONFIG=
 JOIN_ARGS=()
 CGROUP_ROOT=/picolet-compare
 
-alive() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [[ ${stat:0:1} != [ZX] ]]
-}
-
 stop_agent() {
-    local i
-    [[ -n $AGENT_PID ]] || return 0
-    kill -TERM "$AGENT_PID" 2>/dev/null || true
-    for ((i = 0; i < 150; i++)); do
-        alive "$AGENT_PID" || break
-        sleep 0.1
-    done
-    alive "$AGENT_PID" && kill -KILL "$AGENT_PID" 2>/dev/null
-    wait "$AGENT_PID" 2>/dev/null || true
+    stop_pid "$AGENT_PID"
     AGENT_PID=
 }
 
@@ -127,29 +112,19 @@ stop_containerd() {
 }
 
 cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
     stop_agent
     stop_relay
     stop_containerd
     stop_control_plane
     node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
 start_containerd() {
     CTRD_STARTED=1
     SOCK=$(bash "$REPO/scripts/scratch-containerd.sh" start "$DIR/ctrd" 2>"$DIR/containerd-start.log" | tail -n 1) ||
         { tail -n 20 "$DIR/containerd-start.log" >&2; die "the scratch containerd did not start"; }
     CTRD_PID=$(<"$DIR/ctrd/containerd.pid")
-}
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 write_manifests() { # write_manifests COUNT
@@ -174,49 +149,31 @@ EOF
 }
 
 start_picolet() {
-    cat >"$DIR/node/picolet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $DIR/node/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $DIR/node/pod-logs
-healthzPort: $HEALTHZ_PORT
-cgroupRoot: $CGROUP_ROOT
-$JOIN_CONFIG
-EOF
+    kubelet_config staticPodPath="$DIR/node/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+        podLogsDir="$DIR/node/pod-logs" healthzPort="$HEALTHZ_PORT" cgroupRoot="$CGROUP_ROOT" \
+        "$JOIN_CONFIG" >"$DIR/node/picolet.yaml"
     "$PICOLET_BIN" --config "$DIR/node/picolet.yaml" --root-dir "$DIR/node/root" --hostname-override "$NODE_NAME" \
         "${JOIN_ARGS[@]}" </dev/null >>"$DIR/picolet.log" 2>&1 &
     AGENT_PID=$!
 }
 
-start_kubelet() {
-    upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
-    cat >"$DIR/node/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $DIR/node/manifests
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupRoot: $CGROUP_ROOT
-failSwapOn: false
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $DIR/node/pod-logs
-volumePluginDir: $DIR/node/volume-plugins
-makeIPTablesUtilChains: false
-address: 127.0.0.1
-port: $(free_port)
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: $HEALTHZ_PORT
-authentication:
+# The upstream kubelet standalone: nothing authenticated, everything allowed (on loopback).
+STANDALONE_AUTH='authentication:
   anonymous:
     enabled: false
   webhook:
     enabled: false
 authorization:
-  mode: AlwaysAllow
-$JOIN_CONFIG
-EOF
+  mode: AlwaysAllow'
+
+start_kubelet() {
+    upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
+    kubelet_config staticPodPath="$DIR/node/manifests" failCgroupV1=false cgroupDriver=cgroupfs \
+        cgroupRoot="$CGROUP_ROOT" failSwapOn=false containerRuntimeEndpoint="unix://$SOCK" \
+        podLogsDir="$DIR/node/pod-logs" volumePluginDir="$DIR/node/volume-plugins" \
+        makeIPTablesUtilChains=false address=127.0.0.1 port="$(free_port)" readOnlyPort=0 \
+        healthzBindAddress=127.0.0.1 healthzPort="$HEALTHZ_PORT" "$STANDALONE_AUTH" \
+        "$JOIN_CONFIG" >"$DIR/node/kubelet.yaml"
     upstream_kubelet_launch "$DIR/node" "$DIR/kubelet.log" "$KUBELET" --config "$DIR/node/kubelet.yaml" \
         --root-dir "$DIR/node/root" --cert-dir "$DIR/node/root/pki" --hostname-override "$NODE_NAME" \
         "${JOIN_ARGS[@]}"
@@ -314,7 +271,7 @@ latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
         t0=$(now)
         latency_manifest "lat-$i" "touch /probe/lat-$i; exec sleep 3600"
         wait_file "$DIR/probe/lat-$i" 120 || die "$agent: pod lat-$i did not start within 120 s"
-        lat+=("$(since "$t0")")
+        lat+=("$(since "$t0" 2)")
     done
     R[$agent,lat50]=$(percentile 50 "${lat[@]}")
     R[$agent,lat95]=$(percentile 95 "${lat[@]}")
@@ -325,7 +282,7 @@ latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
     wait_file "$DIR/probe/exit-0" 120 || die "$agent: the crashing pod did not run"
     t0=$(now)
     wait_file "$DIR/probe/run-1" 120 || die "$agent: the crashed container was not restarted within 120 s"
-    R[$agent,restart]=$(since "$t0")
+    R[$agent,restart]=$(since "$t0" 2)
     log "$agent: manifest → first command p50 ${R[$agent,lat50]} s, p95 ${R[$agent,lat95]} s; exit → restarted ${R[$agent,restart]} s"
 }
 
@@ -470,7 +427,7 @@ imageGCLowThresholdPercent: 99"
         while read -r name phase; do
             if [[ $phase == Running && -z ${seen[$name]+x} ]]; then
                 seen[$name]=1
-                lat+=("$(since "$t0")")
+                lat+=("$(since "$t0" 2)")
             fi
         done < <("${kubectl[@]}" get pods -n default -o 'jsonpath={range .items[*]}{.metadata.name} {.status.phase}{"\n"}{end}' 2>/dev/null)
         alive "$AGENT_PID" || die "$agent exited"
@@ -479,7 +436,7 @@ imageGCLowThresholdPercent: 99"
     done
     R[$agent,j50]=$(percentile 50 "${lat[@]}")
     R[$agent,j95]=$(percentile 95 "${lat[@]}")
-    R[$agent,jall]=$(since "$t0")
+    R[$agent,jall]=$(since "$t0" 2)
     sleep 10
     t1=$(now)
     b1=$(relay_bytes)
@@ -531,7 +488,7 @@ for agent in picolet kubelet; do
             ((SECONDS < deadline)) || die "$agent's /healthz did not answer ok within 120 s"
             sleep 0.02
         done
-        R[$agent,$n,healthz]=$(since "$t0")
+        R[$agent,$n,healthz]=$(since "$t0" 2)
         if ((n > 0)); then
             deadline=$((SECONDS + 300))
             until (($(running_tasks) >= 2 * n)); do
@@ -539,7 +496,7 @@ for agent in picolet kubelet; do
                 ((SECONDS < deadline)) || die "$agent did not run $n pods within 300 s"
                 sleep 0.1
             done
-            R[$agent,$n,running]=$(since "$t0")
+            R[$agent,$n,running]=$(since "$t0" 2)
         fi
         sleep 5
         read -r rss_mean rss_max cpu < <(sample "$AGENT_PID" "$WINDOW")

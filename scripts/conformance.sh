@@ -61,6 +61,11 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+PROG=conformance
+# shellcheck source=scripts/lib/common.sh
+. "$REPO/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/kubelet-config.sh
+. "$REPO/scripts/lib/kubelet-config.sh"
 # shellcheck source=scripts/lib/upstream-kubelet.sh
 . "$REPO/scripts/lib/upstream-kubelet.sh"
 NODE_KIND=${NODE:-picolet}
@@ -76,11 +81,6 @@ CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 # node listens on. (A loopback --node-ip is no way: the kubelet refuses it.)
 NODE_NAME=localhost
 SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]|\[Feature:'
-
-log() { printf 'conformance: %s\n' "$*" >&2; }
-die() { printf 'conformance: error: %s\n' "$*" >&2; exit 1; }
-now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 case $NODE_KIND in picolet | kubelet) ;; *) die "NODE must be picolet or kubelet (got '$NODE_KIND')" ;; esac
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "PROCS must be a positive count"
@@ -169,28 +169,6 @@ CP_STARTED=0
 CTRD_STARTED=0
 CGROUP_ROOT=/picolet-conformance-$NODE_KIND
 
-alive() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [[ ${stat:0:1} != [ZX] ]]
-}
-
-stop_pid() { # stop_pid PID NAME: SIGTERM, SIGKILL after 15 s
-    local pid=$1 i
-    [[ -n $pid ]] || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 150; i++)); do
-        alive "$pid" || break
-        sleep 0.1
-    done
-    if alive "$pid"; then
-        log "$2 (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-}
-
 # ginkgo runs in a process group of its own (PGID = its PID) with its e2e.test
 # processes: SIGINT to the group (ginkgo's own interrupt), the group killed
 # after 20 s.
@@ -207,19 +185,13 @@ stop_ginkgo() {
 }
 
 cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
     stop_ginkgo
     stop_pid "$NODE_PID" "$NODE_KIND"
     [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/stop.log"
     [[ $CTRD_STARTED == 1 ]] && bash "$REPO/scripts/scratch-containerd.sh" stop "$DIR/ctrd" 2>>"$DIR/stop.log"
     node_dir_cleanup "$DIR/node" "$CGROUP_ROOT"
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
 # ---------------------------------------------------------------- the previous run
 
@@ -296,32 +268,8 @@ build_images() {
 
 # ---------------------------------------------------------------- the node
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-start_picolet() {
-    HEALTHZ_PORT=$(free_port)
-    KUBELET_PORT=$(free_port)
-    # The node API as kubeadm sets a node up: a serving certificate the cluster CA signed
-    # (the apiserver checks it), client certificates of that CA (the apiserver's own), tokens
-    # and authorization reviewed by the apiserver. picolet takes a loopback node IP, which the
-    # apiserver then dials first.
-    cat >"$DIR/node/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $DIR/node/pod-logs
-healthzPort: $HEALTHZ_PORT
-cgroupRoot: $CGROUP_ROOT
-address: 127.0.0.1
-port: $KUBELET_PORT
-tlsCertFile: $DIR/cp/pki/node-$NODE_NAME-serving.crt
-tlsPrivateKeyFile: $DIR/cp/pki/node-$NODE_NAME-serving.key
-authentication:
-  x509:
-    clientCAFile: $DIR/cp/pki/ca.crt
-# The machine's disk, not the node, is what these settings answer: a shared development
+# What both nodes are told about the machine's disk (the comment goes into their files).
+DISK_CONFIG="# The machine's disk, not the node, is what these settings answer: a shared development
 # disk with some 10 % free puts either node under disk pressure at upstream's defaults
 # (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
 # would remove the test images imported offline. Both nodes get the same.
@@ -331,8 +279,21 @@ evictionHard:
   nodefs.inodesFree: 1%
   imagefs.available: 1%
 imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-EOF
+imageGCLowThresholdPercent: 99"
+
+start_picolet() {
+    HEALTHZ_PORT=$(free_port)
+    KUBELET_PORT=$(free_port)
+    # The node API as kubeadm sets a node up: a serving certificate the cluster CA signed
+    # (the apiserver checks it), client certificates of that CA (the apiserver's own), tokens
+    # and authorization reviewed by the apiserver. picolet takes a loopback node IP, which the
+    # apiserver then dials first.
+    kubelet_config containerRuntimeEndpoint="unix://$SOCK" podLogsDir="$DIR/node/pod-logs" \
+        healthzPort="$HEALTHZ_PORT" cgroupRoot="$CGROUP_ROOT" address=127.0.0.1 port="$KUBELET_PORT" \
+        tlsCertFile="$DIR/cp/pki/node-$NODE_NAME-serving.crt" \
+        tlsPrivateKeyFile="$DIR/cp/pki/node-$NODE_NAME-serving.key" "authentication:
+  x509:
+    clientCAFile: $DIR/cp/pki/ca.crt" "$DISK_CONFIG" >"$DIR/node/config.yaml"
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
         --node-ip 127.0.0.1 \
@@ -344,47 +305,21 @@ start_kubelet() {
     HEALTHZ_PORT=$(free_port)
     KUBELET_PORT=$(free_port)
     upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
-    cat >"$DIR/node/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupRoot: $CGROUP_ROOT
-failSwapOn: false
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $DIR/node/pod-logs
-volumePluginDir: $DIR/node/volume-plugins
-makeIPTablesUtilChains: false
-address: 127.0.0.1
-port: $KUBELET_PORT
-readOnlyPort: 0
-# The machine's disk, not the node, is what these settings answer: a shared development
-# disk with some 10 % free puts either node under disk pressure at upstream's defaults
-# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
-# would remove the test images imported offline. Both nodes get the same.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-healthzBindAddress: 127.0.0.1
-healthzPort: $HEALTHZ_PORT
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
-# The serving certificate the cluster CA signed for the node (the apiserver
-# checks it). The node API, on loopback only, lets requests in unauthenticated.
-tlsCertFile: $DIR/cp/pki/node-$NODE_NAME-serving.crt
-tlsPrivateKeyFile: $DIR/cp/pki/node-$NODE_NAME-serving.key
-authentication:
+    kubelet_config failCgroupV1=false cgroupDriver=cgroupfs cgroupRoot="$CGROUP_ROOT" failSwapOn=false \
+        containerRuntimeEndpoint="unix://$SOCK" podLogsDir="$DIR/node/pod-logs" \
+        volumePluginDir="$DIR/node/volume-plugins" makeIPTablesUtilChains=false address=127.0.0.1 \
+        port="$KUBELET_PORT" readOnlyPort=0 "$DISK_CONFIG" healthzBindAddress=127.0.0.1 \
+        healthzPort="$HEALTHZ_PORT" clusterDomain=cluster.local resolvConf=/etc/resolv.conf \
+        "# The serving certificate the cluster CA signed for the node (the apiserver
+# checks it). The node API, on loopback only, lets requests in unauthenticated." \
+        tlsCertFile="$DIR/cp/pki/node-$NODE_NAME-serving.crt" \
+        tlsPrivateKeyFile="$DIR/cp/pki/node-$NODE_NAME-serving.key" "authentication:
   anonymous:
     enabled: true
   webhook:
     enabled: false
 authorization:
-  mode: AlwaysAllow
-EOF
+  mode: AlwaysAllow" >"$DIR/node/config.yaml"
     upstream_kubelet_launch "$DIR/node" "$DIR/node.log" \
         "$E2E_BIN/kubelet" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --cert-dir "$DIR/node/root/pki" \

@@ -72,10 +72,9 @@ START_TIMEOUT_S=${START_TIMEOUT_S:-180}
 CLUSTER=picolet-test
 COMPONENTS=(etcd kube-apiserver kube-scheduler kube-controller-manager)
 
-log() { printf 'control-plane: %s\n' "$*" >&2; }
-die() { printf 'control-plane: error: %s\n' "$*" >&2; exit 1; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+PROG=control-plane
+# shellcheck source=scripts/lib/common.sh
+. "$SCRIPT_DIR/lib/common.sh"
 
 usage() {
     sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
@@ -99,14 +98,6 @@ pid_of() {
             return 0
         fi
     done
-}
-
-# True while PID runs (a zombie counts as gone).
-alive() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [[ ${stat:0:1} != [ZX] ]]
 }
 
 stop_component() {
@@ -150,11 +141,7 @@ launch() {
     printf '%s\n' "$!" >"$DIR/run/$name.pid"
 }
 
-fail_with_log() { # fail_with_log COMPONENT MESSAGE
-    printf 'control-plane: error: %s\n--- last 30 lines of %s ---\n' "$2" "$DIR/logs/$1.log" >&2
-    tail -n 30 "$DIR/logs/$1.log" >&2 2>/dev/null || true
-    exit 1
-}
+fail_with_log() { die_with_log "$DIR/logs/$1.log" 30 "$2"; } # fail_with_log COMPONENT MESSAGE
 
 # wait_for COMPONENT WHAT COMMAND...: runs COMMAND until it succeeds, while
 # COMPONENT is alive, for at most START_TIMEOUT_S.
@@ -167,7 +154,7 @@ wait_for() {
     while ((SECONDS < deadline)); do
         alive "$pid" || fail_with_log "$name" "$name (pid $pid) exited before $what"
         if "$@" >/dev/null 2>&1; then
-            log "$what after $(elapsed "$t0") s"
+            log "$what after $(since "$t0") s"
             return 0
         fi
         sleep 0.2
@@ -522,7 +509,7 @@ cmd_start() {
     SCHEDULER_PORT=${ports[3]} CONTROLLER_MANAGER_PORT=${ports[4]}
     APISERVER=https://127.0.0.1:$APISERVER_PORT
     make_kubeconfigs
-    log "certificates and kubeconfigs in $(elapsed "$t0") s"
+    log "certificates and kubeconfigs in $(since "$t0") s"
     # A start that fails half-way must not leave anything running.
     START_OK=0
     trap 'if [[ $START_OK != 1 ]]; then log "start failed: stopping what it started"; cmd_stop || true; fi' EXIT
@@ -540,7 +527,7 @@ cmd_start() {
     } >"$DIR/cluster.env.tmp"
     mv -f -- "$DIR/cluster.env.tmp" "$DIR/cluster.env"
     START_OK=1
-    log "control plane up in $(elapsed "$t0") s: $APISERVER ($("$KUBECTL" --kubeconfig="$DIR/admin.kubeconfig" version -o json 2>/dev/null | awk -F'"' '/gitVersion/ { v = $4 } END { print "server " v }'))"
+    log "control plane up in $(since "$t0") s: $APISERVER ($("$KUBECTL" --kubeconfig="$DIR/admin.kubeconfig" version -o json 2>/dev/null | awk -F'"' '/gitVersion/ { v = $4 } END { print "server " v }'))"
     printf '%s\n' "$DIR"
 }
 

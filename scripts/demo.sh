@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 repo=$(pwd -P)
+. scripts/lib/common.sh
+. scripts/lib/kubelet-config.sh
 
 DIR=${PICOLET_DEMO_DIR:-/tmp/picolet-demo}
 PORT=${PICOLET_DEMO_PORT:-10248}
@@ -27,19 +29,12 @@ cleanup() {
     fi
     echo "== stopping the scratch containerd and its pods"
     "$repo/scripts/scratch-containerd.sh" stop "$DIR" || true
-    remove_cgroups
+    remove_cgroup_tree "$CGROUP_ROOT" || true
 }
 
 # The pods' cgroups live under a tree of the demo's own (cgroupRoot below), removed when it ends,
 # in every mounted cgroup hierarchy (v2, or v1's controllers).
 CGROUP_ROOT=/picolet-demo
-remove_cgroups() {
-    local mnt
-    while read -r mnt; do
-        [ -d "$mnt$CGROUP_ROOT" ] && find "$mnt$CGROUP_ROOT" -depth -type d -exec rmdir {} \; 2>/dev/null
-    done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u)
-    return 0
-}
 trap cleanup EXIT INT TERM
 
 echo "== starting a scratch containerd in $DIR"
@@ -49,15 +44,8 @@ rm -rf "$DIR"
 sock=$(scripts/scratch-containerd.sh start "$DIR" | tail -n 1)
 mkdir -p "$DIR/manifests"
 cp examples/*.yaml examples/*.json "$DIR/manifests/"
-cat > "$DIR/kubelet-config.yaml" <<CFG
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $DIR/manifests
-containerRuntimeEndpoint: unix://$sock
-podLogsDir: $DIR/logs
-healthzPort: $PORT
-cgroupRoot: $CGROUP_ROOT
-CFG
+kubelet_config staticPodPath="$DIR/manifests" containerRuntimeEndpoint="unix://$sock" \
+    podLogsDir="$DIR/logs" healthzPort="$PORT" cgroupRoot="$CGROUP_ROOT" >"$DIR/kubelet-config.yaml"
 
 echo "== running picolet (log: $DIR/picolet.log)"
 "$bin" --config "$DIR/kubelet-config.yaml" --root-dir "$DIR/kubelet" >"$DIR/picolet.log" 2>&1 &

@@ -36,11 +36,8 @@ HELPER=$REPO/scripts/bench/helper.py
 WORK=$DIR/pl
 CP_DIR=$DIR/cp
 
-say() { printf '%s\n' "$*"; }
-section() { printf '\n==== %s\n' "$*"; }
-die() { printf 'footprint: error: %s\n' "$*" >&2; exit 1; }
-now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+. "$REPO/scripts/lib/common.sh"
+. "$REPO/scripts/lib/kubelet-config.sh"
 helper() { python3 "$HELPER" "$@"; }
 
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
@@ -52,57 +49,22 @@ PICOLET_PID=
 CONTAINERD_STARTED=0
 CP_STARTED=0
 stop_picolet() {
-    [[ -n $PICOLET_PID ]] || return 0
-    kill -TERM "$PICOLET_PID" 2>/dev/null || true
-    local i
-    for ((i = 0; i < 150; i++)); do
-        kill -0 "$PICOLET_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$PICOLET_PID" 2>/dev/null || true
-    wait "$PICOLET_PID" 2>/dev/null || true
+    stop_pid "$PICOLET_PID"
     PICOLET_PID=
 }
 # picolet runs with its kubepods tree, as by default, but under a cgroup root of this script's
 # own, removed at the end in every mounted hierarchy: the pods outlive each picolet, so no
 # picolet is left to remove their cgroups.
 CGROUP_ROOT=/picolet-footprint
-remove_cgroups() {
-    local mnt
-    while read -r mnt; do
-        [[ -d $mnt$CGROUP_ROOT ]] && find "$mnt$CGROUP_ROOT" -depth -type d -exec rmdir {} \; 2>/dev/null
-    done < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u)
-    return 0
-}
 cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
     stop_picolet
     [[ $CP_STARTED == 1 ]] && bash "$REPO/scripts/control-plane.sh" stop "$CP_DIR" >/dev/null 2>&1
     [[ $CONTAINERD_STARTED == 1 ]] && bash "$SCRATCH" stop "$DIR" 2>&1 | sed 's/^/  /'
-    remove_cgroups
-    exit "$rc"
+    remove_cgroup_tree "$CGROUP_ROOT"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+cleanup_on_exit cleanup
 
-write_manifest() { # write_manifest NAME: a dot-temp file renamed into the directory
-    cat >"$WORK/manifests/.$1.yaml.tmp" <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: sleep
-    image: $IMAGE
-    command: ["sleep", "3600"]
-EOF
-    mv -f -- "$WORK/manifests/.$1.yaml.tmp" "$WORK/manifests/$1.yaml"
-}
+write_manifest() { write_sleep_pod "$WORK/manifests" "$1" "$IMAGE"; }
 
 # wait_healthz PORT TIMEOUT: until /healthz answers 200 (healthz needs the runtime listed and the
 # loop turning, not just the socket open).
@@ -163,7 +125,7 @@ run_phase() {
         </dev/null >>"$WORK/picolet.log" 2>&1 &
     PICOLET_PID=$!
     wait_healthz "$PORT" 120
-    t_healthy=$(since "$t0")
+    t_healthy=$(since "$t0" 2)
     say "  start -> /healthz ok: $t_healthy s"
     if [[ $want -gt 0 ]]; then
         helper wait-running "$PORT" "$PICOLET_PID" "$want" static- 300 "$t0" >"$WORK/up.txt" ||
@@ -177,15 +139,8 @@ run_phase() {
     stop_picolet
 }
 
-cat >"$WORK/config.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-staticPodPath: $WORK/manifests
-containerRuntimeEndpoint: unix://$SOCK
-podLogsDir: $WORK/logs
-healthzPort: $PORT
-cgroupRoot: $CGROUP_ROOT
-EOF
+kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
+    podLogsDir="$WORK/logs" healthzPort="$PORT" cgroupRoot="$CGROUP_ROOT" >"$WORK/config.yaml"
 
 for n in "${COUNTS[@]}"; do
     [[ $n =~ ^[0-9]+$ ]] || die "FOOTPRINT_PODS: $n is not a count"
@@ -216,11 +171,11 @@ phase_extra() { # t0: the Node Ready and the 10 mirror pods listed by the apiser
     local t0=$1 deadline=$(($(date +%s) + 180)) ready=
     while [[ $(date +%s) -lt $deadline ]]; do
         if [[ -z $ready ]] && [[ $("${KUBECTL[@]}" get node "$NODE" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]; then
-            ready=$(since "$t0")
+            ready=$(since "$t0" 2)
             say "  start -> Node Ready in the apiserver: $ready s"
         fi
         if [[ -n $ready ]] && [[ $("${KUBECTL[@]}" get pods -n default --no-headers 2>/dev/null | grep -c "^static-.*-$NODE .*Running") == 10 ]]; then
-            say "  start -> 10 mirror pods Running in the apiserver: $(since "$t0") s"
+            say "  start -> 10 mirror pods Running in the apiserver: $(since "$t0" 2) s"
             return 0
         fi
         sleep 0.2

@@ -59,10 +59,9 @@ TOOLS_MOD=$ROOT/tests/k8s-tools
 CONTAINERD_MOD=$ROOT/tests/containerd2
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 
-log() { printf 'k8s-build: %s\n' "$*" >&2; }
-die() { printf 'k8s-build: error: %s\n' "$*" >&2; exit 1; }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+PROG=k8s-build
+# shellcheck source=scripts/lib/common.sh
+. "$ROOT/scripts/lib/common.sh"
 
 # name|package: the binaries, in build order (the apiserver first: the others
 # share most of its packages). A package marked "test:" is built with
@@ -271,12 +270,12 @@ build_missing() {
         fi
         mv -f -- "$tmp" "$BIN/$name"
         binary_ok "$name" || die "$BIN/$name does not run or does not report the pinned version"
-        log "built $name in $(elapsed "$t0") s ($(du -m "$BIN/$name" | cut -f1) MiB)"
+        log "built $name in $(since "$t0") s ($(du -m "$BIN/$name" | cut -f1) MiB)"
         built=$((built + 1))
     done
     if [[ $built -gt 0 ]]; then
         after=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || after=0
-        log "built $built binaries in $(elapsed "$t_all") s; modules downloaded by this run: $(((after - before) / 1024)) MiB (module download cache now $((after / 1024)) MiB, extracted modules $(du -sm "$GOMODCACHE" 2>/dev/null | cut -f1) MiB in all, Go build cache $(du -sm "$GOCACHE" 2>/dev/null | cut -f1) MiB)"
+        log "built $built binaries in $(since "$t_all") s; modules downloaded by this run: $(((after - before) / 1024)) MiB (module download cache now $((after / 1024)) MiB, extracted modules $(du -sm "$GOMODCACHE" 2>/dev/null | cut -f1) MiB in all, Go build cache $(du -sm "$GOCACHE" 2>/dev/null | cut -f1) MiB)"
         {
             if $E2E; then
                 printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
@@ -287,7 +286,7 @@ build_missing() {
             else
                 printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
             fi
-            printf 'built %s in %s s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(elapsed "$t_all")"
+            printf 'built %s in %s s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(since "$t_all")"
         } >"$CACHE_ROOT/$KEY/VERSIONS.tmp"
         mv -f -- "$CACHE_ROOT/$KEY/VERSIONS.tmp" "$CACHE_ROOT/$KEY/VERSIONS"
         # The Go build cache is shared by both builds (control plane and --e2e):
@@ -309,12 +308,12 @@ flock 9
 build_missing
 flock -u 9
 if $CONTAINERD; then
-    log "containerd $CONTAINERD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+    log "containerd $CONTAINERD_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
 elif $TOOLS; then
-    log "metrics-server $METRICS_SERVER_VERSION, registry $REGISTRY_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+    log "metrics-server $METRICS_SERVER_VERSION, registry $REGISTRY_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
 elif $E2E; then
-    log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+    log "kubernetes $K8S_VERSION, ginkgo $GINKGO_VERSION, agnhost $AGNHOST_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
 else
-    log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(elapsed "$t0") s)"
+    log "kubernetes $K8S_VERSION, etcd $ETCD_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
 fi
 printf '%s\n' "$BIN"

@@ -51,25 +51,13 @@ readonly SHARED=${PICOLET_SCRATCH_RUN:-/run/picolet-scratch}
 readonly START_TIMEOUT_S=${SCRATCH_CONTAINERD_TIMEOUT:-20}
 SCRIPT_DIR=$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 readonly SCRIPT_DIR
-
-log() { printf 'scratch-containerd: %s\n' "$*" >&2; }
-die() {
-    printf 'scratch-containerd: error: %s\n' "$*" >&2
-    exit 1
-}
+PROG=scratch-containerd
+# shellcheck source=scripts/lib/common.sh
+. "$SCRIPT_DIR/lib/common.sh"
 
 usage() {
     printf 'usage: %s start|stop|restart DIR\n' "${0##*/}" >&2
     exit 2
-}
-
-now() { printf '%s' "${EPOCHREALTIME/,/.}"; }
-elapsed() { # elapsed START -> seconds with 2 decimals
-    local s=${1/./} e
-    e=$(now)
-    e=${e/./}
-    local us=$((e - s))
-    printf '%d.%02d' $((us / 1000000)) $((us % 1000000 / 10000))
 }
 
 [[ $# -eq 2 ]] || usage
@@ -545,24 +533,6 @@ ppid_of() {
     done 2>/dev/null <"/proc/$1/status" || true
 }
 
-# True while PID runs. A zombie counts as gone: PID 1 of these VMs reaps its
-# adopted children (containerd, shims) only after a second or so.
-alive() {
-    local stat
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-    stat=${stat##*) }
-    [[ ${stat:0:1} != [ZX] ]]
-}
-
-wait_gone() { # wait_gone PID TIMEOUT_TENTHS
-    local i
-    for ((i = 0; i < $2; i++)); do
-        alive "$1" || return 0
-        sleep 0.1
-    done
-    ! alive "$1"
-}
-
 stop_containerd() {
     local pid
     pid=$(containerd_pid)
@@ -649,12 +619,12 @@ wait_ready() { # wait_ready PID LOG_OFFSET START_TIME
         if [[ $sock_ok == 0 ]] && [[ -S $SOCK ]] &&
             timeout 5 ctr --connect-timeout 1s -a "$SOCK" version >/dev/null 2>&1; then
             sock_ok=1
-            log "containerd socket answered after $(elapsed "$t0") s"
+            log "containerd socket answered after $(since "$t0" 2) s"
         fi
         # The CRI service answers (instead of "server is not initialized yet")
         # once it has recovered its state; it logs this line right before.
         if [[ $sock_ok == 1 ]] && tail -c "+$((offset + 1))" "$LOGFILE" | grep -q 'Start streaming server'; then
-            log "CRI ready after $(elapsed "$t0") s"
+            log "CRI ready after $(since "$t0" 2) s"
             return 0
         fi
         sleep 0.05
@@ -662,11 +632,7 @@ wait_ready() { # wait_ready PID LOG_OFFSET START_TIME
     fail_with_log "containerd did not get ready within $START_TIMEOUT_S s (socket answered: $sock_ok)"
 }
 
-fail_with_log() {
-    printf 'scratch-containerd: error: %s\n--- last 40 lines of %s ---\n' "$1" "$LOGFILE" >&2
-    tail -n 40 "$LOGFILE" >&2 2>/dev/null || true
-    exit 1
-}
+fail_with_log() { die_with_log "$LOGFILE" 40 "$1"; }
 
 launch_containerd() {
     local offset=0 t0 pid
@@ -694,7 +660,7 @@ build_image() {
         t0=$(now)
         rm -f -- "$IMAGE_CACHE/$stem"-*.tar
         bash "$SCRIPT_DIR/build-image.sh" "$tar" "$name" "$@" || die "building $name failed"
-        log "built $name in $(elapsed "$t0") s"
+        log "built $name in $(since "$t0" 2) s"
     fi
     printf -v "$var" '%s' "$tar"
 }
@@ -705,7 +671,7 @@ import_image() { # import_image TAR
     if ! out=$(ctr -a "$SOCK" -n k8s.io images import "$1" 2>&1); then
         die "importing $1 failed: $out"
     fi
-    log "imported ${1##*/} in $(elapsed "$t0") s"
+    log "imported ${1##*/} in $(since "$t0" 2) s"
 }
 
 cmd_start() {

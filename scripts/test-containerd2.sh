@@ -15,8 +15,9 @@
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
-log() { printf 'test-containerd2: %s\n' "$*" >&2; }
-die() { printf 'test-containerd2: error: %s\n' "$*" >&2; exit 1; }
+PROG=test-containerd2
+# shellcheck source=scripts/lib/common.sh
+. scripts/lib/common.sh
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 
 ALL=(e2e e2e_cgroups e2e_eviction e2e_fidelity e2e_gc e2e_lifecycle e2e_logs e2e_probe_storm
@@ -36,8 +37,8 @@ log "$("$BIN/containerd" --version)"
 
 failed=()
 for t in "${TESTS[@]}"; do
-    log "cargo test --test $t (containerd 2.x)"
-    if cargo test --locked --test "$t" -- --test-threads=2; then
+    log "cargo test --features e2e --test $t (containerd 2.x)"
+    if cargo test --locked --features e2e --test "$t" -- --test-threads=2; then
         printf 'containerd 2.x: %s ok\n' "$t"
     else
         printf 'containerd 2.x: %s FAILED\n' "$t"

@@ -2,37 +2,16 @@
 //! cannot be made to show on demand (a hung inspection, a registry that refuses pulls, a runtime
 //! that is not there yet).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
 
-use std::future::Future;
+use support::{IMAGE, Pod, agent, fake_cri, full, run, start_agent, until};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::Agent;
 use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
-
-const IMAGE: &str = "picolet.local/busybox:1";
-
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
-
-fn pod_yaml(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  \
-         containers:\n  - name: main\n    image: {image}\n    command: [sleep, \"3600\"]\n"
-    )
-}
-
-/// Starts picolet off the executor's thread, so the fake keeps answering meanwhile.
-async fn start_agent(dir: &std::path::Path, endpoint: &str) -> Arc<Agent> {
-    let (dir, endpoint) = (dir.to_owned(), endpoint.to_owned());
-    Arc::new(rt::unblock(move || Agent::start(&dir, &endpoint)).await)
-}
 
 /// A JSON field of a pod from picolet's /pods, read off the executor's thread.
 async fn pod_field(
@@ -56,51 +35,33 @@ fn waiting_reason(p: &serde_json::Value) -> serde_json::Value {
     p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].clone()
 }
 
-/// Waits (without blocking the executor) until `cond` holds, or panics with picolet's log.
-async fn until(a: &Arc<Agent>, what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond().await {
-            return;
-        }
-        rt::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
-        a.log_text()
-    );
-}
-
-/// The fake's id of the running container of a pod (by the pod name label picolet sets).
-fn container_of(fake: &FakeCri, pod: &str) -> Option<String> {
-    let name = format!("{pod}-e2e-node");
-    fake.containers()
-        .into_iter()
-        .filter(|c| c.config.labels.get("io.kubernetes.pod.name") == Some(&name))
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .map(|c| c.id)
-        .next()
-}
-
 #[test]
 fn a_hung_inspection_does_not_stall_other_pods() {
     run(async {
         let tmp = TempDir::new("hang");
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
-        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
-        a.write_manifest("a.yaml", &pod_yaml("a", IMAGE));
-        a.write_manifest("b.yaml", &pod_yaml("b", IMAGE));
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        a.write_manifest("a.yaml", &Pod::new("a").yaml());
+        a.write_manifest("b.yaml", &Pod::new("b").yaml());
         until(
             &a,
             "both pods running",
             Duration::from_secs(30),
-            async || container_of(&fake, "a").is_some() && container_of(&fake, "b").is_some(),
+            async || {
+                fake.running_container_of(&full("a"))
+                    .map(|c| c.id)
+                    .is_some()
+                    && fake
+                        .running_container_of(&full("b"))
+                        .map(|c| c.id)
+                        .is_some()
+            },
         )
         .await;
         let (ca, cb) = (
-            container_of(&fake, "a").unwrap(),
-            container_of(&fake, "b").unwrap(),
+            fake.running_container_of(&full("a")).map(|c| c.id).unwrap(),
+            fake.running_container_of(&full("b")).map(|c| c.id).unwrap(),
         );
 
         // Pod a's container dies and every status call about it hangs from now on.
@@ -128,7 +89,9 @@ fn a_hung_inspection_does_not_stall_other_pods() {
         };
         assert_eq!(healthy.as_deref(), Some("ok"));
         assert!(
-            container_of(&fake, "b").is_some_and(|c| c != cb),
+            fake.running_container_of(&full("b"))
+                .map(|c| c.id)
+                .is_some_and(|c| c != cb),
             "b runs a new container"
         );
     });
@@ -139,9 +102,9 @@ fn image_pull_failures_back_off_then_recover() {
     run(async {
         let tmp = TempDir::new("pull");
         let fake = FakeCri::start(tmp.path());
-        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
         let image = "registry.example/app:1.0";
-        a.write_manifest("app.yaml", &pod_yaml("app", image));
+        a.write_manifest("app.yaml", &Pod::new("app").image(image).yaml());
 
         until(
             &a,
@@ -176,7 +139,11 @@ fn image_pull_failures_back_off_then_recover() {
             async || pod_field(&a, "app", phase).await == "Running",
         )
         .await;
-        assert!(container_of(&fake, "app").is_some());
+        assert!(
+            fake.running_container_of(&full("app"))
+                .map(|c| c.id)
+                .is_some()
+        );
     });
 }
 
@@ -186,8 +153,8 @@ fn runtime_absent_at_start_then_appears() {
         let tmp = TempDir::new("late");
         let cri_dir = tmp.path().to_owned();
         let endpoint = format!("unix://{}", cri_dir.join("fake.sock").display());
-        let a = start_agent(&tmp.path().join("a"), &endpoint).await;
-        a.write_manifest("early.yaml", &pod_yaml("early", IMAGE));
+        let a = start_agent(&tmp.path().join("a"), &endpoint, &[]).await;
+        a.write_manifest("early.yaml", &Pod::new("early").yaml());
         rt::sleep(Duration::from_secs(3)).await;
         let health = {
             let a = a.clone();
@@ -222,8 +189,8 @@ fn removing_a_pod_cancels_its_slow_sync() {
         let image = "registry.example/slow:1";
         fake.set_pullable(image);
         fake.set_delay("PullImage", Duration::from_secs(60));
-        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
-        a.write_manifest("slow.yaml", &pod_yaml("slow", image));
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        a.write_manifest("slow.yaml", &Pod::new("slow").image(image).yaml());
         until(
             &a,
             "the pull to start",
@@ -257,14 +224,19 @@ fn a_pod_removed_and_restored_runs_again() {
         let tmp = TempDir::new("back");
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
-        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
-        let yaml = pod_yaml("back", IMAGE);
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        let yaml = Pod::new("back").yaml();
         a.write_manifest("back.yaml", &yaml);
         until(&a, "the pod running", Duration::from_secs(30), async || {
-            container_of(&fake, "back").is_some()
+            fake.running_container_of(&full("back"))
+                .map(|c| c.id)
+                .is_some()
         })
         .await;
-        let first = container_of(&fake, "back").unwrap();
+        let first = fake
+            .running_container_of(&full("back"))
+            .map(|c| c.id)
+            .unwrap();
 
         // Removed, and put back (same content, same UID) while it is still being stopped: it is
         // stopped completely, then runs again.
@@ -283,7 +255,9 @@ fn a_pod_removed_and_restored_runs_again() {
             "the restored pod running in a new container",
             Duration::from_secs(30),
             async || {
-                container_of(&fake, "back").is_some_and(|c| c != first)
+                fake.running_container_of(&full("back"))
+                    .map(|c| c.id)
+                    .is_some_and(|c| c != first)
                     && pod_field(&a, "back", phase).await == "Running"
             },
         )
@@ -315,7 +289,7 @@ fn a_sandbox_without_picolets_mark_is_adopted_by_its_pod() {
         let agent_dir = tmp.path().join("a");
         let manifest = agent_dir.join("manifests/old.yaml");
         std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
-        std::fs::write(&manifest, pod_yaml("old", IMAGE)).unwrap();
+        std::fs::write(&manifest, Pod::new("old").yaml()).unwrap();
         let pod = picolet::config::file::load(&manifest, "e2e-node", "").unwrap();
         // Its sandbox, created earlier by something that did not mark it.
         let cri =
@@ -330,7 +304,7 @@ fn a_sandbox_without_picolets_mark_is_adopted_by_its_pod() {
         };
         let old = cri.run_pod_sandbox(req).await.unwrap().pod_sandbox_id;
 
-        let a = start_agent(&agent_dir, &fake.endpoint()).await;
+        let a = start_agent(&agent_dir, &fake.endpoint(), &[]).await;
         until(&a, "the pod running", Duration::from_secs(30), async || {
             pod_field(&a, "old", phase).await == "Running"
         })
@@ -352,8 +326,8 @@ fn a_static_pod_pulls_with_the_nodes_registry_credentials() {
         let image = "registry.example:5000/team/app:1.0";
         fake.set_pullable(image);
         fake.require_auth(image, "node-user", "s3cret-pw");
-        let a = start_agent(&tmp.path().join("a"), &fake.endpoint()).await;
-        a.write_manifest("app.yaml", &pod_yaml("app", image));
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        a.write_manifest("app.yaml", &Pod::new("app").image(image).yaml());
 
         // No credentials: the pull is anonymous and the registry's refusal is shown.
         until(
@@ -458,7 +432,7 @@ fn a_credential_provider_plugin_answers_and_is_asked_again_after_its_cache_durat
                 .lines()
                 .count()
         };
-        a.write_manifest("one.yaml", &pod_yaml("one", image));
+        a.write_manifest("one.yaml", &Pod::new("one").image(image).yaml());
         until(
             &a,
             "the first pod running with the plugin's credentials",
@@ -488,10 +462,7 @@ fn a_credential_provider_plugin_answers_and_is_asked_again_after_its_cache_durat
         rt::sleep(Duration::from_secs(4)).await;
         a.write_manifest(
             "two.yaml",
-            &pod_yaml("two", image).replace(
-                "image: plugin.example:5000/app:1",
-                "image: plugin.example:5000/app:1\n    imagePullPolicy: Always",
-            ),
+            &Pod::new("two").image(image).pull_always().yaml(),
         );
         until(
             &a,

@@ -2,38 +2,21 @@
 //! signs CertificateSigningRequests at once (for a lifetime of seconds, so rotation happens
 //! inside a test) or when the test says. The real control plane's flow is in `cluster_e2e`.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
 
-use std::future::Future;
+use support::{IMAGE, NODE, agent, fake_apiserver, fake_cri, fakes, run, start_agent, until};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::Agent;
 use fake_apiserver::FakeApi;
-use fake_cri::{ContainerState, FakeCri, TempDir};
+use fake_cri::{FakeCri, TempDir};
 use picolet::rt;
 use serde_json::json;
 
-const IMAGE: &str = "picolet.local/busybox:1";
-const NODE: &str = "e2e-node";
 const TOKEN: &str = "abcdef.0123456789abcdef";
-
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
-
-fn env(tag: &str) -> (TempDir, FakeCri, FakeApi) {
-    let tmp = TempDir::new(tag);
-    let fake = FakeCri::start(tmp.path());
-    fake.add_image(IMAGE);
-    (tmp, fake, FakeApi::start())
-}
 
 /// The flags of a node that has only a bootstrap token: `--kubeconfig` names a file that does
 /// not exist yet.
@@ -47,26 +30,11 @@ fn bootstrap_flags(dir: &Path, api: &FakeApi) -> Vec<String> {
     ]
 }
 
-async fn start(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
+/// Starts picolet in `<tmp>/a` with only a bootstrap token.
+async fn start_bootstrapping(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
     let dir = tmp.path().join("a");
     std::fs::create_dir_all(&dir).unwrap();
-    let args = bootstrap_flags(&dir, api);
-    let endpoint = fake.endpoint();
-    Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await)
-}
-
-async fn until(a: &Agent, what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond() {
-            return;
-        }
-        rt::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
-        a.log_text()
-    );
+    start_agent(&dir, &fake.endpoint(), &bootstrap_flags(&dir, api)).await
 }
 
 fn ready(api: &FakeApi) -> bool {
@@ -97,29 +65,21 @@ fn valid_identity(a: &Agent) -> picolet::certificate::Identity {
 }
 
 fn running_ids(fake: &FakeCri, pod: &str) -> Vec<String> {
-    fake.containers()
-        .iter()
-        .filter(|c| {
-            c.config
-                .labels
-                .get("io.kubernetes.pod.name")
-                .map(String::as_str)
-                == Some(pod)
-        })
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .map(|c| c.id.clone())
+    fake.running_containers_of(pod)
+        .into_iter()
+        .map(|c| c.id)
         .collect()
 }
 
 #[test]
 fn joins_from_a_bootstrap_token_and_rotates_without_a_restart() {
     run(async {
-        let (tmp, fake, api) = env("cert-join");
+        let (tmp, fake, api) = fakes("cert-join");
         // 20 s certificates: a renewal comes 14 to 18 s after each is issued.
         api.auto_sign(Some(20));
         let t0 = Instant::now();
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "the node Ready", Duration::from_secs(20), || {
+        let a = start_bootstrapping(&tmp, &fake, &api).await;
+        until(&a, "the node Ready", Duration::from_secs(20), async || {
             ready(&api)
         })
         .await;
@@ -178,15 +138,18 @@ fn joins_from_a_bootstrap_token_and_rotates_without_a_restart() {
             "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", "3600"]}]}
         }));
-        until(&a, "the API pod running", Duration::from_secs(15), || {
-            running_ids(&fake, "web").len() == 1
-        })
+        until(
+            &a,
+            "the API pod running",
+            Duration::from_secs(15),
+            async || running_ids(&fake, "web").len() == 1,
+        )
         .await;
         let container = running_ids(&fake, "web");
         let watches = api.pod_watches();
 
         // Two renewals, each with the node's own certificate (no token), no restart.
-        until(&a, "two renewals", Duration::from_secs(60), || {
+        until(&a, "two renewals", Duration::from_secs(60), async || {
             api.csrs().len() >= 3
         })
         .await;
@@ -197,7 +160,7 @@ fn joins_from_a_bootstrap_token_and_rotates_without_a_restart() {
             &a,
             "the third certificate installed",
             Duration::from_secs(10),
-            || valid_identity(&a).not_before > first_id.not_before + 1,
+            async || valid_identity(&a).not_before > first_id.not_before + 1,
         )
         .await;
         assert_ne!(current_link(&a), first);
@@ -210,15 +173,21 @@ fn joins_from_a_bootstrap_token_and_rotates_without_a_restart() {
         // The pod ran on, the same container; the watch resumed on new connections; the
         // Lease kept renewing.
         assert_eq!(running_ids(&fake, "web"), container);
-        until(&a, "the watch resumed", Duration::from_secs(10), || {
-            api.pod_watches() > watches
-        })
+        until(
+            &a,
+            "the watch resumed",
+            Duration::from_secs(10),
+            async || api.pod_watches() > watches,
+        )
         .await;
         let lease = format!("leases/kube-node-lease/{NODE}");
         let before = api.get(&lease).unwrap()["spec"]["renewTime"].clone();
-        until(&a, "the Lease renewed", Duration::from_secs(15), || {
-            api.get(&lease).unwrap()["spec"]["renewTime"] != before
-        })
+        until(
+            &a,
+            "the Lease renewed",
+            Duration::from_secs(15),
+            async || api.get(&lease).unwrap()["spec"]["renewTime"] != before,
+        )
         .await;
         assert!(ready(&api));
     });
@@ -227,9 +196,9 @@ fn joins_from_a_bootstrap_token_and_rotates_without_a_restart() {
 #[test]
 fn a_denied_request_is_retried_and_a_pending_one_waits_for_approval() {
     run(async {
-        let (tmp, fake, api) = env("cert-deny");
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "a CSR", Duration::from_secs(10), || {
+        let (tmp, fake, api) = fakes("cert-deny");
+        let a = start_bootstrapping(&tmp, &fake, &api).await;
+        until(&a, "a CSR", Duration::from_secs(10), async || {
             api.csrs().len() == 1
         })
         .await;
@@ -243,16 +212,21 @@ fn a_denied_request_is_retried_and_a_pending_one_waits_for_approval() {
             "no identity, no node yet"
         );
         api.deny_csr(&name);
-        until(&a, "the denial logged", Duration::from_secs(10), || {
-            a.log_text()
-                .contains(&format!("CertificateSigningRequest {name} was denied"))
-        })
+        until(
+            &a,
+            "the denial logged",
+            Duration::from_secs(10),
+            async || {
+                a.log_text()
+                    .contains(&format!("CertificateSigningRequest {name} was denied"))
+            },
+        )
         .await;
         until(
             &a,
             "a new CSR after the denial",
             Duration::from_secs(15),
-            || api.csrs().len() == 2,
+            async || api.csrs().len() == 2,
         )
         .await;
         let second = api.csrs()[1]["metadata"]["name"]
@@ -260,7 +234,7 @@ fn a_denied_request_is_retried_and_a_pending_one_waits_for_approval() {
             .unwrap()
             .to_owned();
         api.approve_csr(&second, 3600);
-        until(&a, "the node Ready", Duration::from_secs(20), || {
+        until(&a, "the node Ready", Duration::from_secs(20), async || {
             ready(&api)
         })
         .await;
@@ -271,11 +245,11 @@ fn a_denied_request_is_retried_and_a_pending_one_waits_for_approval() {
 #[test]
 fn a_lost_answer_to_the_request_is_sent_again() {
     run(async {
-        let (tmp, fake, api) = env("cert-lost");
+        let (tmp, fake, api) = fakes("cert-lost");
         api.auto_sign(Some(3600));
         api.lose_answers("POST", "/apis/certificates.k8s.io", 1);
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "the node Ready", Duration::from_secs(30), || {
+        let a = start_bootstrapping(&tmp, &fake, &api).await;
+        until(&a, "the node Ready", Duration::from_secs(30), async || {
             ready(&api)
         })
         .await;
@@ -287,10 +261,10 @@ fn a_lost_answer_to_the_request_is_sent_again() {
 #[test]
 fn expired_with_a_refused_token_pods_run_on_and_the_log_says_what_to_do() {
     run(async {
-        let (tmp, fake, api) = env("cert-expired");
+        let (tmp, fake, api) = fakes("cert-expired");
         api.auto_sign(Some(6));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "the node Ready", Duration::from_secs(20), || {
+        let a = start_bootstrapping(&tmp, &fake, &api).await;
+        until(&a, "the node Ready", Duration::from_secs(20), async || {
             ready(&api)
         })
         .await;
@@ -300,9 +274,12 @@ fn expired_with_a_refused_token_pods_run_on_and_the_log_says_what_to_do() {
             "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "main", "image": IMAGE, "command": ["sleep", "3600"]}]}
         }));
-        until(&a, "the API pod running", Duration::from_secs(15), || {
-            running_ids(&fake, "web").len() == 1
-        })
+        until(
+            &a,
+            "the API pod running",
+            Duration::from_secs(15),
+            async || running_ids(&fake, "web").len() == 1,
+        )
         .await;
         let container = running_ids(&fake, "web");
         // The apiserver goes away past the certificate's end; the token is revoked meanwhile.
@@ -310,9 +287,12 @@ fn expired_with_a_refused_token_pods_run_on_and_the_log_says_what_to_do() {
         rt::sleep(Duration::from_secs(8)).await;
         api.refuse_token(TOKEN);
         api.set_down(false);
-        until(&a, "the operator told", Duration::from_secs(40), || {
-            a.log_text().contains("refuses the bootstrap credential")
-        })
+        until(
+            &a,
+            "the operator told",
+            Duration::from_secs(40),
+            async || a.log_text().contains("refuses the bootstrap credential"),
+        )
         .await;
         rt::sleep(Duration::from_secs(5)).await;
         assert_eq!(
@@ -337,7 +317,7 @@ fn a_power_cut_during_the_switch_leaves_a_valid_identity() {
         "kubeconfig-written",
     ] {
         run(async {
-            let (tmp, fake, api) = env(&format!("cert-cut-{point}"));
+            let (tmp, fake, api) = fakes(&format!("cert-cut-{point}"));
             api.auto_sign(Some(3600));
             let dir = tmp.path().join("a");
             std::fs::create_dir_all(&dir).unwrap();
@@ -360,7 +340,7 @@ fn a_power_cut_during_the_switch_leaves_a_valid_identity() {
                 &a,
                 "the node Ready after the cut",
                 Duration::from_secs(30),
-                || ready(&api),
+                async || ready(&api),
             )
             .await;
             valid_identity(&a);
@@ -386,7 +366,7 @@ fn presented(port: u16) -> String {
 #[test]
 fn the_serving_certificate_is_self_signed_until_issued_then_rotated() {
     run(async {
-        let (tmp, fake, api) = env("cert-serving");
+        let (tmp, fake, api) = fakes("cert-serving");
         let dir = tmp.path().join("a");
         std::fs::create_dir_all(&dir).unwrap();
         let kc = api.kubeconfig(&dir);
@@ -406,7 +386,7 @@ fn the_serving_certificate_is_self_signed_until_issued_then_rotated() {
             })
             .await,
         );
-        until(&a, "the serving CSR", Duration::from_secs(15), || {
+        until(&a, "the serving CSR", Duration::from_secs(15), async || {
             !api.csrs().is_empty()
         })
         .await;
@@ -442,7 +422,7 @@ fn the_serving_certificate_is_self_signed_until_issued_then_rotated() {
             &a,
             "the serving certificate renewed",
             Duration::from_secs(30),
-            || api.csrs().len() >= 2,
+            async || api.csrs().len() >= 2,
         )
         .await;
         let t0 = Instant::now();

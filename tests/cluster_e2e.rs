@@ -4,24 +4,15 @@
 //! `system:node:e2e-node`, and runs pods on a real containerd. Ground truth comes from kubectl
 //! (as admin) and ctr. These tests fail, never skip, when a prerequisite is missing.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/control_plane.rs"]
-mod control_plane;
+mod support;
+
+use support::{IMAGE, NODE, agent, cluster_wait, containerd, control_plane};
 
 use std::time::{Duration, Instant};
 
 use agent::{Agent, test_dir};
-use containerd::{BUSYBOX_IMAGE, ScratchContainerd};
+use containerd::ScratchContainerd;
 use control_plane::{ControlPlane, NodeKey, Options};
-
-const NODE: &str = "e2e-node";
-
-fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, f: impl FnMut() -> bool) {
-    cp.wait_until(what, limit, &|| a.log_text(), f);
-}
 
 fn jsonpath(cp: &ControlPlane, args: &[&str]) -> String {
     let mut a: Vec<&str> = args.to_vec();
@@ -37,7 +28,7 @@ fn pod_manifest(name: &str, node: Option<&str>) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{bind}  \
          terminationGracePeriodSeconds: 2\n  tolerations:\n  \
-         - operator: Exists\n  containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    \
+         - operator: Exists\n  containers:\n  - name: main\n    image: {IMAGE}\n    \
          imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
     )
 }
@@ -66,7 +57,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     );
 
     // The node registers and turns Ready; its status passed validation and NodeRestriction.
-    wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
+    cluster_wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
         jsonpath(
             &cp,
             &[
@@ -119,11 +110,11 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             ],
         )
     };
-    wait("the lease", Duration::from_secs(30), &a, &cp, || {
+    cluster_wait("the lease", Duration::from_secs(30), &a, &cp, || {
         !renew().is_empty()
     });
     let first = renew();
-    wait(
+    cluster_wait(
         "the lease renewed",
         Duration::from_secs(30),
         &a,
@@ -133,7 +124,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
 
     // A pod bound through the API runs in containerd and its status lands.
     cp.admin_stdin(&["apply", "-f", "-"], &pod_manifest("api-web", Some(NODE)));
-    wait("api-web Running", Duration::from_secs(60), &a, &cp, || {
+    cluster_wait("api-web Running", Duration::from_secs(60), &a, &cp, || {
         jsonpath(
             &cp,
             &["get", "pod", "api-web", "-o", "jsonpath={.status.phase}"],
@@ -166,10 +157,10 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 3\n  \
          selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      \
          terminationGracePeriodSeconds: 2\n      containers:\n      - name: main\n        \
-         image: {BUSYBOX_IMAGE}\n        imagePullPolicy: IfNotPresent\n        command: [sleep, \"3600\"]\n"
+         image: {IMAGE}\n        imagePullPolicy: IfNotPresent\n        command: [sleep, \"3600\"]\n"
     );
     cp.admin_stdin(&["apply", "-f", "-"], &deploy);
-    wait(
+    cluster_wait(
         "3 replicas available",
         Duration::from_secs(120),
         &a,
@@ -193,7 +184,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         "st.yaml",
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
-             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
+             image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3600\"]\n"
         ),
     );
     let mirror = format!("st-{NODE}");
@@ -203,10 +194,10 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             &["get", "pod", &mirror, "-o", "jsonpath={.metadata.uid}"],
         )
     };
-    wait("the mirror pod", Duration::from_secs(60), &a, &cp, || {
+    cluster_wait("the mirror pod", Duration::from_secs(60), &a, &cp, || {
         !mirror_uid().is_empty()
     });
-    wait(
+    cluster_wait(
         "the mirror pod Running",
         Duration::from_secs(60),
         &a,
@@ -220,7 +211,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
     );
     let old = mirror_uid();
     cp.admin(&["delete", "pod", &mirror, "--wait=false"]);
-    wait(
+    cluster_wait(
         "the mirror pod recreated",
         Duration::from_secs(60),
         &a,
@@ -250,10 +241,10 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
         "st.yaml",
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
-             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3601\"]\n"
+             image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"3601\"]\n"
         ),
     );
-    wait(
+    cluster_wait(
         "the mirror pod replaced after the edit",
         Duration::from_secs(60),
         &a,
@@ -267,10 +258,10 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
 
     // Deleted through the API: stopped, then gone for good.
     cp.admin(&["delete", "pod", "api-web", "--wait=false"]);
-    wait("api-web deleted", Duration::from_secs(60), &a, &cp, || {
+    cluster_wait("api-web deleted", Duration::from_secs(60), &a, &cp, || {
         jsonpath(&cp, &["get", "pod", "api-web", "-o", "name"]).is_empty()
     });
-    wait(
+    cluster_wait(
         "api-web's containers removed",
         Duration::from_secs(30),
         &a,
@@ -315,7 +306,7 @@ fn picolet_joins_a_real_cluster_and_runs_its_pods() {
             "other-node".into(),
         ],
     );
-    wait(
+    cluster_wait(
         "the refusal reported",
         Duration::from_secs(30),
         &intruder,
@@ -398,7 +389,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     let vols = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: vols, namespace: default}}\nspec:\n  \
          nodeName: {NODE}\n  terminationGracePeriodSeconds: 2\n  tolerations: [{{operator: Exists}}]\n  \
-         containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+         containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
          command: [sleep, \"3600\"]\n    \
          env: [{{name: PW, valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}}}]\n    \
          envFrom: [{{prefix: CM_, configMapRef: {{name: app}}}}]\n    \
@@ -412,13 +403,13 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: nonroot, namespace: default}}\nspec:\n  \
          nodeName: {NODE}\n  terminationGracePeriodSeconds: 2\n  tolerations: [{{operator: Exists}}]\n  \
          securityContext: {{runAsUser: 1000, fsGroup: 2000}}\n  \
-         containers:\n  - name: main\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+         containers:\n  - name: main\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
          command: [sleep, \"3600\"]\n    volumeMounts: [{{name: creds, mountPath: /etc/creds}}]\n  \
          volumes:\n  - {{name: creds, secret: {{secretName: creds, defaultMode: 256}}}}\n"
     );
     cp.admin_stdin(&["apply", "-f", "-"], &nonroot);
     let phase = |p: &str| jsonpath(&cp, &["get", "pod", p, "-o", "jsonpath={.status.phase}"]);
-    wait("the pods Running", Duration::from_secs(90), &a, &cp, || {
+    cluster_wait("the pods Running", Duration::from_secs(90), &a, &cp, || {
         ["vols", "doomed", "nonroot"]
             .iter()
             .all(|p| phase(p) == "Running")
@@ -527,7 +518,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         "-p",
         "{\"data\":{\"greeting\":\"bonjour\"}}",
     ]);
-    wait(
+    cluster_wait(
         "the ConfigMap update in the container",
         Duration::from_secs(200),
         &a,
@@ -536,7 +527,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     );
 
     // Edited through the API (image), the pod's container is replaced with the new image.
-    c.ctr(&["images", "tag", BUSYBOX_IMAGE, "picolet.local/busybox:2"]);
+    c.ctr(&["images", "tag", IMAGE, "picolet.local/busybox:2"]);
     cp.admin(&[
         "patch",
         "pod",
@@ -544,7 +535,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
         "-p",
         "{\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"picolet.local/busybox:2\"}]}}",
     ]);
-    wait(
+    cluster_wait(
         "doomed on the new image",
         Duration::from_secs(60),
         &a,
@@ -573,7 +564,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     let args = cp.stop_apiserver();
     let down = Instant::now();
     a.restart();
-    wait(
+    cluster_wait(
         "the checkpoints loaded",
         Duration::from_secs(30),
         &a,
@@ -598,7 +589,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     );
     // A container that exits is started again offline, with the token and content it had.
     c.ctr(&["tasks", "kill", "-s", "SIGKILL", &vols_ctr]);
-    wait(
+    cluster_wait(
         "vols restarted offline",
         Duration::from_secs(60),
         &a,
@@ -620,7 +611,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     cp.start_apiserver(&args);
 
     // Back: the pod deleted meanwhile goes, and the restart lands in the status.
-    wait(
+    cluster_wait(
         "doomed removed and finalized",
         Duration::from_secs(120),
         &a,
@@ -630,7 +621,7 @@ fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
                 && running_container(&c, "doomed").is_none()
         },
     );
-    wait(
+    cluster_wait(
         "vols' restart in its status",
         Duration::from_secs(60),
         &a,
@@ -717,7 +708,7 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
             ],
         ) == "True"
     };
-    wait("the node Ready", Duration::from_secs(90), &a, &cp, ready);
+    cluster_wait("the node Ready", Duration::from_secs(90), &a, &cp, ready);
     eprintln!(
         "from a bootstrap token alone to Node Ready: {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -746,14 +737,14 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
             ],
         )
     };
-    wait("the pod Running", Duration::from_secs(90), &a, &cp, || {
+    cluster_wait("the pod Running", Duration::from_secs(90), &a, &cp, || {
         container().ends_with(" 0 Running")
     });
     let before = container();
 
     // Two renewals, each sent with the node's own certificate and approved by the controller
     // manager (selfnodeclient), with no restart of picolet or the pod.
-    wait("two renewals", Duration::from_secs(420), &a, &cp, || {
+    cluster_wait("two renewals", Duration::from_secs(420), &a, &cp, || {
         csrs(&cp)
             .iter()
             .filter(|l| l.contains(&format!("system:node:{NODE} Approved issued")))
@@ -761,7 +752,7 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
             >= 2
     });
     eprintln!("CertificateSigningRequests:\n{}", csrs(&cp).join("\n"));
-    wait(
+    cluster_wait(
         "the second renewal installed",
         Duration::from_secs(30),
         &a,
@@ -783,7 +774,7 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
         )
     };
     let renewed = lease();
-    wait(
+    cluster_wait(
         "the lease renewed after the rotations",
         Duration::from_secs(30),
         &a,
@@ -825,7 +816,7 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
     let t_back = Instant::now();
     cp.start_apiserver(&args);
     let bootstrap_again = format!("{bootstrap_user} Approved issued");
-    wait(
+    cluster_wait(
         "a bootstrap after the expiry",
         Duration::from_secs(180),
         &a,
@@ -838,7 +829,7 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
                 >= 2
         },
     );
-    wait(
+    cluster_wait(
         "the node Ready again",
         Duration::from_secs(90),
         &a,

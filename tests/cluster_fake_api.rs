@@ -2,15 +2,11 @@
 //! real apiserver cannot be made to show on demand (every watch dropped at once, 410 Gone, 403,
 //! the apiserver gone and back). The end-to-end cluster tests run a real kube-apiserver.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
+
+use support::{IMAGE, NODE, agent, fake_apiserver, fake_cri, fakes, run, start_agent, until};
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,44 +16,13 @@ use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
 use serde_json::json;
 
-const IMAGE: &str = "picolet.local/busybox:1";
-const NODE: &str = "e2e-node";
-
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
-
-/// A scratch directory, the fake runtime with the busybox image, and the fake apiserver. The
-/// runtime is served on this thread's executor: call it inside `run`.
-fn env(tag: &str) -> (TempDir, FakeCri, FakeApi) {
-    let tmp = TempDir::new(tag);
-    let fake = FakeCri::start(tmp.path());
-    fake.add_image(IMAGE);
-    (tmp, fake, FakeApi::start())
-}
-
-/// picolet joined to the fake apiserver (off the executor's thread, so the fakes keep answering).
-async fn start(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
+/// picolet in `<tmp>/a` joined to the fake apiserver.
+async fn start_joined(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
     let dir = tmp.path().join("a");
     std::fs::create_dir_all(&dir).unwrap();
     let kc = api.kubeconfig(&dir);
-    let endpoint = fake.endpoint();
     let args = vec!["--kubeconfig".to_owned(), kc.display().to_string()];
-    Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &args)).await)
-}
-
-async fn until(a: &Arc<Agent>, what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond() {
-            return;
-        }
-        rt::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
-        a.log_text()
-    );
+    start_agent(&dir, &fake.endpoint(), &args).await
 }
 
 fn api_pod(name: &str) -> serde_json::Value {
@@ -73,28 +38,21 @@ fn api_pod(name: &str) -> serde_json::Value {
 }
 
 fn running(fake: &FakeCri, pod: &str) -> usize {
-    fake.containers()
-        .iter()
-        .filter(|c| {
-            c.config
-                .labels
-                .get("io.kubernetes.pod.name")
-                .map(String::as_str)
-                == Some(pod)
-        })
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .count()
+    fake.running_containers_of(pod).len()
 }
 
 #[test]
 fn registers_renews_runs_api_pods_and_reports_their_status() {
     run(async {
-        let (tmp, fake, api) = env("api");
-        let a = start(&tmp, &fake, &api).await;
+        let (tmp, fake, api) = fakes("api");
+        let a = start_joined(&tmp, &fake, &api).await;
 
-        until(&a, "the node registered", Duration::from_secs(10), || {
-            api.get(&format!("nodes/{NODE}")).is_some()
-        })
+        until(
+            &a,
+            "the node registered",
+            Duration::from_secs(10),
+            async || api.get(&format!("nodes/{NODE}")).is_some(),
+        )
         .await;
         let node = api.get(&format!("nodes/{NODE}")).unwrap();
         assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], NODE);
@@ -102,7 +60,7 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
             &a,
             "the node status posted Ready",
             Duration::from_secs(15),
-            || {
+            async || {
                 api.get(&format!("nodes/{NODE}")).is_some_and(|n| {
                     n["status"]["conditions"].as_array().is_some_and(|cs| {
                         cs.iter()
@@ -113,14 +71,20 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
         )
         .await;
         let lease_key = format!("leases/kube-node-lease/{NODE}");
-        until(&a, "the lease created", Duration::from_secs(10), || {
-            api.get(&lease_key).is_some()
-        })
+        until(
+            &a,
+            "the lease created",
+            Duration::from_secs(10),
+            async || api.get(&lease_key).is_some(),
+        )
         .await;
         let first = api.get(&lease_key).unwrap()["spec"]["renewTime"].clone();
-        until(&a, "the lease renewed", Duration::from_secs(15), || {
-            api.get(&lease_key).unwrap()["spec"]["renewTime"] != first
-        })
+        until(
+            &a,
+            "the lease renewed",
+            Duration::from_secs(15),
+            async || api.get(&lease_key).unwrap()["spec"]["renewTime"] != first,
+        )
         .await;
         assert_eq!(
             api.get(&lease_key).unwrap()["spec"]["leaseDurationSeconds"],
@@ -133,15 +97,18 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
         );
 
         api.create_pod(api_pod("web"));
-        until(&a, "the API pod running", Duration::from_secs(10), || {
-            running(&fake, "web") == 1
-        })
+        until(
+            &a,
+            "the API pod running",
+            Duration::from_secs(10),
+            async || running(&fake, "web") == 1,
+        )
         .await;
         until(
             &a,
             "its status Running in the API",
             Duration::from_secs(10),
-            || {
+            async || {
                 api.get("pods/default/web").is_some_and(|p| {
                     p["status"]["phase"] == "Running"
                         && p["status"]["containerStatuses"][0]["ready"] == true
@@ -163,7 +130,7 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
             &a,
             "the deleted pod stopped",
             Duration::from_secs(10),
-            || fake.sandboxes().is_empty() && fake.containers().is_empty(),
+            async || fake.sandboxes().is_empty() && fake.containers().is_empty(),
         )
         .await;
     });
@@ -172,10 +139,10 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
 #[test]
 fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
     run(async {
-        let (tmp, fake, api) = env("watch");
+        let (tmp, fake, api) = fakes("watch");
         api.create_pod(api_pod("one"));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "pod one running", Duration::from_secs(10), || {
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "pod one running", Duration::from_secs(10), async || {
             running(&fake, "one") == 1
         })
         .await;
@@ -192,10 +159,10 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
             &a,
             "pod two running after the watch came back",
             Duration::from_secs(40),
-            || running(&fake, "two") == 1,
+            async || running(&fake, "two") == 1,
         )
         .await;
-        until(&a, "a new watch", Duration::from_secs(40), || {
+        until(&a, "a new watch", Duration::from_secs(40), async || {
             watches() > w0
         })
         .await;
@@ -213,14 +180,20 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
 
         // History compacted: the resumed watch gets 410 Gone and lists once more.
         api.compact_and_drop_watches();
-        until(&a, "a new list after 410", Duration::from_secs(40), || {
-            lists() == 2
-        })
+        until(
+            &a,
+            "a new list after 410",
+            Duration::from_secs(40),
+            async || lists() == 2,
+        )
         .await;
         api.create_pod(api_pod("three"));
-        until(&a, "pod three running", Duration::from_secs(10), || {
-            running(&fake, "three") == 1
-        })
+        until(
+            &a,
+            "pod three running",
+            Duration::from_secs(10),
+            async || running(&fake, "three") == 1,
+        )
         .await;
         assert_eq!(
             running(&fake, "one") + running(&fake, "two"),
@@ -245,11 +218,11 @@ fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
 #[test]
 fn a_watch_that_keeps_expiring_backs_off_instead_of_listing_in_a_loop() {
     run(async {
-        let (tmp, fake, api) = env("storm");
+        let (tmp, fake, api) = fakes("storm");
         api.create_pod(api_pod("one"));
         api.expire_every_watch();
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "pod one running", Duration::from_secs(10), || {
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "pod one running", Duration::from_secs(10), async || {
             running(&fake, "one") == 1
         })
         .await;
@@ -265,10 +238,10 @@ fn a_watch_that_keeps_expiring_backs_off_instead_of_listing_in_a_loop() {
 #[test]
 fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
     run(async {
-        let (tmp, fake, api) = env("down");
+        let (tmp, fake, api) = fakes("down");
         api.create_pod(api_pod("web"));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "web running", Duration::from_secs(10), || {
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "web running", Duration::from_secs(10), async || {
             running(&fake, "web") == 1
         })
         .await;
@@ -276,7 +249,7 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
             &a,
             "web Running in the API",
             Duration::from_secs(10),
-            || {
+            async || {
                 api.get("pods/default/web")
                     .is_some_and(|p| p["status"]["phase"] == "Running")
             },
@@ -291,9 +264,12 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
             .unwrap()
             .id;
         fake.exit_container(&id, 1);
-        until(&a, "web restarted offline", Duration::from_secs(10), || {
-            running(&fake, "web") == 1
-        })
+        until(
+            &a,
+            "web restarted offline",
+            Duration::from_secs(10),
+            async || running(&fake, "web") == 1,
+        )
         .await;
         rt::sleep(Duration::from_secs(2)).await;
         let healthy = {
@@ -310,7 +286,7 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
             &a,
             "the restart count reaches the API",
             Duration::from_secs(40),
-            || {
+            async || {
                 api.get("pods/default/web")
                     .is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
             },
@@ -322,21 +298,23 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
 #[test]
 fn events_made_while_the_apiserver_is_down_wait_and_a_repeat_bumps_the_count() {
     run(async {
-        let (tmp, fake, api) = env("events");
+        let (tmp, fake, api) = fakes("events");
         api.create_pod(api_pod("web"));
-        let a = start(&tmp, &fake, &api).await;
+        let a = start_joined(&tmp, &fake, &api).await;
         let event = |reason: &str, message: &str| {
             api.events().into_iter().find(|e| {
                 e["reason"] == reason && e["message"].as_str().is_some_and(|m| m.contains(message))
             })
         };
+        // The node's NodeReady comes from the node status loop, in no set order with the pod's.
         until(
             &a,
-            "Created and Started sent",
+            "Created, Started and NodeReady sent",
             Duration::from_secs(20),
-            || {
+            async || {
                 event("Created", "Created container: main").is_some()
                     && event("Started", "Started container main").is_some()
+                    && event("NodeReady", "status is now: NodeReady").is_some()
             },
         )
         .await;
@@ -358,9 +336,12 @@ fn events_made_while_the_apiserver_is_down_wait_and_a_repeat_bumps_the_count() {
             .unwrap()
             .id;
         fake.exit_container(&id, 1);
-        until(&a, "web restarted offline", Duration::from_secs(20), || {
-            running(&fake, "web") == 1
-        })
+        until(
+            &a,
+            "web restarted offline",
+            Duration::from_secs(20),
+            async || running(&fake, "web") == 1,
+        )
         .await;
         rt::sleep(Duration::from_secs(1)).await;
         assert_eq!(
@@ -373,7 +354,7 @@ fn events_made_while_the_apiserver_is_down_wait_and_a_repeat_bumps_the_count() {
             &a,
             "the offline events sent",
             Duration::from_secs(60),
-            || {
+            async || {
                 event("Started", "Started container main").is_some_and(|e| e["count"] == 2)
                     && event("Created", "Created container: main").is_some_and(|e| e["count"] == 2)
             },
@@ -398,14 +379,14 @@ fn lease_path() -> String {
 
 /// picolet joined with pod `web` running and its pod watch open.
 async fn web_running_and_watched(tag: &str) -> (TempDir, FakeCri, FakeApi, Arc<Agent>) {
-    let (tmp, fake, api) = env(tag);
+    let (tmp, fake, api) = fakes(tag);
     api.create_pod(api_pod("web"));
-    let a = start(&tmp, &fake, &api).await;
-    until(&a, "web running", Duration::from_secs(10), || {
+    let a = start_joined(&tmp, &fake, &api).await;
+    until(&a, "web running", Duration::from_secs(10), async || {
         running(&fake, "web") == 1
     })
     .await;
-    until(&a, "a watch open", Duration::from_secs(10), || {
+    until(&a, "a watch open", Duration::from_secs(10), async || {
         api.pod_watches() == 1
     })
     .await;
@@ -426,7 +407,7 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
             &a,
             "picolet closing its connections after two unanswered renewals",
             Duration::from_secs(60),
-            || a.log_text().contains("closing every connection"),
+            async || a.log_text().contains("closing every connection"),
         )
         .await;
         api.cut_link(false);
@@ -438,7 +419,7 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
             &a,
             "the pod created after the link came back running",
             Duration::from_secs(120),
-            || running(&fake, "late") == 1,
+            async || running(&fake, "late") == 1,
         )
         .await;
         assert_eq!(
@@ -450,7 +431,7 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
             &a,
             "the lease renewed again",
             Duration::from_secs(30),
-            || a.log_text().contains("the apiserver answers again"),
+            async || a.log_text().contains("the apiserver answers again"),
         )
         .await;
         assert_eq!(running(&fake, "web"), 1, "web kept running through the cut");
@@ -465,14 +446,14 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
 #[test]
 fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_conflict() {
     run(async {
-        let (tmp, fake, api) = env("lostlease");
-        let a = start(&tmp, &fake, &api).await;
+        let (tmp, fake, api) = fakes("lostlease");
+        let a = start_joined(&tmp, &fake, &api).await;
         let lease = lease_path();
         until(
             &a,
             "the lease renewed once",
             Duration::from_secs(30),
-            || api.count("PUT", &lease) >= 1,
+            async || api.count("PUT", &lease) >= 1,
         )
         .await;
         // The next renewal lands, and its answer is lost: picolet keeps the Lease it had,
@@ -483,7 +464,7 @@ fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_confl
             &a,
             "the lost renewal, the conflict, a read and a renewal that lands",
             Duration::from_secs(40),
-            || {
+            async || {
                 api.requests()[from..]
                     .iter()
                     .filter(|(_, p)| *p == lease)
@@ -527,7 +508,7 @@ fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
             &a,
             "the pod created after the watch fell silent running",
             Duration::from_secs(240),
-            || running(&fake, "late") == 1,
+            async || running(&fake, "late") == 1,
         )
         .await;
         assert_eq!(api.pod_watches(), 2);
@@ -542,10 +523,10 @@ fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
 #[test]
 fn a_forbidden_identity_is_reported_clearly() {
     run(async {
-        let (tmp, fake, api) = env("403");
+        let (tmp, fake, api) = fakes("403");
         api.forbid("/api/v1/pods");
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "a clear error", Duration::from_secs(10), || {
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "a clear error", Duration::from_secs(10), async || {
             a.log_text()
                 .contains("the apiserver refuses this node's pods")
         })
@@ -563,8 +544,8 @@ fn a_forbidden_identity_is_reported_clearly() {
 #[test]
 fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
     run(async {
-        let (tmp, fake, api) = env("mirror");
-        let a = start(&tmp, &fake, &api).await;
+        let (tmp, fake, api) = fakes("mirror");
+        let a = start_joined(&tmp, &fake, &api).await;
         let manifest = |cmd: &str| {
             format!(
                 "apiVersion: v1\nkind: Pod\nmetadata:\n  name: st\nspec:\n  containers:\n  - name: c\n    \
@@ -581,7 +562,7 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
             &a,
             "the mirror pod created",
             Duration::from_secs(15),
-            || mirror().is_some(),
+            async || mirror().is_some(),
         )
         .await;
         let m = mirror().unwrap();
@@ -593,7 +574,7 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
             &a,
             "the static pod's status on its mirror",
             Duration::from_secs(15),
-            || mirror().is_some_and(|m| m["status"]["phase"] == "Running"),
+            async || mirror().is_some_and(|m| m["status"]["phase"] == "Running"),
         )
         .await;
         assert_eq!(
@@ -608,7 +589,7 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
             &a,
             "the mirror pod recreated",
             Duration::from_secs(15),
-            || mirror().is_some(),
+            async || mirror().is_some(),
         )
         .await;
         let hash =
@@ -620,7 +601,7 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
             &a,
             "the mirror pod replaced",
             Duration::from_secs(20),
-            || {
+            async || {
                 mirror().is_some_and(|m| {
                     m["metadata"]["annotations"]["kubernetes.io/config.mirror"] != hash
                 })
@@ -639,15 +620,15 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
 #[test]
 fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles() {
     run(async {
-        let (tmp, fake, api) = env("offline");
+        let (tmp, fake, api) = fakes("offline");
         api.create_pod(api_pod("keep"));
         api.create_pod(api_pod("gone"));
-        let a = start(&tmp, &fake, &api).await;
+        let a = start_joined(&tmp, &fake, &api).await;
         until(
             &a,
             "both running with their status in the API",
             Duration::from_secs(15),
-            || {
+            async || {
                 ["keep", "gone"].iter().all(|n| {
                     running(&fake, n) == 1
                         && api
@@ -671,9 +652,12 @@ fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles(
             })
             .await,
         );
-        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
-            a.log_text().contains("running 2 pods from the checkpoint")
-        })
+        until(
+            &a,
+            "the checkpoint loaded",
+            Duration::from_secs(10),
+            async || a.log_text().contains("running 2 pods from the checkpoint"),
+        )
         .await;
         rt::sleep(Duration::from_secs(3)).await;
         let after: Vec<String> = fake.containers().into_iter().map(|c| c.id).collect();
@@ -697,14 +681,14 @@ fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles(
             &a,
             "keep restarted offline",
             Duration::from_secs(10),
-            || running(&fake, "keep") == 1,
+            async || running(&fake, "keep") == 1,
         )
         .await;
 
         // The link returns: the pod deleted meanwhile goes, keep's restart reaches the API.
         let patches = api.count("PATCH", "/api/v1/namespaces/default/pods/");
         api.set_down(false);
-        until(&a, "gone removed", Duration::from_secs(40), || {
+        until(&a, "gone removed", Duration::from_secs(40), async || {
             running(&fake, "gone") == 0
         })
         .await;
@@ -712,7 +696,7 @@ fn restarted_while_the_apiserver_is_down_it_runs_the_checkpoint_then_reconciles(
             &a,
             "keep's restart count in the API",
             Duration::from_secs(20),
-            || {
+            async || {
                 api.get("pods/default/keep")
                     .is_some_and(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
             },
@@ -780,17 +764,6 @@ fn pod_with_api_volumes(name: &str) -> serde_json::Value {
     })
 }
 
-fn container_of(fake: &FakeCri, pod: &str) -> Option<picolet::cri::fake::FakeContainer> {
-    fake.containers().into_iter().find(|c| {
-        c.config
-            .labels
-            .get("io.kubernetes.pod.name")
-            .map(String::as_str)
-            == Some(pod)
-            && c.state == ContainerState::ContainerRunning
-    })
-}
-
 fn file_in(c: &picolet::cri::fake::FakeContainer, mount: &str, file: &str) -> String {
     let m = c
         .config
@@ -813,7 +786,7 @@ fn env_of(c: &picolet::cri::fake::FakeContainer) -> Vec<(String, String)> {
 #[test]
 fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() {
     run(async {
-        let (tmp, fake, api) = env("apivol");
+        let (tmp, fake, api) = fakes("apivol");
         api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
         // "s3cret" and "CA PEM", base64.
         api.put_object(
@@ -833,13 +806,13 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
         let mut waiting = api_pod("waits");
         waiting["spec"]["volumes"] = json!([{"name": "c", "configMap": {"name": "absent"}}]);
         api.create_pod(waiting);
-        let a = start(&tmp, &fake, &api).await;
+        let a = start_joined(&tmp, &fake, &api).await;
 
-        until(&a, "the pod running", Duration::from_secs(15), || {
-            container_of(&fake, "vols").is_some()
+        until(&a, "the pod running", Duration::from_secs(15), async || {
+            fake.running_container_of("vols").is_some()
         })
         .await;
-        let c = container_of(&fake, "vols").unwrap();
+        let c = fake.running_container_of("vols").unwrap();
         let env = env_of(&c);
         for (k, v) in [
             ("GREETING", "hello"),
@@ -893,7 +866,7 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
             &a,
             "the waiting pod's FailedMount event",
             Duration::from_secs(15),
-            || {
+            async || {
                 api.events().iter().any(|e| {
                     e["reason"] == "FailedMount"
                         && e["involvedObject"]["name"] == "waits"
@@ -909,7 +882,7 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
             &a,
             "the waiting pod's status",
             Duration::from_secs(5),
-            || {
+            async || {
                 api.get("pods/default/waits").unwrap()["status"]["containerStatuses"][0]["state"]
                     ["waiting"]["reason"]
                     == "ContainerCreating"
@@ -923,7 +896,7 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
             &a,
             "the objects checkpointed",
             Duration::from_secs(5),
-            || std::fs::read(&ckpt).is_ok(),
+            async || std::fs::read(&ckpt).is_ok(),
         )
         .await;
         use std::os::unix::fs::PermissionsExt;
@@ -944,23 +917,32 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
             })
             .await,
         );
-        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
-            a.log_text().contains("from the checkpoint")
-        })
+        until(
+            &a,
+            "the checkpoint loaded",
+            Duration::from_secs(10),
+            async || a.log_text().contains("from the checkpoint"),
+        )
         .await;
         rt::sleep(Duration::from_secs(3)).await;
         assert_eq!(
-            container_of(&fake, "vols").map(|c| c.id),
+            fake.running_container_of("vols").map(|c| c.id),
             Some(before.clone()),
             "adopted, not restarted"
         );
         // Its container exits while offline: it comes back with the content and token it had.
         fake.exit_container(&before, 1);
-        until(&a, "restarted offline", Duration::from_secs(15), || {
-            container_of(&fake, "vols").is_some_and(|c| c.id != before)
-        })
+        until(
+            &a,
+            "restarted offline",
+            Duration::from_secs(15),
+            async || {
+                fake.running_container_of("vols")
+                    .is_some_and(|c| c.id != before)
+            },
+        )
         .await;
-        let c = container_of(&fake, "vols").unwrap();
+        let c = fake.running_container_of("vols").unwrap();
         assert_eq!(file_in(&c, sa, "token"), "fake-token-1");
         assert_eq!(file_in(&c, "/etc/creds", "password"), "s3cret");
         assert!(env_of(&c).contains(&("PW".to_owned(), "s3cret".to_owned())));
@@ -976,17 +958,20 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
 #[test]
 fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
     run(async {
-        let (tmp, fake, api) = env("apivol403");
+        let (tmp, fake, api) = fakes("apivol403");
         api.forbid("/api/v1/namespaces/default/secrets/");
         let mut p = api_pod("needs-secret");
         p["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "locked"}}]);
         p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "s", "mountPath": "/s"}]);
         api.create_pod(p);
-        let a = start(&tmp, &fake, &api).await;
+        let a = start_joined(&tmp, &fake, &api).await;
         let told = "reading secret default/locked: GET /api/v1/namespaces/default/secrets/locked: 403 Forbidden";
-        until(&a, "the refusal reported", Duration::from_secs(15), || {
-            a.log_text().contains(told)
-        })
+        until(
+            &a,
+            "the refusal reported",
+            Duration::from_secs(15),
+            async || a.log_text().contains(told),
+        )
         .await;
         rt::sleep(Duration::from_secs(4)).await;
         let log = a.log_text();
@@ -1007,7 +992,7 @@ fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
 #[test]
 fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_condition() {
     run(async {
-        let (tmp, fake, api) = env("evict");
+        let (tmp, fake, api) = fakes("evict");
         let dir = tmp.path().join("a");
         std::fs::create_dir_all(&dir).unwrap();
         let kc = api.kubeconfig(&dir);
@@ -1030,7 +1015,7 @@ fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_conditi
             &a,
             "the API pod evicted in the API",
             Duration::from_secs(40),
-            || {
+            async || {
                 api.get("pods/default/hog").is_some_and(|p| {
                     p["status"]["phase"] == "Failed" && p["status"]["reason"] == "Evicted"
                 })
@@ -1051,15 +1036,18 @@ fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_conditi
                 .any(|c| c["type"] == "DisruptionTarget" && c["status"] == "True"),
             "{p}"
         );
-        until(&a, "its containers gone", Duration::from_secs(10), || {
-            running(&fake, "hog") == 0 && fake.sandboxes().is_empty()
-        })
+        until(
+            &a,
+            "its containers gone",
+            Duration::from_secs(10),
+            async || running(&fake, "hog") == 0 && fake.sandboxes().is_empty(),
+        )
         .await;
         until(
             &a,
             "MemoryPressure on the Node",
             Duration::from_secs(20),
-            || {
+            async || {
                 api.get(&format!("nodes/{NODE}")).is_some_and(|n| {
                     n["status"]["conditions"].as_array().is_some_and(|cs| {
                         cs.iter().any(|c| {
@@ -1083,7 +1071,7 @@ fn memory_pressure_evicts_an_api_pod_reports_it_failed_and_sets_the_node_conditi
 fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint() {
     use base64::Engine as _;
     run(async {
-        let (tmp, fake, api) = env("pullsecret");
+        let (tmp, fake, api) = fakes("pullsecret");
         let image = "registry.example:5000/app:2";
         fake.set_pullable(image);
         fake.require_auth(image, "pod-user", "pod-pw-9");
@@ -1100,12 +1088,12 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
         p["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
         p["spec"]["imagePullSecrets"] = json!([{"name": "absent"}, {"name": "regcred"}]);
         api.create_pod(p);
-        let a = start(&tmp, &fake, &api).await;
+        let a = start_joined(&tmp, &fake, &api).await;
         until(
             &a,
             "the private pod running",
             Duration::from_secs(20),
-            || running(&fake, "private") == 1,
+            async || running(&fake, "private") == 1,
         )
         .await;
         let auths = fake.pull_auths();
@@ -1124,7 +1112,7 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
             &a,
             "the secret checkpointed",
             Duration::from_secs(10),
-            || std::fs::read_to_string(&ckpt).is_ok_and(|s| s.contains("default/regcred")),
+            async || std::fs::read_to_string(&ckpt).is_ok_and(|s| s.contains("default/regcred")),
         )
         .await;
         use std::os::unix::fs::PermissionsExt as _;
@@ -1144,9 +1132,12 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
             })
             .await,
         );
-        until(&a, "the checkpoint loaded", Duration::from_secs(10), || {
-            a.log_text().contains("from the checkpoint")
-        })
+        until(
+            &a,
+            "the checkpoint loaded",
+            Duration::from_secs(10),
+            async || a.log_text().contains("from the checkpoint"),
+        )
         .await;
         let pulls = fake.pull_auths().len();
         let id = fake
@@ -1167,7 +1158,7 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
             &a,
             "pulled again offline and running",
             Duration::from_secs(30),
-            || fake.pull_auths().len() > pulls && running(&fake, "private") == 1,
+            async || fake.pull_auths().len() > pulls && running(&fake, "private") == 1,
         )
         .await;
         assert_eq!(
@@ -1209,7 +1200,7 @@ fn with_env(name: &str, links: Option<bool>) -> serde_json::Value {
 #[test]
 fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_restart() {
     run(async {
-        let (tmp, fake, api) = env("svcenv");
+        let (tmp, fake, api) = fakes("svcenv");
         let port = |name: &str, n: u16| json!({"name": name, "port": n, "protocol": "TCP", "targetPort": 8080});
         api.put_service(
             "default",
@@ -1232,8 +1223,8 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
             json!({"clusterIP": "10.96.0.20", "ports": [{"port": 5432}]}),
         );
         api.create_pod(with_env("first", None));
-        let a = start(&tmp, &fake, &api).await;
-        until(&a, "first running", Duration::from_secs(15), || {
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "first running", Duration::from_secs(15), async || {
             running(&fake, "first") == 1
         })
         .await;
@@ -1269,7 +1260,7 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
             &a,
             "later in the checkpoint",
             Duration::from_secs(10),
-            || std::fs::read_to_string(&ckpt).is_ok_and(|t| t.contains("later")),
+            async || std::fs::read_to_string(&ckpt).is_ok_and(|t| t.contains("later")),
         )
         .await;
         api.create_pod(with_env("second", Some(true)));
@@ -1278,7 +1269,7 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
             &a,
             "second and nolinks running",
             Duration::from_secs(15),
-            || running(&fake, "second") == 1 && running(&fake, "nolinks") == 1,
+            async || running(&fake, "second") == 1 && running(&fake, "nolinks") == 1,
         )
         .await;
         let second: BTreeMap<String, String> = env_of(&container_named(&fake, "second"))
@@ -1314,7 +1305,7 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
             &a,
             "the services checkpoint loaded",
             Duration::from_secs(10),
-            || a.log_text().contains("4 Services from the checkpoint"),
+            async || a.log_text().contains("4 Services from the checkpoint"),
         )
         .await;
         let old = container_named(&fake, "second").id;
@@ -1323,7 +1314,7 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
             &a,
             "second restarted offline",
             Duration::from_secs(15),
-            || running(&fake, "second") == 1 && container_named(&fake, "second").id != old,
+            async || running(&fake, "second") == 1 && container_named(&fake, "second").id != old,
         )
         .await;
         let again: BTreeMap<String, String> = env_of(&container_named(&fake, "second"))

@@ -6,8 +6,9 @@
 //! Deployment gets its pods from the real controllers and scheduler. Fails (never skips) when a
 //! prerequisite is missing.
 
-#[path = "support/control_plane.rs"]
-mod control_plane;
+mod support;
+
+use support::{IMAGE, control_plane};
 
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ const NODE: &str = "cp-node";
 const OTHER: &str = "cp-other";
 const NS: &str = "cp-test";
 
-fn test_dir(name: &str) -> std::path::PathBuf {
+fn scratch_dir(name: &str) -> std::path::PathBuf {
     // Under this worktree's target/: never shared with another checkout.
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -63,7 +64,7 @@ fn expect_forbidden(run: control_plane::Kubectl, what: &str, message: &str) {
 #[test]
 fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
     let cp = ControlPlane::start(
-        &test_dir("control-plane"),
+        &scratch_dir("control-plane"),
         &Options {
             nodes: vec![NODE.to_string()],
             controllers: true,
@@ -213,7 +214,7 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
         ]);
         let spec = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod, "namespace": NS},
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "picolet.local/busybox:1",
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": IMAGE,
                 "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": secret, "key": "key"}}}]}]}});
         cp.admin_stdin(&["create", "-f", "-"], &spec.to_string());
     }
@@ -359,7 +360,7 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "main", "image": "picolet.local/busybox:1",
+                "spec": {"containers": [{"name": "main", "image": IMAGE,
                                          "command": ["sleep", "3600"]}]}}}});
     cp.admin_stdin(&["create", "-f", "-"], &deployment.to_string());
     let pods = cp.wait_for(
@@ -475,8 +476,8 @@ fn real_control_plane_applies_the_node_rules_and_schedules_a_deployment() {
 /// A missing piece is named, and nothing is left running.
 #[test]
 fn control_plane_script_names_what_is_missing() {
-    let dir = test_dir("control-plane-missing");
-    let empty_bin = test_dir("control-plane-empty-bin");
+    let dir = scratch_dir("control-plane-missing");
+    let empty_bin = scratch_dir("control-plane-empty-bin");
     std::fs::create_dir_all(&empty_bin).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/control-plane.sh");
     let run = |env_bin: &std::path::Path, node: &str| {

@@ -1,10 +1,10 @@
 //! picolet's CRI client (`picolet::cri::Cri`) against an in-process fake runtime.
 
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
+
+use support::{fake_cri, run};
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use fake_cri::{ContainerState, FakeCri, PodSandboxState, TempDir, code};
@@ -12,13 +12,6 @@ use picolet::cri::{Cri, CriError, Deadlines, v1};
 use picolet::rt;
 
 const BUSYBOX: &str = "docker.io/library/busybox:1.36";
-
-/// `rt::block_on` with the test's future on the heap: picolet's call futures are large (a
-/// CreateContainer call is about 31 KB) and a test holds many, which in a debug build overflows
-/// the 2 MiB stack of a test thread when the future lives on the stack.
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
 
 fn client(fake: &FakeCri, request: Duration) -> Cri {
     Cri::new(

@@ -3,72 +3,15 @@
 //! picolet. These tests fail (never skip) when containerd, runc or busybox are missing: run
 //! `scripts/install-deps.sh` first (scripts/test.sh does).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/prom.rs"]
-mod prom;
+mod support;
+
+use support::{IMAGE, NODE, Pod, agent, containerd, full, pods, prom};
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
-
-const NODE: &str = "e2e-node";
-
-fn full(name: &str) -> String {
-    format!("{name}-{NODE}")
-}
-
-fn pod_yaml(name: &str, policy: &str, script: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  restartPolicy: {policy}\n  \
-         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
-         command: [\"sh\", \"-c\", {script:?}]\n"
-    )
-}
-
-/// Every container (any state) of a pod, by the labels picolet puts on it.
-fn containers_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
-    c.containers_with_labels(&[
-        ("io.kubernetes.pod.name", &full(pod)),
-        ("io.cri-containerd.kind", "container"),
-    ])
-    .into_iter()
-    .collect()
-}
-
-fn sandboxes_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
-    c.containers_with_labels(&[
-        ("io.kubernetes.pod.name", &full(pod)),
-        ("io.cri-containerd.kind", "sandbox"),
-    ])
-    .into_iter()
-    .collect()
-}
-
-/// The pod's containers whose task is running.
-fn running_of(c: &ScratchContainerd, pod: &str) -> BTreeSet<String> {
-    let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
-    containers_of(c, pod)
-        .intersection(&running)
-        .cloned()
-        .collect()
-}
-
-fn phase(a: &Agent, pod: &str) -> String {
-    a.pod(pod)
-        .and_then(|p| p["status"]["phase"].as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-fn restarts(a: &Agent, pod: &str) -> i64 {
-    a.pod(pod)
-        .and_then(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64())
-        .unwrap_or(-1)
-}
 
 const T: Duration = Duration::from_secs(60);
 
@@ -80,31 +23,38 @@ fn manifest_create_edit_break_delete() {
 
     a.write_manifest(
         "web.yaml",
-        &pod_yaml("web", "Always", "echo v1; exec sleep 3600"),
+        &Pod::new("web")
+            .restart_policy("Always")
+            .sh("echo v1; exec sleep 3600")
+            .yaml(),
     );
     a.wait_for("web running", T, |a| {
-        phase(a, "web") == "Running" && running_of(&c, "web").len() == 1
+        a.phase("web") == "Running" && c.running_containers(&full("web")).len() == 1
     });
-    let v1 = running_of(&c, "web");
+    let v1 = c.running_containers(&full("web"));
     let uid1 = a.pod("web").unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(sandboxes_of(&c, "web").len(), 1);
+    assert_eq!(c.pod_containers(&full("web"), "sandbox").len(), 1);
 
     // Editing the command replaces the container (and, the UID being content-derived, the pod).
     a.write_manifest(
         "web.yaml",
-        &pod_yaml("web", "Always", "echo v2; exec sleep 3600"),
+        &Pod::new("web")
+            .restart_policy("Always")
+            .sh("echo v2; exec sleep 3600")
+            .yaml(),
     );
     a.wait_for("the edited container to replace the old one", T, |a| {
-        let now = running_of(&c, "web");
-        now.len() == 1 && now.is_disjoint(&v1) && phase(a, "web") == "Running"
+        let now = c.running_containers(&full("web"));
+        now.len() == 1 && now.is_disjoint(&v1) && a.phase("web") == "Running"
     });
     a.wait_for("the old container and sandbox to be removed", T, |_| {
-        containers_of(&c, "web").is_disjoint(&v1) && sandboxes_of(&c, "web").len() == 1
+        c.pod_containers(&full("web"), "container").is_disjoint(&v1)
+            && c.pod_containers(&full("web"), "sandbox").len() == 1
     });
-    let v2 = running_of(&c, "web");
+    let v2 = c.running_containers(&full("web"));
     let uid2 = a.pod("web").unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
@@ -126,7 +76,7 @@ fn manifest_create_edit_break_delete() {
     });
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        running_of(&c, "web"),
+        c.running_containers(&full("web")),
         v2,
         "the last valid pod keeps running untouched"
     );
@@ -136,8 +86,8 @@ fn manifest_create_edit_break_delete() {
     // Deleting the manifest removes the pod, its containers and its sandbox.
     a.remove_manifest("web.yaml");
     a.wait_for("the pod to be gone from the runtime", T, |a| {
-        containers_of(&c, "web").is_empty()
-            && sandboxes_of(&c, "web").is_empty()
+        c.pod_containers(&full("web"), "container").is_empty()
+            && c.pod_containers(&full("web"), "sandbox").is_empty()
             && a.pod("web").is_none()
     });
 }
@@ -147,10 +97,34 @@ fn restart_policies_and_crash_backoff() {
     let d = test_dir("restart");
     let c = ScratchContainerd::start(&d.join("c"));
     let a = Agent::start(&d.join("a"), &c.endpoint());
-    a.write_manifest("crash.yaml", &pod_yaml("crash", "Always", "exit 1"));
-    a.write_manifest("never.yaml", &pod_yaml("never", "Never", "exit 3"));
-    a.write_manifest("done.yaml", &pod_yaml("done", "OnFailure", "exit 0"));
-    a.write_manifest("retry.yaml", &pod_yaml("retry", "OnFailure", "exit 2"));
+    a.write_manifest(
+        "crash.yaml",
+        &Pod::new("crash")
+            .restart_policy("Always")
+            .sh("exit 1")
+            .yaml(),
+    );
+    a.write_manifest(
+        "never.yaml",
+        &Pod::new("never")
+            .restart_policy("Never")
+            .sh("exit 3")
+            .yaml(),
+    );
+    a.write_manifest(
+        "done.yaml",
+        &Pod::new("done")
+            .restart_policy("OnFailure")
+            .sh("exit 0")
+            .yaml(),
+    );
+    a.write_manifest(
+        "retry.yaml",
+        &Pod::new("retry")
+            .restart_policy("OnFailure")
+            .sh("exit 2")
+            .yaml(),
+    );
 
     // Record when each restart count is first seen.
     let t0 = Instant::now();
@@ -162,7 +136,7 @@ fn restart_policies_and_crash_backoff() {
             "no third restart in 90 s\n{}",
             a.log_text()
         );
-        let n = restarts(&a, "crash");
+        let n = a.restarts("crash");
         if let Ok(i) = usize::try_from(n)
             && i < 4
             && first_seen[i].is_none()
@@ -211,13 +185,13 @@ fn restart_policies_and_crash_backoff() {
         let n_logs = std::fs::read_dir(&logs)
             .map(|d| d.count())
             .unwrap_or(usize::MAX);
-        containers_of(&c, "crash").len() <= 2 && n_logs <= 2
+        c.pod_containers(&full("crash"), "container").len() <= 2 && n_logs <= 2
     });
 
-    assert_eq!(phase(&a, "never"), "Failed");
-    assert_eq!(restarts(&a, "never"), 0);
+    assert_eq!(a.phase("never"), "Failed");
+    assert_eq!(a.restarts("never"), 0);
     assert_eq!(
-        containers_of(&c, "never").len(),
+        c.pod_containers(&full("never"), "container").len(),
         1,
         "restartPolicy Never: no second container"
     );
@@ -225,19 +199,21 @@ fn restart_policies_and_crash_backoff() {
         a.pod("never").unwrap()["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
         3
     );
-    assert_eq!(phase(&a, "done"), "Succeeded");
+    assert_eq!(a.phase("done"), "Succeeded");
     assert_eq!(
-        containers_of(&c, "done").len(),
+        c.pod_containers(&full("done"), "container").len(),
         1,
         "OnFailure with exit 0: not restarted"
     );
-    assert!(restarts(&a, "retry") >= 2, "OnFailure with exit 2 restarts");
-    assert_eq!(phase(&a, "retry"), "Running");
+    assert!(a.restarts("retry") >= 2, "OnFailure with exit 2 restarts");
+    assert_eq!(a.phase("retry"), "Running");
     // Completed pods have their sandbox stopped.
     a.wait_for("the sandboxes of finished pods to stop", T, |_| {
         let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
-        sandboxes_of(&c, "never").is_disjoint(&running)
-            && sandboxes_of(&c, "done").is_disjoint(&running)
+        c.pod_containers(&full("never"), "sandbox")
+            .is_disjoint(&running)
+            && c.pod_containers(&full("done"), "sandbox")
+                .is_disjoint(&running)
     });
 }
 
@@ -257,7 +233,7 @@ fn init_containers_run_in_order() {
          volumes:\n  - name: work\n    emptyDir: {}\n",
     );
     a.wait_for("the pod to run after its init containers", T, |a| {
-        phase(a, "init") == "Running"
+        a.phase("init") == "Running"
     });
     let p = a.pod("init").unwrap();
     let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
@@ -285,7 +261,11 @@ fn init_containers_run_in_order() {
 
     // The sandbox dies (as after a reboot): a new one is made and the init containers run again,
     // in order, before the app container starts anew.
-    let sandbox = sandboxes_of(&c, "init").into_iter().next().unwrap();
+    let sandbox = c
+        .pod_containers(&full("init"), "sandbox")
+        .into_iter()
+        .next()
+        .unwrap();
     c.ctr(&["tasks", "kill", "-s", "SIGKILL", &sandbox]);
     let log1 = a
         .dir
@@ -301,9 +281,7 @@ fn init_containers_run_in_order() {
         .map(|l| l.rsplit(' ').next().unwrap_or(""))
         .collect();
     assert_eq!(lines, vec!["one", "two", "one", "two"]);
-    a.wait_for("the pod running again", T, |a| {
-        phase(a, "init") == "Running"
-    });
+    a.wait_for("the pod running again", T, |a| a.phase("init") == "Running");
 }
 
 #[test]
@@ -315,25 +293,25 @@ fn an_edited_host_network_pod_waits_for_its_old_version() {
     let srv = |v: &str| {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: srv\nspec:\n  hostNetwork: true\n  \
-             terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
+             terminationGracePeriodSeconds: 2\n  containers:\n  - name: main\n    image: {IMAGE}\n    \
              command: [httpd, -f, -p, \"127.0.0.1:18931\", -h, /{v}]\n"
         )
     };
     a.write_manifest("srv.yaml", &srv("bin"));
-    a.wait_for("v1 serving", T, |a| phase(a, "srv") == "Running");
-    let v1 = running_of(&c, "srv");
+    a.wait_for("v1 serving", T, |a| a.phase("srv") == "Running");
+    let v1 = c.running_containers(&full("srv"));
     a.write_manifest("srv.yaml", &srv("etc"));
     a.wait_for("v2 running in place of v1", T, |a| {
-        let now = running_of(&c, "srv");
-        now.len() == 1 && now.is_disjoint(&v1) && phase(a, "srv") == "Running"
+        let now = c.running_containers(&full("srv"));
+        now.len() == 1 && now.is_disjoint(&v1) && a.phase("srv") == "Running"
     });
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
-        restarts(&a, "srv"),
+        a.restarts("srv"),
         0,
         "v2 never had to retry: v1 had released the port first"
     );
-    assert_eq!(running_of(&c, "srv").len(), 1);
+    assert_eq!(c.running_containers(&full("srv")).len(), 1);
     assert!(
         a.log_text().contains("waiting for the previous pod") || a.log_text().contains("same name")
     );
@@ -347,11 +325,14 @@ fn picolet_restarts_adopt_running_pods() {
     for n in ["one", "two"] {
         a.write_manifest(
             &format!("{n}.yaml"),
-            &pod_yaml(n, "Always", "exec sleep 3600"),
+            &Pod::new(n)
+                .restart_policy("Always")
+                .sh("exec sleep 3600")
+                .yaml(),
         );
     }
     a.wait_for("both pods running", T, |a| {
-        phase(a, "one") == "Running" && phase(a, "two") == "Running"
+        a.phase("one") == "Running" && a.phase("two") == "Running"
     });
     let before: BTreeSet<String> = c.container_ids().into_iter().collect();
     let tasks_before: BTreeSet<String> = c.running_task_ids().into_iter().collect();
@@ -359,7 +340,7 @@ fn picolet_restarts_adopt_running_pods() {
     // SIGKILL and start again: nothing is restarted or recreated.
     a.restart();
     a.wait_for("the pods to be reported again", T, |a| {
-        phase(a, "one") == "Running" && phase(a, "two") == "Running"
+        a.phase("one") == "Running" && a.phase("two") == "Running"
     });
     std::thread::sleep(Duration::from_secs(5)); // several relists and syncs
     assert_eq!(
@@ -371,8 +352,8 @@ fn picolet_restarts_adopt_running_pods() {
         c.running_task_ids().into_iter().collect::<BTreeSet<_>>(),
         tasks_before
     );
-    assert_eq!(restarts(&a, "one"), 0);
-    assert_eq!(restarts(&a, "two"), 0);
+    assert_eq!(a.restarts("one"), 0);
+    assert_eq!(a.restarts("two"), 0);
 
     // SIGTERM exits cleanly and leaves the pods running.
     let st = a.terminate();
@@ -392,9 +373,10 @@ fn picolet_restarts_adopt_running_pods() {
     a.remove_manifest("two.yaml");
     a.restart();
     a.wait_for("the orphaned pod to be removed", T, |_| {
-        containers_of(&c, "two").is_empty() && sandboxes_of(&c, "two").is_empty()
+        c.pod_containers(&full("two"), "container").is_empty()
+            && c.pod_containers(&full("two"), "sandbox").is_empty()
     });
-    let one_running = running_of(&c, "one");
+    let one_running = c.running_containers(&full("one"));
     assert_eq!(one_running.len(), 1);
     assert!(
         tasks_before.is_superset(&one_running),
@@ -408,53 +390,63 @@ fn containerd_restart_keeps_pods() {
     let d = test_dir("crirestart");
     let c = ScratchContainerd::start(&d.join("c"));
     let a = Agent::start(&d.join("a"), &c.endpoint());
-    a.write_manifest("keep.yaml", &pod_yaml("keep", "Always", "exec sleep 3600"));
-    a.wait_for("the pod running", T, |a| phase(a, "keep") == "Running");
-    let sandboxes = sandboxes_of(&c, "keep");
-    let running = running_of(&c, "keep");
+    a.write_manifest(
+        "keep.yaml",
+        &Pod::new("keep")
+            .restart_policy("Always")
+            .sh("exec sleep 3600")
+            .yaml(),
+    );
+    a.wait_for("the pod running", T, |a| a.phase("keep") == "Running");
+    let sandboxes = c.pod_containers(&full("keep"), "sandbox");
+    let running = c.running_containers(&full("keep"));
 
     c.restart();
     std::thread::sleep(Duration::from_secs(5)); // relists and syncs against the new containerd
-    assert_eq!(sandboxes_of(&c, "keep"), sandboxes, "no duplicate sandbox");
     assert_eq!(
-        running_of(&c, "keep"),
+        c.pod_containers(&full("keep"), "sandbox"),
+        sandboxes,
+        "no duplicate sandbox"
+    );
+    assert_eq!(
+        c.running_containers(&full("keep")),
         running,
         "the container kept running"
     );
-    assert_eq!(restarts(&a, "keep"), 0);
+    assert_eq!(a.restarts("keep"), 0);
 
     // picolet reconnected by itself: a new pod starts.
     a.write_manifest(
         "after.yaml",
-        &pod_yaml("after", "Always", "exec sleep 3600"),
+        &Pod::new("after")
+            .restart_policy("Always")
+            .sh("exec sleep 3600")
+            .yaml(),
     );
     a.wait_for("a pod added after the runtime restart to run", T, |a| {
-        phase(a, "after") == "Running"
+        a.phase("after") == "Running"
     });
     assert!(a.get("/healthz").is_some());
 }
 
-fn picolet_check(endpoint: &str, d: &std::path::Path) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_picolet"))
-        .arg("check")
-        .args(["--container-runtime-endpoint", endpoint])
-        .arg("--root-dir")
-        .arg(d.join("a/root"))
-        .arg("--pod-manifest-path")
-        .arg(d.join("a"))
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+/// `picolet check` against this runtime, with the root dir and manifests of `d/a`.
+fn check_node(endpoint: &str, d: &std::path::Path) -> (bool, String) {
+    let (root, manifests) = (d.join("a/root"), d.join("a"));
+    agent::picolet_check(&[
+        "--container-runtime-endpoint",
+        endpoint,
+        "--root-dir",
+        root.to_str().unwrap(),
+        "--pod-manifest-path",
+        manifests.to_str().unwrap(),
+    ])
 }
 
 #[test]
 fn check_reports_the_runtime_version_and_cgroups() {
     let d = test_dir("check");
     let c = ScratchContainerd::start(&d.join("c"));
-    let (success, out) = picolet_check(&c.endpoint(), &d);
+    let (success, out) = check_node(&c.endpoint(), &d);
     assert!(
         out.lines()
             .any(|l| l.starts_with("ok   runtime: containerd")
@@ -469,16 +461,10 @@ fn check_reports_the_runtime_version_and_cgroups() {
     assert!(out.contains("ok   overlayfs"), "{out}");
     assert!(success, "{out}");
     c.stop();
-    let (success, out) = picolet_check(&c.endpoint(), &d);
+    let (success, out) = check_node(&c.endpoint(), &d);
     assert!(out.contains("FAIL runtime:"), "{out}");
     assert!(!success, "{out}");
 }
-
-const BUSY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
-    terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      medium: Memory\n  \
-    containers:\n  - name: main\n    image: picolet.local/busybox:1\n    command: [\"sh\", \"-c\", \
-    \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && while :; do :; done\"]\n    \
-    volumeMounts:\n    - name: cache\n      mountPath: /cache\n";
 
 /// The accounting of a running container, read from the cgroup of its init process, found
 /// as picolet finds it: the pid from the runtime's verbose ContainerStatus, then
@@ -486,7 +472,8 @@ const BUSY: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n 
 fn container_stats(c: &ScratchContainerd, pod: &str) -> Option<picolet::stats::cgroup::Stats> {
     let cg = picolet::cm::detect::detect(std::path::Path::new("/")).unwrap();
     let running = c.running_task_ids();
-    let id = containers_of(c, pod)
+    let id = c
+        .pod_containers(&full(pod), "container")
         .into_iter()
         .find(|id| running.contains(id))?;
     let cri =
@@ -503,7 +490,7 @@ fn cgroup_accounting_of_a_busy_container() {
     let c = ScratchContainerd::start(&d.join("c"));
     let a = Agent::start(&d.join("a"), &c.endpoint());
     // 32 MiB into a memory-backed emptyDir (a tmpfs, charged to the writer), then a busy loop.
-    a.write_manifest("busy.yaml", BUSY);
+    a.write_manifest("busy.yaml", &pods::busy());
     let mut first = None;
     a.wait_for(
         "the busy container's stats",
@@ -529,7 +516,8 @@ fn cgroup_accounting_of_a_busy_container() {
     assert_eq!(second.oom_kills, Some(0), "{second:?}");
 
     // The same figures from the runtime's ContainerStats, and what each way costs.
-    let id = containers_of(&c, "busy")
+    let id = c
+        .pod_containers(&full("busy"), "container")
         .into_iter()
         .find(|id| c.running_task_ids().contains(id))
         .unwrap();

@@ -5,12 +5,9 @@
 //! from the unified one's `cpu.stat`. They fail, never skip, when containerd, runc or busybox
 //! are missing (`scripts/install-deps.sh` installs them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/prom.rs"]
-mod prom;
+mod support;
+
+use support::{agent, containerd, pods, prom};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,7 +16,6 @@ use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
 use serde_json::{Value, json};
 
-const IMAGE: &str = "picolet.local/busybox:1";
 const T: Duration = Duration::from_secs(90);
 
 /// The cgroup tree under the test's root in every hierarchy; removed (deepest first) on drop,
@@ -101,22 +97,14 @@ fn read(p: &Path) -> String {
         .to_owned()
 }
 
-fn manifest(name: &str, resources: Value, script: &str) -> String {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": IMAGE,
-            "command": ["sh", "-c", script], "resources": resources}]}})
-    .to_string()
-}
-
-fn status(a: &Agent, pod: &str) -> Value {
-    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
-}
-
-fn phase(a: &Agent, pod: &str) -> String {
-    status(a, pod)["phase"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
+/// A pod that runs `script` once in a container `main` with these resources.
+fn limited(name: &str, resources: Value, script: &str) -> String {
+    let mut main = pods::container("main", script);
+    main["resources"] = resources;
+    pods::manifest(
+        name,
+        json!({"restartPolicy": "Never", "containers": [main]}),
+    )
 }
 
 fn uid(a: &Agent, pod: &str) -> String {
@@ -128,7 +116,7 @@ fn uid(a: &Agent, pod: &str) -> String {
 
 /// The pid of the pod's first container, from the runtime's task list.
 fn container_pid(a: &Agent, c: &ScratchContainerd, pod: &str) -> u32 {
-    let id = status(a, pod)["containerStatuses"][0]["containerID"]
+    let id = a.status(pod)["containerStatuses"][0]["containerID"]
         .as_str()
         .unwrap_or_default()
         .trim_start_matches("containerd://")
@@ -152,15 +140,6 @@ fn proc_cgroup(pid: u32) -> Vec<(String, String)> {
         .collect()
 }
 
-fn check(args: &[&str]) -> String {
-    let out = agent::picolet_command()
-        .arg("check")
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn pods_land_in_the_kubepods_tree_with_their_limits() {
     let tree = Tree::new("tree");
@@ -169,7 +148,8 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
     let root_flag = format!("--cgroup-root={}", tree.root);
 
     // Preflight names the tree and what the driver needs, and reads containerd's driver.
-    let out = check(&["--container-runtime-endpoint", &c.endpoint(), &root_flag]);
+    let (_, out) =
+        agent::picolet_check(&["--container-runtime-endpoint", &c.endpoint(), &root_flag]);
     let kp = format!(
         "ok   kubepods: cgroupfs driver, pods under {}/kubepods",
         tree.root
@@ -185,7 +165,7 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
                 == "ok   cgroup driver: cgroupfs; the runtime: cgroupfs (from its configuration)"),
         "{out}"
     );
-    let out = check(&[
+    let (_, out) = agent::picolet_check(&[
         "--container-runtime-endpoint",
         &c.endpoint(),
         "--cgroup-driver=systemd",
@@ -247,7 +227,7 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
 
     a.write_manifest(
         "g.yaml",
-        &manifest(
+        &limited(
             "guaranteed",
             json!({"limits": {"cpu": "200m", "memory": "64Mi"}}),
             "while true; do :; done",
@@ -255,7 +235,7 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
     );
     a.write_manifest(
         "b.yaml",
-        &manifest(
+        &limited(
             "burstable",
             json!({"requests": {"cpu": "100m"}, "limits": {"memory": "32Mi"}}),
             "exec sleep 3600",
@@ -263,10 +243,10 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
     );
     a.write_manifest(
         "be.yaml",
-        &manifest("besteffort", json!({}), "exec sleep 3600"),
+        &limited("besteffort", json!({}), "exec sleep 3600"),
     );
     for p in ["guaranteed", "burstable", "besteffort"] {
-        a.wait_for(&format!("{p} to run"), T, |a| phase(a, p) == "Running");
+        a.wait_for(&format!("{p} to run"), T, |a| a.phase(p) == "Running");
     }
 
     let cases = [
@@ -365,19 +345,19 @@ fn a_pod_over_its_memory_limit_is_oom_killed() {
     // The string doubles until the pod's 24Mi are gone.
     a.write_manifest(
         "hog.yaml",
-        &manifest(
+        &limited(
             "hog",
             json!({"limits": {"memory": "24Mi", "cpu": "500m"}}),
             "a=xxxxxxxxxxxxxxxx; while true; do a=\"$a$a\"; done",
         ),
     );
     a.wait_for("the hog to be OOM-killed", T, |a| {
-        status(a, "hog")["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+        a.status("hog")["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
     });
-    let st = status(&a, "hog");
+    let st = a.status("hog");
     let term = &st["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(term["exitCode"], 137, "{st}");
-    assert_eq!(phase(&a, "hog"), "Failed", "{st}");
+    assert_eq!(a.phase("hog"), "Failed", "{st}");
     let pod = format!("kubepods/pod{}", uid(&a, "hog"));
     let mem = v1_mount("memory");
     assert_eq!(
@@ -405,14 +385,7 @@ fn a_pod_in_the_tree_is_accounted_from_its_own_cgroup() {
         &c.endpoint(),
         &[format!("--cgroup-root={}", tree.root)],
     );
-    a.write_manifest(
-        "busy.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\nspec:\n  \
-         terminationGracePeriodSeconds: 1\n  volumes:\n  - name: cache\n    emptyDir:\n      \
-         medium: Memory\n  containers:\n  - name: main\n    image: picolet.local/busybox:1\n    \
-         command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/cache/fill bs=1048576 count=32 && \
-         while :; do :; done\"]\n    volumeMounts:\n    - name: cache\n      mountPath: /cache\n",
-    );
+    a.write_manifest("busy.yaml", &pods::busy());
     a.wait_for("the busy pod to run", T, |a| {
         a.pod("busy")
             .is_some_and(|p| p["status"]["phase"] == "Running")

@@ -6,54 +6,24 @@
 //! order: the BestEffort pod, then the Burstable one, then the Guaranteed one. Ground truth for
 //! "stopped" comes from `ctr`. Fails (never skips) without containerd, runc and busybox.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
+mod support;
 
-use std::collections::BTreeSet;
+use support::{Pod, agent, containerd, full};
+
 use std::time::{Duration, Instant};
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
 
-const NODE: &str = "e2e-node";
-
-fn full(name: &str) -> String {
-    format!("{name}-{NODE}")
-}
-
-/// A static pod whose one container sleeps; `resources` is the container's YAML block.
-fn pod_yaml(name: &str, resources: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
-         terminationGracePeriodSeconds: 30\n  containers:\n  - name: main\n    \
-         image: picolet.local/busybox:1\n    command: [\"sleep\", \"3600\"]\n{resources}"
-    )
-}
-
-fn labelled(c: &ScratchContainerd, pod: &str, kind: &str) -> BTreeSet<String> {
-    c.containers_with_labels(&[
-        ("io.kubernetes.pod.name", &full(pod)),
-        ("io.cri-containerd.kind", kind),
-    ])
-    .into_iter()
-    .collect()
-}
-
-fn running_of(c: &ScratchContainerd, pod: &str) -> usize {
-    let running: BTreeSet<String> = c.running_task_ids().into_iter().collect();
-    labelled(c, pod, "container").intersection(&running).count()
-}
-
-fn status(a: &Agent, pod: &str) -> (String, String, String) {
+/// The static pod's phase, reason and message.
+fn phase_reason_message(a: &Agent, pod: &str) -> (String, String, String) {
     let p = a.pod(pod).unwrap_or_default();
     let s = |k: &str| p["status"][k].as_str().unwrap_or_default().to_owned();
     (s("phase"), s("reason"), s("message"))
 }
 
 fn evicted(a: &Agent, pod: &str) -> bool {
-    let (phase, reason, _) = status(a, pod);
+    let (phase, reason, _) = phase_reason_message(a, pod);
     phase == "Failed" && reason == "Evicted"
 }
 
@@ -86,7 +56,11 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
         (BURSTABLE, "    resources:\n      requests: {memory: 8Mi}\n"),
         (BEST_EFFORT, ""),
     ] {
-        std::fs::write(manifests.join(format!("{name}.yaml")), pod_yaml(name, res)).unwrap();
+        std::fs::write(
+            manifests.join(format!("{name}.yaml")),
+            Pod::new(name).grace(30).container_yaml(res).yaml(),
+        )
+        .unwrap();
     }
     // The three start with no threshold, however slow the machine; then picolet restarts with
     // one that is always met, adopts them, and its first round comes a period later.
@@ -94,7 +68,7 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
     a.wait_for("the three pods running", T, |_| {
         [GUARANTEED, BURSTABLE, BEST_EFFORT]
             .iter()
-            .all(|p| running_of(&c, p) == 1)
+            .all(|p| c.running_containers(&full(p)).len() == 1)
     });
     // Allocatable memory is what the threshold leaves: 128 MiB, enough for the 72 MiB the pods
     // request when picolet admits them again at its restart.
@@ -109,10 +83,10 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
     assert!(
         !evicted(&a, BURSTABLE) && !evicted(&a, GUARANTEED),
         "the BestEffort pod goes first, alone: {:?} {:?}",
-        status(&a, BURSTABLE),
-        status(&a, GUARANTEED)
+        phase_reason_message(&a, BURSTABLE),
+        phase_reason_message(&a, GUARANTEED)
     );
-    let (_, _, message) = status(&a, BEST_EFFORT);
+    let (_, _, message) = phase_reason_message(&a, BEST_EFFORT);
     assert!(
         message.starts_with("The node was low on resource: memory. Threshold quantity: ")
             && message.contains(", available: ")
@@ -133,8 +107,8 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
         "the BestEffort pod's containers gone per ctr",
         Duration::from_secs(15),
         |_| {
-            labelled(&c, BEST_EFFORT, "container").is_empty()
-                && labelled(&c, BEST_EFFORT, "sandbox").is_empty()
+            c.pod_containers(&full(BEST_EFFORT), "container").is_empty()
+                && c.pod_containers(&full(BEST_EFFORT), "sandbox").is_empty()
         },
     );
     assert!(t1.elapsed() < Duration::from_secs(15));
@@ -152,8 +126,12 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
     assert_eq!(exit_code(&a), 137, "{}", a.pod(BEST_EFFORT).unwrap());
 
     a.wait_for("the Burstable pod evicted", T, |a| evicted(a, BURSTABLE));
-    assert!(!evicted(&a, GUARANTEED), "{:?}", status(&a, GUARANTEED));
-    assert_eq!(running_of(&c, GUARANTEED), 1);
+    assert!(
+        !evicted(&a, GUARANTEED),
+        "{:?}",
+        phase_reason_message(&a, GUARANTEED)
+    );
+    assert_eq!(c.running_containers(&full(GUARANTEED)).len(), 1);
 
     a.wait_for("the Guaranteed pod evicted last", T, |a| {
         evicted(a, GUARANTEED)
@@ -181,15 +159,18 @@ fn memory_pressure_evicts_best_effort_then_burstable_then_guaranteed_one_per_per
         |_| {
             [GUARANTEED, BURSTABLE, BEST_EFFORT]
                 .iter()
-                .all(|p| labelled(&c, p, "container").is_empty())
+                .all(|p| c.pod_containers(&full(p), "container").is_empty())
         },
     );
 
     // Evicted pods stay stopped: nothing comes back over the next periods.
     std::thread::sleep(Duration::from_secs(12));
     for p in [GUARANTEED, BURSTABLE, BEST_EFFORT] {
-        assert!(labelled(&c, p, "container").is_empty(), "{p} came back");
-        assert!(evicted(&a, p), "{p}: {:?}", status(&a, p));
+        assert!(
+            c.pod_containers(&full(p), "container").is_empty(),
+            "{p} came back"
+        );
+        assert!(evicted(&a, p), "{p}: {:?}", phase_reason_message(&a, p));
     }
     let log = a.log_text();
     let order: Vec<usize> = [BEST_EFFORT, BURSTABLE, GUARANTEED]

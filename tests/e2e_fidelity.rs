@@ -6,45 +6,25 @@
 //! They fail, never skip, when containerd, runc or busybox are missing
 //! (`scripts/install-deps.sh` installs them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
+mod support;
 
-use std::path::{Path, PathBuf};
+use support::pods::{container, manifest};
+use support::{agent, containerd, host_dir};
+
+use std::path::Path;
 use std::time::Duration;
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
 use serde_json::{Value, json};
 
-const IMAGE: &str = "picolet.local/busybox:1";
 const T: Duration = Duration::from_secs(60);
-
-fn container(name: &str, script: &str) -> Value {
-    json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
-}
-
-fn manifest(name: &str, spec: Value) -> String {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}).to_string()
-}
-
-fn status(a: &Agent, pod: &str) -> Value {
-    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
-}
-
-fn host_dir(root: &Path, name: &str) -> PathBuf {
-    let d = root.join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn out_volume(dir: &Path) -> Value {
     json!([{"name": "out", "hostPath": {"path": dir.display().to_string()}}])
 }
 
-fn read(p: &Path) -> String {
+fn read_or_empty(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
@@ -109,28 +89,28 @@ fn run_as_non_root_seccomp_and_refused_apparmor() {
     );
 
     a.wait_for("runAsNonRoot refused", T, |a| {
-        status(a, "nonroot")["containerStatuses"][0]["state"]["waiting"]["reason"]
+        a.status("nonroot")["containerStatuses"][0]["state"]["waiting"]["reason"]
             == "CreateContainerConfigError"
     });
-    let msg = status(&a, "nonroot")["containerStatuses"][0]["state"]["waiting"]["message"]
+    let msg = a.status("nonroot")["containerStatuses"][0]["state"]["waiting"]["message"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     assert!(msg.contains("image will run as root"), "{msg}");
     a.wait_for("the non-root container ran", T, |_| {
-        read(&out.join("uid")).trim() == "1000"
+        read_or_empty(&out.join("uid")).trim() == "1000"
     });
     // The container writes its uid as soon as it starts; its status says so once picolet has
     // seen it start.
     a.wait_for("nonroot-user running", T, |a| {
-        status(a, "nonroot-user")["containerStatuses"][0]["state"]["running"].is_object()
+        a.status("nonroot-user")["containerStatuses"][0]["state"]["running"].is_object()
     });
     a.wait_for("both seccomp pods wrote their status", T, |_| {
-        read(&out.join("seccomp-default")).contains("Seccomp:")
-            && read(&out.join("seccomp-none")).contains("Seccomp:")
+        read_or_empty(&out.join("seccomp-default")).contains("Seccomp:")
+            && read_or_empty(&out.join("seccomp-none")).contains("Seccomp:")
     });
     let mode = |f: &str| {
-        read(&out.join(f))
+        read_or_empty(&out.join(f))
             .lines()
             .find(|l| l.starts_with("Seccomp:"))
             .map(|l| l["Seccomp:".len()..].trim().to_owned())
@@ -205,13 +185,14 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
     // subPathExpr: the container's variables expanded, the subdirectory made in the volume
     let sub = data.join("logs").join("files-e2e-node");
     a.wait_for("the files pod wrote its files", T, |_| {
-        !read(&sub.join("hosts")).is_empty() && !read(&sub.join("resolv")).is_empty()
+        !read_or_empty(&sub.join("hosts")).is_empty()
+            && !read_or_empty(&sub.join("resolv")).is_empty()
     });
-    let hosts = read(&sub.join("hosts"));
+    let hosts = read_or_empty(&sub.join("hosts"));
     a.wait_for("the pod's IP in its status", T, |a| {
-        status(a, "files")["podIP"].as_str().is_some()
+        a.status("files")["podIP"].as_str().is_some()
     });
-    let ip = status(&a, "files")["podIP"]
+    let ip = a.status("files")["podIP"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
@@ -227,7 +208,7 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
         hosts.ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar\n"),
         "{hosts}"
     );
-    let resolv = read(&sub.join("resolv"));
+    let resolv = read_or_empty(&sub.join("resolv"));
     let lines: Vec<&str> = resolv.lines().collect();
     assert!(lines.contains(&"nameserver 10.9.9.9"), "{resolv}");
     assert!(lines.contains(&"nameserver 10.9.9.10"), "{resolv}");
@@ -239,11 +220,13 @@ fn hosts_dns_sub_path_expr_and_the_grace_floor() {
         "dnsPolicy None: only the pod's own\n{resolv}"
     );
 
-    a.wait_for("grace0 runs", T, |_| read(&data.join("up")).trim() == "up");
+    a.wait_for("grace0 runs", T, |_| {
+        read_or_empty(&data.join("up")).trim() == "up"
+    });
     a.remove_manifest("grace0.json");
     a.wait_for("grace0 stopped", T, |a| a.pod("grace0").is_none());
     assert_eq!(
-        read(&data.join("term")).trim(),
+        read_or_empty(&data.join("term")).trim(),
         "term",
         "SIGTERM reached the container before SIGKILL"
     );
@@ -292,13 +275,16 @@ fn downward_api_and_fs_group_in_a_static_pod() {
         ),
     );
     a.wait_for("the pod wrote what it saw", T, |_| {
-        !read(&out.join("made")).is_empty()
+        !read_or_empty(&out.join("made")).is_empty()
     });
-    assert_eq!(read(&out.join("files")), "67108864downward-e2e-node");
-    assert_eq!(read(&out.join("env")).trim(), "64 500");
+    assert_eq!(
+        read_or_empty(&out.join("files")),
+        "67108864downward-e2e-node"
+    );
+    assert_eq!(read_or_empty(&out.join("env")).trim(), "64 500");
     // `ls -ln`: mode, links, uid, gid, ...
     let fields = |f: &str| -> Vec<String> {
-        read(&out.join(f))
+        read_or_empty(&out.join(f))
             .split_whitespace()
             .map(str::to_owned)
             .collect()
@@ -316,7 +302,7 @@ fn downward_api_and_fs_group_in_a_static_pod() {
         "{made:?}"
     );
     assert_eq!(
-        status(&a, "downward")["containerStatuses"][0]["restartCount"],
+        a.status("downward")["containerStatuses"][0]["restartCount"],
         0
     );
 }
@@ -337,7 +323,7 @@ fn admission_rejects_what_does_not_fit_the_node() {
         ])
     };
     let rejected = |a: &Agent, pod: &str, reason: &str| {
-        let s = status(a, pod);
+        let s = a.status(pod);
         s["phase"] == "Failed"
             && s["reason"] == reason
             && s["message"]
@@ -363,7 +349,7 @@ fn admission_rejects_what_does_not_fit_the_node() {
     };
     a.write_manifest("port1.json", &manifest("port1", with_port()));
     a.wait_for("the first host port pod to run", T, |a| {
-        status(a, "port1")["phase"] == "Running"
+        a.status("port1")["phase"] == "Running"
     });
     a.write_manifest("port2.json", &manifest("port2", with_port()));
     a.wait_for("the three pods to be rejected", T, |a| {
@@ -372,32 +358,28 @@ fn admission_rejects_what_does_not_fit_the_node() {
             && rejected(a, "port2", "NodePorts")
     });
     assert_eq!(
-        status(&a, "ssd")["message"],
+        a.status("ssd")["message"],
         "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
     );
     assert!(
-        status(&a, "hog")["message"]
+        a.status("hog")["message"]
             .as_str()
             .unwrap()
             .starts_with("Pod was rejected: Node didn't have enough resource: memory, requested: 70368744177664, used: 0, capacity: "),
         "{}",
-        status(&a, "hog")
+        a.status("hog")
     );
     assert_eq!(
-        status(&a, "port2")["message"],
+        a.status("port2")["message"],
         "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
     );
     // Never started, and never tried again.
     std::thread::sleep(Duration::from_secs(3));
     for pod in ["ssd", "hog", "port2"] {
         assert!(sandboxes(pod).is_empty(), "{pod} got a sandbox");
-        assert!(rejected(
-            &a,
-            pod,
-            status(&a, pod)["reason"].as_str().unwrap()
-        ));
+        assert!(rejected(&a, pod, a.status(pod)["reason"].as_str().unwrap()));
     }
-    assert_eq!(status(&a, "port1")["phase"], "Running");
+    assert_eq!(a.status("port1")["phase"], "Running");
     let log = a.log_text();
     assert!(
         log.contains("NodeAffinity: Predicate NodeAffinity failed"),
@@ -409,7 +391,7 @@ fn admission_rejects_what_does_not_fit_the_node() {
     a.remove_manifest("port2.json");
     a.restart_with(&["--node-labels=disktype=ssd".to_owned()]);
     a.wait_for("the ssd pod to run", T, |a| {
-        status(a, "ssd")["phase"] == "Running"
+        a.status("ssd")["phase"] == "Running"
     });
     assert_eq!(sandboxes("ssd").len(), 1);
 }

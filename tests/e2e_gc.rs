@@ -7,17 +7,16 @@
 //! goes at the next collection (here: after a restart). The crash-loop bound of container GC is
 //! tested in `e2e.rs` (restart_policies_and_crash_backoff).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
+mod support;
+
+use support::{IMAGE, Pod, agent, containerd};
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use agent::{Agent, test_dir};
-use containerd::{BUSYBOX_IMAGE, PAUSE_IMAGE, ScratchContainerd};
+use containerd::{PAUSE_IMAGE, ScratchContainerd};
 
 const T: Duration = Duration::from_secs(90);
 
@@ -29,7 +28,7 @@ const FOREIGN: &str = "picolet.local/gc-foreign:1";
 /// Builds an image with its own config (so its own id) and imports it.
 fn import(c: &ScratchContainerd, dir: &Path, name: &str, cmd: &[&str]) {
     let tar = dir.join(format!("{}.tar", name.replace(['/', ':'], "_")));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-image.sh");
+    let script = support::script("build-image.sh");
     let out = Command::new("bash")
         .arg(&script)
         .arg(&tar)
@@ -61,14 +60,6 @@ fn collections(a: &Agent) -> usize {
     a.log_text()
         .matches("image garbage collection removed")
         .count()
-}
-
-fn pod_yaml(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
-         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {image}\n    \
-         command: [sleep, '3600']\n"
-    )
 }
 
 /// A sandbox and a running container made directly through the CRI, without picolet's mark:
@@ -163,14 +154,22 @@ fn unused_images_are_collected_and_needed_ones_kept() {
     // already know the images they need, however slowly this test gets to write them.
     let manifests = d.join("a").join("manifests");
     std::fs::create_dir_all(&manifests).unwrap();
-    std::fs::write(manifests.join("run.yaml"), pod_yaml("run", BUSYBOX_IMAGE)).unwrap();
-    std::fs::write(manifests.join("gone.yaml"), pod_yaml("gone", GONE)).unwrap();
+    std::fs::write(
+        manifests.join("run.yaml"),
+        Pod::new("run").image(IMAGE).yaml(),
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("gone.yaml"),
+        Pod::new("gone").image(GONE).yaml(),
+    )
+    .unwrap();
     std::fs::write(
         manifests.join("waiting.yaml"),
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: waiting\nspec:\n  \
              terminationGracePeriodSeconds: 1\n  initContainers:\n  - name: init\n    \
-             image: {BUSYBOX_IMAGE}\n    command: [sleep, '3600']\n  containers:\n  \
+             image: {IMAGE}\n    command: [sleep, '3600']\n  containers:\n  \
              - name: main\n    image: {WAITING}\n    command: [sleep, '3600']\n"
         ),
     )
@@ -181,7 +180,7 @@ fn unused_images_are_collected_and_needed_ones_kept() {
     let left = images(&c);
     eprintln!("images after the first collection: {left:?}");
     assert!(!has(&c, UNUSED), "the unused image is removed: {left:?}");
-    for keep in [PAUSE_IMAGE, BUSYBOX_IMAGE, WAITING, GONE, FOREIGN] {
+    for keep in [PAUSE_IMAGE, IMAGE, WAITING, GONE, FOREIGN] {
         assert!(has(&c, keep), "{keep} is kept: {left:?}");
     }
     let log = a.log_text();
@@ -220,7 +219,7 @@ fn unused_images_are_collected_and_needed_ones_kept() {
         !has(&c, GONE),
         "the removed pod's image is collected: {left:?}"
     );
-    for keep in [PAUSE_IMAGE, BUSYBOX_IMAGE, WAITING, FOREIGN] {
+    for keep in [PAUSE_IMAGE, IMAGE, WAITING, FOREIGN] {
         assert!(has(&c, keep), "{keep} is kept: {left:?}");
     }
     assert!(

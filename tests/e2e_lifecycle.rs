@@ -4,65 +4,27 @@
 //! runtime (termination message), and the sidecar containers cases). They fail, never skip,
 //! when containerd, runc or busybox are missing (`scripts/install-deps.sh` installs them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
+mod support;
+
+use support::pods::{container, manifest};
+use support::{agent, containerd, host_dir};
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
-use serde_json::{Value, json};
+use serde_json::json;
 
-const IMAGE: &str = "picolet.local/busybox:1";
 const T: Duration = Duration::from_secs(90);
 
-fn container(name: &str, script: &str) -> Value {
-    json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
-}
-
-fn manifest(name: &str, spec: Value) -> String {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}).to_string()
-}
-
-fn status(a: &Agent, pod: &str) -> Value {
-    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
-}
-
-fn restarts(a: &Agent, pod: &str) -> i64 {
-    status(a, pod)["containerStatuses"][0]["restartCount"]
-        .as_i64()
-        .unwrap_or(-1)
-}
-
-fn condition(a: &Agent, pod: &str, t: &str) -> String {
-    status(a, pod)["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == t)
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 fn container_id(a: &Agent, pod: &str) -> String {
-    status(a, pod)["containerStatuses"][0]["containerID"]
+    a.status(pod)["containerStatuses"][0]["containerID"]
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-fn host_dir(root: &Path, name: &str) -> std::path::PathBuf {
-    let d = root.join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]
@@ -155,13 +117,13 @@ fn probes_restart_unhealthy_containers_and_drive_readiness() {
 
     // The readiness probe with a 15 s initial delay: not ready before it, ready after.
     a.wait_for("ready-delay running", T, |a| {
-        status(a, "ready-delay")["containerStatuses"][0]["state"]["running"].is_object()
+        a.status("ready-delay")["containerStatuses"][0]["state"]["running"].is_object()
     });
     a.wait_for("ready-delay ready", T, |a| {
-        condition(a, "ready-delay", "Ready") == "True"
+        a.condition("ready-delay", "Ready") == "True"
     });
     // By the times in its status (whole seconds), not when this test happened to look.
-    let st = status(&a, "ready-delay");
+    let st = a.status("ready-delay");
     let time = |v: &serde_json::Value| {
         picolet::logs::format::parse_time(v.as_str().unwrap_or_default().as_bytes())
             .unwrap_or_else(|| panic!("not a time: {v} in {st}"))
@@ -182,37 +144,37 @@ fn probes_restart_unhealthy_containers_and_drive_readiness() {
 
     // httpGet readiness against busybox httpd flips Ready both ways, never restarting it.
     a.wait_for("ready-http ready", T, |a| {
-        condition(a, "ready-http", "Ready") == "True"
+        a.condition("ready-http", "Ready") == "True"
     });
     let first = container_id(&a, "ready-http");
     std::fs::remove_file(www.join("index.html")).unwrap();
     a.wait_for("ready-http unready", T, |a| {
-        condition(a, "ready-http", "Ready") == "False"
-            && status(a, "ready-http")["containerStatuses"][0]["ready"] == false
+        a.condition("ready-http", "Ready") == "False"
+            && a.status("ready-http")["containerStatuses"][0]["ready"] == false
     });
     std::fs::write(www.join("index.html"), "ok\n").unwrap();
     a.wait_for("ready-http ready again", T, |a| {
-        condition(a, "ready-http", "Ready") == "True"
+        a.condition("ready-http", "Ready") == "True"
     });
     assert_eq!(container_id(&a, "ready-http"), first, "never restarted");
-    assert_eq!(restarts(&a, "ready-http"), 0);
+    assert_eq!(a.restarts("ready-http"), 0);
 
     // The liveness probe that starts failing: restarts, the count growing monotonically.
     let mut seen = vec![];
     let t0 = Instant::now();
-    while restarts(&a, "live-fail") < 2 {
+    while a.restarts("live-fail") < 2 {
         assert!(
             t0.elapsed() < T,
             "live-fail restarts {seen:?}\n{}",
             a.log_text()
         );
         // -1: no answer this time (a busy local API), not a count.
-        seen.extend(Some(restarts(&a, "live-fail")).filter(|n| *n >= 0));
+        seen.extend(Some(a.restarts("live-fail")).filter(|n| *n >= 0));
         std::thread::sleep(Duration::from_millis(500));
     }
-    seen.extend(Some(restarts(&a, "live-fail")).filter(|n| *n >= 0));
+    seen.extend(Some(a.restarts("live-fail")).filter(|n| *n >= 0));
     assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
-    let last = &status(&a, "live-fail")["containerStatuses"][0]["lastState"]["terminated"];
+    let last = &a.status("live-fail")["containerStatuses"][0]["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 137, "{last}");
     assert!(
         a.log_text()
@@ -221,13 +183,13 @@ fn probes_restart_unhealthy_containers_and_drive_readiness() {
     assert!(a.log_text().contains("Liveness probe failed"));
 
     // The passing liveness probe: never restarted in all this time.
-    assert_eq!(restarts(&a, "live-ok"), 0);
-    assert_eq!(status(&a, "live-ok")["containerStatuses"][0]["ready"], true);
+    assert_eq!(a.restarts("live-ok"), 0);
+    assert_eq!(a.status("live-ok")["containerStatuses"][0]["ready"], true);
 
     // A failing startup probe holds liveness off, then restarts the container.
-    a.wait_for("startup restarted", T, |a| restarts(a, "startup") >= 1);
+    a.wait_for("startup restarted", T, |a| a.restarts("startup") >= 1);
     assert_eq!(
-        status(&a, "startup")["containerStatuses"][0]["started"],
+        a.status("startup")["containerStatuses"][0]["started"],
         false
     );
     assert!(
@@ -240,9 +202,9 @@ fn probes_restart_unhealthy_containers_and_drive_readiness() {
     );
 
     // tcpSocket liveness: the open port keeps its container, the closed one restarts.
-    a.wait_for("tcp-dead restarted", T, |a| restarts(a, "tcp-dead") >= 1);
-    assert_eq!(restarts(&a, "tcp-ok"), 0);
-    assert_eq!(condition(&a, "tcp-ok", "Ready"), "True");
+    a.wait_for("tcp-dead restarted", T, |a| a.restarts("tcp-dead") >= 1);
+    assert_eq!(a.restarts("tcp-ok"), 0);
+    assert_eq!(a.condition("tcp-ok", "Ready"), "True");
 }
 
 /// A tiny HTTP server on the host recording the paths it is asked for.
@@ -335,9 +297,8 @@ fn hooks_run_and_termination_messages_show() {
         ),
     );
 
-    let terminated = |a: &Agent, pod: &str| {
-        status(a, pod)["containerStatuses"][0]["state"]["terminated"].clone()
-    };
+    let terminated =
+        |a: &Agent, pod: &str| a.status(pod)["containerStatuses"][0]["state"]["terminated"].clone();
     a.wait_for("the file's message", T, |a| {
         terminated(a, "msg-file")["message"].is_string()
     });
@@ -361,7 +322,7 @@ fn hooks_run_and_termination_messages_show() {
             && paths.lock().unwrap().contains(&"/poststart".to_owned())
     });
     a.wait_for("a failed postStart kills the container", T, |a| {
-        let s = &status(a, "post-fail")["containerStatuses"][0];
+        let s = &a.status("post-fail")["containerStatuses"][0];
         s["restartCount"].as_i64().unwrap_or(0) >= 1
             || s["state"]["waiting"]["reason"] == "PostStartHookError"
     });
@@ -412,16 +373,16 @@ fn sidecars_start_before_and_stop_after_the_app_sharing_its_processes() {
         ),
     );
     a.wait_for("the app running", T, |a| {
-        status(a, "side")["phase"] == "Running"
-            && status(a, "side")["containerStatuses"][0]["state"]["running"].is_object()
+        a.status("side")["phase"] == "Running"
+            && a.status("side")["containerStatuses"][0]["state"]["running"].is_object()
     });
-    let s = status(&a, "side");
+    let s = a.status("side");
     assert_eq!(s["initContainerStatuses"][0]["started"], true, "{s}");
     assert!(
         s["initContainerStatuses"][0]["state"]["running"].is_object(),
         "{s}"
     );
-    assert_eq!(condition(&a, "side", "Initialized"), "True");
+    assert_eq!(a.condition("side", "Initialized"), "True");
     a.wait_for("the app saw the sidecar's process", T, |_| {
         std::fs::read_to_string(shared.join("ps"))
             .unwrap_or_default()

@@ -7,10 +7,9 @@
 //! Fails, never skips, when containerd, runc or busybox are missing (`scripts/install-deps.sh`
 //! installs them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
+mod support;
+
+use support::{IMAGE, agent, containerd};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -22,11 +21,10 @@ use agent::{Agent, picolet_command, test_dir};
 use containerd::ScratchContainerd;
 use serde_json::json;
 
-const IMAGE: &str = "picolet.local/busybox:1";
 const T: Duration = Duration::from_secs(60);
 
 /// GET on the local API: the status code and the body.
-fn get(a: &Agent, path: &str) -> (u16, String) {
+fn get_with_code(a: &Agent, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", a.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
@@ -115,7 +113,7 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     a.write_manifest("chatty.json", &chatty.to_string());
     let base = "/containerLogs/default/chatty-e2e-node/main";
     a.wait_for("chatty's first lines", T, |a| {
-        !numbers(&get(a, base).1).is_empty()
+        !numbers(&get_with_code(a, base).1).is_empty()
     });
 
     // Rotation: watch the files for 35 s (3 checks at least).
@@ -179,7 +177,7 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     a.write_manifest("restarter.json", &restarter.to_string());
 
     // The whole log reads across the gzipped file, the rotated one and the live one, in order.
-    let (code, all) = get(&a, base);
+    let (code, all) = get_with_code(&a, base);
     assert_eq!(code, 200);
     let all_n = numbers(&all);
     let live_lines = std::fs::read_to_string(dir.join("0.log"))
@@ -194,13 +192,13 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     );
 
     // tailLines, timestamps, limitBytes, sinceSeconds.
-    let tail = numbers(&get(&a, &format!("{base}?tailLines=5")).1);
+    let tail = numbers(&get_with_code(&a, &format!("{base}?tailLines=5")).1);
     assert_eq!(tail.len(), 5);
     assert!(
         consecutive(&tail) && tail[0] > all_n[all_n.len() - 1] - 5,
         "{tail:?}"
     );
-    let (_, ts) = get(&a, &format!("{base}?tailLines=3&timestamps=true"));
+    let (_, ts) = get_with_code(&a, &format!("{base}?tailLines=3&timestamps=true"));
     for l in ts.lines() {
         let (stamp, rest) = l.split_once(' ').unwrap();
         assert_eq!(stamp.len(), 30, "{l}");
@@ -211,10 +209,10 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
         assert!(rest.starts_with("line "), "{l}");
     }
     assert_eq!(ts.lines().count(), 3);
-    let (_, lim) = get(&a, &format!("{base}?limitBytes=20"));
+    let (_, lim) = get_with_code(&a, &format!("{base}?limitBytes=20"));
     assert_eq!(lim.len(), 20, "{lim:?}");
     assert!(lim.starts_with("line "));
-    let since = numbers(&get(&a, &format!("{base}?sinceSeconds=2")).1);
+    let since = numbers(&get_with_code(&a, &format!("{base}?sinceSeconds=2")).1);
     assert!(
         !since.is_empty() && since.len() < 80 && since.len() < all_n.len(),
         "{} lines in the last 2 s",
@@ -222,16 +220,16 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     );
 
     // Errors as the kubelet's.
-    let (code, body) = get(&a, "/containerLogs/default/nope/main");
+    let (code, body) = get_with_code(&a, "/containerLogs/default/nope/main");
     assert_eq!((code, body.trim()), (404, "pod \"nope\" does not exist"));
-    let (code, body) = get(&a, "/containerLogs/default/chatty-e2e-node/db");
+    let (code, body) = get_with_code(&a, "/containerLogs/default/chatty-e2e-node/db");
     assert_eq!(
         (code, body.trim()),
         (404, "container \"db\" not found in pod \"chatty-e2e-node\"")
     );
-    assert_eq!(get(&a, &format!("{base}?tailLines=abc")).0, 400);
-    assert_eq!(get(&a, &format!("{base}?tailLines=-1")).0, 422);
-    let (code, body) = get(&a, &format!("{base}?previous=true"));
+    assert_eq!(get_with_code(&a, &format!("{base}?tailLines=abc")).0, 400);
+    assert_eq!(get_with_code(&a, &format!("{base}?tailLines=-1")).0, 422);
+    let (code, body) = get_with_code(&a, &format!("{base}?previous=true"));
     assert_eq!(code, 400);
     assert!(
         body.contains("previous terminated container \"main\""),
@@ -271,9 +269,11 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
         })
     });
     let rbase = "/containerLogs/default/restarter-e2e-node/main";
-    let (code, prev) = get(&a, &format!("{rbase}?previous=true"));
+    let (code, prev) = get_with_code(&a, &format!("{rbase}?previous=true"));
     assert_eq!((code, prev.as_str()), (200, "run 1\n"));
-    a.wait_for("the second run's line", T, |a| get(a, rbase).1 == "run 2\n");
+    a.wait_for("the second run's line", T, |a| {
+        get_with_code(a, rbase).1 == "run 2\n"
+    });
 
     // The same through `picolet logs`.
     let (ok, out, err) = cli(&a, &["chatty-e2e-node", "main", "--tail", "4"]);
@@ -298,7 +298,7 @@ fn container_logs_rotate_and_read_back_through_the_api_and_the_cli() {
     assert!(!n.is_empty() && n.len() < 80 && consecutive(&n), "{out}");
     let (ok, out, err) = cli(&a, &["restarter-e2e-node", "main", "-p"]);
     assert!(ok, "{err}");
-    assert_eq!(out, get(&a, &format!("{rbase}?previous=true")).1);
+    assert_eq!(out, get_with_code(&a, &format!("{rbase}?previous=true")).1);
     assert!(out.starts_with("run "), "{out}");
     let (ok, _, err) = cli(&a, &["nope", "main"]);
     assert!(!ok);

@@ -5,50 +5,18 @@
 //! never skips, when containerd, runc or busybox are missing (`scripts/install-deps.sh`
 //! installs them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/prom.rs"]
-mod prom;
+mod support;
+
+use support::pods::{container, manifest};
+use support::{agent, containerd, prom};
 
 use std::time::Duration;
 
 use agent::{Agent, test_dir};
 use containerd::ScratchContainerd;
-use serde_json::{Value, json};
+use serde_json::json;
 
-const IMAGE: &str = "picolet.local/busybox:1";
 const T: Duration = Duration::from_secs(90);
-
-fn container(name: &str, script: &str) -> Value {
-    json!({"name": name, "image": IMAGE, "command": ["sh", "-c", script]})
-}
-
-fn manifest(name: &str, spec: Value) -> String {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}).to_string()
-}
-
-fn status(a: &Agent, pod: &str) -> Value {
-    a.pod(pod).map(|p| p["status"].clone()).unwrap_or_default()
-}
-
-fn restarts(a: &Agent, pod: &str) -> i64 {
-    status(a, pod)["containerStatuses"][0]["restartCount"]
-        .as_i64()
-        .unwrap_or(-1)
-}
-
-fn condition(a: &Agent, pod: &str, t: &str) -> String {
-    status(a, pod)["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == t)
-        .and_then(|c| c["status"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
 
 /// Many probed pods started at once: the relists catch some containers between CreateContainer
 /// and StartContainer, and no probe may count that against them. Each container stays healthy
@@ -85,11 +53,11 @@ fn many_probed_pods_started_at_once_are_never_restarted() {
     }
     let names: Vec<String> = (0..PODS).map(|i| format!("storm{i}")).collect();
     a.wait_for("every pod ready", T, |a| {
-        names.iter().all(|n| condition(a, n, "Ready") == "True")
+        names.iter().all(|n| a.condition(n, "Ready") == "True")
     });
     // Past the liveness probes' initial delay and a few periods.
     std::thread::sleep(Duration::from_secs(8));
-    let counts: Vec<(String, i64)> = names.iter().map(|n| (n.clone(), restarts(&a, n))).collect();
+    let counts: Vec<(String, i64)> = names.iter().map(|n| (n.clone(), a.restarts(n))).collect();
     let restarted: Vec<&(String, i64)> = counts.iter().filter(|(_, r)| *r != 0).collect();
     let log = a.log_text();
     assert!(

@@ -5,13 +5,11 @@
 //! again), and its peak RSS stays bounded. Each test prints the CPU the input cost and the peak
 //! RSS (`cargo test --test hostile -- --nocapture` shows them).
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
+
+use support::{IMAGE, Pod, agent, fake_cri, full, run, start_agent, until};
 
 use std::fs;
-use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,7 +19,6 @@ use agent::Agent;
 use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
 
-const IMAGE: &str = "picolet.local/busybox:1";
 /// CPU picolet may use in the idle window (5 s, 5 re-lists of the directory): a tenth of that
 /// time. An input re-parsed at every re-list costs far more than this; an idle picolet uses
 /// a few milliseconds.
@@ -29,17 +26,6 @@ const IDLE_WINDOW: Duration = Duration::from_secs(5);
 const IDLE_CPU_MAX: Duration = Duration::from_millis(500);
 /// Peak RSS allowed after any one input (picolet idles at about 5 MiB).
 const PEAK_RSS_MAX_KIB: u64 = 96 * 1024;
-
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
-
-fn pod_yaml(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  \
-         containers:\n  - name: main\n    image: {IMAGE}\n    command: [sleep, \"3600\"]\n"
-    )
-}
 
 /// utime + stime of a process, from /proc.
 fn cpu_time(pid: u32) -> Duration {
@@ -60,36 +46,6 @@ fn status_field(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
         .unwrap()
-}
-
-fn running_container(fake: &FakeCri, pod: &str) -> Option<String> {
-    let name = format!("{pod}-e2e-node");
-    fake.containers()
-        .into_iter()
-        .filter(|c| c.config.labels.get("io.kubernetes.pod.name") == Some(&name))
-        .filter(|c| c.state == ContainerState::ContainerRunning)
-        .map(|c| c.id)
-        .next()
-}
-
-/// Polls `cond` without blocking the executor the fake runtime is served on.
-async fn until(a: &Arc<Agent>, what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond().await {
-            return;
-        }
-        rt::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log (tail) ---\n{}",
-        tail(&a.log_text(), 40)
-    );
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 async fn get(a: &Arc<Agent>, path: &'static str) -> Option<String> {
@@ -139,25 +95,29 @@ fn scenario_with(
         let tmp = TempDir::new(tag);
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
-        let a = {
-            let (dir, endpoint) = (tmp.path().join("a"), fake.endpoint());
-            // Room for the 2,001 pods of the many-manifests scenario (the default admits 110).
-            let extra = vec![
-                "--file-check-frequency".to_owned(),
-                "1s".to_owned(),
-                "--max-pods=2100".to_owned(),
-            ];
-            Arc::new(rt::unblock(move || Agent::start_with(&dir, &endpoint, &extra)).await)
-        };
-        a.write_manifest("steady.yaml", &pod_yaml("steady"));
+        // Room for the 2,001 pods of the many-manifests scenario (the default admits 110).
+        let extra = [
+            "--file-check-frequency".to_owned(),
+            "1s".to_owned(),
+            "--max-pods=2100".to_owned(),
+        ];
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &extra).await;
+        a.write_manifest("steady.yaml", &Pod::new("steady").yaml());
         until(
             &a,
             "the steady pod running",
             Duration::from_secs(30),
-            async || running_container(&fake, "steady").is_some(),
+            async || {
+                fake.running_container_of(&full("steady"))
+                    .map(|c| c.id)
+                    .is_some()
+            },
         )
         .await;
-        let steady = running_container(&fake, "steady").unwrap();
+        let steady = fake
+            .running_container_of(&full("steady"))
+            .map(|c| c.id)
+            .unwrap();
         let pid = a.pid();
         let cpu0 = cpu_time(pid);
         let t0 = Instant::now();
@@ -187,7 +147,10 @@ fn scenario_with(
                     Duration::from_secs(60),
                     async || {
                         entry(&a, name).await.is_some_and(|m| m["error"].is_null())
-                            && running_container(&fake, pod).is_some()
+                            && fake
+                                .running_container_of(&full(pod))
+                                .map(|c| c.id)
+                                .is_some()
                     },
                 )
                 .await
@@ -219,7 +182,9 @@ fn scenario_with(
             "picolet healthy"
         );
         assert_eq!(
-            running_container(&fake, "steady").as_deref(),
+            fake.running_container_of(&full("steady"))
+                .map(|c| c.id)
+                .as_deref(),
             Some(steady.as_str()),
             "the valid pod beside the input keeps its container"
         );
@@ -250,7 +215,7 @@ fn deeply_nested_unknown_field() {
         "deep.yaml",
         Expect::Error("nested deeper than the limit"),
         |dir| {
-            let mut s = pod_yaml("deep");
+            let mut s = Pod::new("deep").yaml();
             s.push_str("x: ");
             s.push_str(&"[".repeat(100_000));
             s.push_str(&"]".repeat(100_000));
@@ -263,7 +228,7 @@ fn deeply_nested_unknown_field() {
 #[test]
 fn eleven_megabyte_file() {
     scenario("big", "big.yaml", Expect::Error("larger than"), |dir| {
-        let mut s = pod_yaml("big");
+        let mut s = Pod::new("big").yaml();
         s.push_str("# ");
         s.push_str(&"x".repeat(11 * 1024 * 1024));
         s.push('\n');
@@ -300,7 +265,7 @@ fn invalid_utf8() {
         "utf8.yaml",
         Expect::Error("not valid UTF-8"),
         |dir| {
-            let mut s = pod_yaml("utf8").into_bytes();
+            let mut s = Pod::new("utf8").yaml().into_bytes();
             s.extend_from_slice(b"  labels: {app: \xff\xfe}\n");
             fs::write(dir.join("utf8.yaml"), s).unwrap();
         },
@@ -347,7 +312,7 @@ fn unreadable_file() {
     };
     scenario("mode000", "locked.yaml", expect, |dir| {
         let p = dir.join("locked.yaml");
-        fs::write(&p, pod_yaml("locked")).unwrap();
+        fs::write(&p, Pod::new("locked").yaml()).unwrap();
         fs::set_permissions(&p, fs::Permissions::from_mode(0o000)).unwrap();
     });
 }
@@ -356,7 +321,11 @@ fn unreadable_file() {
 fn directory_with_a_manifest_name() {
     scenario("dir", "x.yaml", Expect::Error("is a directory"), |dir| {
         fs::create_dir(dir.join("x.yaml")).unwrap();
-        fs::write(dir.join("x.yaml").join("inner.yaml"), pod_yaml("inner")).unwrap();
+        fs::write(
+            dir.join("x.yaml").join("inner.yaml"),
+            Pod::new("inner").yaml(),
+        )
+        .unwrap();
     });
 }
 
@@ -380,7 +349,7 @@ fn two_thousand_manifests_at_once() {
             for i in 0..2000 {
                 fs::write(
                     staging.join(format!("m{i}.yaml")),
-                    pod_yaml(&format!("m{i}")),
+                    Pod::new(&format!("m{i}")).yaml(),
                 )
                 .unwrap();
             }
@@ -396,7 +365,7 @@ fn two_thousand_manifests_at_once() {
 fn manifest_renamed_in_place_hundreds_of_times() {
     scenario("rename", "b.yaml", Expect::Runs("hop"), |dir| {
         let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
-        fs::write(&a, pod_yaml("hop")).unwrap();
+        fs::write(&a, Pod::new("hop").yaml()).unwrap();
         for _ in 0..300 {
             fs::rename(&a, &b).unwrap();
             fs::rename(&b, &a).unwrap();

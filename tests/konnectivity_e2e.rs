@@ -18,14 +18,9 @@
 //! for a client certificate of that CA (the node's own). Needs Go (the server's and the control
 //! plane's build), openssl and a containerd: without one the test fails, naming it.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/control_plane.rs"]
-mod control_plane;
-#[path = "support/relay.rs"]
-mod relay;
+mod support;
+
+use support::{IMAGE, NODE, agent, cluster_wait, containerd, control_plane, relay};
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -33,11 +28,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent::{Agent, free_port, test_dir};
-use containerd::{BUSYBOX_IMAGE, ScratchContainerd};
+use containerd::ScratchContainerd;
 use control_plane::{ControlPlane, NodeKey, Options};
 use relay::Relay;
 
-const NODE: &str = "e2e-node"; // (the name tests/support/agent.rs gives picolet)
 /// TEST-NET-1: never routed.
 const NODE_IP: &str = "192.0.2.10";
 /// `kubectl exec` at once, each its own tunnel over the one agent stream.
@@ -249,16 +243,8 @@ impl Drop for ProxyServer {
     }
 }
 
-fn kubectl(cp: &ControlPlane, args: &[&str]) -> control_plane::Kubectl {
-    cp.kubectl_with(&cp.admin_kubeconfig(), args, None)
-}
-
-fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, f: impl FnMut() -> bool) {
-    cp.wait_until(what, limit, &|| a.log_text(), f);
-}
-
 fn exec_echo(cp: &ControlPlane, word: &str) -> control_plane::Kubectl {
-    kubectl(cp, &["exec", "web", "-c", "talker", "--", "echo", word])
+    cp.admin_run(&["exec", "web", "-c", "talker", "--", "echo", word], None)
 }
 
 #[test]
@@ -346,8 +332,8 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         ),
     ];
     let mut a = Agent::start_configured(&dir.join("a"), &c.endpoint(), &args, "");
-    let jsonpath = |args: &[&str]| kubectl(&cp, args).stdout.trim().to_owned();
-    wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
+    let jsonpath = |args: &[&str]| cp.admin_run(args, None).stdout.trim().to_owned();
+    cluster_wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
         jsonpath(&[
             "get",
             "node",
@@ -375,20 +361,20 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
 
     cp.admin_stdin(
         &["apply", "-f", "-"],
-        &POD.replace("BUSYBOX", BUSYBOX_IMAGE).replace("NODE", NODE),
+        &POD.replace("BUSYBOX", IMAGE).replace("NODE", NODE),
     );
-    wait("pod web Running", Duration::from_secs(90), &a, &cp, || {
+    cluster_wait("pod web Running", Duration::from_secs(90), &a, &cp, || {
         jsonpath(&["get", "pod", "web", "-o", "jsonpath={.status.phase}"]) == "Running"
     });
 
     // kubectl logs through the tunnel.
-    wait(
+    cluster_wait(
         "kubectl logs through the tunnel",
         Duration::from_secs(30),
         &a,
         &cp,
         || {
-            kubectl(&cp, &["logs", "web", "-c", "talker", "--tail=3"])
+            cp.admin_run(&["logs", "web", "-c", "talker", "--tail=3"], None)
                 .stdout
                 .lines()
                 .filter(|l| l.starts_with("line "))
@@ -426,9 +412,9 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
 
     // The node proxy paths metrics-server scrapes, through the apiserver and so the tunnel.
     let raw = |path: &str| {
-        kubectl(
-            &cp,
+        cp.admin_run(
             &["get", "--raw", &format!("/api/v1/nodes/{NODE}/proxy{path}")],
+            None,
         )
     };
     let r = raw("/metrics/resource");
@@ -502,7 +488,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         "without the server, kubectl exec fails: {}",
         r.stderr.lines().last().unwrap_or("")
     );
-    let logs = kubectl(&cp, &["logs", "web", "-c", "talker", "--tail=1"]);
+    let logs = cp.admin_run(&["logs", "web", "-c", "talker", "--tail=1"], None);
     assert!(
         !logs.success,
         "logs worked without the tunnel:\n{}",
@@ -563,14 +549,14 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         cut.elapsed(),
         r.stderr.lines().last().unwrap_or("")
     );
-    wait(
+    cluster_wait(
         "the agent noticing the cut",
         Duration::from_secs(10),
         &a,
         &cp,
         || notices(&a.log_text()) > noticed,
     );
-    wait(
+    cluster_wait(
         "the agent dialing during the cut",
         Duration::from_secs(10),
         &a,
@@ -663,7 +649,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
         "--proxy-allowed-destinations=localhost:{ms_port},127.0.0.1:{ms_port}"
     ));
     a.restart_with(&with_ms);
-    wait(
+    cluster_wait(
         "exec through the tunnel's TCP frontend",
         Duration::from_secs(60),
         &a,
@@ -679,8 +665,8 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
     let t0 = Instant::now();
     let top = loop {
         // Two scrapes make a rate; `kubectl top` fails until then.
-        let node = kubectl(&cp, &["top", "node", NODE]);
-        let pod = kubectl(&cp, &["top", "pod", "web", "--containers"]);
+        let node = cp.admin_run(&["top", "node", NODE], None);
+        let pod = cp.admin_run(&["top", "pod", "web", "--containers"], None);
         if node.success
             && node.stdout.lines().any(|l| l.starts_with(NODE))
             && pod.success
@@ -767,7 +753,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
             .filter(|f| !f.starts_with("--egress-selector-config-file"))
             .collect();
         cp.start_apiserver(&apiserver);
-        wait(
+        cluster_wait(
             "the node's InternalIP 127.0.0.1",
             Duration::from_secs(60),
             &a,
@@ -782,7 +768,7 @@ fn kubectl_reaches_an_unroutable_node_through_the_konnectivity_tunnel() {
                 ]) == "127.0.0.1"
             },
         );
-        wait("exec direct", Duration::from_secs(30), &a, &cp, || {
+        cluster_wait("exec direct", Duration::from_secs(30), &a, &cp, || {
             exec_echo(&cp, "direct").stdout == "direct\n"
         });
         let direct = exec_latency(&cp, "direct");

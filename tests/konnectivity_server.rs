@@ -8,10 +8,9 @@
 //! Needs Go (the server's build); without it the test fails, naming it. The apiserver and
 //! kubectl through the tunnel are not part of this test.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/control_plane.rs"]
-mod control_plane;
+mod support;
+
+use support::{agent, control_plane};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

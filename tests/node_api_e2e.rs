@@ -7,30 +7,17 @@
 //! ServiceAccount without and with RBAC on `nodes/proxy`, the apiserver's own certificate. These
 //! tests fail, never skip, when a prerequisite is missing.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/control_plane.rs"]
-mod control_plane;
+mod support;
+
+use support::{IMAGE, NODE, agent, cluster_wait, containerd, control_plane};
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent::{Agent, free_port, test_dir};
-use containerd::{BUSYBOX_IMAGE, ScratchContainerd};
+use containerd::ScratchContainerd;
 use control_plane::{ControlPlane, NodeKey, Options};
-
-const NODE: &str = "e2e-node";
-
-fn wait(what: &str, limit: Duration, a: &Agent, cp: &ControlPlane, f: impl FnMut() -> bool) {
-    cp.wait_until(what, limit, &|| a.log_text(), f);
-}
-
-fn kubectl(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> control_plane::Kubectl {
-    cp.kubectl_with(&cp.admin_kubeconfig(), args, stdin)
-}
 
 /// curl against the node API, verifying its serving certificate with the cluster CA; returns
 /// the status code and the body.
@@ -134,9 +121,8 @@ fn start_node(
 /// returns once the Node is Ready.
 fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) {
     let (cp, c, a, port) = start_node(dir, Serving::ClusterCa);
-    wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
-        kubectl(
-            &cp,
+    cluster_wait("the node Ready", Duration::from_secs(60), &a, &cp, || {
+        cp.admin_run(
             &[
                 "get",
                 "node",
@@ -157,7 +143,7 @@ fn join(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Agent, u16) 
 fn kubectl_reaches_pods_through_the_node_api() {
     let dir = test_dir("node-api");
     let (cp, _c, a, port) = join(&dir);
-    let jsonpath = |args: &[&str]| kubectl(&cp, args, None).stdout.trim().to_owned();
+    let jsonpath = |args: &[&str]| cp.admin_run(args, None).stdout.trim().to_owned();
     // Where the apiserver finds the node API, and the version it is tested against.
     assert_eq!(
         jsonpath(&[
@@ -178,31 +164,29 @@ fn kubectl_reaches_pods_through_the_node_api() {
     ]);
     assert!(version.starts_with("v1.37.2-picolet."), "{version}");
 
-    kubectl(
-        &cp,
-        &["apply", "-f", "-"],
-        Some(&POD.replace("BUSYBOX", BUSYBOX_IMAGE)),
-    )
-    .ok();
-    wait("pod web Running", Duration::from_secs(90), &a, &cp, || {
+    cp.admin_run(&["apply", "-f", "-"], Some(&POD.replace("BUSYBOX", IMAGE)))
+        .ok();
+    cluster_wait("pod web Running", Duration::from_secs(90), &a, &cp, || {
         jsonpath(&["get", "pod", "web", "-o", "jsonpath={.status.phase}"]) == "Running"
     });
 
     // kubectl logs, through the apiserver: the tail is exactly what was asked.
-    wait(
+    cluster_wait(
         "a few lines logged",
         Duration::from_secs(20),
         &a,
         &cp,
         || {
-            kubectl(&cp, &["logs", "web", "-c", "talker"], None)
+            cp.admin_run(&["logs", "web", "-c", "talker"], None)
                 .stdout
                 .lines()
                 .count()
                 >= 5
         },
     );
-    let tail = kubectl(&cp, &["logs", "web", "-c", "talker", "--tail=2"], None).ok();
+    let tail = cp
+        .admin_run(&["logs", "web", "-c", "talker", "--tail=2"], None)
+        .ok();
     let lines: Vec<&str> = tail.lines().collect();
     assert_eq!(lines.len(), 2, "{tail:?}");
     assert!(lines.iter().all(|l| l.starts_with("line ")), "{tail:?}");
@@ -236,8 +220,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
     assert!(followed.lines().count() >= 6, "followed only {followed:?}");
 
     // kubectl exec: output of both streams, the exit code, stdin piped in.
-    let r = kubectl(
-        &cp,
+    let r = cp.admin_run(
         &[
             "exec",
             "web",
@@ -254,14 +237,13 @@ fn kubectl_reaches_pods_through_the_node_api() {
     assert_eq!(r.stdout, "out\n", "{}", r.describe());
     assert!(r.stderr.contains("err"), "{}", r.describe());
     assert!(r.stderr.contains("exit code 3"), "{}", r.describe());
-    let r = kubectl(
-        &cp,
+    let r = cp.admin_run(
         &["exec", "-i", "web", "-c", "talker", "--", "cat"],
         Some("piped through stdin\n"),
     );
     assert_eq!(r.stdout, "piped through stdin\n", "{}", r.describe());
     // A container that does not exist: the node API's 404 text reaches kubectl.
-    let r = kubectl(&cp, &["exec", "web", "-c", "nope", "--", "true"], None);
+    let r = cp.admin_run(&["exec", "web", "-c", "nope", "--", "true"], None);
     assert!(!r.success);
 
     // kubectl attach: the running process's output.
@@ -328,8 +310,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         Some(&b""[..]),
         "no answer from a closed port"
     );
-    let r = kubectl(
-        &cp,
+    let r = cp.admin_run(
         &["exec", "web", "-c", "talker", "--", "echo", "still"],
         None,
     );
@@ -355,8 +336,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
     // kubectl cp (exec and tar) both ways.
     let here = dir.join("copied");
     std::fs::write(dir.join("up.txt"), "copied up\n").unwrap();
-    kubectl(
-        &cp,
+    cp.admin_run(
         &[
             "cp",
             "-c",
@@ -367,8 +347,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         None,
     )
     .ok();
-    kubectl(
-        &cp,
+    cp.admin_run(
         &[
             "cp",
             "-c",
@@ -393,8 +372,9 @@ fn kubectl_reaches_pods_through_the_node_api() {
     );
     assert_eq!(code, 401);
     // A ServiceAccount without RBAC on the node: 403 with the kubelet's text.
-    kubectl(&cp, &["create", "serviceaccount", "watcher"], None).ok();
-    let token = kubectl(&cp, &["create", "token", "watcher"], None).ok();
+    cp.admin_run(&["create", "serviceaccount", "watcher"], None)
+        .ok();
+    let token = cp.admin_run(&["create", "token", "watcher"], None).ok();
     let bearer = format!("Authorization: Bearer {}", token.trim());
     let (code, body) = curl(&cp, port, "/pods", &["-H", &bearer]);
     assert_eq!(code, 403, "{body}");
@@ -403,8 +383,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         "{body}"
     );
     // Given nodes/proxy, the same token reads the pods (after the 30 s the denial is cached).
-    kubectl(
-        &cp,
+    cp.admin_run(
         &[
             "create",
             "clusterrole",
@@ -415,8 +394,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         None,
     )
     .ok();
-    kubectl(
-        &cp,
+    cp.admin_run(
         &[
             "create",
             "clusterrolebinding",
@@ -427,7 +405,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
         None,
     )
     .ok();
-    wait(
+    cluster_wait(
         "the token allowed /pods",
         Duration::from_secs(60),
         &a,
@@ -524,17 +502,14 @@ fn kubectl_reaches_pods_through_the_node_api() {
     for r in ["Starting=", "NodeReady=", "NodeHasSufficientMemory="] {
         assert!(node_events.contains(r), "{r} not in {node_events}");
     }
-    kubectl(
-        &cp,
-        &["apply", "-f", "-"],
+    cp.admin_run(&["apply", "-f", "-"],
         Some(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: crasher\n  namespace: default\nspec:\n  \
              nodeName: {NODE}\n  tolerations:\n  - operator: Exists\n  containers:\n  - name: main\n    \
-             image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, 'exit 1']\n"
-        )),
-    )
+             image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [sh, -c, 'exit 1']\n"
+        )),)
     .ok();
-    wait(
+    cluster_wait(
         "a crash loop counted in one BackOff event",
         Duration::from_secs(90),
         &a,
@@ -549,12 +524,13 @@ fn kubectl_reaches_pods_through_the_node_api() {
             backoffs.len() == 1 && backoffs[0] >= 2
         },
     );
-    let described = kubectl(&cp, &["describe", "pod", "crasher"], None).ok();
+    let described = cp.admin_run(&["describe", "pod", "crasher"], None).ok();
     assert!(
         described.contains("Back-off restarting failed container main"),
         "{described}"
     );
-    kubectl(&cp, &["delete", "pod", "crasher", "--wait=false"], None).ok();
+    cp.admin_run(&["delete", "pod", "crasher", "--wait=false"], None)
+        .ok();
 
     // Nothing restarted along the way.
     let restarts = jsonpath(&[
@@ -589,21 +565,17 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
     let dir = test_dir("node-api-top");
     let (cp, _c, a, _port) = join(&dir);
     // A container that uses some CPU and holds some memory (a 16 MiB file in its tmpfs).
-    kubectl(
-        &cp,
-        &["apply", "-f", "-"],
+    cp.admin_run(&["apply", "-f", "-"],
         Some(&format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: busy\n  namespace: default\nspec:\n  \
              nodeName: {NODE}\n  terminationGracePeriodSeconds: 1\n  tolerations:\n  - operator: Exists\n  \
-             containers:\n  - name: spin\n    image: {BUSYBOX_IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
+             containers:\n  - name: spin\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
              command: [sh, -c, 'dd if=/dev/zero of=/dev/shm/fill bs=1M count=16; \
              while true; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.1; done']\n"
-        )),
-    )
+        )),)
     .ok();
-    wait("pod busy Running", Duration::from_secs(90), &a, &cp, || {
-        kubectl(
-            &cp,
+    cluster_wait("pod busy Running", Duration::from_secs(90), &a, &cp, || {
+        cp.admin_run(
             &["get", "pod", "busy", "-o", "jsonpath={.status.phase}"],
             None,
         )
@@ -615,7 +587,7 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
     // metrics-server needs two scrapes for a rate; `kubectl top` fails until then.
     let t0 = Instant::now();
     let node = loop {
-        let top = kubectl(&cp, &["top", "node", NODE], None);
+        let top = cp.admin_run(&["top", "node", NODE], None);
         if let Some(row) = top_row(&top.stdout, NODE) {
             break row;
         }
@@ -631,7 +603,7 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
     assert!(node.0 > 0 && node.1 > 0, "node figures {node:?}");
     let t0 = Instant::now();
     let pod = loop {
-        let top = kubectl(&cp, &["top", "pod", "busy", "--containers"], None);
+        let top = cp.admin_run(&["top", "pod", "busy", "--containers"], None);
         // --containers: POD NAME CPU MEMORY
         let row = top
             .stdout
@@ -665,23 +637,21 @@ fn kubectl_top_shows_the_node_and_its_pods_through_metrics_server() {
 fn the_serving_certificate_comes_from_the_cluster_by_csr() {
     let dir = test_dir("node-api-csr");
     let (cp, _c, a, port) = start_node(&dir, Serving::ByCsr);
-    let serving_csr = || {
-        kubectl(
-            &cp,
-            &[
+    let serving_csr =
+        || {
+            cp.admin_run(&[
                 "get",
                 "csr",
                 "-o",
                 "jsonpath={range .items[?(@.spec.signerName==\"kubernetes.io/kubelet-serving\")]}\
                  {.metadata.name} {.spec.username}{\"\\n\"}{end}",
             ],
-            None,
-        )
+            None,)
         .stdout
         .trim()
         .to_owned()
-    };
-    wait("the serving CSR", Duration::from_secs(60), &a, &cp, || {
+        };
+    cluster_wait("the serving CSR", Duration::from_secs(60), &a, &cp, || {
         !serving_csr().is_empty()
     });
     let line = serving_csr();
@@ -691,8 +661,8 @@ fn the_serving_certificate_comes_from_the_cluster_by_csr() {
     let (code, _) = curl(&cp, port, "/healthz", &[]);
     assert_eq!(code, 0, "no TLS with the self-signed certificate");
     // Upstream's controller manager leaves serving CSRs to an operator.
-    kubectl(&cp, &["certificate", "approve", name], None).ok();
-    wait(
+    cp.admin_run(&["certificate", "approve", name], None).ok();
+    cluster_wait(
         "the issued certificate served",
         Duration::from_secs(60),
         &a,

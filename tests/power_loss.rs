@@ -13,10 +13,9 @@
 //! order is checked step by step in `atomic_file`'s unit tests, and is what a real power cut
 //! needs from ext4, f2fs or btrfs.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
+mod support;
+
+use support::{agent, fake_apiserver};
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -30,7 +29,7 @@ const ROUNDS: usize = 60;
 /// Big enough that a save takes a while (and a kill lands inside one), within every limit.
 const PAD: usize = 768 * 1024;
 
-fn manifest(name: &str, version: u64) -> String {
+fn padded_manifest(name: &str, version: u64) -> String {
     let pad: String =
         std::iter::repeat_n(char::from(b'a' + u8::try_from(version % 26).unwrap()), PAD).collect();
     // The bulk is a comment: the saved copy is the file's text, and a comment passes every
@@ -53,7 +52,7 @@ fn writer(dir: PathBuf, versions: Versions, stop: Arc<AtomicBool>) -> std::threa
         while !stop.load(Ordering::Relaxed) {
             let i = usize::try_from(v).unwrap() % FILES;
             let (name, path) = (format!("p{i}"), dir.join(format!("p{i}.yaml")));
-            let content = manifest(&name, v);
+            let content = padded_manifest(&name, v);
             versions
                 .lock()
                 .unwrap()

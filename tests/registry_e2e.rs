@@ -10,12 +10,9 @@
 //! Needs root, containerd, Go (the registry's build), openssl, htpasswd (apache2-utils) and
 //! skopeo (scripts/install-deps.sh); a missing one fails the test, naming it.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/containerd.rs"]
-mod containerd;
-#[path = "support/control_plane.rs"]
-mod control_plane;
+mod support;
+
+use support::{NODE, Pod, agent, containerd, control_plane, describe, file_tail};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,21 +26,12 @@ use control_plane::{ControlPlane, NodeKey, Options};
 const USER: &str = "edge-puller";
 const PASSWORD: &str = "pw-Reg1stry-7";
 
-fn describe(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn must(what: &str, cmd: &mut Command) -> Output {
     let out = cmd
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {what} (scripts/install-deps.sh installs it): {e}"));
-    assert!(out.status.success(), "{}", describe(what, &out));
+    assert!(out.status.success(), "{what}: {}", describe(&out));
     out
 }
 
@@ -64,9 +52,7 @@ impl Drop for Registry {
 
 impl Registry {
     fn log_tail(&self) -> String {
-        let log = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        file_tail(&self.log, 30)
     }
 
     /// Builds the registry if the cache lacks it, makes a CA and a server certificate for
@@ -236,14 +222,6 @@ fn busybox_archive(c: &ScratchContainerd) -> PathBuf {
         .expect("no busybox-*.tar in the scratch containerd's image cache")
 }
 
-fn pod_yaml(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  \
-         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: {image}\n    \
-         imagePullPolicy: Always\n    command: [sleep, '3600']\n"
-    )
-}
-
 fn waiting(a: &Agent, pod: &str) -> (String, String) {
     let p = a.pod(pod).unwrap_or_default();
     let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
@@ -269,7 +247,10 @@ fn a_static_pod_pulls_from_a_private_registry_with_the_nodes_config_json() {
     let image = format!("{}/edge/busybox:1", reg.host);
 
     let a = Agent::start(&dir.join("a"), &c.endpoint());
-    a.write_manifest("private.yaml", &pod_yaml("private", &image));
+    a.write_manifest(
+        "private.yaml",
+        &Pod::new("private").image(&image).pull_always().yaml(),
+    );
     // No credentials: the pull is anonymous and the registry refuses it, which the waiting
     // state names (containerd 1.6 with the registry's 401, 2.x as "authorization failed").
     a.wait_for(
@@ -307,9 +288,7 @@ fn a_static_pod_pulls_from_a_private_registry_with_the_nodes_config_json() {
     );
 }
 
-const NODE: &str = "e2e-node";
-
-fn api_pod(name: &str, image: &str, secret: &str) -> String {
+fn api_pod_with_secret(name: &str, image: &str, secret: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
          nodeName: {NODE}\n  terminationGracePeriodSeconds: 1\n  tolerations:\n  - operator: Exists\n  \
@@ -360,8 +339,14 @@ fn api_pods_pull_with_their_image_pull_secrets_on_a_real_control_plane() {
         &c.endpoint(),
         &["--kubeconfig".into(), kc.display().to_string()],
     );
-    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("good", &image, "regcred"));
-    cp.admin_stdin(&["apply", "-f", "-"], &api_pod("bad", &image, "wrongcred"));
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &api_pod_with_secret("good", &image, "regcred"),
+    );
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &api_pod_with_secret("bad", &image, "wrongcred"),
+    );
     let get = |args: &[&str]| {
         let mut v: Vec<&str> = args.to_vec();
         v.push("--ignore-not-found");

@@ -4,8 +4,9 @@
 //! (That the pings stop when the loop or the PLEG stalls is shown in the library's tests, under
 //! a fake clock: the PLEG's threshold is 3 minutes of real time here.)
 
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
+mod support;
+
+use support::{IMAGE, fake_cri};
 
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
@@ -15,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use fake_cri::{FakeCri, TempDir};
 use picolet::rt;
-
-const IMAGE: &str = "picolet.local/busybox:1";
 
 /// picolet started as systemd would start it; killed by PID on drop if still running.
 struct Picolet {

@@ -17,16 +17,11 @@
 #   node_dir_cleanup NODE_DIR CGROUP_ROOT                 (after the node and its
 #                                                          pods are gone)
 #
-# The caller defines log and die.
+# The caller sources scripts/lib/common.sh first (log, die, cgroup_mounts).
 
 # The tunables setupKernelTunables may write.
 UPSTREAM_KUBELET_TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
-
-# The mount points of the cgroup hierarchies (v1 controllers and v2).
-cgroup_mounts() {
-    awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } } t == "cgroup" || t == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u
-}
 
 upstream_kubelet_prepare() {
     local dir=$1 cgroup_root=$2 t mnt host=$1/host

@@ -1,14 +1,14 @@
 //! Runs the real picolet binary for end-to-end tests, against a scratch containerd, and reads
 //! its local API. Every process it starts is stopped by PID when the handle drops.
 
-#![allow(dead_code, reason = "each test binary uses a different part")]
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::NODE;
 
 pub struct Agent {
     pub dir: PathBuf,
@@ -41,6 +41,15 @@ pub fn picolet_command() -> Command {
     }
 }
 
+/// `picolet check ARGS...`: whether it succeeded, and its stdout.
+pub fn picolet_check(args: &[&str]) -> (bool, String) {
+    let out = picolet_command().arg("check").args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -61,19 +70,7 @@ impl Agent {
 
     /// Starts picolet with more flags and more KubeletConfiguration fields (YAML lines).
     pub fn start_configured(dir: &Path, endpoint: &str, extra: &[String], config: &str) -> Agent {
-        let manifests = dir.join("manifests");
-        fs::create_dir_all(&manifests).unwrap();
-        let mut a = Agent {
-            dir: dir.to_owned(),
-            manifests,
-            port: free_port(),
-            log: dir.join("picolet.log"),
-            endpoint: endpoint.to_owned(),
-            extra: extra.to_vec(),
-            config: config.to_owned(),
-            env: Vec::new(),
-            child: None,
-        };
+        let mut a = Agent::new(dir, endpoint, extra, config, &[]);
         a.spawn();
         a
     }
@@ -112,21 +109,32 @@ impl Agent {
         extra: &[String],
         env: &[(String, String)],
     ) -> Agent {
+        let mut a = Agent::new(dir, endpoint, extra, "", env);
+        a.launch();
+        a
+    }
+
+    /// The handle of a picolet not started yet, with its manifest directory created.
+    fn new(
+        dir: &Path,
+        endpoint: &str,
+        extra: &[String],
+        config: &str,
+        env: &[(String, String)],
+    ) -> Agent {
         let manifests = dir.join("manifests");
         fs::create_dir_all(&manifests).unwrap();
-        let mut a = Agent {
+        Agent {
             dir: dir.to_owned(),
             manifests,
             port: free_port(),
             log: dir.join("picolet.log"),
             endpoint: endpoint.to_owned(),
             extra: extra.to_vec(),
-            config: String::new(),
+            config: config.to_owned(),
             env: env.to_vec(),
             child: None,
-        };
-        a.launch();
-        a
+        }
     }
 
     /// Waits for the process to end by itself; its exit status (`None` after `limit`).
@@ -196,7 +204,7 @@ impl Agent {
             .arg("--root-dir")
             .arg(self.dir.join("kubelet"))
             .arg("--hostname-override")
-            .arg("e2e-node")
+            .arg(NODE)
             .arg("-v=4")
             .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -301,14 +309,48 @@ impl Agent {
             .unwrap_or_default()
     }
 
-    /// The pod named `<name>-e2e-node` from `/pods`.
+    /// The static pod `name` (`<name>-<node>`) from `/pods`.
     pub fn pod(&self, name: &str) -> Option<serde_json::Value> {
-        let full = format!("{name}-e2e-node");
+        let full = super::full(name);
         self.pods()["items"]
             .as_array()?
             .iter()
             .find(|p| p["metadata"]["name"] == full.as_str())
             .cloned()
+    }
+
+    /// The static pod's `status` (null when `/pods` does not list it).
+    pub fn status(&self, name: &str) -> serde_json::Value {
+        self.pod(name)
+            .map(|p| p["status"].clone())
+            .unwrap_or_default()
+    }
+
+    /// The static pod's phase ("" when `/pods` does not list it).
+    pub fn phase(&self, name: &str) -> String {
+        self.status(name)["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Its first container's restart count (-1 when there is none).
+    pub fn restarts(&self, name: &str) -> i64 {
+        self.status(name)["containerStatuses"][0]["restartCount"]
+            .as_i64()
+            .unwrap_or(-1)
+    }
+
+    /// The status of its condition `type` ("" when it has none).
+    pub fn condition(&self, name: &str, r#type: &str) -> String {
+        self.status(name)["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == r#type)
+            .and_then(|c| c["status"].as_str())
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub fn manifests_report(&self) -> serde_json::Value {

@@ -1,32 +1,27 @@
 //! A private containerd (1.6, CRI plugin on) for end-to-end tests, driven by
 //! `scripts/scratch-containerd.sh`. std only.
 //!
-//! Include it from an integration test with
-//!
-//! ```ignore
-//! #[path = "support/containerd.rs"]
-//! mod containerd;
-//! ```
-//!
 //! Every instance lives under its own directory; `Drop` stops it (containerd, its
 //! shims and pods, its mounts). Missing prerequisites (containerd, runc, the CNI
 //! plugins, busybox-static, root) make `start` panic: such a test fails, it never
 //! skips silently.
 //!
 //! The images `picolet.local/pause:1` (the CRI sandbox image; it sleeps forever)
-//! and `picolet.local/busybox:1` (busybox with sh, sleep, echo, cat, wget, nc, tar,
+//! and `picolet.local/busybox:1` ([`super::IMAGE`]: busybox with sh, sleep, echo, cat, wget, nc, tar,
 //! httpd, ...; default command `sh`) are imported into namespace `k8s.io`.
 //! Pods get addresses in 10.244.77.0/24 on the bridge `picolet0`.
-#![allow(dead_code)]
-
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use super::describe;
+
+/// The script that drives it, under `scripts/`.
+const SCRIPT: &str = "scratch-containerd.sh";
+
 /// The sandbox image the CRI plugin is configured with.
 pub const PAUSE_IMAGE: &str = "picolet.local/pause:1";
-/// A busybox image for workload containers.
-pub const BUSYBOX_IMAGE: &str = "picolet.local/busybox:1";
 /// The containerd namespace of the CRI plugin.
 pub const CRI_NAMESPACE: &str = "k8s.io";
 
@@ -44,16 +39,12 @@ pub struct ScratchContainerd {
     pub socket: PathBuf,
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/scratch-containerd.sh")
-}
-
 fn run_script(action: &str, dir: &Path) -> Output {
     run_script_env(action, dir, &[])
 }
 
 fn run_script_env(action: &str, dir: &Path, env: &[(&str, &Path)]) -> Output {
-    let script = script();
+    let script = super::script(SCRIPT);
     Command::new("bash")
         .arg(&script)
         .arg(action)
@@ -64,22 +55,7 @@ fn run_script_env(action: &str, dir: &Path, env: &[(&str, &Path)]) -> Output {
 }
 
 fn log_tail(dir: &Path, lines: usize) -> String {
-    match fs::read_to_string(dir.join("containerd.log")) {
-        Ok(log) => {
-            let all: Vec<&str> = log.lines().collect();
-            all[all.len().saturating_sub(lines)..].join("\n")
-        }
-        Err(e) => format!("(no log at {}: {e})", dir.join("containerd.log").display()),
-    }
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    super::file_tail(&dir.join("containerd.log"), lines)
 }
 
 /// Quotes a containerd filter value or label key ("..." with \ and " escaped).
@@ -303,6 +279,27 @@ impl ScratchContainerd {
             .collect::<Vec<_>>()
             .join(",");
         self.ids(&["containers", "ls", "-q", &filter])
+    }
+
+    /// Ids of the containers of the pod named `pod` (its `io.kubernetes.pod.name` label, which
+    /// picolet sets; a static pod's is `<name>-<node>`) of this `kind` (`container` or
+    /// `sandbox`), in any state.
+    pub fn pod_containers(&self, pod: &str, kind: &str) -> BTreeSet<String> {
+        self.containers_with_labels(&[
+            ("io.kubernetes.pod.name", pod),
+            ("io.cri-containerd.kind", kind),
+        ])
+        .into_iter()
+        .collect()
+    }
+
+    /// Ids of the pod's containers whose task is running.
+    pub fn running_containers(&self, pod: &str) -> BTreeSet<String> {
+        let running: BTreeSet<String> = self.running_task_ids().into_iter().collect();
+        self.pod_containers(pod, "container")
+            .intersection(&running)
+            .cloned()
+            .collect()
     }
 
     /// Ids of the pod sandboxes' containers (running or not).

@@ -3,13 +3,6 @@
 //! the release pinned in `tests/k8s/go.mod`, on loopback, driven by
 //! `scripts/control-plane.sh`. std only.
 //!
-//! Include it from an integration test with
-//!
-//! ```ignore
-//! #[path = "support/control_plane.rs"]
-//! mod control_plane;
-//! ```
-//!
 //! `start` builds the binaries first if the cache lacks them
 //! (`scripts/k8s-build.sh`: tens of minutes without a cache, well under a
 //! second with one); a missing prerequisite (Go, openssl, iproute2, a failed
@@ -20,14 +13,17 @@
 //! top of the default plugins; each node named at `start` gets client
 //! certificates for user `system:node:<name>` in group `system:nodes`, as a real
 //! node has.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use super::describe;
+
+/// The script that drives it, under `scripts/`.
+const SCRIPT: &str = "control-plane.sh";
 
 /// What `start` brings up.
 #[derive(Debug, Clone, Default)]
@@ -105,26 +101,13 @@ pub struct ControlPlane {
     pub nodes: Vec<String>,
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/control-plane.sh")
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn stop_dir(dir: &Path) -> Result<(), String> {
     let out = Command::new("bash")
-        .arg(script())
+        .arg(super::script(SCRIPT))
         .arg("stop")
         .arg(dir)
         .output()
-        .map_err(|e| format!("cannot run bash {}: {e}", script().display()))?;
+        .map_err(|e| format!("cannot run bash {}: {e}", super::script(SCRIPT).display()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -155,7 +138,7 @@ impl ControlPlane {
                 .unwrap_or_else(|e| panic!("cannot remove {}: {e}", dir.display()));
         }
         let mut cmd = Command::new("bash");
-        cmd.arg(script()).arg("start").arg(&dir);
+        cmd.arg(super::script(SCRIPT)).arg("start").arg(&dir);
         for n in &options.nodes {
             cmd.arg("--node").arg(n);
         }
@@ -187,7 +170,7 @@ impl ControlPlane {
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
             .output()
-            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script().display()));
+            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", super::script(SCRIPT).display()));
         if !out.status.success() {
             let _ = stop_dir(&dir);
             panic!(
@@ -375,6 +358,12 @@ impl ControlPlane {
         }
     }
 
+    /// kubectl as the cluster administrator, with `stdin` if given; returns the run, failed or
+    /// not.
+    pub fn admin_run(&self, args: &[&str], stdin: Option<&str>) -> Kubectl {
+        self.kubectl_with(&self.admin_kubeconfig(), args, stdin)
+    }
+
     /// kubectl as the cluster administrator; panics if it fails.
     pub fn admin(&self, args: &[&str]) -> String {
         self.kubectl_with(&self.admin_kubeconfig(), args, None).ok()
@@ -420,14 +409,10 @@ impl ControlPlane {
     /// The last `lines` lines of one component's log (`etcd`, `kube-apiserver`,
     /// `kube-scheduler`, `kube-controller-manager`).
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
-        let path = self.dir.join("logs").join(format!("{component}.log"));
-        match fs::read_to_string(&path) {
-            Ok(log) => {
-                let all: Vec<&str> = log.lines().collect();
-                all[all.len().saturating_sub(lines)..].join("\n")
-            }
-            Err(e) => format!("(no log at {}: {e})", path.display()),
-        }
+        super::file_tail(
+            &self.dir.join("logs").join(format!("{component}.log")),
+            lines,
+        )
     }
 
     /// Polls `f` every 250 ms until it holds; past `limit`, panics naming `what`, with the
@@ -553,13 +538,7 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     pub fn log_tail(&self, lines: usize) -> String {
-        match fs::read_to_string(&self.log) {
-            Ok(log) => {
-                let all: Vec<&str> = log.lines().collect();
-                all[all.len().saturating_sub(lines)..].join("\n")
-            }
-            Err(e) => format!("(no log at {}: {e})", self.log.display()),
-        }
+        super::file_tail(&self.log, lines)
     }
 }
 

@@ -7,9 +7,6 @@
 //! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
 //! get, update, merge-patch (status subresource with a UID precondition), delete. It is not a
 //! substitute for the real apiserver: the end-to-end cluster tests run one.
-//!
-//! Include it with `#[path = "support/fake_apiserver.rs"] mod fake_apiserver;`.
-#![allow(dead_code, reason = "each test binary uses a different part")]
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

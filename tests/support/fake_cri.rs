@@ -2,13 +2,6 @@
 //! (`picolet::cri::fake::FakeRuntime`, where its behaviour is documented) served over gRPC, for
 //! integration tests of picolet's CRI client and of the picolet binary. No containerd, no root.
 //!
-//! Include it from an integration test with
-//!
-//! ```ignore
-//! #[path = "support/fake_cri.rs"]
-//! mod fake_cri;
-//! ```
-//!
 //! The server is hand-rolled (no tonic server codegen): hyper 1's HTTP/2 server on a
 //! `smol::Async<UnixListener>`, spawned on picolet's own executor (`picolet::rt`), so it must be
 //! started and used on the thread that runs `picolet::rt::block_on` (every test thread has its
@@ -18,7 +11,6 @@
 //! `grpc-message` in the headers) for an error, as grpc-go does. What only a wire shows is kept
 //! here: the `grpc-timeout` each call carried, calls the client abandoned, and a runtime that
 //! stops (its socket goes away, connections drop) and comes back with its state.
-#![allow(dead_code)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -45,7 +37,7 @@ use tonic::Code;
 
 // Each test crate uses its own subset.
 #[allow(unused_imports)]
-pub use picolet::cri::fake::{ContainerState, ExecReply, PodSandboxState};
+pub use picolet::cri::fake::{ContainerState, ExecReply, FakeContainer, PodSandboxState};
 
 /// gRPC status codes, as tonic numbers them.
 pub mod code {
@@ -203,6 +195,27 @@ impl FakeCri {
             .borrow()
             .get(&method_name(method))
             .copied()
+    }
+
+    /// The running containers of the pod named `pod` (its `io.kubernetes.pod.name` label; a
+    /// static pod's is `<name>-<node>`).
+    pub fn running_containers_of(&self, pod: &str) -> Vec<FakeContainer> {
+        self.containers()
+            .into_iter()
+            .filter(|c| {
+                c.config
+                    .labels
+                    .get("io.kubernetes.pod.name")
+                    .map(String::as_str)
+                    == Some(pod)
+                    && c.state == ContainerState::ContainerRunning
+            })
+            .collect()
+    }
+
+    /// A running container of the pod named `pod`.
+    pub fn running_container_of(&self, pod: &str) -> Option<FakeContainer> {
+        self.running_containers_of(pod).into_iter().next()
     }
 }
 

@@ -2,8 +2,6 @@
 //! `prom_check.py` beside this file): the parsed families as JSON, and a sample's value.
 //! Missing Python or prometheus_client fails the test, naming the fix.
 
-#![allow(dead_code, reason = "each test file uses a part")]
-
 use std::io::Write;
 use std::path::Path;
 
