@@ -6,16 +6,10 @@
 //! `PrepareForShutdown(false)`, the lock taken again when logind restarts; without a bus, one
 //! warning and the pods run on.
 
-#[path = "support/agent.rs"]
-mod agent;
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
-#[path = "support/fake_cri.rs"]
-mod fake_cri;
-#[path = "support/private_bus.rs"]
-mod private_bus;
+mod support;
 
-use std::future::Future;
+use support::{IMAGE, agent, fake_apiserver, fake_cri, private_bus, run, until};
+
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,12 +19,6 @@ use fake_apiserver::FakeApi;
 use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
 use private_bus::{FakeLogind, PrivateBus};
-
-const IMAGE: &str = "picolet.local/busybox:1";
-
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    rt::block_on(Box::pin(fut))
-}
 
 fn pod_yaml(name: &str, grace: u32, class: Option<&str>) -> String {
     let class = class.map_or(String::new(), |c| format!("  priorityClassName: {c}\n"));
@@ -47,22 +35,7 @@ fn running(fake: &FakeCri, container: &str) -> bool {
         .any(|c| c.metadata().name == container && c.state == ContainerState::ContainerRunning)
 }
 
-/// Waits (without blocking the executor) until `cond` holds, or panics with picolet's log.
-async fn until(a: &Agent, what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if cond() {
-            return;
-        }
-        rt::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {limit:?} waiting for {what}\n--- picolet log ---\n{}",
-        a.log_text()
-    );
-}
-
-async fn start_agent(
+async fn start_on_bus(
     dir: &std::path::Path,
     endpoint: &str,
     extra: &[String],
@@ -98,7 +71,7 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
         let mut logind = FakeLogind::start(&bus.address, 60_000_000, None);
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
-        let a = start_agent(
+        let a = start_on_bus(
             &tmp.path().join("a"),
             &fake.endpoint(),
             &[],
@@ -116,16 +89,19 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
             &a,
             "the three pods running",
             Duration::from_secs(30),
-            || {
+            async || {
                 ["web-main", "quick-main", "dns-main"]
                     .iter()
                     .all(|c| running(&fake, c))
             },
         )
         .await;
-        until(&a, "picolet's delay lock", Duration::from_secs(20), || {
-            logind.count("inhibit shutdown picolet delay") == 1
-        })
+        until(
+            &a,
+            "picolet's delay lock",
+            Duration::from_secs(20),
+            async || logind.count("inhibit shutdown picolet delay") == 1,
+        )
         .await;
         assert!(a.log_text().contains("holding logind's delay lock"));
         assert_eq!(logind.count("released"), 0, "the lock is held");
@@ -133,9 +109,12 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
         // Each stop takes a second, so the groups' order shows in the runtime's calls.
         fake.set_delay("StopContainer", Duration::from_secs(1));
         logind.send("shutdown true");
-        until(&a, "the lock released", Duration::from_secs(40), || {
-            logind.count("released 1") == 1
-        })
+        until(
+            &a,
+            "the lock released",
+            Duration::from_secs(40),
+            async || logind.count("released 1") == 1,
+        )
         .await;
         let stops = fake.stops();
         let at = |name: &str| {
@@ -211,16 +190,19 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
 
         // Cancelled: the lock is taken again and new pods run.
         logind.send("shutdown false");
-        until(&a, "the lock taken again", Duration::from_secs(20), || {
-            logind.count("inhibit shutdown picolet delay") == 2
-        })
+        until(
+            &a,
+            "the lock taken again",
+            Duration::from_secs(20),
+            async || logind.count("inhibit shutdown picolet delay") == 2,
+        )
         .await;
         a.write_manifest("after.yaml", &pod_yaml("after", 1, None));
         until(
             &a,
             "a pod admitted after the cancel",
             Duration::from_secs(30),
-            || running(&fake, "after-main"),
+            async || running(&fake, "after-main"),
         )
         .await;
         assert!(
@@ -235,7 +217,7 @@ fn a_shutdown_stops_pods_in_order_releases_the_lock_and_a_cancel_admits_again() 
             &a,
             "the lock taken from the restarted logind",
             Duration::from_secs(20),
-            || logind2.count("inhibit shutdown picolet delay") == 1,
+            async || logind2.count("inhibit shutdown picolet delay") == 1,
         )
         .await;
         assert!(
@@ -253,7 +235,7 @@ fn without_a_bus_picolet_warns_once_and_runs_its_pods() {
         let fake = FakeCri::start(tmp.path());
         fake.add_image(IMAGE);
         let nothing = format!("unix:path={}", tmp.path().join("no-bus.sock").display());
-        let a = start_agent(
+        let a = start_on_bus(
             &tmp.path().join("a"),
             &fake.endpoint(),
             &[],
@@ -262,14 +244,17 @@ fn without_a_bus_picolet_warns_once_and_runs_its_pods() {
         )
         .await;
         a.write_manifest("web.yaml", &pod_yaml("web", 1, None));
-        until(&a, "the pod running", Duration::from_secs(30), || {
+        until(&a, "the pod running", Duration::from_secs(30), async || {
             running(&fake, "web-main")
         })
         .await;
         // Attempts at 0, 1, 3 and 7 s: one warning, the rest counted.
-        until(&a, "a fourth attempt", Duration::from_secs(20), || {
-            a.log_text().contains("attempt 4 failed")
-        })
+        until(
+            &a,
+            "a fourth attempt",
+            Duration::from_secs(20),
+            async || a.log_text().contains("attempt 4 failed"),
+        )
         .await;
         let log = a.log_text();
         assert_eq!(
@@ -404,7 +389,7 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
         let dir = tmp.path().join("a");
         std::fs::create_dir_all(&dir).unwrap();
         let kc = api.kubeconfig(&dir);
-        let a = start_agent(
+        let a = start_on_bus(
             &dir,
             &fake.endpoint(),
             &["--kubeconfig".to_owned(), kc.display().to_string()],
@@ -434,7 +419,7 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
             &a,
             "the API pod running and reported",
             Duration::from_secs(30),
-            || {
+            async || {
                 running(&fake, "web-main")
                     && api
                         .get("pods/default/web")
@@ -443,15 +428,21 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
             },
         )
         .await;
-        until(&a, "picolet's delay lock", Duration::from_secs(20), || {
-            logind.count("inhibit shutdown picolet delay") == 1
-        })
+        until(
+            &a,
+            "picolet's delay lock",
+            Duration::from_secs(20),
+            async || logind.count("inhibit shutdown picolet delay") == 1,
+        )
         .await;
         let t0 = Instant::now();
         logind.send("shutdown true");
-        until(&a, "the lock released", Duration::from_secs(30), || {
-            logind.count("released 1") == 1
-        })
+        until(
+            &a,
+            "the lock released",
+            Duration::from_secs(30),
+            async || logind.count("released 1") == 1,
+        )
         .await;
         // Released once the status was in the API, well before the 20 s were up.
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
@@ -476,9 +467,12 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
 
         // Cancelled: Ready again.
         logind.send("shutdown false");
-        until(&a, "the node Ready again", Duration::from_secs(20), || {
-            ready(&api)["status"] == "True"
-        })
+        until(
+            &a,
+            "the node Ready again",
+            Duration::from_secs(20),
+            async || ready(&api)["status"] == "True",
+        )
         .await;
     });
 }
@@ -497,7 +491,7 @@ fn an_offline_node_does_not_wait_for_statuses_it_cannot_post() {
         let dir = tmp.path().join("a");
         std::fs::create_dir_all(&dir).unwrap();
         let kc = api.kubeconfig(&dir);
-        let a = start_agent(
+        let a = start_on_bus(
             &dir,
             &fake.endpoint(),
             &["--kubeconfig".to_owned(), kc.display().to_string()],
@@ -518,7 +512,7 @@ fn an_offline_node_does_not_wait_for_statuses_it_cannot_post() {
             &a,
             "the API pod running and reported",
             Duration::from_secs(30),
-            || {
+            async || {
                 running(&fake, "web-main")
                     && api
                         .get("pods/default/web")
@@ -526,16 +520,22 @@ fn an_offline_node_does_not_wait_for_statuses_it_cannot_post() {
             },
         )
         .await;
-        until(&a, "picolet's delay lock", Duration::from_secs(20), || {
-            logind.count("inhibit shutdown picolet delay") == 1
-        })
+        until(
+            &a,
+            "picolet's delay lock",
+            Duration::from_secs(20),
+            async || logind.count("inhibit shutdown picolet delay") == 1,
+        )
         .await;
         api.set_down(true);
         let t0 = Instant::now();
         logind.send("shutdown true");
-        until(&a, "the lock released", Duration::from_secs(40), || {
-            logind.count("released 1") == 1
-        })
+        until(
+            &a,
+            "the lock released",
+            Duration::from_secs(40),
+            async || logind.count("released 1") == 1,
+        )
         .await;
         assert!(!running(&fake, "web-main"));
         // The pod stopped in about a second; the 30 s were not waited out.

@@ -22,6 +22,7 @@ pub mod control_plane;
 pub mod fake_apiserver;
 pub mod fake_cri;
 pub mod pods;
+pub mod private_bus;
 pub mod prom;
 pub mod relay;
 
