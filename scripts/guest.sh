@@ -35,7 +35,9 @@
 # failed and prints the tail of the guest's console (and the guest's own diagnosis when it
 # still answers). The qemu this script starts is stopped by its PID on every exit.
 set -euo pipefail
-
+# (The whole script is one compound command, read before it runs: editing the file during a
+# run cannot change the run.)
+{
 ROOT=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)
 GUEST_DIR=$ROOT/scripts/guest
 
@@ -143,12 +145,15 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
 
 fail() {
     printf '\nguest: FAILED (%s, boot %d): %s\n' "$ARCH" "$BOOT" "$1" >&2
     if [[ -n $CONSOLE_LOG && -f $CONSOLE_LOG ]]; then
         printf -- '--- last 40 lines of the guest console (%s)\n' "$CONSOLE_LOG" >&2
-        tail -n 40 "$CONSOLE_LOG" | tr -d '\r' | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' >&2
+        # (without systemd's progress spinner of slow jobs)
+        tr '\r' '\n' <"$CONSOLE_LOG" | sed 's/\x1b\[[0-9;]*[A-Za-z]//g' | grep -Ev '^M?\[.{6}\] (A start|A stop)? ?[Jj]ob ' |
+            grep -v '^M*$' | tail -n 40 >&2
     fi
     exit 1
 }
@@ -208,7 +213,8 @@ check() {
         printf '%s\n' "$GX_OUT" >&2
         fail "$what"
     fi
-    [[ -z $GX_OUT ]] || printf '%s\n' "$GX_OUT" | awk -v w="$what" '{ print "  [" w "] " $0 }' >&2
+    log "ok: $what"
+    [[ -z $GX_OUT ]] || printf '%s\n' "$GX_OUT" | sed 's/^/    /' >&2
 }
 
 # wait_off LIMIT_S: until qemu exits by itself (a reboot or poweroff, with -no-reboot).
@@ -259,6 +265,11 @@ manifest bridged "" "" "$LOOP" >"$SHARE/manifests/bridged.yaml"
 manifest limited "  hostNetwork: true
 " "    resources:
       limits: {cpu: 200m, memory: 64Mi}" "$LOOP" >"$SHARE/manifests/limited.yaml"
+# A pod that outgrows its memory limit (the string doubles until its 24Mi are gone).
+manifest hog "  hostNetwork: true
+  restartPolicy: Never
+" "    resources:
+      limits: {memory: 24Mi}" 'a=xxxxxxxxxxxxxxxx; while true; do a=\"$a$a\"; done' >"$SHARE/manifests/hog.yaml"
 # The busy set for the power cuts: a pod that crashes every few seconds, and one whose
 # manifest the guest rewrites every second (each rewrite a new pod for picolet).
 manifest crashy "  hostNetwork: true
@@ -308,6 +319,14 @@ check "the first static pod's container runs" 180 'wait_running 150 web'
 first_pod=$(since "$BOOT_T0")
 check "every static pod runs, once" 180 'wait_running 150 web bridged limited && no_duplicates'
 log "boot 1: qemu started -> first pod running $first_pod s (picolet installed $(awk -v a="$BOOT_T0" -v b="$t_install" 'BEGIN { printf "%.1f", b - a }') s after qemu started)"
+
+# cgroup v2 under the systemd driver, read from the kernel's files.
+check "cgroup v2: the kubepods slices, cpu.max and memory.max of a limited pod" 60 'cgroup_v2'
+check "cgroup v2: a pod over its memory limit is OOMKilled, behind memory.events oom_kill" 240 '
+    cp /mnt/host/manifests/hog.yaml /etc/kubernetes/manifests/
+    oom_killed hog 200 || { diag; exit 1; }
+    rm /etc/kubernetes/manifests/hog.yaml'
+check "cgroup v2: PSI files, and picolet serves them" 60 'psi'
 
 # 2. Upgrade in place: new binary, unit restarted, no pod restarts.
 check "upgrade in place: no pod restarts" 120 '
@@ -377,3 +396,5 @@ fi
 stop_qemu
 PASSED=1
 log "$ARCH: every scenario passed in $(since "$T_ALL") s ($BOOT boots; first pod $first_pod s after qemu started)"
+exit 0
+}

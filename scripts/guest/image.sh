@@ -240,5 +240,14 @@ mkfs.ext4 -q -F -L picolet-guest -d "$r" "$work/out/disk.img" 2G >&2 ||
 } >"$work/out/info"
 rm -rf -- "$IMAGE"
 mv -- "$work/out" "$IMAGE"
+# The cache keeps the two newest images and root file systems per architecture (a run still
+# booting the previous image keeps its backing file).
+prune() { # prune GLOB...: all but the two newest
+    local old=()
+    mapfile -t old < <(ls -1dt -- "$@" 2>/dev/null | tail -n +3)
+    [[ ${#old[@]} -eq 0 ]] || { log "removing older cache entries: ${old[*]##*/}"; rm -rf -- "${old[@]}"; }
+}
+prune "$CACHE"/image-"$ARCH"-*
+prune "$CACHE"/rootfs-"$ARCH"-*.tar.zst
 log "image built in $(elapsed "$t0") s: $IMAGE (disk $(du -m --apparent-size "$IMAGE/disk.img" | cut -f1) MiB, $(du -m "$IMAGE/disk.img" | cut -f1) MiB used; kernel $kver; initrd $(du -k "$IMAGE/initrd.img" | cut -f1) KiB)"
 printf '%s\n' "$IMAGE"

@@ -127,3 +127,101 @@ diag() {
     echo "--- journalctl -u containerd (last 15)"
     journalctl -b -u containerd --no-pager -n 15 2>&1
 }
+
+# api PATH: GET on picolet's local API (the healthz port); the body of a 200 answer. (bash's
+# /dev/tcp: the static busybox's wget crashes in glibc's resolver.)
+api() {
+    local out
+    out=$(timeout 20 bash -c 'exec 3<>/dev/tcp/127.0.0.1/10248 || exit 1
+        printf "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n" "$1" >&3
+        cat <&3' _ "$1") || return 1
+    [[ $out == "HTTP/1."[01]" 200"* ]] || { echo "GET $1: ${out%%$'\r'*}" >&2; return 1; }
+    printf '%s\n' "${out#*$'\r\n\r\n'}"
+}
+
+# expect_file FILE VALUE: the cgroup file holds VALUE.
+expect_file() {
+    local got
+    got=$(cat "$1" 2>/dev/null) || { echo "MISSING $1"; return 1; }
+    if [[ $got != "$2" ]]; then
+        echo "WRONG $1: '$got', expected '$2'"
+        return 1
+    fi
+    echo "ok $1 = $got"
+}
+
+# cgroup_of POD: the unified-hierarchy cgroup of the pod's running container (from the kernel).
+cgroup_of() {
+    local pid
+    pid=$(running_sets | awk -v n="$1" '$1 == "container" && $2 == n { print $5; exit }')
+    [[ -n $pid ]] || { echo "no running container of $1" >&2; return 1; }
+    awk -F: '$1 == "0" { print $3 }' "/proc/$pid/cgroup"
+}
+
+# cgroup_v2: the kubepods tree under the systemd driver, and the limits of a Guaranteed pod
+# (cpu 200m, memory 64Mi) in cpu.max and memory.max of its pod slice and container scope.
+cgroup_v2() {
+    local cg=/sys/fs/cgroup bad=0 s p
+    for s in kubepods.slice kubepods.slice/kubepods-besteffort.slice kubepods.slice/kubepods-burstable.slice; do
+        [[ -d $cg/$s ]] && echo "ok $cg/$s" || { echo "MISSING $cg/$s"; bad=1; }
+    done
+    p=$(cgroup_of limited) || return 1
+    echo "limited (Guaranteed): $p"
+    if [[ $p != /kubepods.slice/kubepods-pod*.slice/cri-containerd-*.scope ]]; then
+        echo "WRONG: not kubepods.slice/kubepods-pod<uid>.slice/cri-containerd-<id>.scope"
+        bad=1
+    fi
+    expect_file "$cg$p/cpu.max" "20000 100000" || bad=1
+    expect_file "$cg$p/memory.max" 67108864 || bad=1
+    expect_file "$cg${p%/*}/cpu.max" "20000 100000" || bad=1
+    expect_file "$cg${p%/*}/memory.max" 67108864 || bad=1
+    p=$(cgroup_of web) || return 1
+    echo "web (BestEffort): $p"
+    if [[ $p != /kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod*.slice/cri-containerd-*.scope ]]; then
+        echo "WRONG: not under kubepods-besteffort.slice"
+        bad=1
+    fi
+    expect_file "$cg$p/memory.max" max || bad=1
+    return $bad
+}
+
+# oom_killed POD LIMIT_S: the pod's container is OOM-killed: picolet reports the reason
+# OOMKilled, and memory.events of the pod's slice counts the kill (oom_kill).
+oom_killed() {
+    local pod=$1 i st uid slice
+    for ((i = 0; i < $2; i++)); do
+        st=$(api /pods | jq -c --arg p "$pod-$(hostname)" '.items[] | select(.metadata.name == $p) |
+            {uid: .metadata.uid, t: .status.containerStatuses[0].state.terminated}')
+        [[ $(jq -r '.t.reason // empty' <<<"$st" 2>/dev/null) == OOMKilled ]] && break
+        sleep 1
+    done
+    echo "picolet's status of $pod: $st"
+    [[ $(jq -r '.t.reason // empty' <<<"$st") == OOMKilled ]] || { echo "NOT OOMKilled within $2 s"; return 1; }
+    [[ $(jq -r '.t.exitCode' <<<"$st") == 137 ]] || { echo "WRONG exit code"; return 1; }
+    uid=$(jq -r .uid <<<"$st")
+    slice=$(find /sys/fs/cgroup/kubepods.slice -maxdepth 2 -type d -name "*pod${uid//-/_}.slice" | head -n 1)
+    [[ -n $slice ]] || { echo "no pod slice for uid $uid"; return 1; }
+    echo "$slice/memory.events: $(tr '\n' ' ' <"$slice/memory.events")"
+    [[ $(awk '$1 == "oom_kill" { print $2 }' "$slice/memory.events") -ge 1 ]] || { echo "WRONG: no oom_kill in memory.events"; return 1; }
+}
+
+# psi: the kernel's pressure files exist for the pods, and picolet serves them: the
+# container_pressure_* series in /metrics/cadvisor; /stats/summary holds the pods' v2 figures.
+psi() {
+    local f bad=0 m s
+    for f in cpu memory io; do
+        f=/sys/fs/cgroup/kubepods.slice/$f.pressure
+        grep -q '^some ' "$f" && grep -q '^full ' "$f" && echo "ok $f has some and full" || { echo "WRONG $f"; bad=1; }
+    done
+    m=$(api /metrics/cadvisor) || { echo "no /metrics/cadvisor"; return 1; }
+    for f in container_pressure_cpu_waiting_seconds_total container_pressure_memory_stalled_seconds_total container_pressure_io_waiting_seconds_total; do
+        n=$(grep -c "^$f{.*pod=\"limited-" <<<"$m")
+        [[ $n -ge 1 ]] && echo "ok /metrics/cadvisor: $n series $f of the limited pod" || { echo "MISSING /metrics/cadvisor $f for the limited pod"; bad=1; }
+    done
+    s=$(api /stats/summary) || { echo "no /stats/summary"; return 1; }
+    jq -e --arg p "limited-$(hostname)" '.pods[] | select(.podRef.name == $p) |
+        (.cpu.usageCoreNanoSeconds > 0) and (.memory.workingSetBytes > 0)' <<<"$s" >/dev/null &&
+        echo "ok /stats/summary: the limited pod's cpu and memory" || { echo "WRONG /stats/summary for the limited pod"; bad=1; }
+    echo "/stats/summary PSI fields: $(jq -c '[paths | map(tostring) | join(".") | select(test("psi|pressure"; "i"))] | length' <<<"$s")"
+    return $bad
+}
