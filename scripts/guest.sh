@@ -372,7 +372,9 @@ for ((cut = 1; cut <= CUTS; cut++)); do
     boot
     check "after power cut $cut every pod runs, once" 300 'wait_running 240 web bridged limited churn crashy:sandbox && no_duplicates'
     up=$(since "$BOOT_T0")
-    check "after power cut $cut every file picolet keeps is whole" 60 'files_whole /var/lib/kubelet'
+    check "after power cut $cut picolet runs and every file it keeps is whole" 60 '
+        systemctl is-active picolet >/dev/null || { diag; exit 1; }
+        files_whole /var/lib/kubelet'
     gx 60 '
         n=$(systemctl show -p NRestarts --value picolet); c=$(systemctl show -p NRestarts --value containerd)
         # (the crashing pod'"'"'s back-off is expected: it crashes on purpose)

@@ -91,7 +91,7 @@ step "cargo test (unit, integration, end-to-end)"
 cargo test --locked -- --test-threads=2
 step "the core end-to-end file against containerd 2.x (scripts/test-containerd2.sh e2e; builds it once, cached)"
 scripts/test-containerd2.sh e2e
-step "booted guest: picolet as its systemd unit on Debian bookworm (amd64, cgroup v2, containerd 2.x) under qemu: boot, upgrade in place, reboot, 2 power cuts (scripts/guest.sh; the image is cached)"
+step "booted guest: picolet as its systemd unit on Debian bookworm (amd64, cgroup v2, containerd 2.x) under qemu: boot, the cgroup v2 files, upgrade in place, reboot, 2 power cuts (scripts/guest.sh; the image is cached)"
 # (the debug picolet cargo test just built; containerd 2.x from the step above)
 scripts/guest.sh scenarios --arch amd64 --cuts 2
 step "upstream's node conformance specs: the CI subset (tests/conformance-ci.txt) against picolet"

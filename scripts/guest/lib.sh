@@ -98,11 +98,15 @@ no_duplicates() {
 }
 
 # files_whole: every file picolet keeps under its root dir must be whole: JSON parses, a
-# saved manifest passes `picolet validate`, a PEM file has its END line; no temporary file of
-# an interrupted write is left once picolet has started. Prints what it checked.
+# saved manifest passes `picolet validate`, a PEM file has its END line. The temporary files
+# of interrupted writes (.NAME.tmp) are listed apart: picolet never reads them and replaces
+# them at its next write of NAME. Prints what it checked.
 files_whole() {
     local root=${1:-/var/lib/kubelet} f bad=0 n=0 names=()
     while IFS= read -r -d '' f; do
+        case ${f##*/} in
+            .*.tmp) echo "left by an interrupted write (not read): ${f#"$root"/}"; continue ;;
+        esac
         n=$((n + 1))
         names+=("${f#"$root"/}")
         case $f in
