@@ -186,31 +186,53 @@ boot() {
     log "boot $BOOT: guest up $BOOT_READY s after qemu started (guest uptime $(cut -d' ' -f2 "$SHARE/ready") s)"
 }
 
-# gx LIMIT_S SCRIPT: runs SCRIPT in the guest (with lib.sh sourced); its output is in
-# $GX_OUT, its exit status is returned. A guest that dies or does not answer in time fails.
+# gx LIMIT_S SCRIPT: runs SCRIPT in the guest (with lib.sh sourced) under `timeout LIMIT_S`
+# there; its output is in $GX_OUT, its exit status is returned (124: the guest's timeout hit,
+# and the output so far is kept). A guest that dies, or does not answer 60 s after the limit
+# (a hung guest), fails the run with the command's output so far.
 GX_OUT=
 gx() {
     local limit=$(($1 * TIMEOUT_SCALE)) id end rc
     CMD_N=$((CMD_N + 1))
     id=$(printf 'b%02d-%04d' "$BOOT" "$CMD_N")
-    printf 'set -u\n. /mnt/host/lib.sh\n%s\n' "$2" >"$SHARE/cmd/.$id"
+    printf 'set -u\n. /mnt/host/lib.sh\n%s\n' "$2" >"$SHARE/cmd/$id.body"
+    printf 'timeout -k 5 %d bash /mnt/host/cmd/%s.body\n' "$limit" "$id" >"$SHARE/cmd/.$id"
     mv -- "$SHARE/cmd/.$id" "$SHARE/cmd/$id.sh"
-    end=$((SECONDS + limit))
+    end=$((SECONDS + limit + 60))
     while [[ ! -f $SHARE/cmd/$id.rc ]]; do
-        kill -0 "$QEMU_PID" 2>/dev/null || fail "the guest stopped while running: $2"
-        ((SECONDS < end)) || fail "no answer from the guest within $limit s to: $2"
+        if ! kill -0 "$QEMU_PID" 2>/dev/null; then
+            gx_partial "$id"
+            fail "the guest stopped while running: $2"
+        fi
+        if ((SECONDS >= end)); then
+            gx_partial "$id"
+            fail "no answer from the guest within $((limit + 60)) s (the guest hangs) to: $2"
+        fi
         sleep 0.2
     done
     GX_OUT=$(<"$SHARE/cmd/$id.out")
     rc=$(<"$SHARE/cmd/$id.rc")
+    if [[ $rc == 124 ]]; then
+        GX_OUT+=$'\n'"(stopped by its time limit of $limit s in the guest)"
+    fi
     return "$rc"
+}
+gx_partial() {
+    printf -- '--- output so far of the guest command %s\n' "$1" >&2
+    cat -- "$SHARE/cmd/$1.out" >&2 2>/dev/null || true
 }
 
 # check WHAT LIMIT_S SCRIPT: gx that must succeed; prints its output.
 check() {
     local what=$1
-    if ! gx "$2" "$3"; then
+    local rc=0
+    gx "$2" "$3" || rc=$?
+    if [[ $rc != 0 ]]; then
         printf '%s\n' "$GX_OUT" >&2
+        # A command stopped by its time limit printed no diagnosis of its own.
+        if [[ $rc == 124 ]] && gx 60 diag; then
+            printf '%s\n' "$GX_OUT" >&2
+        fi
         fail "$what"
     fi
     log "ok: $what"
@@ -318,6 +340,7 @@ check "install picolet as the unit file installs it" 60 '
 check "the first static pod's container runs" 180 'wait_running 150 web'
 first_pod=$(since "$BOOT_T0")
 check "every static pod runs, once" 180 'wait_running 150 web bridged limited && no_duplicates'
+check "the node's memory with ${#STEADY[@]} pods at rest (a figure)" 30 'sleep 10; footprint'
 log "boot 1: qemu started -> first pod running $first_pod s (picolet installed $(awk -v a="$BOOT_T0" -v b="$t_install" 'BEGIN { printf "%.1f", b - a }') s after qemu started)"
 
 # cgroup v2 under the systemd driver, read from the kernel's files.

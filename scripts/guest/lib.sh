@@ -29,9 +29,9 @@ containers() {
     while read -r id p st rest; do
         [[ $id == TASK ]] && continue
         status[$id]=$st pid[$id]=$p
-    done < <("${CTR[@]}" tasks ls 2>/dev/null)
-    for id in $("${CTR[@]}" containers ls -q 2>/dev/null); do
-        "${CTR[@]}" containers info "$id" 2>/dev/null | jq -r --arg id "$id" --arg node "-$(hostname)" \
+    done < <(timeout 20 "${CTR[@]}" tasks ls 2>/dev/null || echo "containers: ctr tasks ls failed or took over 20 s" >&2)
+    for id in $(timeout 20 "${CTR[@]}" containers ls -q 2>/dev/null || echo "containers: ctr containers ls failed or took over 20 s" >&2); do
+        timeout 20 "${CTR[@]}" containers info "$id" 2>/dev/null | jq -r --arg id "$id" --arg node "-$(hostname)" \
             --arg st "${status[$id]:--}" --arg pid "${pid[$id]:--}" \
             '.Labels as $l | [$id,
               (if $l["io.cri-containerd.kind"] == "sandbox" then "sandbox" else "container" end),
@@ -228,4 +228,18 @@ psi() {
         echo "ok /stats/summary: the limited pod's cpu and memory" || { echo "WRONG /stats/summary for the limited pod"; bad=1; }
     echo "/stats/summary PSI fields: $(jq -c '[paths | map(tostring) | join(".") | select(test("psi|pressure"; "i"))] | length' <<<"$s")"
     return $bad
+}
+
+# footprint: the node's memory at rest, from the v2 memory.current of the units and slices
+# (a figure, not a check), and picolet's own RSS beside it.
+footprint() {
+    local u pid mib
+    mib() { awk '{ printf "%.1f MiB", $1 / 1048576 }' "$1"; }
+    for u in system.slice/picolet.service system.slice/containerd.service kubepods.slice; do
+        printf '%s memory.current %s\n' "${u#*/}" "$(mib "/sys/fs/cgroup/$u/memory.current")"
+    done
+    pid=$(systemctl show -p MainPID --value picolet)
+    printf 'picolet VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' \
+        "$(awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$pid/status")" \
+        "$(pgrep -c -x containerd-shim || pgrep -c -f containerd-shim-runc-v2)"
 }
