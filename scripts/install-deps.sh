@@ -7,7 +7,10 @@
 # what scripts/k8s-build.sh and scripts/control-plane.sh need to build and run the test
 # control plane (openssl for its certificates; a Go toolchain new enough for tests/k8s/go.mod,
 # found on PATH or at /usr/local/go/bin, since Debian's golang-go is too old). With --fuzz:
-# cargo-fuzz, for scripts/fuzz.sh.
+# cargo-fuzz, for scripts/fuzz.sh. With --guest: what scripts/guest.sh needs to build Debian guest
+# images and boot them under emulation (mmdebstrap, qemu for amd64 and arm64, qemu-img, mkfs.ext4,
+# zstd and cpio for the image and its initrd, qemu-user-static, binfmt-support and arch-test to
+# build the arm64 image).
 # Safe to run again: installed packages are skipped.
 set -euo pipefail
 
@@ -32,6 +35,9 @@ for arg in "$@"; do
             pkgs+=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
                 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static) ;;
         --fuzz) fuzz=true ;;
+        --guest)
+            pkgs+=(mmdebstrap qemu-system-x86 qemu-system-arm qemu-utils e2fsprogs zstd cpio
+                qemu-user-static binfmt-support arch-test) ;;
         --k8s)
             k8s=true
             pkgs+=(openssl util-linux ca-certificates) ;;

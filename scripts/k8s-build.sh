@@ -37,6 +37,11 @@
 #                                   to the module's; scratch-containerd.sh runs
 #                                   them when SCRATCH_CONTAINERD_BIN names that
 #                                   bin directory
+#   scripts/k8s-build.sh --containerd --arch arm64 [--key]
+#                                   the same containerd cross-built for arm64
+#                                   (GOARCH=arm64), for the arm64 guest of
+#                                   scripts/guest.sh: a key of its own; checked
+#                                   with `go version -m` instead of being run
 #
 # Environment:
 #   PICOLET_K8S_CACHE     cache root (default /var/cache/picolet-k8s); it holds
@@ -117,17 +122,25 @@ E2E=false
 TOOLS=false
 CONTAINERD=false
 KEY_ONLY=false
+GOARCH_WANT=
 builds=0
-for arg in "$@"; do
-    case $arg in
+while [[ $# -gt 0 ]]; do
+    case $1 in
         --e2e) E2E=true builds=$((builds + 1)) ;;
         --tools) TOOLS=true builds=$((builds + 1)) ;;
         --containerd) CONTAINERD=true builds=$((builds + 1)) ;;
         --key) KEY_ONLY=true ;;
-        *) die "usage: $0 [--e2e | --tools | --containerd] [--key]" ;;
+        --arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; GOARCH_WANT=$2; shift ;;
+        *) die "usage: $0 [--e2e | --tools | --containerd [--arch amd64|arm64]] [--key]" ;;
     esac
+    shift
 done
 [[ $builds -le 1 ]] || die "--e2e, --tools and --containerd are separate builds: ask for one at a time"
+case $GOARCH_WANT in
+    '' | amd64) GOARCH_WANT= ;;
+    arm64) $CONTAINERD || die "--arch arm64 is for --containerd only" ;;
+    *) die "--arch must be amd64 or arm64, not '$GOARCH_WANT'" ;;
+esac
 
 GO=$(find_go)
 [[ -f $MOD/go.mod && -f $MOD/go.sum ]] || die "$MOD/go.mod or go.sum is missing"
@@ -187,6 +200,11 @@ elif $CONTAINERD; then
     BUILD_FLAGS=(-trimpath -buildvcs=false -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION -X github.com/containerd/containerd/v2/version.Revision=module")
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
     KEY=containerd-$CONTAINERD_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+    if [[ -n $GOARCH_WANT ]]; then
+        KEY_HASH=$(printf '%s\0' "$KEY_HASH" "GOARCH=$GOARCH_WANT" | sha256sum)
+        KEY=containerd-$CONTAINERD_VERSION-$GO_VERSION-$GOARCH_WANT-${KEY_HASH:0:12}
+        export GOARCH=$GOARCH_WANT
+    fi
 else
     # (go.mod's comment lines are left out: they change no binary.)
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
@@ -209,6 +227,12 @@ mkdir -p "$BIN" || die "cannot create $BIN (set PICOLET_K8S_CACHE to a writable 
 binary_ok() {
     local out want
     [[ -x $BIN/$1 ]] || return 1
+    if [[ -n $GOARCH_WANT ]]; then
+        # A foreign binary: its build information instead of a run.
+        out=$("$GO" version -m "$BIN/$1" 2>/dev/null) || return 1
+        [[ $out == *"GOARCH=$GOARCH_WANT"* && $out == *"github.com/containerd/containerd/v2	$CONTAINERD_VERSION"* ]]
+        return
+    fi
     case $1 in
         kubectl) out=$("$BIN/$1" version --client 2>/dev/null) ;;
         ginkgo) out=$("$BIN/$1" version 2>/dev/null) ;;
@@ -282,7 +306,7 @@ build_missing() {
             elif $TOOLS; then
                 printf 'metrics-server %s\nregistry %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$REGISTRY_VERSION" "$GO_VERSION"
             elif $CONTAINERD; then
-                printf 'containerd %s\ngo %s\n' "$CONTAINERD_VERSION" "$GO_VERSION"
+                printf 'containerd %s\ngo %s\ngoarch %s\n' "$CONTAINERD_VERSION" "$GO_VERSION" "${GOARCH_WANT:-$("$GO" env GOARCH)}"
             else
                 printf 'kubernetes %s\netcd %s\ngo %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$GO_VERSION"
             fi

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 
-scripts/install-deps.sh --cross --k8s --fuzz
+scripts/install-deps.sh --cross --k8s --fuzz --guest
 
 start=$SECONDS
 step() { printf '== [%dm%02ds] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*"; }
@@ -97,6 +97,9 @@ step "cargo test --features e2e (unit, integration, end-to-end)"
 cargo test --locked --features e2e -- --test-threads=2
 step "the core end-to-end file against containerd 2.x (scripts/test-containerd2.sh e2e; builds it once, cached)"
 scripts/test-containerd2.sh e2e
+step "booted guest: picolet as its systemd unit on Debian bookworm (amd64, cgroup v2, containerd 2.x) under qemu: boot, the cgroup v2 files, upgrade in place, reboot, 2 power cuts (scripts/guest.sh; the image is cached)"
+# (the debug picolet cargo test just built; containerd 2.x from the step above)
+scripts/guest.sh scenarios --arch amd64 --cuts 2
 step "upstream's node conformance specs: the CI subset (tests/conformance-ci.txt) against picolet"
 # (the debug picolet cargo test just built)
 SPECS=tests/conformance-ci.txt PICOLET_BIN=target/debug/picolet CONFORMANCE_DIR=/tmp/pconf-ci \

@@ -1,0 +1,245 @@
+# The guest-side helpers of scripts/guest.sh's scenarios: sourced by the command files the
+# harness drops into the share (/mnt/host/cmd), inside the guest. Ground truth comes from
+# containerd itself (ctr -n k8s.io), the kernel and systemd, never from picolet.
+# shellcheck shell=bash
+
+CTR=(ctr -n k8s.io)
+
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+
+# wait_active UNIT LIMIT_S: until the unit is active (it may still be starting at boot).
+wait_active() {
+    local i
+    for ((i = 0; i < $2 * 2; i++)); do
+        systemctl is-active -q "$1" && return 0
+        sleep 0.5
+    done
+    echo "$1 is not active after $2 s"
+    systemctl status --no-pager -n 20 "$1"
+    return 1
+}
+
+# containers: one line per container containerd holds in k8s.io:
+#   ID KIND POD CONTAINER STATUS PID
+# KIND is sandbox or container, POD the pod's name without the node's suffix a static pod's
+# name carries, STATUS the task's (RUNNING, STOPPED, ...; "-" without a task).
+containers() {
+    local -A status=() pid=()
+    local id p st rest
+    while read -r id p st rest; do
+        [[ $id == TASK ]] && continue
+        status[$id]=$st pid[$id]=$p
+    done < <(timeout 20 "${CTR[@]}" tasks ls 2>/dev/null || echo "containers: ctr tasks ls failed or took over 20 s" >&2)
+    for id in $(timeout 20 "${CTR[@]}" containers ls -q 2>/dev/null || echo "containers: ctr containers ls failed or took over 20 s" >&2); do
+        timeout 20 "${CTR[@]}" containers info "$id" 2>/dev/null | jq -r --arg id "$id" --arg node "-$(hostname)" \
+            --arg st "${status[$id]:--}" --arg pid "${pid[$id]:--}" \
+            '.Labels as $l | [$id,
+              (if $l["io.cri-containerd.kind"] == "sandbox" then "sandbox" else "container" end),
+              ($l["io.kubernetes.pod.name"] // "-" | rtrimstr($node)),
+              ($l["io.kubernetes.container.name"] // "-"),
+              $st, $pid] | join(" ")'
+    done
+}
+
+# running_sets: the running sandboxes and containers as "KIND POD CONTAINER ID PID", sorted.
+running_sets() {
+    containers | awk '$5 == "RUNNING" { print $2, $3, $4, $1, $6 }' | sort
+}
+
+# wait_running DEADLINE_S POD...: until every POD has a running sandbox and a running
+# container, each exactly one; prints the uptime at which that held. Pods named NAME:sandbox
+# need only their sandbox (a container that crashes on purpose).
+wait_running() {
+    local deadline=$1 p name want ok list
+    shift
+    local end=$(( $(cut -d. -f1 /proc/uptime) + deadline ))
+    while :; do
+        list=$(running_sets)
+        ok=1
+        for p in "$@"; do
+            name=${p%%:*}
+            want=container
+            [[ $p == *:sandbox ]] && want=sandbox
+            [[ $(awk -v n="$name" '$1 == "sandbox" && $2 == n' <<<"$list" | wc -l) == 1 ]] || ok=0
+            if [[ $want == container ]]; then
+                [[ $(awk -v n="$name" '$1 == "container" && $2 == n' <<<"$list" | wc -l) -ge 1 ]] || ok=0
+            fi
+        done
+        if [[ $ok == 1 ]]; then
+            echo "running at uptime $(uptime_s) s"
+            return 0
+        fi
+        if (( $(cut -d. -f1 /proc/uptime) >= end )); then
+            echo "NOT all running within ${deadline} s: $*"
+            echo "--- running sandboxes and containers (kind pod container id pid):"
+            printf '%s\n' "$list"
+            echo "--- every container containerd holds (id kind pod container status pid):"
+            containers
+            diag
+            return 1
+        fi
+        sleep 1
+    done
+}
+
+# no_duplicates: at most one running sandbox per pod and one running container per pod and
+# container name; prints the counts.
+no_duplicates() {
+    local list dups
+    list=$(running_sets)
+    dups=$(awk '{ k = $1 " " $2 " " $3; n[k]++ } END { for (k in n) if (n[k] > 1) print n[k] " x " k }' <<<"$list")
+    printf 'running: %d sandboxes, %d containers\n' "$(grep -c '^sandbox ' <<<"$list")" "$(grep -c '^container ' <<<"$list")"
+    if [[ -n $dups ]]; then
+        echo "DUPLICATES (count kind pod container):"
+        printf '%s\n' "$dups"
+        printf '%s\n' "$list"
+        return 1
+    fi
+}
+
+# files_whole: every file picolet keeps under its root dir must be whole: JSON parses, a
+# saved manifest passes `picolet validate`, a PEM file has its END line. The temporary files
+# of interrupted writes (.NAME.tmp) are listed apart: picolet never reads them and replaces
+# them at its next write of NAME. Prints what it checked.
+files_whole() {
+    local root=${1:-/var/lib/kubelet} f bad=0 n=0 names=()
+    while IFS= read -r -d '' f; do
+        case ${f##*/} in
+            .*.tmp) echo "left by an interrupted write (not read): ${f#"$root"/}"; continue ;;
+        esac
+        n=$((n + 1))
+        names+=("${f#"$root"/}")
+        case $f in
+            *.json)
+                jq -e . "$f" >/dev/null 2>&1 || { echo "TORN (not JSON): $f ($(stat -c %s "$f") bytes)"; bad=1; } ;;
+            */static-pods/*.yaml | */static-pods/*.yml)
+                picolet validate "$f" >/dev/null 2>&1 || { echo "TORN (picolet validate fails): $f"; picolet validate "$f" 2>&1 | tail -n 3; bad=1; } ;;
+            *.pem | *.crt | *.key)
+                grep -q -- '-----END ' "$f" || { echo "TORN (no PEM END line): $f"; bad=1; } ;;
+        esac
+    done < <(find "$root" -xdev -path "$root/pods" -prune -o -type f -print0 2>/dev/null)
+    echo "checked $n files under $root: ${names[*]}"
+    return $bad
+}
+
+# diag: what a failure report needs from the guest.
+diag() {
+    echo "--- systemctl status picolet containerd"
+    systemctl status --no-pager -n 0 picolet containerd 2>&1 | head -n 30
+    echo "--- journalctl -u picolet (last 40)"
+    journalctl -b -u picolet --no-pager -n 40 2>&1
+    echo "--- journalctl -u containerd (last 15)"
+    journalctl -b -u containerd --no-pager -n 15 2>&1
+}
+
+# api PATH: GET on picolet's local API (the healthz port); the body of a 200 answer. (bash's
+# /dev/tcp: the static busybox's wget crashes in glibc's resolver.)
+api() {
+    local out
+    out=$(timeout 20 bash -c 'exec 3<>/dev/tcp/127.0.0.1/10248 || exit 1
+        printf "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n" "$1" >&3
+        cat <&3' _ "$1") || return 1
+    [[ $out == "HTTP/1."[01]" 200"* ]] || { echo "GET $1: ${out%%$'\r'*}" >&2; return 1; }
+    printf '%s\n' "${out#*$'\r\n\r\n'}"
+}
+
+# expect_file FILE VALUE: the cgroup file holds VALUE.
+expect_file() {
+    local got
+    got=$(cat "$1" 2>/dev/null) || { echo "MISSING $1"; return 1; }
+    if [[ $got != "$2" ]]; then
+        echo "WRONG $1: '$got', expected '$2'"
+        return 1
+    fi
+    echo "ok $1 = $got"
+}
+
+# cgroup_of POD: the unified-hierarchy cgroup of the pod's running container (from the kernel).
+cgroup_of() {
+    local pid
+    pid=$(running_sets | awk -v n="$1" '$1 == "container" && $2 == n { print $5; exit }')
+    [[ -n $pid ]] || { echo "no running container of $1" >&2; return 1; }
+    awk -F: '$1 == "0" { print $3 }' "/proc/$pid/cgroup"
+}
+
+# cgroup_v2: the kubepods tree under the systemd driver, and the limits of a Guaranteed pod
+# (cpu 200m, memory 64Mi) in cpu.max and memory.max of its pod slice and container scope.
+cgroup_v2() {
+    local cg=/sys/fs/cgroup bad=0 s p
+    for s in kubepods.slice kubepods.slice/kubepods-besteffort.slice kubepods.slice/kubepods-burstable.slice; do
+        [[ -d $cg/$s ]] && echo "ok $cg/$s" || { echo "MISSING $cg/$s"; bad=1; }
+    done
+    p=$(cgroup_of limited) || return 1
+    echo "limited (Guaranteed): $p"
+    if [[ $p != /kubepods.slice/kubepods-pod*.slice/cri-containerd-*.scope ]]; then
+        echo "WRONG: not kubepods.slice/kubepods-pod<uid>.slice/cri-containerd-<id>.scope"
+        bad=1
+    fi
+    expect_file "$cg$p/cpu.max" "20000 100000" || bad=1
+    expect_file "$cg$p/memory.max" 67108864 || bad=1
+    expect_file "$cg${p%/*}/cpu.max" "20000 100000" || bad=1
+    expect_file "$cg${p%/*}/memory.max" 67108864 || bad=1
+    p=$(cgroup_of web) || return 1
+    echo "web (BestEffort): $p"
+    if [[ $p != /kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod*.slice/cri-containerd-*.scope ]]; then
+        echo "WRONG: not under kubepods-besteffort.slice"
+        bad=1
+    fi
+    expect_file "$cg$p/memory.max" max || bad=1
+    return $bad
+}
+
+# oom_killed POD LIMIT_S: the pod's container is OOM-killed: picolet reports the reason
+# OOMKilled, and memory.events of the pod's slice counts the kill (oom_kill).
+oom_killed() {
+    local pod=$1 i st uid slice
+    for ((i = 0; i < $2; i++)); do
+        st=$(api /pods | jq -c --arg p "$pod-$(hostname)" '.items[] | select(.metadata.name == $p) |
+            {uid: .metadata.uid, t: .status.containerStatuses[0].state.terminated}')
+        [[ $(jq -r '.t.reason // empty' <<<"$st" 2>/dev/null) == OOMKilled ]] && break
+        sleep 1
+    done
+    echo "picolet's status of $pod: $st"
+    [[ $(jq -r '.t.reason // empty' <<<"$st") == OOMKilled ]] || { echo "NOT OOMKilled within $2 s"; return 1; }
+    [[ $(jq -r '.t.exitCode' <<<"$st") == 137 ]] || { echo "WRONG exit code"; return 1; }
+    uid=$(jq -r .uid <<<"$st")
+    slice=$(find /sys/fs/cgroup/kubepods.slice -maxdepth 2 -type d -name "*pod${uid//-/_}.slice" | head -n 1)
+    [[ -n $slice ]] || { echo "no pod slice for uid $uid"; return 1; }
+    echo "$slice/memory.events: $(tr '\n' ' ' <"$slice/memory.events")"
+    [[ $(awk '$1 == "oom_kill" { print $2 }' "$slice/memory.events") -ge 1 ]] || { echo "WRONG: no oom_kill in memory.events"; return 1; }
+}
+
+# psi: the kernel's pressure files exist for the pods, and picolet serves them: the
+# container_pressure_* series in /metrics/cadvisor; /stats/summary holds the pods' v2 figures.
+psi() {
+    local f bad=0 m s
+    for f in cpu memory io; do
+        f=/sys/fs/cgroup/kubepods.slice/$f.pressure
+        grep -q '^some ' "$f" && grep -q '^full ' "$f" && echo "ok $f has some and full" || { echo "WRONG $f"; bad=1; }
+    done
+    m=$(api /metrics/cadvisor) || { echo "no /metrics/cadvisor"; return 1; }
+    for f in container_pressure_cpu_waiting_seconds_total container_pressure_memory_stalled_seconds_total container_pressure_io_waiting_seconds_total; do
+        n=$(grep -c "^$f{.*pod=\"limited-" <<<"$m")
+        [[ $n -ge 1 ]] && echo "ok /metrics/cadvisor: $n series $f of the limited pod" || { echo "MISSING /metrics/cadvisor $f for the limited pod"; bad=1; }
+    done
+    s=$(api /stats/summary) || { echo "no /stats/summary"; return 1; }
+    jq -e --arg p "limited-$(hostname)" '.pods[] | select(.podRef.name == $p) |
+        (.cpu.usageCoreNanoSeconds > 0) and (.memory.workingSetBytes > 0)' <<<"$s" >/dev/null &&
+        echo "ok /stats/summary: the limited pod's cpu and memory" || { echo "WRONG /stats/summary for the limited pod"; bad=1; }
+    echo "/stats/summary PSI fields: $(jq -c '[paths | map(tostring) | join(".") | select(test("psi|pressure"; "i"))] | length' <<<"$s")"
+    return $bad
+}
+
+# footprint: the node's memory at rest, from the v2 memory.current of the units and slices
+# (a figure, not a check), and picolet's own RSS beside it.
+footprint() {
+    local u pid mib
+    mib() { awk '{ printf "%.1f MiB", $1 / 1048576 }' "$1"; }
+    for u in system.slice/picolet.service system.slice/containerd.service kubepods.slice; do
+        printf '%s memory.current %s\n' "${u#*/}" "$(mib "/sys/fs/cgroup/$u/memory.current")"
+    done
+    pid=$(systemctl show -p MainPID --value picolet)
+    printf 'picolet VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' \
+        "$(awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$pid/status")" \
+        "$(pgrep -c -x containerd-shim || pgrep -c -f containerd-shim-runc-v2)"
+}
