@@ -137,7 +137,7 @@ if [[ ! -s $ROOTFS ]]; then
 fi
 
 # Stage 2 key: stage 1, this script, the guest's files, the test image builder, containerd.
-IMAGE_KEY=$({ printf '%s\0' "$ROOTFS_KEY"; cat -- "${BASH_SOURCE[0]}" "$ROOT/scripts/build-image.sh";
+IMAGE_KEY=$({ printf '%s\0' "$ROOTFS_KEY"; cat -- "${BASH_SOURCE[0]}" "$ROOT/scripts/build-image.sh" "$ROOT/scripts/lib/common.sh";
     (cd "$SCRIPT_DIR" && find rootfs init initrd.sh -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum);
     sha256sum "$CONTAINERD_BIN"/{containerd,containerd-shim-runc-v2,ctr} | cut -d' ' -f1; } | sha256sum)
 IMAGE_KEY=${IMAGE_KEY:0:16}
@@ -215,12 +215,15 @@ chroot "$r" systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.t
 # The offline test images, built inside the image (its own busybox and architecture);
 # guest-images.service imports them into containerd at the first boot.
 mkdir -p "$r/var/lib/picolet-guest/images"
+# build-image.sh sources the shared helpers beside it, as in the repository.
+mkdir -p -- "$r/tmp/lib"
 cp -- "$ROOT/scripts/build-image.sh" "$r/tmp/build-image.sh"
+cp -- "$ROOT/scripts/lib/common.sh" "$r/tmp/lib/common.sh"
 chroot "$r" bash /tmp/build-image.sh /var/lib/picolet-guest/images/pause.tar picolet.local/pause:1 sleep 2147483647 >&2 ||
     die "building the pause image inside the $ARCH root failed"
 chroot "$r" bash /tmp/build-image.sh /var/lib/picolet-guest/images/busybox.tar picolet.local/busybox:1 sh >&2 ||
     die "building the busybox image inside the $ARCH root failed"
-rm -f -- "$r/tmp/build-image.sh"
+rm -rf -- "$r/tmp/build-image.sh" "$r/tmp/lib"
 chroot "$r" systemctl enable guest-agent.service guest-images.service containerd.service >&2 ||
     die "systemctl enable in the $ARCH root failed"
 # No login prompt on the console (it would only add lines to the log).
