@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::{Parts, Restored, sources::Sources};
+use super::{Parts, Restored};
 use crate::cli::options::Options;
 use crate::config::{self, Snapshot};
 use crate::node::Facts;
@@ -80,13 +80,13 @@ pub(super) fn restore(o: &Options, join: Option<&Join>) -> Restored {
 /// the node has an identity.
 pub(super) fn start(
     o: &Options,
-    src: &Sources,
+    join: Option<&Join>,
     parts: &Parts,
     node: &Facts,
     restored: Restored,
     tx: async_channel::Sender<Snapshot>,
 ) -> Result<Vec<rt::Task<()>>, String> {
-    let Some(join) = &src.cluster else {
+    let Some(join) = join else {
         return Ok(Vec::new());
     };
     let (mut tasks, ready) = start_certificates(o, join, &node.name);

@@ -107,7 +107,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
             inputs,
         } = kubelet::start(&o, cri, &node, &src, &restored).await?;
         let file = file_source::start(&o, &src, &parts, snapshots.clone());
-        let _cluster = cluster::start(&o, &src, &parts, &node, restored, snapshots)?;
+        let _cluster =
+            cluster::start(&o, src.cluster.as_ref(), &parts, &node, restored, snapshots)?;
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
         let _server = server::start(&o, &parts, file.report, src.cluster.as_ref())?;
         let _upkeep = upkeep::start(&o, &parts, notifier.clone());

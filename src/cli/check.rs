@@ -524,7 +524,20 @@ pub fn all(o: &Options) -> Vec<Finding> {
         )),
     }
     #[cfg(feature = "graceful-shutdown")]
-    out.push(crate::nodeshutdown::manager::check(o));
+    out.push(match crate::nodeshutdown::manager::check(o) {
+        Ok(detail) => Finding {
+            level: Level::Ok,
+            what: "graceful shutdown",
+            detail,
+            fix: None,
+        },
+        Err((detail, fix)) => Finding {
+            level: Level::Warn,
+            what: "graceful shutdown",
+            detail,
+            fix: Some(fix),
+        },
+    });
     #[cfg(not(feature = "graceful-shutdown"))]
     if o.shutdown.enabled() {
         out.push(problem(

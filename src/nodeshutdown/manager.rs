@@ -310,18 +310,12 @@ async fn session(s: &Settings, node: &dyn Node, node_name: &str, failures: &mut 
     }
 }
 
-/// For `picolet check`: the effective grace periods, and whether the lock can be taken (taken
-/// and released at once).
-pub fn check(o: &crate::cli::options::Options) -> crate::cli::check::Finding {
-    use crate::cli::check::{Finding, Level};
-    let what = "graceful shutdown";
+/// What `picolet check` says of graceful shutdown: the effective grace periods and whether the
+/// lock can be taken (taken and released at once). `Ok` is a detail line; `Err` a detail line
+/// and its fix.
+pub fn check(o: &crate::cli::options::Options) -> Result<String, (String, String)> {
     if !o.shutdown.enabled() {
-        return Finding {
-            level: Level::Ok,
-            what,
-            detail: "off (shutdownGracePeriod is 0): pods are left to systemd at shutdown".into(),
-            fix: None,
-        };
+        return Ok("off (shutdownGracePeriod is 0): pods are left to systemd at shutdown".into());
     }
     let desc = o.shutdown.describe();
     let probe = async {
@@ -351,24 +345,15 @@ pub fn check(o: &crate::cli::options::Options) -> crate::cli::check::Finding {
                     systemd::LOGIND_CONF_FILE
                 )
             };
-            Finding {
-                level: Level::Ok,
-                what,
-                detail: format!(
-                    "{desc}; logind's delay lock can be taken, InhibitDelayMaxSec {}s{note}",
-                    delay.as_secs()
-                ),
-                fix: None,
-            }
+            Ok(format!(
+                "{desc}; logind's delay lock can be taken, InhibitDelayMaxSec {}s{note}",
+                delay.as_secs()
+            ))
         }
-        Err(e) => Finding {
-            level: Level::Warn,
-            what,
-            detail: format!("{desc}, but {e}: pods are not stopped before a shutdown"),
-            fix: Some(
-                "run systemd-logind and the system D-Bus, or set shutdownGracePeriod: 0".into(),
-            ),
-        },
+        Err(e) => Err((
+            format!("{desc}, but {e}: pods are not stopped before a shutdown"),
+            "run systemd-logind and the system D-Bus, or set shutdownGracePeriod: 0".into(),
+        )),
     }
 }
 

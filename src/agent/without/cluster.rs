@@ -1,7 +1,7 @@
 //! A build without the apiserver client: `--kubeconfig` is refused, and nothing is restored or
 //! started.
 
-use super::{Parts, Restored, sources::Sources};
+use super::{Parts, Restored};
 use crate::cli::options::Options;
 use crate::config::Snapshot;
 use crate::rt;
@@ -25,7 +25,7 @@ pub(super) fn restore(_: &Options, _: Option<&Join>) -> Restored {
 
 pub(super) fn start(
     _: &Options,
-    _: &Sources,
+    _: Option<&Join>,
     _: &Parts,
     _: &crate::node::Facts,
     _: Restored,
