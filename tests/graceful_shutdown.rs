@@ -375,37 +375,71 @@ fn a_drop_in_that_cannot_be_written_still_takes_the_lock() {
     assert_eq!(logind.count("killunit"), 0, "{:?}", logind.lines());
 }
 
+/// A node joined to a fake apiserver, on a private bus with a fake logind, running one API pod
+/// `web` (grace period 30 s) once it is bound; `config` is its KubeletConfiguration.
+struct Joined {
+    tmp: TempDir,
+    bus: PrivateBus,
+    logind: FakeLogind,
+    fake: FakeCri,
+    api: FakeApi,
+    a: Arc<Agent>,
+}
+
+async fn joined(tag: &str, config: &str) -> Joined {
+    let tmp = TempDir::new(tag);
+    let bus = PrivateBus::start(&tmp.path().join("bus"));
+    let logind = FakeLogind::start(&bus.address, 60_000_000, None);
+    let fake = FakeCri::start(tmp.path());
+    fake.add_image(IMAGE);
+    let api = FakeApi::start();
+    let dir = tmp.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let kc = api.kubeconfig(&dir);
+    let a = start_on_bus(
+        &dir,
+        &fake.endpoint(),
+        &["--kubeconfig".to_owned(), kc.display().to_string()],
+        config,
+        &bus.address,
+    )
+    .await;
+    api.create_pod(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "nodeName": "e2e-node",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "web-main", "image": IMAGE, "command": ["sleep", "3600"]}]
+        }
+    }));
+    Joined {
+        tmp,
+        bus,
+        logind,
+        fake,
+        api,
+        a,
+    }
+}
+
 /// Joined to an apiserver: the pods' final statuses are in the API and the node NotReady
 /// before the lock is released.
 #[test]
 fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_goes() {
     run(async {
-        let tmp = TempDir::new("gns-api");
-        let bus = PrivateBus::start(&tmp.path().join("bus"));
-        let mut logind = FakeLogind::start(&bus.address, 60_000_000, None);
-        let fake = FakeCri::start(tmp.path());
-        fake.add_image(IMAGE);
-        let api = FakeApi::start();
-        let dir = tmp.path().join("a");
-        std::fs::create_dir_all(&dir).unwrap();
-        let kc = api.kubeconfig(&dir);
-        let a = start_on_bus(
-            &dir,
-            &fake.endpoint(),
-            &["--kubeconfig".to_owned(), kc.display().to_string()],
+        let Joined {
+            tmp: _tmp,
+            bus: _bus,
+            mut logind,
+            fake,
+            api,
+            a,
+        } = joined(
+            "gns-api",
             "shutdownGracePeriod: 20s\nshutdownGracePeriodCriticalPods: 5s\n",
-            &bus.address,
         )
         .await;
-        api.create_pod(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {
-                "nodeName": "e2e-node",
-                "terminationGracePeriodSeconds": 30,
-                "containers": [{"name": "web-main", "image": IMAGE, "command": ["sleep", "3600"]}]
-            }
-        }));
         let ready = |api: &FakeApi| {
             api.get("nodes/e2e-node")
                 .and_then(|n| {
@@ -482,32 +516,18 @@ fn joined_to_a_cluster_final_statuses_and_not_ready_are_posted_before_the_lock_g
 #[test]
 fn an_offline_node_does_not_wait_for_statuses_it_cannot_post() {
     run(async {
-        let tmp = TempDir::new("gns-offline");
-        let bus = PrivateBus::start(&tmp.path().join("bus"));
-        let mut logind = FakeLogind::start(&bus.address, 60_000_000, None);
-        let fake = FakeCri::start(tmp.path());
-        fake.add_image(IMAGE);
-        let api = FakeApi::start();
-        let dir = tmp.path().join("a");
-        std::fs::create_dir_all(&dir).unwrap();
-        let kc = api.kubeconfig(&dir);
-        let a = start_on_bus(
-            &dir,
-            &fake.endpoint(),
-            &["--kubeconfig".to_owned(), kc.display().to_string()],
+        let Joined {
+            tmp: _tmp,
+            bus: _bus,
+            mut logind,
+            fake,
+            api,
+            a,
+        } = joined(
+            "gns-offline",
             "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 5s\n",
-            &bus.address,
         )
         .await;
-        api.create_pod(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web", "namespace": "default"},
-            "spec": {
-                "nodeName": "e2e-node",
-                "terminationGracePeriodSeconds": 30,
-                "containers": [{"name": "web-main", "image": IMAGE, "command": ["sleep", "3600"]}]
-            }
-        }));
         until(
             &a,
             "the API pod running and reported",
