@@ -189,24 +189,29 @@ cgroup_v2() {
     return $bad
 }
 
-# oom_killed POD LIMIT_S: the pod's container is OOM-killed: picolet reports the reason
-# OOMKilled, and memory.events of the pod's slice counts the kill (oom_kill).
+# oom_killed POD LIMIT_S: the pod's container is killed by the kernel for its memory limit
+# within LIMIT_S seconds: picolet reports it terminated with exit code 137, and memory.events of
+# the pod's slice counts the kill (oom_kill). The reason (OOMKilled) is the runtime's, which
+# picolet passes on: containerd sets it from the shim's OOM event, which can come after the
+# exit event; a reason other than OOMKilled is printed as a warning, not a failure.
 oom_killed() {
-    local pod=$1 i st uid slice
-    for ((i = 0; i < $2; i++)); do
+    local pod=$1 deadline=$((SECONDS + $2)) st="" uid slice reason
+    while ((SECONDS < deadline)); do
         st=$(api /pods | jq -c --arg p "$pod-$(hostname)" '.items[] | select(.metadata.name == $p) |
-            {uid: .metadata.uid, t: .status.containerStatuses[0].state.terminated}')
-        [[ $(jq -r '.t.reason // empty' <<<"$st" 2>/dev/null) == OOMKilled ]] && break
+            {uid: .metadata.uid, t: .status.containerStatuses[0].state.terminated}' 2>/dev/null)
+        [[ $(jq -r '.t.exitCode // empty' <<<"$st" 2>/dev/null) != "" ]] && break
         sleep 1
     done
     echo "picolet's status of $pod: $st"
-    [[ $(jq -r '.t.reason // empty' <<<"$st") == OOMKilled ]] || { echo "NOT OOMKilled within $2 s"; return 1; }
+    [[ $(jq -r '.t.exitCode // empty' <<<"$st" 2>/dev/null) != "" ]] || { echo "NOT terminated within $2 s"; return 1; }
     [[ $(jq -r '.t.exitCode' <<<"$st") == 137 ]] || { echo "WRONG exit code"; return 1; }
     uid=$(jq -r .uid <<<"$st")
     slice=$(find /sys/fs/cgroup/kubepods.slice -maxdepth 2 -type d -name "*pod${uid//-/_}.slice" | head -n 1)
     [[ -n $slice ]] || { echo "no pod slice for uid $uid"; return 1; }
     echo "$slice/memory.events: $(tr '\n' ' ' <"$slice/memory.events")"
     [[ $(awk '$1 == "oom_kill" { print $2 }' "$slice/memory.events") -ge 1 ]] || { echo "WRONG: no oom_kill in memory.events"; return 1; }
+    reason=$(jq -r '.t.reason // empty' <<<"$st")
+    [[ $reason == OOMKilled ]] || echo "WARN: the runtime gave the reason ${reason:-none}, not OOMKilled (its OOM event came after the exit)"
 }
 
 # psi: the kernel's pressure files exist for the pods, and picolet serves them: the
