@@ -287,6 +287,26 @@ impl picolet::nodeshutdown::Node for NoPods {
 
 /// The library's manager against the fake: a logind that waits less than the grace period
 /// gets the drop-in and a reload (KillUnit SIGHUP through systemd), then the lock is taken.
+/// Runs the shutdown manager alone (no pods) until the fake logind saw it take the lock.
+fn run_until_locked(settings: picolet::nodeshutdown::manager::Settings, logind: &FakeLogind) {
+    run(async {
+        let _task = rt::spawn(picolet::nodeshutdown::manager::run(
+            settings,
+            Rc::new(NoPods),
+            "n".into(),
+        ));
+        let t0 = Instant::now();
+        while logind.count("inhibit shutdown picolet delay") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no lock taken: {:?}",
+                logind.lines()
+            );
+            rt::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
 #[test]
 fn a_short_inhibit_delay_is_raised_with_a_drop_in_and_a_reload() {
     let tmp = TempDir::new("gns-dropin");
@@ -304,22 +324,7 @@ fn a_short_inhibit_delay_is_raised_with_a_drop_in_and_a_reload() {
         bus: picolet::nodeshutdown::dbus::parse_address(&bus.address).unwrap(),
         logind_conf_dir: conf_dir.clone(),
     };
-    run(async {
-        let _task = rt::spawn(picolet::nodeshutdown::manager::run(
-            settings,
-            Rc::new(NoPods),
-            "n".into(),
-        ));
-        let t0 = Instant::now();
-        while logind.count("inhibit shutdown picolet delay") == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "no lock taken: {:?}",
-                logind.lines()
-            );
-            rt::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    run_until_locked(settings, &logind);
     let text = std::fs::read_to_string(&drop_in).unwrap();
     assert!(text.contains("[Login]\nInhibitDelayMaxSec=30\n"), "{text}");
     let lines = logind.lines();
@@ -356,22 +361,7 @@ fn a_drop_in_that_cannot_be_written_still_takes_the_lock() {
         bus: picolet::nodeshutdown::dbus::parse_address(&bus.address).unwrap(),
         logind_conf_dir: conf_dir,
     };
-    run(async {
-        let _task = rt::spawn(picolet::nodeshutdown::manager::run(
-            settings,
-            Rc::new(NoPods),
-            "n".into(),
-        ));
-        let t0 = Instant::now();
-        while logind.count("inhibit shutdown picolet delay") == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "no lock taken: {:?}",
-                logind.lines()
-            );
-            rt::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    run_until_locked(settings, &logind);
     assert_eq!(logind.count("killunit"), 0, "{:?}", logind.lines());
 }
 
