@@ -104,7 +104,7 @@ if [[ $CMD == image ]]; then
     build_image
     exit 0
 fi
-[[ $CMD == scenarios ]] || usage
+[[ $CMD == scenarios || $CMD == shutdown ]] || usage
 
 # ---------------------------------------------------------------- the guest machine
 
@@ -128,6 +128,11 @@ install -m 0644 "$ROOT/systemd/picolet.service" "$SHARE/picolet.service"
 install -m 0644 "$GUEST_DIR/lib.sh" "$SHARE/lib.sh"
 
 QEMU_PID= BOOT=0 BOOT_T0= CONSOLE_LOG= CMD_N=0
+# The guest's network: none, unless a scenario sets NIC (user-mode networking with
+# restrict=on and only forwards to loopback services of the host). It comes last on qemu's
+# command line: its device takes the PCI slot after the disk's and the share's, so the share
+# is probed as early as without it (the guest mounts it at boot, once).
+NIC=(-nic none)
 stop_qemu() {
     if [[ -n $QEMU_PID ]] && kill -0 "$QEMU_PID" 2>/dev/null; then
         kill -KILL "$QEMU_PID" 2>/dev/null || true
@@ -136,8 +141,11 @@ stop_qemu() {
     QEMU_PID=
 }
 PASSED=0
+CLEANUPS=()
 cleanup() {
     stop_qemu
+    local c
+    for c in "${CLEANUPS[@]}"; do eval "$c" || true; done
     if [[ $PASSED == 1 && ${GUEST_KEEP:-0} != 1 ]]; then
         rm -rf -- "$RUN"
     else
@@ -164,12 +172,12 @@ boot() {
     CONSOLE_LOG=$RUN/console-$BOOT.log
     rm -f -- "$SHARE/ready"
     BOOT_T0=$(now)
-    "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot -nic none \
+    "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot \
         -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
         -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4" \
         -drive "file=$RUN/disk.qcow2,format=qcow2,if=virtio" \
         -virtfs "local,path=$SHARE,mount_tag=host0,security_model=none" \
-        -serial "file:$CONSOLE_LOG" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
+        -serial "file:$CONSOLE_LOG" "${NIC[@]}" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
     QEMU_PID=$!
     local limit=$((240 * TIMEOUT_SCALE)) end
     end=$((SECONDS + limit))
@@ -314,6 +322,11 @@ EOF
 STEADY=(web bridged limited)
 
 # ---------------------------------------------------------------- scenarios
+
+if [[ $CMD == shutdown ]]; then
+    . "$GUEST_DIR/shutdown.sh"
+    exit 0
+fi
 
 T_ALL=$(now)
 log "$ARCH guest, image $IMAGE, picolet $PICOLET ($(du -k "$PICOLET" | cut -f1) KiB), $CUTS power cuts; run directory $RUN"
