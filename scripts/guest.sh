@@ -21,6 +21,15 @@
 #                   pod runs, no duplicates; prints how many boots needed more than a
 #                   normal start
 #       Default: amd64, 2 cuts, target/debug/picolet. `--cuts 20` is the long run.
+#   scripts/guest.sh shutdown [--arch A] [--picolet PATH]
+#       graceful node shutdown, joined to a control plane of its own (scripts/control-plane.sh)
+#       that the guest reaches through qemu's user-mode network (restrict=on, one forward to
+#       the host's loopback apiserver; nothing else reachable): logind's drop-in and delay
+#       lock, a logind restart, a cancelled shutdown, then `systemctl reboot` with a preStop
+#       pod, a pod that needs 5 s after SIGTERM and a critical static pod (the order and the
+#       shares from the stamps they wrote, the apiserver polled while the guest goes down),
+#       and an offline boot (API pods back from the checkpoint); see
+#       scripts/guest/shutdown.sh
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
@@ -30,8 +39,9 @@
 #   GUEST_RUN_DIR         the run's directory (default /tmp/picolet-guest-ARCH-PID; removed
 #                         at the end of a passing run unless GUEST_KEEP=1)
 #
-# Nothing leaves the machine: the guest has no network device (-nic none); files go in and
-# results come out through a 9p share. Every wait has a deadline; a failure names what
+# Nothing leaves the machine: the guest has no network device (-nic none), or in the shutdown
+# scenario only a forward to the host's loopback apiserver; files go in and results come out
+# through a 9p share. Every wait has a deadline; a failure names what
 # failed and prints the tail of the guest's console (and the guest's own diagnosis when it
 # still answers). The qemu this script starts is stopped by its PID on every exit.
 set -euo pipefail
