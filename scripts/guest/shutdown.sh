@@ -378,7 +378,11 @@ boot
 check "offline: the apiserver is unreachable from the guest" 60 '
     if timeout 5 bash -c "exec 3<>/dev/tcp/10.0.2.100/6443" 2>/dev/null; then echo "WRONG: 10.0.2.100:6443 connects"; exit 1; fi
     echo "ok kubernetes:6443 does not connect"'
-check "offline: the API pod comes back from the checkpoint, the static pod runs" 300 'wait_running 240 survivor critical && no_duplicates'
+check "offline: the API pod comes back from the checkpoint, the static pod runs, the pods that ended do not" 300 '
+    wait_running 240 survivor critical && no_duplicates || exit 1
+    sleep 5
+    again=$(running_sets | awk "\$2 == \"prestop\" || \$2 == \"sigterm\"")
+    [[ -z $again ]] || { echo "RUN AGAIN from the checkpoint:"; echo "$again"; exit 1; }'
 log "boot $BOOT (offline): qemu started -> every pod running $(since "$BOOT_T0") s"
 stop_qemu
 PASSED=1
