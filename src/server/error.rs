@@ -11,6 +11,10 @@ pub type Source = Box<dyn std::error::Error + 'static>;
 
 /// A request's failure, in the kubelet's words.
 #[derive(Debug, thiserror::Error)]
+#[cfg_attr(
+    not(feature = "node-api"),
+    expect(dead_code, reason = "the node API's refusals and its proxy's failures")
+)]
 pub enum Error {
     /// 400: a path or query the endpoint cannot use (`you must specify at least 1 of stdin,
     /// stdout, stderr`), or a log that is not there yet.

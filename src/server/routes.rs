@@ -28,6 +28,7 @@ pub enum Listener {
     /// The local, read-only API on `--healthz-port`: no credentials, no TLS.
     Local,
     /// The node API on `--port`: authenticated and authorized.
+    #[cfg_attr(not(feature = "node-api"), expect(dead_code, reason = "no node API"))]
     NodeApi,
 }
 
@@ -221,6 +222,7 @@ pub fn find(
 /// The subresources of a path no route serves, by the kubelet's prefixes (its `/logs`, `/spec`
 /// and `/checkpoint` are not served here, but a request of them is authorized as the kubelet
 /// would, so a user who may not reach them is told so before being told they are missing).
+#[cfg_attr(not(feature = "node-api"), expect(dead_code, reason = "no node API"))]
 pub fn unrouted_subresources(path: &str) -> &'static [&'static str] {
     let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
     if under("/stats") {
