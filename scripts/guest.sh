@@ -7,8 +7,11 @@
 #       build the guest image (or find it in the cache) and print its directory
 #       (scripts/guest/image.sh: mmdebstrap of Debian's packages, cached by its inputs)
 #   scripts/guest.sh scenarios [--arch A] [--cuts N] [--picolet PATH] [--upgrade-to PATH]
+#                              [--if-cached]
 #       boot the image and run the device scenarios on one disk (a qcow2 overlay of the
-#       image, kept across the boots of the run):
+#       image, kept across the boots of the run). With --if-cached the run happens only
+#       when the image's root file system (the slow part of an image build: over ten
+#       minutes for arm64) is already cached; otherwise it says so and exits 0:
 #         boot      qemu started -> picolet installed -> the first static pod's container
 #                   running, in seconds (and boot -> running on every later boot)
 #         upgrade   a new /usr/bin/picolet put in place and the unit restarted: no pod
@@ -64,9 +67,10 @@ usage() {
 [[ $# -ge 1 ]] || usage
 CMD=$1
 shift
-ARCH=amd64 CUTS=2 PICOLET= UPGRADE_TO=
+ARCH=amd64 CUTS=2 PICOLET= UPGRADE_TO= IF_CACHED=0
 while [[ $# -gt 0 ]]; do
     case $1 in
+        --if-cached) IF_CACHED=1; shift ;;
         --arch) ARCH=${2:?--arch needs a value}; shift 2 ;;
         --cuts) CUTS=${2:?--cuts needs a value}; shift 2 ;;
         --picolet) PICOLET=${2:?--picolet needs a path}; shift 2 ;;
@@ -104,7 +108,13 @@ build_image() {
     local bin t0 img
     bin=$(containerd_bin) || exit 1
     t0=$(now)
-    img=$(bash "$GUEST_DIR/image.sh" "$ARCH" "$bin" | tail -n 1) || die "the $ARCH guest image could not be built (see above)"
+    local rc=0
+    img=$(GUEST_IMAGE_IF_CACHED=$IF_CACHED bash "$GUEST_DIR/image.sh" "$ARCH" "$bin" | tail -n 1) || rc=$?
+    if [[ $rc == 3 && $IF_CACHED == 1 ]]; then
+        log "SKIPPED: the $ARCH guest's root file system is not cached (--if-cached); scripts/guest.sh image --arch $ARCH builds it"
+        exit 0
+    fi
+    [[ $rc == 0 ]] || die "the $ARCH guest image could not be built (see above)"
     [[ -f $img/info ]] || die "scripts/guest/image.sh printed no image directory"
     log "image $img ready in $(since "$t0") s: disk $(du -m "$img/disk.img" | cut -f1) MiB used (of $(du -m --apparent-size "$img/disk.img" | cut -f1) MiB), kernel $(sed -n 's/^kernel //p' "$img/info"), $(sed -n 's/^containerd //p' "$img/info")"
     printf '%s\n' "$img"
@@ -127,6 +137,7 @@ fi
 [[ -x $PICOLET ]] || die "no picolet binary at $PICOLET (cargo build${RUST_TARGET:+ --target $RUST_TARGET}, or --picolet PATH)"
 [[ -z $UPGRADE_TO || -x $UPGRADE_TO ]] || die "--upgrade-to $UPGRADE_TO is not an executable"
 IMAGE=$(build_image)
+[[ -n $IMAGE ]] || exit 0 # --if-cached, and not cached: said so above
 RUN=${GUEST_RUN_DIR:-/tmp/picolet-guest-$ARCH-$$}
 SHARE=$RUN/share
 rm -rf -- "$RUN"

@@ -379,7 +379,7 @@ fn kubectl_reaches_pods_through_the_node_api() {
     let (code, body) = curl(&cp, port, "/pods", &["-H", &bearer]);
     assert_eq!(code, 403, "{body}");
     assert!(
-        body.contains("Forbidden (user=system:serviceaccount:default:watcher, verb=get, resource=nodes, subresource=pods)"),
+        body.contains("Forbidden (user=system:serviceaccount:default:watcher, verb=get, resource=nodes, subresource(s)=[pods proxy])"),
         "{body}"
     );
     // Given nodes/proxy, the same token reads the pods (after the 30 s the denial is cached).

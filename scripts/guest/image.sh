@@ -13,6 +13,9 @@
 #               static busybox and a /init that mounts /dev/vda and switches to it
 #   info        what went into it, and the figures of its build
 #
+# With GUEST_IMAGE_IF_CACHED=1 it exits with status 3, building nothing, when the slow first
+# stage is not in the cache.
+#
 # Two stages, each cached under $PICOLET_GUEST_CACHE (default /var/cache/picolet-guest)
 # by a key of its inputs:
 #   rootfs-ARCH-KEY.tar.zst   mmdebstrap of Debian's packages (the slow part: about a
@@ -126,6 +129,10 @@ exec 9>"$CACHE/.lock-$ARCH"
 flock 9
 
 if [[ ! -s $ROOTFS ]]; then
+    if [[ ${GUEST_IMAGE_IF_CACHED:-0} == 1 ]]; then
+        log "the $ARCH root file system is not cached ($ROOTFS): not building it (GUEST_IMAGE_IF_CACHED=1)"
+        exit 3
+    fi
     check_tools
     log "building the $ARCH root file system from Debian's packages (mmdebstrap; key $ROOTFS_KEY) ..."
     t0=$(now)

@@ -215,7 +215,8 @@ oom_killed() {
 }
 
 # psi: the kernel's pressure files exist for the pods, and picolet serves them: the
-# container_pressure_* series in /metrics/cadvisor; /stats/summary holds the pods' v2 figures.
+# container_pressure_* series in /metrics/cadvisor; /stats/summary holds the pods' v2 figures
+# and the PSI of the node, the pod and its containers.
 psi() {
     local f bad=0 m s
     for f in cpu memory io; do
@@ -231,7 +232,16 @@ psi() {
     jq -e --arg p "limited-$(hostname)" '.pods[] | select(.podRef.name == $p) |
         (.cpu.usageCoreNanoSeconds > 0) and (.memory.workingSetBytes > 0)' <<<"$s" >/dev/null &&
         echo "ok /stats/summary: the limited pod's cpu and memory" || { echo "WRONG /stats/summary for the limited pod"; bad=1; }
-    echo "/stats/summary PSI fields: $(jq -c '[paths | map(tostring) | join(".") | select(test("psi|pressure"; "i"))] | length' <<<"$s")"
+    # PSI in the Summary, as upstream's: cpu, memory and io of the pod, its containers and
+    # the node, each with both lines.
+    jq -e --arg p "limited-$(hostname)" '
+        def psi: (.psi.some.total | type == "number") and (.psi.full.avg10 | type == "number");
+        (.node | (.cpu | psi) and (.memory | psi) and (.io | psi)) and
+        (.pods[] | select(.podRef.name == $p) |
+            (.cpu | psi) and (.memory | psi) and (.io | psi) and
+            ([.containers[] | (.cpu | psi) and (.memory | psi) and (.io | psi)] | all))' <<<"$s" >/dev/null &&
+        echo "ok /stats/summary: cpu, memory and io PSI of the node, the limited pod and its containers: $(jq -c --arg p "limited-$(hostname)" '.pods[] | select(.podRef.name == $p) | .memory.psi.some' <<<"$s")" ||
+        { echo "WRONG /stats/summary PSI: $(jq -c --arg p "limited-$(hostname)" '{node: {cpu: .node.cpu.psi, io: .node.io}, pod: (.pods[] | select(.podRef.name == $p) | {cpu: .cpu.psi, memory: .memory.psi, io: .io})}' <<<"$s")"; bad=1; }
     return $bad
 }
 

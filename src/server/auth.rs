@@ -6,10 +6,13 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::{Error, routes};
 use crate::apiclient::Client;
 use crate::rt;
 
@@ -54,7 +57,8 @@ pub struct Attributes {
     pub subresources: &'static [&'static str],
 }
 
-/// The kubelet's mapping of a request to the Node's subresources and a verb.
+/// The kubelet's mapping of a request to the Node's subresources (the route's, see
+/// [`super::routes`]) and a verb.
 pub fn attributes(method: &hyper::Method, path: &str) -> Attributes {
     let verb = match *method {
         hyper::Method::POST => "create",
@@ -63,35 +67,60 @@ pub fn attributes(method: &hyper::Method, path: &str) -> Attributes {
         hyper::Method::DELETE => "delete",
         _ => "get",
     };
-    let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
-    let subresources: &'static [&'static str] = if under("/stats") {
-        &["stats"]
-    } else if under("/metrics") {
-        &["metrics"]
-    } else if under("/logs") {
-        &["log"]
-    } else if under("/spec") {
-        &["spec"]
-    } else if under("/checkpoint") {
-        &["checkpoint"]
-    } else if under("/pods") {
-        &["pods", "proxy"]
-    } else if under("/healthz") {
-        &["healthz", "proxy"]
-    } else if under("/configz") {
-        &["configz", "proxy"]
-    } else {
-        &["proxy"]
-    };
+    let subresources = routes::route_of(routes::Listener::NodeApi, path)
+        .map_or_else(|| routes::unrouted_subresources(path), |r| r.subresources);
     Attributes { verb, subresources }
 }
 
-/// A refusal: 401 or 403 with the kubelet's text, or 500 when the apiserver could not answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub code: u16,
-    pub message: String,
+/// What a review answered.
+#[derive(Deserialize, Default, Debug, Clone)]
+#[serde(default)]
+pub struct ReviewStatus {
+    pub authenticated: bool,
+    pub allowed: bool,
+    pub denied: bool,
+    pub user: User,
+    pub reason: String,
+    pub error: String,
 }
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Review {
+    status: ReviewStatus,
+}
+
+/// Why a review has no answer (the apiserver could not be asked).
+pub type ReviewFailure = Box<dyn std::error::Error>;
+
+/// Who answers TokenReviews and SubjectAccessReviews: the apiserver, through [`Client`].
+pub trait Reviewer {
+    /// POSTs the review `body` to `path` and answers its status.
+    fn review(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+    ) -> Pin<Box<dyn Future<Output = Result<ReviewStatus, ReviewFailure>>>>;
+}
+
+impl Reviewer for Client {
+    fn review(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+    ) -> Pin<Box<dyn Future<Output = Result<ReviewStatus, ReviewFailure>>>> {
+        let c = self.clone();
+        Box::pin(async move {
+            rt::unblock(move || c.json::<Review>("POST", path, Some(("application/json", body))))
+                .await
+                .map(|r| r.status)
+                .map_err(|e| Box::new(e) as ReviewFailure)
+        })
+    }
+}
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 
 /// Answers kept for a while, bounded so a stream of distinct tokens cannot grow it.
 struct Cache<K, V> {
@@ -129,33 +158,16 @@ impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
 /// The authentication and authorization settings, and the apiserver that answers reviews.
 pub struct Auth {
     pub anonymous: bool,
-    /// TokenReview through this client, when on.
-    pub token_webhook: Option<Client>,
+    /// TokenReview through this reviewer, when on.
+    pub token_webhook: Option<Rc<dyn Reviewer>>,
     pub token_ttl: Duration,
-    /// SubjectAccessReview through this client; `None`: AlwaysAllow.
-    pub authz_webhook: Option<Client>,
+    /// SubjectAccessReview through this reviewer; `None`: AlwaysAllow.
+    pub authz_webhook: Option<Rc<dyn Reviewer>>,
     pub allowed_ttl: Duration,
     pub denied_ttl: Duration,
     pub node_name: String,
     tokens: Cache<[u8; 32], Option<User>>,
     decisions: Cache<(User, Attributes), bool>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ReviewStatus {
-    authenticated: bool,
-    allowed: bool,
-    denied: bool,
-    user: User,
-    reason: String,
-    error: String,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Review {
-    status: ReviewStatus,
 }
 
 impl Auth {
@@ -164,6 +176,28 @@ impl Auth {
         token_webhook: Option<Client>,
         token_ttl: Duration,
         authz_webhook: Option<Client>,
+        allowed_ttl: Duration,
+        denied_ttl: Duration,
+        node_name: String,
+    ) -> Auth {
+        let rc = |c: Client| Rc::new(c) as Rc<dyn Reviewer>;
+        Auth::with_reviewers(
+            anonymous,
+            token_webhook.map(rc),
+            token_ttl,
+            authz_webhook.map(rc),
+            allowed_ttl,
+            denied_ttl,
+            node_name,
+        )
+    }
+
+    /// [`Auth::new`] with reviewers of any kind.
+    pub fn with_reviewers(
+        anonymous: bool,
+        token_webhook: Option<Rc<dyn Reviewer>>,
+        token_ttl: Duration,
+        authz_webhook: Option<Rc<dyn Reviewer>>,
         allowed_ttl: Duration,
         denied_ttl: Duration,
         node_name: String,
@@ -182,16 +216,12 @@ impl Auth {
     }
 
     /// Who sends a request: the connection's certificate user, else the bearer token's, else
-    /// anonymous (when allowed).
+    /// anonymous (when allowed); else 401.
     pub async fn authenticate(
         &self,
         cert_user: Option<&User>,
         authorization: Option<&str>,
-    ) -> Result<User, Refusal> {
-        let unauthorized = || Refusal {
-            code: 401,
-            message: "Unauthorized".into(),
-        };
+    ) -> Result<User, Error> {
         if let Some(u) = cert_user {
             return Ok(u.clone());
         }
@@ -199,13 +229,13 @@ impl Auth {
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty());
-        if let (Some(token), Some(client)) = (token, &self.token_webhook) {
+        if let (Some(token), Some(reviewer)) = (token, &self.token_webhook) {
             let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
                 .as_ref()
                 .try_into()
                 .unwrap_or([0; 32]);
             if let Some(cached) = self.tokens.get(&key) {
-                return cached.ok_or_else(unauthorized);
+                return cached.ok_or(Error::Unauthorized);
             }
             let body = serde_json::json!({
                 "apiVersion": "authentication.k8s.io/v1",
@@ -214,41 +244,32 @@ impl Auth {
             })
             .to_string()
             .into_bytes();
-            let c = client.clone();
-            let answer = rt::unblock(move || {
-                c.json::<Review>(
-                    "POST",
-                    "/apis/authentication.k8s.io/v1/tokenreviews",
-                    Some(("application/json", body)),
-                )
-            })
-            .await;
-            return match answer {
+            return match reviewer.review(TOKEN_REVIEWS, body).await {
                 Ok(r) => {
-                    let user = (r.status.authenticated && !r.status.user.username.is_empty())
-                        .then_some(r.status.user);
-                    if user.is_none() && !r.status.error.is_empty() {
-                        log::debug!("node API: token refused: {}", r.status.error);
+                    let user = (r.authenticated && !r.user.username.is_empty()).then_some(r.user);
+                    if user.is_none() && !r.error.is_empty() {
+                        log::debug!("node API: token refused: {}", r.error);
                     }
                     self.tokens.put(key, user.clone(), self.token_ttl);
-                    user.ok_or_else(unauthorized)
+                    user.ok_or(Error::Unauthorized)
                 }
                 Err(e) => {
                     // Not cached: the next request asks again.
                     log::warn!("node API: TokenReview failed: {e}");
-                    Err(unauthorized())
+                    Err(Error::Unauthorized)
                 }
             };
         }
         if token.is_none() && self.anonymous {
             return Ok(User::anonymous());
         }
-        Err(unauthorized())
+        Err(Error::Unauthorized)
     }
 
-    /// Whether `user` may do what the request asks.
-    pub async fn authorize(&self, user: &User, a: &Attributes) -> Result<(), Refusal> {
-        let Some(client) = &self.authz_webhook else {
+    /// Whether `user` may do what the request asks: 403 when every subresource is refused,
+    /// 500 when the apiserver could not answer, in the kubelet's words.
+    pub async fn authorize(&self, user: &User, a: &Attributes) -> Result<(), Error> {
+        let Some(reviewer) = &self.authz_webhook else {
             return Ok(());
         };
         let key = (user.clone(), a.clone());
@@ -276,35 +297,22 @@ impl Auth {
                     })
                     .to_string()
                     .into_bytes();
-                    let c = client.clone();
-                    let answer = rt::unblock(move || {
-                        c.json::<Review>(
-                            "POST",
-                            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                            Some(("application/json", body)),
-                        )
-                    })
-                    .await;
-                    match answer {
-                        Ok(r) if r.status.allowed && !r.status.denied => {
+                    match reviewer.review(ACCESS_REVIEWS, body).await {
+                        Ok(r) if r.allowed && !r.denied => {
                             allowed = true;
                             break;
                         }
                         Ok(r) => {
-                            if !r.status.reason.is_empty() {
-                                log::debug!(
-                                    "node API: {} refused: {}",
-                                    user.username,
-                                    r.status.reason
-                                );
+                            if !r.reason.is_empty() {
+                                log::debug!("node API: {} refused: {}", user.username, r.reason);
                             }
                         }
                         Err(e) => {
                             log::warn!("node API: SubjectAccessReview failed: {e}");
-                            return Err(Refusal {
-                                code: 500,
-                                message: "Authorization error (see the node's log)".into(),
-                            });
+                            return Err(Error::internal(format!(
+                                "Authorization error (user={}, verb={}, resource=nodes, subresource={sub})",
+                                user.username, a.verb
+                            )));
                         }
                     }
                 }
@@ -320,15 +328,12 @@ impl Auth {
         if allowed {
             return Ok(());
         }
-        Err(Refusal {
-            code: 403,
-            message: format!(
-                "Forbidden (user={}, verb={}, resource=nodes, subresource={})",
-                user.username,
-                a.verb,
-                a.subresources.first().copied().unwrap_or("proxy")
-            ),
-        })
+        Err(Error::Forbidden(format!(
+            "Forbidden (user={}, verb={}, resource=nodes, subresource(s)=[{}])",
+            user.username,
+            a.verb,
+            a.subresources.join(" ")
+        )))
     }
 }
 
@@ -369,13 +374,13 @@ mod tests {
                 "n".into(),
             );
             let e = off.authenticate(None, None).await.unwrap_err();
-            assert_eq!((e.code, e.message.as_str()), (401, "Unauthorized"));
+            assert!(matches!(e, Error::Unauthorized), "{e:?}");
             // A token nobody can review is refused too.
             let e = off
                 .authenticate(None, Some("Bearer abc"))
                 .await
                 .unwrap_err();
-            assert_eq!(e.code, 401);
+            assert!(matches!(e, Error::Unauthorized), "{e:?}");
             let on = Auth::new(
                 true,
                 None,

@@ -2,9 +2,11 @@
 //! `/manifests` (each manifest file, the pod it defines and the error that keeps its newest
 //! content from being used, if any), answered from the host's state.
 
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 
-use super::{Body, Host, json, reply};
+#[cfg(feature = "file-source")]
+use super::json;
+use super::{Body, Error, Host, reply};
 #[cfg(feature = "file-source")]
 use crate::config::file::Report;
 
@@ -21,46 +23,28 @@ struct ManifestView {
     error: Option<String>,
 }
 
-/// Answers one request (pure over the host's state, so it is tested without sockets).
-pub fn route(
-    k: &dyn Host,
-    #[cfg(feature = "file-source")] report: &Report,
-    req: &Request<impl Sized>,
-) -> Response<Body> {
-    if req.method() != hyper::Method::GET {
-        return reply(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "only GET is served\n",
-        );
-    }
-    match req.uri().path() {
-        "/healthz" => match k.healthz() {
-            Ok(()) => reply(StatusCode::OK, "text/plain", "ok"),
-            Err(e) => reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain",
-                format!("{e}\n"),
-            ),
-        },
-        "/pods" | "/pods/" => json(&k.pod_list()),
-        #[cfg(feature = "file-source")]
-        "/manifests" => {
-            let v: Vec<ManifestView> = report
-                .borrow()
-                .iter()
-                .map(|m| ManifestView {
-                    path: m.path.display().to_string(),
-                    pod: m
-                        .pod
-                        .as_ref()
-                        .map(|p| format!("{}/{}", p.metadata.namespace, p.metadata.name)),
-                    uid: m.pod.as_ref().map(|p| p.metadata.uid.clone()),
-                    error: m.problem().map(str::to_owned),
-                })
-                .collect();
-            json(&v)
-        }
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
-    }
+/// `/healthz`: `ok` while the PLEG relists and the loop turns, else the host's reason (500).
+pub fn healthz(k: &dyn Host) -> Result<Response<Body>, Error> {
+    k.healthz()?;
+    Ok(reply(StatusCode::OK, "text/plain", "ok"))
+}
+
+/// `/manifests`: each manifest file, its pod and the error that keeps its newest content from
+/// being used.
+#[cfg(feature = "file-source")]
+pub fn manifests(report: &Report) -> Response<Body> {
+    let v: Vec<ManifestView> = report
+        .borrow()
+        .iter()
+        .map(|m| ManifestView {
+            path: m.path.display().to_string(),
+            pod: m
+                .pod
+                .as_ref()
+                .map(|p| format!("{}/{}", p.metadata.namespace, p.metadata.name)),
+            uid: m.pod.as_ref().map(|p| p.metadata.uid.clone()),
+            error: m.problem().map(str::to_owned),
+        })
+        .collect();
+    json(&v)
 }

@@ -4,6 +4,9 @@
 //! pods, their statuses, health, the figures `/metrics` reports, and where a container's log
 //! is. It never holds the runtime manager, the PLEG cache or the status manager itself.
 //!
+//! - `routes`: the one route table both listeners serve from (path, methods, the Node
+//!   subresources a request is authorized on, listeners, endpoint); `error`: what a request
+//!   fails with, answered as HTTP in one place.
 //! - `local`: `/healthz`, `/pods`, `/manifests`, answered from the host's state (pure).
 //! - `stats`: `/stats/summary`, `/metrics`, `/metrics/cadvisor`, `/metrics/resource`.
 //! - `logs`: `/containerLogs/{namespace}/{pod}/{container}`, streamed.
@@ -13,13 +16,17 @@
 
 #[cfg(feature = "node-api")]
 pub mod auth;
+mod error;
 mod local;
 mod logs;
 #[cfg(feature = "node-api")]
 pub mod node_api;
+pub mod routes;
 mod stats;
 #[cfg(feature = "node-api")]
 mod streaming;
+#[cfg(test)]
+mod tests;
 
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
@@ -32,15 +39,18 @@ use hyper::{Request, Response, StatusCode};
 use crate::config::file::Report;
 use crate::rt;
 
-pub use local::route;
-pub use stats::{StatsContext, stats_route};
+pub use error::Error;
+use routes::{Endpoint, Listener};
+pub use stats::StatsContext;
+#[cfg(test)]
+pub use stats::stats_route;
 
 /// What the server asks of the agent (upstream's `HostInterface`): a narrow, read-mostly view.
 pub trait Host {
     /// The node's name.
     fn node_name(&self) -> String;
     /// `Ok` while the PLEG relists and the loop turns.
-    fn healthz(&self) -> Result<(), String>;
+    fn healthz(&self) -> Result<(), Error>;
     /// The desired pods with their latest status.
     fn pod_list(&self) -> crate::api::PodList;
     /// The pods the runtime runs, for accounting.
@@ -49,14 +59,15 @@ pub trait Host {
     fn metrics(&self) -> HostMetrics;
     /// Each probe worker's totals, for `/metrics/probes`.
     fn probe_counts(&self) -> Vec<crate::prober::ProbeCounts>;
-    /// Where a container's log is (404 or 400 with the kubelet's text when it is not).
+    /// Where a container's log is (not found, or a bad request when it has no log yet, with
+    /// the kubelet's text).
     fn locate_log(
         &self,
         namespace: &str,
         pod: &str,
         container: &str,
         previous: bool,
-    ) -> Result<crate::logs::Located, (u16, String)>;
+    ) -> Result<crate::logs::Located, Error>;
     /// Sends a log to `tx` from `reader`, following it while the container runs.
     fn stream_log(
         &self,
@@ -89,7 +100,7 @@ pub use crate::kuberuntime::streaming::Streams;
 
 #[cfg(feature = "node-api")]
 /// A container as a streaming request names it (`/exec/{namespace}/{pod}[/{uid}]/{container}`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target<'a> {
     pub namespace: &'a str,
     pub pod: &'a str,
@@ -98,8 +109,8 @@ pub struct Target<'a> {
 }
 
 #[cfg(feature = "node-api")]
-/// An answer the host computes asynchronously, or an HTTP status and message.
-pub type Answer<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, (u16, String)>>>>;
+/// An answer the host computes asynchronously, or why there is none.
+pub type Answer<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>>>>;
 
 /// The figures `/metrics` reports of the agent itself.
 #[derive(Debug, Clone)]
@@ -134,32 +145,66 @@ fn reply(code: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Respon
 fn json(v: &impl serde::Serialize) -> Response<Body> {
     match serde_json::to_vec(v) {
         Ok(b) => reply(StatusCode::OK, "application/json", b),
-        Err(e) => reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain",
-            e.to_string(),
-        ),
+        Err(e) => Error::from_source(e).response(),
     }
+}
+
+/// Answers one request on `on` from the route table; every failure is answered by
+/// [`Error::response`]. `configz` is the node API's `/configz` body.
+async fn dispatch<B>(
+    ctx: &Context,
+    on: Listener,
+    configz: Option<&Bytes>,
+    req: Request<B>,
+) -> Response<Streamed> {
+    match answer(ctx, on, configz, req).await {
+        Ok(r) => r,
+        Err(e) => e.response().map(BodyExt::boxed_unsync),
+    }
+}
+
+async fn answer<B>(
+    ctx: &Context,
+    on: Listener,
+    configz: Option<&Bytes>,
+    req: Request<B>,
+) -> Result<Response<Streamed>, Error> {
+    let route = routes::find(on, req.method(), req.uri().path())?;
+    let host = &*ctx.host;
+    let whole = |r: Response<Body>| r.map(BodyExt::boxed_unsync);
+    Ok(match route.endpoint {
+        Endpoint::Healthz => whole(local::healthz(host)?),
+        Endpoint::Pods => whole(json(&host.pod_list())),
+        #[cfg(feature = "file-source")]
+        Endpoint::Manifests => whole(local::manifests(&ctx.report)),
+        Endpoint::StatsSummary
+        | Endpoint::Metrics
+        | Endpoint::MetricsCadvisor
+        | Endpoint::MetricsProbes
+        | Endpoint::MetricsResource => whole(stats::answer(host, &ctx.stats, route.endpoint).await),
+        Endpoint::ContainerLogs => {
+            let path = req.uri().path();
+            let target = path.strip_prefix("/containerLogs/").unwrap_or(path);
+            logs::container_logs(host, target, req.uri().query().unwrap_or("")).await?
+        }
+        Endpoint::Configz => {
+            let body = configz.cloned().ok_or_else(Error::no_route)?;
+            whole(reply(StatusCode::OK, "application/json", body))
+        }
+        #[cfg(feature = "node-api")]
+        Endpoint::Exec | Endpoint::Attach | Endpoint::PortForward | Endpoint::Run => {
+            streaming::answer(host, route.endpoint, req).await?
+        }
+        #[cfg(not(feature = "node-api"))]
+        Endpoint::Exec | Endpoint::Attach | Endpoint::PortForward | Endpoint::Run => {
+            return Err(Error::no_route());
+        }
+    })
 }
 
 /// Routes one request of the local API.
 async fn handle<B>(ctx: &Context, req: Request<B>) -> Response<Streamed> {
-    let path = req.uri().path();
-    if req.method() == hyper::Method::GET {
-        if let Some(r) = stats_route(&*ctx.host, &ctx.stats, path).await {
-            return r.map(BodyExt::boxed_unsync);
-        }
-        if let Some(p) = path.strip_prefix("/containerLogs/") {
-            return logs::container_logs(&*ctx.host, p, req.uri().query().unwrap_or("")).await;
-        }
-    }
-    route(
-        &*ctx.host,
-        #[cfg(feature = "file-source")]
-        &ctx.report,
-        &req,
-    )
-    .map(BodyExt::boxed_unsync)
+    dispatch(ctx, Listener::Local, None, req).await
 }
 
 /// Binds a listener; an error names the address.

@@ -12,12 +12,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_rustls::rustls;
 use http_body_util::BodyExt;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::auth::{Auth, User, attributes};
-use super::{Context, Streamed, reply};
+use super::routes::Listener;
+use super::{Context, Error, Streamed};
 use crate::rt;
 
 /// `/configz`: the settings in force, with `KubeletConfiguration`'s field names.
@@ -276,64 +277,27 @@ pub async fn serve(
     }
 }
 
-fn refuse(code: u16, message: &str) -> Response<Streamed> {
-    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN);
-    reply(code, "text/plain; charset=utf-8", format!("{message}\n")).map(BodyExt::boxed_unsync)
-}
-
 /// Authenticates, authorizes and answers one request.
 pub async fn handle<B>(
     api: &NodeApi,
     cert_user: Option<&User>,
     req: Request<B>,
 ) -> Response<Streamed> {
+    if let Err(e) = admit(api, cert_user, &req).await {
+        log::debug!("node API: {} {}: {e}", req.method(), req.uri().path());
+        return e.response().map(BodyExt::boxed_unsync);
+    }
+    super::dispatch(&api.ctx, Listener::NodeApi, Some(&api.configz), req).await
+}
+
+/// Who sends `req`, and whether they may: 401, 403 or 500 in the kubelet's words when not.
+async fn admit<B>(api: &NodeApi, cert_user: Option<&User>, req: &Request<B>) -> Result<(), Error> {
     let authorization = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let user = match api.auth.authenticate(cert_user, authorization).await {
-        Ok(u) => u,
-        Err(r) => return refuse(r.code, &r.message),
-    };
-    let path = req.uri().path().to_owned();
-    if let Err(r) = api
-        .auth
-        .authorize(&user, &attributes(req.method(), &path))
+    let user = api.auth.authenticate(cert_user, authorization).await?;
+    api.auth
+        .authorize(&user, &attributes(req.method(), req.uri().path()))
         .await
-    {
-        log::debug!("node API: {} {path}: {}", req.method(), r.message);
-        return refuse(r.code, &r.message);
-    }
-    let host = &*api.ctx.host;
-    if req.method() == hyper::Method::GET {
-        if path == "/configz" {
-            return reply(StatusCode::OK, "application/json", api.configz.clone())
-                .map(BodyExt::boxed_unsync);
-        }
-        if let Some(r) = super::stats_route(host, &api.ctx.stats, &path).await {
-            return r.map(BodyExt::boxed_unsync);
-        }
-        if let Some(p) = path.strip_prefix("/containerLogs/") {
-            return super::logs::container_logs(host, p, req.uri().query().unwrap_or("")).await;
-        }
-    }
-    if ["/exec/", "/attach/", "/portForward/", "/run/"]
-        .iter()
-        .any(|p| path.starts_with(p))
-    {
-        if let Some(r) = super::streaming::route(host, req).await {
-            return r;
-        }
-        return refuse(404, "404 page not found");
-    }
-    match path.as_str() {
-        "/healthz" | "/pods" | "/pods/" => super::route(
-            host,
-            #[cfg(feature = "file-source")]
-            &api.ctx.report,
-            &req,
-        )
-        .map(BodyExt::boxed_unsync),
-        _ => refuse(404, "404 page not found"),
-    }
 }

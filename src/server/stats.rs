@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use hyper::{Response, StatusCode};
 
+use super::routes::Endpoint;
 use super::{Body, Host, json, reply};
 use crate::kuberuntime::instrumented::Ops;
 use crate::stats::{self, expose, prom};
@@ -42,24 +43,41 @@ fn kubelet_metrics(k: &dyn Host, s: &StatsContext) -> String {
     })
 }
 
-/// Answers the accounting endpoints; `None` for any other path.
-pub async fn stats_route(k: &dyn Host, s: &StatsContext, path: &str) -> Option<Response<Body>> {
+/// Answers one accounting endpoint (any other endpoint answers 404).
+pub async fn answer(k: &dyn Host, s: &StatsContext, endpoint: Endpoint) -> Response<Body> {
     let text = |t: String| reply(StatusCode::OK, prom::CONTENT_TYPE, t);
     let node = k.node_name();
-    Some(match path {
-        "/stats/summary" | "/stats/summary/" => {
-            json(&s.provider.summary(&node, k.stats_pods()).await)
-        }
-        "/metrics" => text(kubelet_metrics(k, s)),
-        "/metrics/cadvisor" => {
+    match endpoint {
+        Endpoint::StatsSummary => json(&s.provider.summary(&node, k.stats_pods()).await),
+        Endpoint::Metrics => text(kubelet_metrics(k, s)),
+        Endpoint::MetricsCadvisor => {
             let snap = s.provider.snapshot(k.stats_pods()).await;
             text(expose::cadvisor(&snap, &s.machine))
         }
-        "/metrics/probes" => text(expose::probes(&k.probe_counts())),
-        "/metrics/resource" => {
+        Endpoint::MetricsProbes => text(expose::probes(&k.probe_counts())),
+        Endpoint::MetricsResource => {
             let (snap, sum) = s.provider.snapshot_and_summary(&node, k.stats_pods()).await;
             text(expose::resource(&sum, snap.at))
         }
-        _ => return None,
-    })
+        _ => super::Error::no_route().response(),
+    }
+}
+
+/// Answers the accounting endpoints by path (as both listeners route them); `None` for any
+/// other path. For tests that read the accounting of a running loop.
+#[cfg(test)]
+pub async fn stats_route(k: &dyn Host, s: &StatsContext, path: &str) -> Option<Response<Body>> {
+    let r = super::routes::route_of(super::routes::Listener::Local, path)?;
+    let accounting = matches!(
+        r.endpoint,
+        Endpoint::StatsSummary
+            | Endpoint::Metrics
+            | Endpoint::MetricsCadvisor
+            | Endpoint::MetricsProbes
+            | Endpoint::MetricsResource
+    );
+    if !accounting {
+        return None;
+    }
+    Some(answer(k, s, r.endpoint).await)
 }

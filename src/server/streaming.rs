@@ -14,7 +14,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, StatusCode};
 use smol::Async;
 
-use super::{Host, Streamed, Streams, Target, reply};
+use super::routes::Endpoint;
+use super::{Error, Host, Streamed, Streams, Target, reply};
 use crate::rt;
 
 /// Bounds on what the runtime's streaming server may send before the upgrade.
@@ -22,16 +23,6 @@ const MAX_HEAD: usize = 16 * 1024;
 const MAX_ERROR_BODY: usize = 64 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
-
-fn text(code: u16, msg: impl Into<String>) -> Response<Streamed> {
-    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    reply(
-        code,
-        "text/plain; charset=utf-8",
-        format!("{}\n", msg.into()),
-    )
-    .map(BodyExt::boxed_unsync)
-}
 
 /// The query's values of one name, in order (`command=ls&command=-l`).
 fn query_values<'a>(query: &'a str, name: &str) -> Vec<std::borrow::Cow<'a, str>> {
@@ -108,53 +99,69 @@ fn target(rest: &str) -> Option<Target<'_>> {
     (!t.namespace.is_empty() && !t.pod.is_empty() && !t.container.is_empty()).then_some(t)
 }
 
-/// Answers `/exec/...`, `/attach/...`, `/portForward/...` and `/run/...`; `None` for other
-/// paths.
-pub async fn route<B>(host: &dyn Host, req: Request<B>) -> Option<Response<Streamed>> {
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().unwrap_or("").to_owned();
-    let (kind, rest) = path.trim_start_matches('/').split_once('/')?;
-    let bad = |m: &str| Some(text(400, m));
-    match kind {
-        "exec" | "attach" => {
+/// What a streaming request asks for, read from its path and query: the host is asked for
+/// the runtime's URL only once this parsed.
+#[derive(Debug, PartialEq, Eq)]
+enum Ask<'a> {
+    Exec(Target<'a>, Vec<String>, Streams),
+    Attach(Target<'a>, Streams),
+    PortForward {
+        namespace: &'a str,
+        pod: &'a str,
+        uid: Option<&'a str>,
+        ports: Vec<i32>,
+    },
+    Run(Target<'a>, Vec<String>),
+}
+
+/// Reads `path` (`/exec/...` and so on) and `query` as `endpoint` takes them; `upgrade` tells
+/// whether the client asked to upgrade the connection, as exec, attach and port-forward need.
+fn parse<'a>(
+    endpoint: Endpoint,
+    path: &'a str,
+    query: &str,
+    upgrade: bool,
+) -> Result<Ask<'a>, Error> {
+    let bad = |m: &str| Err(Error::BadRequest(m.to_owned()));
+    let rest = path
+        .trim_start_matches('/')
+        .split_once('/')
+        .map_or("", |(_, r)| r);
+    match endpoint {
+        Endpoint::Exec | Endpoint::Attach => {
             let Some(t) = target(rest) else {
                 return bad("expected /{exec|attach}/{namespace}/{pod}[/{uid}]/{container}");
             };
-            let s = streams(&query);
+            let s = streams(query);
             if !(s.stdin || s.stdout || s.stderr) {
                 return bad("you must specify at least 1 of stdin, stdout, stderr");
             }
-            if !is_upgrade(&req) {
+            if !upgrade {
                 return bad("Upgrade request required");
             }
-            let url = if kind == "exec" {
-                let cmd: Vec<String> = query_values(&query, "command")
-                    .into_iter()
-                    .map(std::borrow::Cow::into_owned)
-                    .collect();
-                if cmd.is_empty() {
-                    return bad("you must specify a command");
-                }
-                host.exec_url(t, cmd, s).await
-            } else {
-                host.attach_url(t, s).await
-            };
-            Some(match url {
-                Ok(u) => proxy(req, &u).await,
-                Err((code, m)) => text(code, m),
-            })
+            if endpoint == Endpoint::Attach {
+                return Ok(Ask::Attach(t, s));
+            }
+            let cmd: Vec<String> = query_values(query, "command")
+                .into_iter()
+                .map(std::borrow::Cow::into_owned)
+                .collect();
+            if cmd.is_empty() {
+                return bad("you must specify a command");
+            }
+            Ok(Ask::Exec(t, cmd, s))
         }
-        "portForward" => {
+        Endpoint::PortForward => {
             let parts: Vec<&str> = rest.split('/').collect();
-            let (ns, pod, uid) = match parts.as_slice() {
+            let (namespace, pod, uid) = match parts.as_slice() {
                 [ns, pod] => (*ns, *pod, None),
                 [ns, pod, uid] => (*ns, *pod, Some(*uid)),
                 _ => return bad("expected /portForward/{namespace}/{pod}[/{uid}]"),
             };
-            if !is_upgrade(&req) {
+            if !upgrade {
                 return bad("Upgrade request required");
             }
-            let ports: Result<Vec<i32>, _> = query_values(&query, "port")
+            let ports: Result<Vec<i32>, _> = query_values(query, "port")
                 .iter()
                 .flat_map(|v| v.split(',').map(str::to_owned).collect::<Vec<_>>())
                 .map(|p| p.trim().parse::<u16>().map(i32::from))
@@ -162,33 +169,56 @@ pub async fn route<B>(host: &dyn Host, req: Request<B>) -> Option<Response<Strea
             let Ok(ports) = ports else {
                 return bad("invalid port in the query");
             };
-            Some(match host.port_forward_url(ns, pod, uid, ports).await {
-                Ok(u) => proxy(req, &u).await,
-                Err((code, m)) => text(code, m),
+            Ok(Ask::PortForward {
+                namespace,
+                pod,
+                uid,
+                ports,
             })
         }
-        "run" => {
-            if req.method() != hyper::Method::POST {
-                return Some(text(405, "/run takes POST"));
-            }
+        Endpoint::Run => {
             let Some(t) = target(rest) else {
                 return bad("expected /run/{namespace}/{pod}[/{uid}]/{container}?cmd=...");
             };
-            let cmd: Vec<String> = query_values(&query, "cmd")
+            let cmd: Vec<String> = query_values(query, "cmd")
                 .iter()
                 .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
                 .collect();
             if cmd.is_empty() {
                 return bad("you must specify a command (cmd)");
             }
-            Some(match host.run(t, cmd).await {
-                Ok(out) => reply(StatusCode::OK, "text/plain; charset=utf-8", out)
-                    .map(BodyExt::boxed_unsync),
-                Err((code, m)) => text(code, m),
-            })
+            Ok(Ask::Run(t, cmd))
         }
-        _ => None,
+        _ => Err(Error::no_route()),
     }
+}
+
+/// Answers `/exec/...`, `/attach/...` and `/portForward/...` by proxying the upgrade to the
+/// URL the host names, and `/run/...` with what the command wrote.
+pub async fn answer<B>(
+    host: &dyn Host,
+    endpoint: Endpoint,
+    req: Request<B>,
+) -> Result<Response<Streamed>, Error> {
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let url = match parse(endpoint, &path, &query, is_upgrade(&req))? {
+        Ask::Exec(t, cmd, s) => host.exec_url(t, cmd, s).await?,
+        Ask::Attach(t, s) => host.attach_url(t, s).await?,
+        Ask::PortForward {
+            namespace,
+            pod,
+            uid,
+            ports,
+        } => host.port_forward_url(namespace, pod, uid, ports).await?,
+        Ask::Run(t, cmd) => {
+            let out = host.run(t, cmd).await?;
+            return Ok(
+                reply(StatusCode::OK, "text/plain; charset=utf-8", out).map(BodyExt::boxed_unsync)
+            );
+        }
+    };
+    proxy(req, &url).await
 }
 
 fn is_upgrade<B>(req: &Request<B>) -> bool {
@@ -202,16 +232,18 @@ fn is_upgrade<B>(req: &Request<B>) -> bool {
 }
 
 /// `http://host:port/path?query` of the runtime's streaming server, split.
-fn split_url(url: &str) -> Result<(String, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("streaming URL {url:?}: only http:// is supported"))?;
+fn split_url(url: &str) -> Result<(String, String), Error> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        Error::internal(format!("streaming URL {url:?}: only http:// is supported"))
+    })?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
     if authority.is_empty() {
-        return Err(format!("streaming URL {url:?} names no host"));
+        return Err(Error::internal(format!(
+            "streaming URL {url:?} names no host"
+        )));
     }
     Ok((authority.to_owned(), path.to_owned()))
 }
@@ -239,16 +271,18 @@ fn parse_head(buf: &[u8]) -> Option<(usize, u16, Headers)> {
     Some((end + 4, code, headers))
 }
 
-async fn read_head(conn: &Async<std::net::TcpStream>) -> Result<Head, String> {
+async fn read_head(conn: &Async<std::net::TcpStream>) -> Result<Head, Error> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
         let n = (&*conn)
             .read(&mut chunk)
             .await
-            .map_err(|e| format!("reading the runtime's answer: {e}"))?;
+            .map_err(|e| Error::BadGateway(format!("reading the runtime's answer: {e}")))?;
         if n == 0 {
-            return Err("the runtime's streaming server closed the connection".into());
+            return Err(Error::BadGateway(
+                "the runtime's streaming server closed the connection".into(),
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
         if let Some((len, code, headers)) = parse_head(&buf) {
@@ -259,42 +293,42 @@ async fn read_head(conn: &Async<std::net::TcpStream>) -> Result<Head, String> {
             });
         }
         if buf.len() > MAX_HEAD {
-            return Err(format!(
+            return Err(Error::BadGateway(format!(
                 "the runtime's answer head is over {MAX_HEAD} bytes"
-            ));
+            )));
         }
     }
 }
 
 /// Sends the client's request to `url` on the runtime's streaming server and, once the server
 /// switches protocols, copies both ways until both ends are done.
-async fn proxy<B>(mut req: Request<B>, url: &str) -> Response<Streamed> {
-    let (authority, path) = match split_url(url) {
-        Ok(v) => v,
-        Err(e) => return text(500, e),
-    };
+async fn proxy<B>(mut req: Request<B>, url: &str) -> Result<Response<Streamed>, Error> {
+    let (authority, path) = split_url(url)?;
     let connect = async {
         let addrs: Vec<std::net::SocketAddr> = {
             let a = authority.clone();
             rt::unblock(move || std::net::ToSocketAddrs::to_socket_addrs(&a).map(Iterator::collect))
                 .await
-                .map_err(|e| format!("resolving {authority}: {e}"))?
+                .map_err(|e| Error::BadGateway(format!("resolving {authority}: {e}")))?
         };
         let addr = addrs
             .first()
             .copied()
-            .ok_or_else(|| format!("resolving {authority}: no address"))?;
+            .ok_or_else(|| Error::BadGateway(format!("resolving {authority}: no address")))?;
         let c = Async::<std::net::TcpStream>::connect(addr)
             .await
-            .map_err(|e| format!("connecting to the runtime's streaming server {addr}: {e}"))?;
+            .map_err(|e| {
+                Error::BadGateway(format!(
+                    "connecting to the runtime's streaming server {addr}: {e}"
+                ))
+            })?;
         c.get_ref().set_nodelay(true).ok();
-        Ok::<_, String>(c)
+        Ok::<_, Error>(c)
     };
-    let conn = match rt::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(c)) => Rc::new(c),
-        Ok(Err(e)) => return text(502, e),
-        Err(_) => return text(504, format!("connecting to {authority}: timed out")),
-    };
+    let conn = rt::timeout(CONNECT_TIMEOUT, connect)
+        .await
+        .map_err(|_| Error::GatewayTimeout(format!("connecting to {authority}: timed out")))??;
+    let conn = Rc::new(conn);
     let mut head = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", req.method());
     for (k, v) in req.headers() {
         // The client's credentials were for picolet; the runtime gets none of them.
@@ -306,17 +340,15 @@ async fn proxy<B>(mut req: Request<B>, url: &str) -> Response<Streamed> {
         }
     }
     head.push_str("\r\n");
-    if let Err(e) = (&*conn).write_all(head.as_bytes()).await {
-        return text(
-            502,
-            format!("writing to the runtime's streaming server: {e}"),
-        );
-    }
-    let answer = match rt::timeout(HEAD_TIMEOUT, read_head(&conn)).await {
-        Ok(Ok(h)) => h,
-        Ok(Err(e)) => return text(502, e),
-        Err(_) => return text(504, "the runtime's streaming server did not answer"),
-    };
+    (&*conn).write_all(head.as_bytes()).await.map_err(|e| {
+        Error::BadGateway(format!("writing to the runtime's streaming server: {e}"))
+    })?;
+    let answer = rt::timeout(HEAD_TIMEOUT, read_head(&conn))
+        .await
+        .map_err(|_| {
+            Error::GatewayTimeout("the runtime's streaming server did not answer".into())
+        })??;
+    let bad_answer = |_| Error::BadGateway("bad answer from the runtime's streaming server".into());
     let mut resp = Response::builder().status(answer.code);
     for (k, v) in &answer.headers {
         resp = resp.header(k.as_str(), v.as_str());
@@ -334,7 +366,7 @@ async fn proxy<B>(mut req: Request<B>, url: &str) -> Response<Streamed> {
         body.truncate(MAX_ERROR_BODY);
         return resp
             .body(Full::new(Bytes::from(body)).boxed_unsync())
-            .unwrap_or_else(|_| text(502, "bad answer from the runtime's streaming server"));
+            .map_err(bad_answer);
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
     let early = answer.rest;
@@ -350,7 +382,7 @@ async fn proxy<B>(mut req: Request<B>, url: &str) -> Response<Streamed> {
     })
     .detach();
     resp.body(Full::new(Bytes::new()).boxed_unsync())
-        .unwrap_or_else(|_| text(502, "bad answer from the runtime's streaming server"))
+        .map_err(bad_answer)
 }
 
 /// Copies both ways: the client's bytes to the runtime until the client is done (then the

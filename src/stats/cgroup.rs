@@ -22,27 +22,35 @@ pub struct Stats {
     pub io_read_bytes: Option<u64>,
     pub io_write_bytes: Option<u64>,
     pub pids: Option<u64>,
-    /// PSI "some" avg10, percent: v2 only, and only with CONFIG_PSI.
-    pub cpu_pressure_some_avg10: Option<f64>,
-    pub memory_pressure_some_avg10: Option<f64>,
     /// Cumulative minor and major page faults (`pgfault`, `pgmajfault`).
     pub page_faults: Option<u64>,
     pub major_page_faults: Option<u64>,
     /// The memory limit; `None` when unlimited (v2 `max`, v1's huge default).
     pub memory_limit_bytes: Option<u64>,
-    /// PSI stall totals, microseconds: what some / all tasks waited for CPU, memory, IO.
-    pub pressure: Pressure,
+    /// Pressure stall information of `cpu.pressure`, `memory.pressure`, `io.pressure`: v2
+    /// only, and only on a kernel with PSI.
+    pub cpu_psi: Option<Psi>,
+    pub memory_psi: Option<Psi>,
+    pub io_psi: Option<Psi>,
 }
 
-/// PSI `total=` counters (microseconds) of `cpu.pressure`, `memory.pressure`, `io.pressure`.
+/// One `*.pressure` file: what share of time some tasks (`some`) or all of them (`full`)
+/// waited for the resource.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Pressure {
-    pub cpu_some_usec: Option<u64>,
-    pub cpu_full_usec: Option<u64>,
-    pub memory_some_usec: Option<u64>,
-    pub memory_full_usec: Option<u64>,
-    pub io_some_usec: Option<u64>,
-    pub io_full_usec: Option<u64>,
+pub struct Psi {
+    pub some: PsiLine,
+    /// `None` where the kernel writes no `full` line (`cpu.pressure` before Linux 5.13).
+    pub full: Option<PsiLine>,
+}
+
+/// `avg10=0.00 avg60=0.00 avg300=0.00 total=0`: percentages over 10 s, 60 s and 300 s, and the
+/// cumulative stall in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PsiLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total_usec: u64,
 }
 
 /// A process's cgroup per controller (v1), or its one v2 path (key ""), from
@@ -112,23 +120,31 @@ fn keyed(s: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`
-fn psi_some_avg10(s: &str) -> Option<f64> {
-    let line = s.lines().find(|l| l.starts_with("some "))?;
-    line.split(' ')
-        .find_map(|f| f.strip_prefix("avg10="))?
-        .parse()
-        .ok()
-}
-
-/// The `total=` of the `some` or `full` line.
-fn psi_total(s: &str, which: &str) -> Option<u64> {
-    let line = s.lines().find(|l| l.starts_with(which))?;
-    line.split(' ')
-        .find_map(|f| f.strip_prefix("total="))?
-        .trim()
-        .parse()
-        .ok()
+/// A `*.pressure` file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=0` and, on most
+/// resources, a `full` line of the same shape. `None` without a well-formed `some` line.
+pub fn parse_psi(s: &str) -> Option<Psi> {
+    let line = |which: &str| -> Option<PsiLine> {
+        let rest = s
+            .lines()
+            .find_map(|l| l.strip_prefix(which)?.strip_prefix(' '))?;
+        let mut out = PsiLine::default();
+        let (mut a10, mut a60, mut a300, mut total) = (false, false, false, false);
+        for f in rest.split_whitespace() {
+            let (k, v) = f.split_once('=')?;
+            match k {
+                "avg10" => (out.avg10, a10) = (v.parse().ok()?, true),
+                "avg60" => (out.avg60, a60) = (v.parse().ok()?, true),
+                "avg300" => (out.avg300, a300) = (v.parse().ok()?, true),
+                "total" => (out.total_usec, total) = (v.parse().ok()?, true),
+                _ => {}
+            }
+        }
+        (a10 && a60 && a300 && total).then_some(out)
+    };
+    Some(Psi {
+        some: line("some")?,
+        full: line("full"),
+    })
 }
 
 /// v1 reports "no limit" as the largest page-aligned value (2^63 rounded down to a page).
@@ -173,19 +189,13 @@ fn read_v2(dir: &Path) -> Stats {
         read(&dir.join("memory.pressure")),
         read(&dir.join("io.pressure")),
     );
-    let total = |f: &Option<String>, which| f.as_deref().and_then(|s| psi_total(s, which));
     Stats {
         page_faults: keyed(&mem_stat, "pgfault"),
         major_page_faults: keyed(&mem_stat, "pgmajfault"),
         memory_limit_bytes: read(&dir.join("memory.max")).and_then(|s| s.trim().parse().ok()),
-        pressure: Pressure {
-            cpu_some_usec: total(&cpu_p, "some"),
-            cpu_full_usec: total(&cpu_p, "full"),
-            memory_some_usec: total(&mem_p, "some"),
-            memory_full_usec: total(&mem_p, "full"),
-            io_some_usec: total(&io_p, "some"),
-            io_full_usec: total(&io_p, "full"),
-        },
+        cpu_psi: cpu_p.as_deref().and_then(parse_psi),
+        memory_psi: mem_p.as_deref().and_then(parse_psi),
+        io_psi: io_p.as_deref().and_then(parse_psi),
         cpu_usage_nanos: read(&dir.join("cpu.stat"))
             .and_then(|s| keyed(&s, "usage_usec"))
             .map(|u| u.saturating_mul(1000)),
@@ -196,8 +206,6 @@ fn read_v2(dir: &Path) -> Stats {
         io_read_bytes: rd,
         io_write_bytes: wr,
         pids: read_u64(&dir.join("pids.current")),
-        cpu_pressure_some_avg10: cpu_p.as_deref().and_then(psi_some_avg10),
-        memory_pressure_some_avg10: mem_p.as_deref().and_then(psi_some_avg10),
     }
 }
 
@@ -238,14 +246,14 @@ fn read_v1(dirs: &BTreeMap<String, PathBuf>) -> Stats {
         io_read_bytes: rd,
         io_write_bytes: wr,
         pids: file("pids", "pids.current").and_then(|p| read_u64(&p)),
-        cpu_pressure_some_avg10: None,
-        memory_pressure_some_avg10: None,
         page_faults: keyed(&mem_stat, "total_pgfault"),
         major_page_faults: keyed(&mem_stat, "total_pgmajfault"),
         memory_limit_bytes: file("memory", "memory.limit_in_bytes")
             .and_then(|p| read_u64(&p))
             .filter(|&l| l < V1_UNLIMITED),
-        pressure: Pressure::default(),
+        cpu_psi: None,
+        memory_psi: None,
+        io_psi: None,
     }
 }
 
@@ -316,14 +324,22 @@ mod tests {
             (Some(4097), Some(8194))
         );
         assert_eq!(s.pids, Some(3));
-        assert_eq!(s.memory_pressure_some_avg10, Some(1.5));
-        assert_eq!(s.pressure.memory_some_usec, Some(12345));
-        assert_eq!(s.pressure.memory_full_usec, Some(0));
-        assert_eq!(s.pressure.cpu_some_usec, None);
+        let mem = s.memory_psi.as_ref().expect("memory.pressure is read");
+        assert_eq!(
+            mem.some,
+            PsiLine {
+                avg10: 1.5,
+                avg60: 0.2,
+                avg300: 0.0,
+                total_usec: 12345
+            }
+        );
+        assert_eq!(mem.full.map(|f| f.total_usec), Some(0));
         assert_eq!((s.page_faults, s.major_page_faults), (Some(1200), Some(7)));
         assert_eq!(s.memory_limit_bytes, None, "max is no limit");
-        // No cpu.pressure in the fixture (a kernel without PSI): unknown, not zero.
-        assert_eq!(s.cpu_pressure_some_avg10, None);
+        // No cpu.pressure or io.pressure in the fixture (a kernel without PSI): unknown, not
+        // zero.
+        assert_eq!((s.cpu_psi, s.io_psi), (None, None));
         std::fs::remove_dir_all(root).unwrap();
     }
 
@@ -380,7 +396,7 @@ mod tests {
         assert_eq!(s.oom_kills, Some(2));
         assert_eq!((s.io_read_bytes, s.io_write_bytes), (Some(4096), Some(512)));
         assert_eq!(s.pids, Some(5));
-        assert_eq!(s.memory_pressure_some_avg10, None);
+        assert_eq!(s.memory_psi, None, "v1 has no PSI files");
         assert_eq!((s.page_faults, s.major_page_faults), (Some(99), Some(3)));
         assert_eq!(s.memory_limit_bytes, Some(64 << 20));
         std::fs::remove_dir_all(root).unwrap();
@@ -465,6 +481,17 @@ pub fn read_node(cg: &Cgroups, root: &Path) -> Node {
     let mem = read(&root.join("proc/meminfo")).unwrap_or_default();
     let total = meminfo(&mem, "MemTotal");
     let available = meminfo(&mem, "MemAvailable");
+    // The root cgroup's pressure files where it has them; the system-wide /proc/pressure (the
+    // same figures) on a kernel whose root cgroup has none, or on a v1 host.
+    for (field, name) in [
+        (&mut cgroup.cpu_psi, "cpu"),
+        (&mut cgroup.memory_psi, "memory"),
+        (&mut cgroup.io_psi, "io"),
+    ] {
+        if field.is_none() {
+            *field = read(&root.join("proc/pressure").join(name)).and_then(|s| parse_psi(&s));
+        }
+    }
     if cgroup.cpu_usage_nanos.is_none() {
         cgroup.cpu_usage_nanos =
             read(&root.join("proc/stat")).and_then(|s| proc_stat_cpu_nanos(&s));
@@ -519,6 +546,23 @@ mod node_tests {
         )
         .unwrap();
         std::fs::write(d.join("proc/meminfo"), MEMINFO).unwrap();
+        // The root cgroup has a memory.pressure; cpu's comes from /proc/pressure; io has none.
+        std::fs::write(
+            d.join("sys/fs/cgroup/memory.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=11\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.join("proc/pressure")).unwrap();
+        std::fs::write(
+            d.join("proc/pressure/cpu"),
+            "some avg10=3.00 avg60=2.00 avg300=1.00 total=42\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("proc/pressure/memory"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=999\n",
+        )
+        .unwrap();
         let cg = Cgroups {
             mode: Mode::Unified,
             unified: Some(PathBuf::from("/sys/fs/cgroup")),
@@ -533,6 +577,14 @@ mod node_tests {
             n.cgroup.memory_working_set_bytes,
             Some(819_200_000 - 102_400_000)
         );
+        let total = |p: &Option<Psi>| p.as_ref().map(|p| p.some.total_usec);
+        assert_eq!(
+            total(&n.cgroup.memory_psi),
+            Some(11),
+            "the root cgroup's own file first"
+        );
+        assert_eq!(total(&n.cgroup.cpu_psi), Some(42), "then /proc/pressure");
+        assert_eq!(n.cgroup.io_psi, None, "neither: unknown");
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -567,6 +619,33 @@ mod node_tests {
             n.cgroup.memory_working_set_bytes.unwrap(),
         );
         assert!(ws > 0 && ws <= total, "{n:?}");
+    }
+
+    #[test]
+    fn pressure_files_as_the_kernel_writes_them() {
+        let cpu_old = parse_psi(
+            "some avg10=2.04 avg60=0.75 avg300=0.40 total=157656722
+",
+        )
+        .expect("a some line alone is a pressure file");
+        assert_eq!(cpu_old.some.avg10, 2.04);
+        assert_eq!(cpu_old.some.total_usec, 157_656_722);
+        assert_eq!(cpu_old.full, None, "no full line: not reported as zero");
+        let io = parse_psi(
+            "some avg10=0.00 avg60=0.10 avg300=0.05 total=9\nfull avg10=0.00 avg60=0.08 avg300=0.04 total=7\n",
+        )
+        .unwrap();
+        assert_eq!((io.some.avg60, io.full.unwrap().avg300), (0.10, 0.04));
+        assert_eq!(io.full.unwrap().total_usec, 7);
+        for bad in [
+            "",
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+            "some avg10=x avg60=0.00 avg300=0.00 total=0\n",
+            "some avg10=0.00 avg60=0.00 total=0\n",
+            "something avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        ] {
+            assert_eq!(parse_psi(bad), None, "{bad:?}");
+        }
     }
 }
 

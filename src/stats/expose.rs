@@ -197,37 +197,52 @@ const CADVISOR: &[(&str, &str, Kind, Getter)] = &[
         "container_pressure_cpu_waiting_seconds_total",
         "Total time duration tasks in the container have waited due to CPU congestion.",
         Kind::Counter,
-        |s| s.pressure.cpu_some_usec.map(|u| f(u) / 1e6),
+        |s| s.cpu_psi.as_ref().map(|p| f(p.some.total_usec) / 1e6),
     ),
     (
         "container_pressure_cpu_stalled_seconds_total",
         "Total time duration no tasks in the container could make progress due to CPU congestion.",
         Kind::Counter,
-        |s| s.pressure.cpu_full_usec.map(|u| f(u) / 1e6),
+        |s| {
+            s.cpu_psi
+                .as_ref()
+                .and_then(|p| p.full)
+                .map(|l| f(l.total_usec) / 1e6)
+        },
     ),
     (
         "container_pressure_memory_waiting_seconds_total",
         "Total time duration tasks in the container have waited due to memory congestion.",
         Kind::Counter,
-        |s| s.pressure.memory_some_usec.map(|u| f(u) / 1e6),
+        |s| s.memory_psi.as_ref().map(|p| f(p.some.total_usec) / 1e6),
     ),
     (
         "container_pressure_memory_stalled_seconds_total",
         "Total time duration no tasks in the container could make progress due to memory congestion.",
         Kind::Counter,
-        |s| s.pressure.memory_full_usec.map(|u| f(u) / 1e6),
+        |s| {
+            s.memory_psi
+                .as_ref()
+                .and_then(|p| p.full)
+                .map(|l| f(l.total_usec) / 1e6)
+        },
     ),
     (
         "container_pressure_io_waiting_seconds_total",
         "Total time duration tasks in the container have waited due to I/O congestion.",
         Kind::Counter,
-        |s| s.pressure.io_some_usec.map(|u| f(u) / 1e6),
+        |s| s.io_psi.as_ref().map(|p| f(p.some.total_usec) / 1e6),
     ),
     (
         "container_pressure_io_stalled_seconds_total",
         "Total time duration no tasks in the container could make progress due to I/O congestion.",
         Kind::Counter,
-        |s| s.pressure.io_full_usec.map(|u| f(u) / 1e6),
+        |s| {
+            s.io_psi
+                .as_ref()
+                .and_then(|p| p.full)
+                .map(|l| f(l.total_usec) / 1e6)
+        },
     ),
 ];
 

@@ -70,6 +70,10 @@ fn v2_host(name: &str) -> PathBuf {
         (cg(&c1, "memory.events"), "oom 0\noom_kill 0\n".into()),
         (cg(&c1, "io.stat"), "8:0 rbytes=4096 wbytes=8192 rios=1 wios=2\n".into()),
         (cg(&c1, "pids.current"), "3\n".into()),
+        (
+            cg(&c1, "io.pressure"),
+            "some avg10=1.25 avg60=0.50 avg300=0.10 total=777\n".into(),
+        ),
         (cg(&c2, "cpu.stat"), "usage_usec 500000\n".into()),
         (cg(&c2, "memory.current"), "6291456\n".into()),
         (cg(&c2, "memory.stat"), "anon 1048576\ninactive_file 0\n".into()),
@@ -232,6 +236,27 @@ fn summary_has_upstreams_shape_and_rates() {
     assert_eq!(main["memory"]["pageFaults"], 10);
     assert_eq!(main["memory"]["majorPageFaults"], 1);
     assert!(main["memory"].get("availableBytes").is_none(), "no limit");
+    // PSI as upstream's Summary carries it: both lines, the kernel's total in microseconds;
+    // a file the kernel does not write leaves the field out.
+    assert_eq!(
+        a["memory"]["psi"],
+        serde_json::json!({
+            "some": {"total": 2_500_000, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+            "full": {"total": 1_000_000, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+        })
+    );
+    assert!(
+        a["cpu"].get("psi").is_none() && a.get("io").is_none(),
+        "{a}"
+    );
+    assert_eq!(main["io"]["psi"]["some"]["avg10"], 1.25);
+    assert_eq!(main["io"]["psi"]["some"]["total"], 777);
+    assert_eq!(main["io"]["psi"]["full"]["total"], 0, "no full line: zeros");
+    assert!(main["io"]["time"].is_string(), "{main}");
+    assert!(
+        node.get("io").is_none(),
+        "no PSI anywhere for the node: {node}"
+    );
     let gone = &v["pods"][1]["containers"][1];
     assert_eq!(gone["name"], "gone");
     assert!(

@@ -5,27 +5,28 @@ use super::Kubelet;
 use crate::kubecontainer::{ContainerState, SandboxState};
 #[cfg(feature = "node-api")]
 use crate::server::{Answer, Streams, Target};
-use crate::server::{Host, HostMetrics};
+use crate::server::{Error, Host, HostMetrics};
 
 #[cfg(feature = "node-api")]
 impl Kubelet {
-    /// The pod a request names: 404 "pod does not exist" as the kubelet says, also when a UID
-    /// is given and differs.
+    /// The pod a request names: not found, "pod does not exist" as the kubelet says, also when
+    /// a UID is given and differs.
     fn named_pod(
         &self,
         namespace: &str,
         pod: &str,
         uid: Option<&str>,
-    ) -> Result<std::rc::Rc<crate::api::Pod>, (u16, String)> {
+    ) -> Result<std::rc::Rc<crate::api::Pod>, Error> {
         self.pod_by_name(namespace, pod)
             .filter(|p| uid.is_none_or(|u| u == p.metadata.uid))
-            .ok_or_else(|| (404, "pod does not exist".to_owned()))
+            .ok_or_else(|| Error::NotFound("pod does not exist".to_owned()))
     }
 
-    /// The running instance of a container: 404 "container not found" when there is none.
-    fn running_container(&self, t: Target) -> Result<String, (u16, String)> {
+    /// The running instance of a container: not found, "container not found" when there is
+    /// none.
+    fn running_container(&self, t: Target) -> Result<String, Error> {
         let p = self.named_pod(t.namespace, t.pod, t.uid)?;
-        let not_found = || (404, format!("container not found ({:?})", t.container));
+        let not_found = || Error::NotFound(format!("container not found ({:?})", t.container));
         let cache = self.cache.borrow();
         let cached = cache.get(&p.metadata.uid).ok_or_else(not_found)?;
         cached
@@ -38,13 +39,13 @@ impl Kubelet {
             .ok_or_else(not_found)
     }
 
-    /// The ready sandbox of a pod: 404 when it has none running.
+    /// The ready sandbox of a pod: not found when it has none running.
     fn running_sandbox(
         &self,
         namespace: &str,
         pod: &str,
         uid: Option<&str>,
-    ) -> Result<String, (u16, String)> {
+    ) -> Result<String, Error> {
         let p = self.named_pod(namespace, pod, uid)?;
         let cache = self.cache.borrow();
         cache
@@ -56,14 +57,18 @@ impl Kubelet {
                     .find(|s| s.state == SandboxState::Ready)
                     .map(|s| s.id.to_string())
             })
-            .ok_or_else(|| (404, format!("pod {pod:?} is not running")))
+            .ok_or_else(|| Error::NotFound(format!("pod {pod:?} is not running")))
     }
 }
 
-/// A runtime error as the node API answers it.
-#[cfg(feature = "node-api")]
-fn runtime_error(e: crate::cri::CriError) -> (u16, String) {
-    (500, e.to_string())
+/// Where a container's log is not, as the node API answers it: 404 for a pod or container
+/// that is not there, 400 when it has no log (yet).
+fn log_error((code, message): (u16, String)) -> Error {
+    if code == 404 {
+        Error::NotFound(message)
+    } else {
+        Error::BadRequest(message)
+    }
 }
 
 impl Host for Kubelet {
@@ -71,8 +76,8 @@ impl Host for Kubelet {
         self.rm.node().node_name.clone()
     }
 
-    fn healthz(&self) -> Result<(), String> {
-        Kubelet::healthz(self)
+    fn healthz(&self) -> Result<(), Error> {
+        Kubelet::healthz(self).map_err(Error::internal)
     }
 
     fn pod_list(&self) -> crate::api::PodList {
@@ -121,7 +126,7 @@ impl Host for Kubelet {
         pod: &str,
         container: &str,
         previous: bool,
-    ) -> Result<crate::logs::Located, (u16, String)> {
+    ) -> Result<crate::logs::Located, Error> {
         let pod_obj = self.pod_by_name(namespace, pod);
         crate::logs::locate(
             pod_obj.as_deref(),
@@ -131,6 +136,7 @@ impl Host for Kubelet {
             container,
             previous,
         )
+        .map_err(log_error)
     }
 
     fn stream_log(
@@ -146,14 +152,14 @@ impl Host for Kubelet {
     fn exec_url(&self, t: Target, cmd: Vec<String>, s: Streams) -> Answer<String> {
         let found = self.running_container(t);
         let rm = self.rm.clone();
-        Box::pin(async move { rm.exec_url(&found?, cmd, s).await.map_err(runtime_error) })
+        Box::pin(async move { rm.exec_url(&found?, cmd, s).await.map_err(Error::from) })
     }
 
     #[cfg(feature = "node-api")]
     fn attach_url(&self, t: Target, s: Streams) -> Answer<String> {
         let found = self.running_container(t);
         let rm = self.rm.clone();
-        Box::pin(async move { rm.attach_url(&found?, s).await.map_err(runtime_error) })
+        Box::pin(async move { rm.attach_url(&found?, s).await.map_err(Error::from) })
     }
 
     #[cfg(feature = "node-api")]
@@ -169,7 +175,7 @@ impl Host for Kubelet {
         Box::pin(async move {
             rm.port_forward_url(&found?, ports)
                 .await
-                .map_err(runtime_error)
+                .map_err(Error::from)
         })
     }
 
@@ -181,7 +187,7 @@ impl Host for Kubelet {
             let out = rm
                 .exec_sync(&found?, &cmd, std::time::Duration::ZERO)
                 .await
-                .map_err(|e| (500, e.to_string()))?;
+                .map_err(Error::from_source)?;
             Ok(out.output)
         })
     }
