@@ -354,7 +354,9 @@ check "the pods stopped in order, each within its share (the stamps they wrote a
 check "after the reboot the static pod runs again, the API pods the shutdown stopped do not" 240 '
     wait_running 200 critical && no_duplicates || exit 1
     sleep 5
-    again=$(running_sets | awk "\$2 == \"prestop\" || \$2 == \"sigterm\"")
+    list=$(running_sets)
+    grep -q "^container critical " <<<"$list" || { echo "the runtime'"'"'s containers could not be listed"; exit 1; }
+    again=$(awk "\$2 == \"prestop\" || \$2 == \"sigterm\"" <<<"$list")
     [[ -z $again ]] || { echo "RUN AGAIN after the reboot:"; echo "$again"; exit 1; }'
 t0=$(now)
 wait_ready 240
@@ -382,7 +384,9 @@ check "offline: the apiserver is unreachable from the guest" 60 '
 check "offline: the API pod comes back from the checkpoint, the static pod runs, the pods that ended do not" 300 '
     wait_running 240 survivor critical && no_duplicates || exit 1
     sleep 5
-    again=$(running_sets | awk "\$2 == \"prestop\" || \$2 == \"sigterm\"")
+    list=$(running_sets)
+    grep -q "^container critical " <<<"$list" || { echo "the runtime'"'"'s containers could not be listed"; exit 1; }
+    again=$(awk "\$2 == \"prestop\" || \$2 == \"sigterm\"" <<<"$list")
     [[ -z $again ]] || { echo "RUN AGAIN from the checkpoint:"; echo "$again"; exit 1; }'
 log "boot $BOOT (offline): qemu started -> every pod running $(since "$BOOT_T0") s"
 stop_qemu
