@@ -24,6 +24,15 @@
 #                   pod runs, no duplicates; prints how many boots needed more than a
 #                   normal start
 #       Default: amd64, 2 cuts, target/debug/picolet. `--cuts 20` is the long run.
+#   scripts/guest.sh shutdown [--arch A] [--picolet PATH]
+#       graceful node shutdown, joined to a control plane of its own (scripts/control-plane.sh)
+#       that the guest reaches through qemu's user-mode network (restrict=on, one forward to
+#       the host's loopback apiserver; nothing else reachable): logind's drop-in and delay
+#       lock, a logind restart, a cancelled shutdown, then `systemctl reboot` with a preStop
+#       pod, a pod that needs 5 s after SIGTERM and a critical static pod (the order and the
+#       shares from the stamps they wrote, the apiserver polled while the guest goes down),
+#       and an offline boot (API pods back from the checkpoint); see
+#       scripts/guest/shutdown.sh
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
@@ -33,8 +42,9 @@
 #   GUEST_RUN_DIR         the run's directory (default /tmp/picolet-guest-ARCH-PID; removed
 #                         at the end of a passing run unless GUEST_KEEP=1)
 #
-# Nothing leaves the machine: the guest has no network device (-nic none); files go in and
-# results come out through a 9p share. Every wait has a deadline; a failure names what
+# Nothing leaves the machine: the guest has no network device (-nic none), or in the shutdown
+# scenario only a forward to the host's loopback apiserver; files go in and results come out
+# through a 9p share. Every wait has a deadline; a failure names what
 # failed and prints the tail of the guest's console (and the guest's own diagnosis when it
 # still answers). The qemu this script starts is stopped by its PID on every exit.
 set -euo pipefail
@@ -114,7 +124,7 @@ if [[ $CMD == image ]]; then
     build_image
     exit 0
 fi
-[[ $CMD == scenarios ]] || usage
+[[ $CMD == scenarios || $CMD == shutdown ]] || usage
 
 # ---------------------------------------------------------------- the guest machine
 
@@ -139,6 +149,11 @@ install -m 0644 "$ROOT/systemd/picolet.service" "$SHARE/picolet.service"
 install -m 0644 "$GUEST_DIR/lib.sh" "$SHARE/lib.sh"
 
 QEMU_PID= BOOT=0 BOOT_T0= CONSOLE_LOG= CMD_N=0
+# The guest's network: none, unless a scenario sets NIC (user-mode networking with
+# restrict=on and only forwards to loopback services of the host). It comes last on qemu's
+# command line: its device takes the PCI slot after the disk's and the share's, so the share
+# is probed as early as without it (the guest mounts it at boot, once).
+NIC=(-nic none)
 stop_qemu() {
     if [[ -n $QEMU_PID ]] && kill -0 "$QEMU_PID" 2>/dev/null; then
         kill -KILL "$QEMU_PID" 2>/dev/null || true
@@ -147,8 +162,11 @@ stop_qemu() {
     QEMU_PID=
 }
 PASSED=0
+CLEANUPS=()
 cleanup() {
     stop_qemu
+    local c
+    for c in "${CLEANUPS[@]}"; do eval "$c" || true; done
     if [[ $PASSED == 1 && ${GUEST_KEEP:-0} != 1 ]]; then
         rm -rf -- "$RUN"
     else
@@ -175,12 +193,12 @@ boot() {
     CONSOLE_LOG=$RUN/console-$BOOT.log
     rm -f -- "$SHARE/ready"
     BOOT_T0=$(now)
-    "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot -nic none \
+    "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot \
         -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
         -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4" \
         -drive "file=$RUN/disk.qcow2,format=qcow2,if=virtio" \
         -virtfs "local,path=$SHARE,mount_tag=host0,security_model=none" \
-        -serial "file:$CONSOLE_LOG" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
+        -serial "file:$CONSOLE_LOG" "${NIC[@]}" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
     QEMU_PID=$!
     local limit=$((240 * TIMEOUT_SCALE)) end
     end=$((SECONDS + limit))
@@ -325,6 +343,11 @@ EOF
 STEADY=(web bridged limited)
 
 # ---------------------------------------------------------------- scenarios
+
+if [[ $CMD == shutdown ]]; then
+    . "$GUEST_DIR/shutdown.sh"
+    exit 0
+fi
 
 T_ALL=$(now)
 log "$ARCH guest, image $IMAGE, picolet $PICOLET ($(du -k "$PICOLET" | cut -f1) KiB), $CUTS power cuts; run directory $RUN"

@@ -107,6 +107,8 @@ env -u SCRATCH_CONTAINERD_BIN cargo test --locked --features e2e --test e2e -- -
 step "booted guest: picolet as its systemd unit on Debian bookworm (amd64, cgroup v2, containerd 2.x) under qemu: boot, the cgroup v2 files, upgrade in place, reboot, 2 power cuts (scripts/guest.sh; the image is cached)"
 # (the debug picolet cargo test just built; containerd 2.x from the step above)
 scripts/guest.sh scenarios --arch amd64 --cuts 2
+step "booted guest joined to the control plane: graceful node shutdown (logind's delay lock, a logind restart, a cancelled shutdown, a reboot with the pods stopped in order and their final statuses in the apiserver) and the offline boot (scripts/guest.sh shutdown)"
+scripts/guest.sh shutdown --arch amd64
 step "upstream's node conformance specs: the CI subset (tests/conformance-ci.txt) against picolet on containerd 2.x"
 # (the debug picolet cargo test just built)
 SPECS=tests/conformance-ci.txt PICOLET_BIN=target/debug/picolet CONFORMANCE_DIR=/tmp/pconf-ci \

@@ -168,7 +168,8 @@ const MAX_CHECKPOINT: usize = 16 << 20;
 
 /// The checkpoint: the node's API pods as last seen, without their status (which changes often
 /// and is the apiserver's to keep), so a picolet that starts while the apiserver is unreachable
-/// runs them at once. A missing file means "unknown"; a file with no pods means "known empty".
+/// runs them at once. A pod whose status is Succeeded or Failed keeps its phase, reason and
+/// message: it ended (stopped by a node shutdown before a reboot, say) and must not run again. A missing file means "unknown"; a file with no pods means "known empty".
 /// No resourceVersion: it moves with every status change, and a restarted picolet lists anyway.
 #[derive(serde::Serialize)]
 struct Checkpoint {
@@ -204,7 +205,17 @@ impl PodSet {
             .values()
             .map(|p| {
                 let mut p = p.clone();
-                p.status = Default::default();
+                let finished = matches!(p.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+                p.status = if finished {
+                    crate::api::PodStatus {
+                        phase: p.status.phase.take(),
+                        reason: p.status.reason.take(),
+                        message: p.status.message.take(),
+                        ..Default::default()
+                    }
+                } else {
+                    Default::default()
+                };
                 p.metadata.resource_version = None;
                 p
             })
@@ -414,6 +425,41 @@ mod tests {
         // An oversized line is refused, not buffered without end.
         let huge = vec![b'x'; MAX_EVENT + 10];
         assert!(read_watch(&huge[..], &mut s, &mut |_| true).is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_keeps_the_end_of_a_pod_that_ended() {
+        let dir = std::env::temp_dir().join(format!("picolet-ckpt-end-{}", std::process::id()));
+        let path = dir.join("pods.json");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut s = PodSet::default();
+        let mut last = Vec::new();
+        let running = br#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"p-a","namespace":"default","uid":"a","resourceVersion":"5"},"spec":{"nodeName":"n","containers":[{"name":"c","image":"busybox"}]},"status":{"phase":"Running","hostIP":"10.0.0.1"}}}"#;
+        s.apply(running).unwrap();
+        save_checkpoint(&path, &s, &mut last);
+        let back = load_checkpoint(&path).unwrap().unwrap().snapshot();
+        assert_eq!(
+            back.pods[0].status,
+            Default::default(),
+            "a running pod's status is not kept"
+        );
+        // Stopped by a node shutdown: the checkpoint is rewritten with the end, so a reboot
+        // that reads it does not run the pod again.
+        let ended = br#"{"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"p-a","namespace":"default","uid":"a","resourceVersion":"6"},"spec":{"nodeName":"n","containers":[{"name":"c","image":"busybox"}]},"status":{"phase":"Failed","reason":"Terminated","message":"Pod was terminated in response to imminent node shutdown.","hostIP":"10.0.0.1"}}}"#;
+        s.apply(ended).unwrap();
+        let before = last.clone();
+        save_checkpoint(&path, &s, &mut last);
+        assert_ne!(last, before, "rewritten");
+        let back = load_checkpoint(&path).unwrap().unwrap().snapshot();
+        let st = &back.pods[0].status;
+        assert_eq!(st.phase.as_deref(), Some("Failed"));
+        assert_eq!(st.reason.as_deref(), Some("Terminated"));
+        assert_eq!(
+            st.message.as_deref(),
+            Some("Pod was terminated in response to imminent node shutdown.")
+        );
+        assert_eq!(st.host_ip, None, "nothing else of the status");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

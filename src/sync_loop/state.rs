@@ -365,6 +365,26 @@ impl LoopState {
                 self.pods.upsert(pod.clone());
                 out.push(Command::ReportPending(pod));
             }
+            Op::Add if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) => {
+                // It ended before (an API pod the apiserver, or the checkpoint, holds as
+                // Succeeded or Failed: stopped by a node shutdown before a reboot, say): never
+                // started again, as upstream; what the runtime still runs of it is stopped,
+                // its status kept.
+                let pod = Rc::new(pod);
+                self.evicted.insert(uid.clone());
+                self.pods.upsert(pod.clone());
+                out.push(Command::ReportPending(pod.clone()));
+                if view.cache.get(&uid).is_some() {
+                    let term = Term {
+                        grace: crate::kuberuntime::config::grace_period(&pod),
+                        namespace: pod.metadata.namespace.clone(),
+                        name: pod.metadata.name.clone(),
+                        evicted: true,
+                        deleted: false,
+                    };
+                    self.terminate(uid, term, out);
+                }
+            }
             Op::Add if let Some(r) = self.admit(&pod) => {
                 log::warn!(
                     "pod {}/{} ({uid}) from {source} rejected: {}: {}",

@@ -233,6 +233,65 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
 }
 
 #[test]
+fn a_pod_that_ended_before_a_restart_is_not_run_again() {
+    // An API pod stopped by a node shutdown comes back after the reboot Failed (from the
+    // apiserver or the checkpoint): it never runs again, as upstream.
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let t0 = std::time::Instant::now();
+    let mut p = pod("s", "sigterm", "x");
+    p.status.phase = Some("Failed".into());
+    p.status.reason = Some("Terminated".into());
+    p.status.message = Some("Pod was terminated in response to imminent node shutdown.".into());
+    let mut st = new_state();
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![p.clone()])),
+        t0,
+        view,
+    );
+    assert!(syncs(&cmds).is_empty(), "{cmds:?}");
+    assert!(
+        terminations(&cmds).is_empty(),
+        "nothing of it runs: {cmds:?}"
+    );
+    assert!(matches!(cmds[0], Command::ReportPending(_)));
+    assert!(st.evicted.contains("s"));
+    assert!(!st.rejected.contains("s"));
+    for s in 1..4 {
+        let later = t0 + Duration::from_secs(s * 10);
+        assert!(syncs(&step(&mut st, Input::Tick, later, view)).is_empty());
+    }
+    // Succeeded alike; and what the runtime still runs of such a pod is stopped, its status kept.
+    let mut cache = Cache::default();
+    cache.put(
+        crate::kubecontainer::PodRuntimeStatus {
+            uid: "s".into(),
+            name: "sigterm".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+        0,
+        None,
+    );
+    let running = View {
+        listed: true,
+        cache: &cache,
+    };
+    p.status.phase = Some("Succeeded".into());
+    let mut st = new_state();
+    let cmds = step(&mut st, Input::Snapshot(snapshot(vec![p])), t0, running);
+    assert!(syncs(&cmds).is_empty(), "{cmds:?}");
+    assert!(cmds.iter().any(|c| matches!(
+        c,
+        Command::Dispatch(Work::Terminate { uid, evicted: true, .. }) if uid == "s"
+    )));
+}
+
+#[test]
 fn an_edited_pod_waits_until_its_old_version_is_gone() {
     let cache = Cache::default();
     let view = View {
