@@ -1577,20 +1577,22 @@ mod tests {
     }
 }
 
-/// The status of a pod the eviction manager evicted, from its last status: phase Failed,
-/// reason `Evicted`, the manager's message, a `DisruptionTarget` condition (reason
-/// `TerminationByKubelet`, as upstream) and Ready/ContainersReady false. Once its containers
-/// are stopped (`killed`), each container that was running shows terminated with exit code
-/// 137 (SIGKILL's, as the runtime reports it) and one that never ran shows upstream's
-/// `ContainerStatusUnknown`.
 /// The reason of a pod the eviction manager stopped.
 pub const EVICTED: &str = "Evicted";
 /// The reason and message of a pod stopped past its `activeDeadlineSeconds`, as upstream's.
 pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
-/// A pod the node stopped for good, Failed with `reason`: evicted or stopped for the node's
-/// shutdown (a `DisruptionTarget` condition says so), or past its active deadline. `killed`: its containers were stopped.
+/// The status of a pod the node stops for good, from its last status: evicted or stopped for
+/// the node's shutdown (a `DisruptionTarget` condition, reason `TerminationByKubelet`, says so
+/// at once, as upstream), or past its active deadline; Ready/ContainersReady false.
+///
+/// Phase Failed with `reason` and `message` only once no container can still be running, as
+/// upstream's status manager holds a terminal phase back (`mergePodStatus`): while one still
+/// runs, the phase, reason and message stay as they were. Once its containers are stopped
+/// (`killed`), each container that was running shows terminated with exit code 137 (SIGKILL's,
+/// as the runtime reports it) and one that never ran shows upstream's
+/// `ContainerStatusUnknown`.
 pub fn failed_by_kubelet(
     prev: &PodStatus,
     reason: &str,
@@ -1599,9 +1601,18 @@ pub fn failed_by_kubelet(
     killed: bool,
 ) -> PodStatus {
     let mut s = prev.clone();
-    s.phase = Some(FAILED.into());
-    s.reason = Some(reason.to_owned());
-    s.message = Some(message.to_owned());
+    let could_run = !killed
+        && prev
+            .init_container_statuses
+            .iter()
+            .chain(&prev.container_statuses)
+            .chain(&prev.ephemeral_container_statuses)
+            .any(|c| c.state.running.is_some());
+    if !could_run {
+        s.phase = Some(FAILED.into());
+        s.reason = Some(reason.to_owned());
+        s.message = Some(message.to_owned());
+    }
     let at = rfc3339(now);
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
         set_condition(conds, type_, status, reason, msg, &at);
@@ -1817,9 +1828,20 @@ mod evicted_tests {
         let msg = "The node was low on resource: memory. ";
         let now = 1_767_225_600_000_000_000; // 2026-01-01T00:00:00Z
         let s = failed_by_kubelet(&prev, EVICTED, msg, now, false);
-        assert_eq!(s.phase.as_deref(), Some(FAILED));
-        assert_eq!(s.reason.as_deref(), Some("Evicted"));
-        assert_eq!(s.message.as_deref(), Some(msg));
+        // A container still runs: no terminal phase yet, as upstream's status manager.
+        assert_eq!(
+            (
+                s.phase.as_deref(),
+                s.reason.as_deref(),
+                s.message.as_deref()
+            ),
+            (
+                prev.phase.as_deref(),
+                prev.reason.as_deref(),
+                prev.message.as_deref()
+            )
+        );
+        assert_eq!(prev.phase.as_deref(), Some("Running"));
         let cond = |s: &PodStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).cloned();
         let d = cond(&s, "DisruptionTarget").unwrap();
         assert_eq!(
@@ -1832,6 +1854,9 @@ mod evicted_tests {
             "not killed yet"
         );
         let k = failed_by_kubelet(&s, EVICTED, msg, now + 5_000_000_000, true);
+        assert_eq!(k.phase.as_deref(), Some(FAILED));
+        assert_eq!(k.reason.as_deref(), Some("Evicted"));
+        assert_eq!(k.message.as_deref(), Some(msg));
         let app = &k.container_statuses[0];
         let t = app.state.terminated.as_ref().unwrap();
         assert_eq!((t.exit_code, t.reason.as_deref()), (137, Some("Error")));
@@ -1847,5 +1872,35 @@ mod evicted_tests {
             cond(&k, "DisruptionTarget").unwrap().last_transition_time,
             d.last_transition_time
         );
+    }
+
+    #[test]
+    fn a_pod_with_nothing_running_fails_at_once() {
+        let prev = PodStatus {
+            container_statuses: vec![ContainerStatus {
+                name: "never".into(),
+                state: ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ImagePullBackOff".into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            phase: Some(PENDING.into()),
+            ..Default::default()
+        };
+        let reason = crate::nodeshutdown::REASON;
+        let s = failed_by_kubelet(&prev, reason, "gone", 0, false);
+        assert_eq!(
+            (
+                s.phase.as_deref(),
+                s.reason.as_deref(),
+                s.message.as_deref()
+            ),
+            (Some(FAILED), Some(reason), Some("gone"))
+        );
+        assert!(s.conditions.iter().any(|c| c.type_ == DISRUPTION_TARGET));
     }
 }

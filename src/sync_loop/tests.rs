@@ -1627,6 +1627,20 @@ fn an_evicted_pod_stops_keeps_its_failed_status_and_never_runs_again() {
         assert!(h.kubelet.evict("a", 1, msg));
         assert!(!h.kubelet.evict("a", 1, msg), "once");
         assert!(!h.kubelet.evict("nope", 1, msg));
+        // The DisruptionTarget condition says so at once; the phase turns Failed only once
+        // its container no longer runs, as upstream's status manager holds it back.
+        let st = h.kubelet.status.get("a").unwrap();
+        assert_eq!(st.phase.as_deref(), Some("Running"), "still running");
+        assert!(
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == "DisruptionTarget" && c.status == "True"),
+            "{st:?}"
+        );
+        h.until("victim stopped and removed", 10, |h| {
+            h.running("a") == 0 && h.sandboxes("a") == 0
+        })
+        .await;
         let st = h.kubelet.status.get("a").unwrap();
         assert_eq!(
             (
@@ -1635,12 +1649,8 @@ fn an_evicted_pod_stops_keeps_its_failed_status_and_never_runs_again() {
                 st.message.as_deref()
             ),
             (Some("Failed"), Some("Evicted"), Some(msg)),
-            "the status says so at once"
+            "once stopped"
         );
-        h.until("victim stopped and removed", 10, |h| {
-            h.running("a") == 0 && h.sandboxes("a") == 0
-        })
-        .await;
         // It stays stopped through syncs, relists, housekeeping and the source's updates.
         h.set_pods(vec![
             pod("a", "victim", "sleep 3600"),
