@@ -47,6 +47,34 @@ impl Work {
     }
 }
 
+/// A pod being terminated, as the sync loop keeps it: what its worker needs ([`Work::Terminate`]),
+/// and its name so a pod of the same name can wait for it (upstream keeps a pod's termination
+/// request and its evicted and deleted marks in the pod workers too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub grace: i64,
+    pub namespace: String,
+    pub name: String,
+    /// Evicted: stopped, but kept with its status as a Failed pod.
+    pub evicted: bool,
+    /// Deleted through the API: its final status (containers terminated) is kept to be
+    /// posted before the pod is deleted for good.
+    pub deleted: bool,
+}
+
+impl Term {
+    pub fn work(&self, uid: &str) -> Work {
+        Work::Terminate {
+            uid: uid.to_owned(),
+            grace: self.grace,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            evicted: self.evicted,
+            deleted: self.deleted,
+        }
+    }
+}
+
 /// What a worker reports back to the sync loop after each piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
