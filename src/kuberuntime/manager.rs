@@ -16,7 +16,7 @@ use crate::volume;
 
 use super::backoff::Backoff;
 use super::convert::{self, ListedPod, Listing};
-use super::error::SyncError;
+use super::error::{SandboxError, SyncError};
 use super::{actions, config, join_all};
 use crate::kubecontainer::container_hash;
 
@@ -148,13 +148,13 @@ impl RuntimeManager {
 
     /// Creates the pod's cgroup with its limits (before its sandbox); returns the runtime's
     /// cgroup parent for it.
-    fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, String> {
+    fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, SandboxError> {
         let Some(pc) = &self.cgroups else {
             return Ok(self.cgroup_parent.clone());
         };
         let specs = self.specs.borrow();
         pc.ensure_pod(pod, specs.values().map(|p| &**p))
-            .map_err(|e| format!("pod cgroup: {e}"))
+            .map_err(SandboxError::Cgroup)
     }
 
     /// Image credential provider plugins asked for the credentials of the images they serve.
@@ -514,8 +514,7 @@ impl RuntimeManager {
             out.acted = true;
             match self.run_sandbox(pod, &sandbox_cfg).await {
                 Ok(x) => {
-                    let reason = SyncError::CreatePodSandbox(String::new()).reason();
-                    self.clear_waiting_reason(uid, reason);
+                    self.clear_waiting_reason(uid, super::error::CREATE_POD_SANDBOX_ERROR);
                     x
                 }
                 Err(e) => {
