@@ -72,7 +72,7 @@ impl Host for Kubelet {
     }
 
     fn healthz(&self) -> Result<(), String> {
-        Kubelet::healthz(self)
+        Kubelet::healthz(self).map_err(|e| e.to_string())
     }
 
     fn pod_list(&self) -> crate::api::PodList {
