@@ -148,10 +148,40 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
 }
 
 /// The pod's runtime status, under the inspection deadline.
-async fn inspect(sh: &Shared, uid: &str) -> Result<crate::kubecontainer::PodRuntimeStatus, String> {
+async fn inspect(
+    sh: &Shared,
+    uid: &str,
+) -> Result<crate::kubecontainer::PodRuntimeStatus, InspectError> {
     match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(r) => r.map_err(InspectError::Runtime),
+        Err(e) => Err(InspectError::Deadline(e)),
+    }
+}
+
+/// Why a worker could not see its pod in the runtime.
+#[derive(Debug)]
+enum InspectError {
+    /// The runtime answered with an error.
+    Runtime(crate::cri::CriError),
+    /// No answer within [`INSPECT_DEADLINE`].
+    Deadline(rt::Elapsed),
+}
+
+impl std::fmt::Display for InspectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InspectError::Runtime(e) => write!(f, "{e}"),
+            InspectError::Deadline(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InspectError::Runtime(e) => Some(e),
+            InspectError::Deadline(e) => Some(e),
+        }
     }
 }
 
