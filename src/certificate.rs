@@ -345,7 +345,7 @@ fn io(doing: String) -> impl FnOnce(std::io::Error) -> CertError {
 impl std::fmt::Display for CertError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CertError::Pem(e) => e.fmt(f),
+            CertError::Pem(e) => write!(f, "{e}"),
             CertError::NoCertificate => f.write_str("no PEM certificate found"),
             CertError::NoPrivateKey => f.write_str("no PEM private key found"),
             CertError::Validity => f.write_str("the certificate's validity does not parse"),
@@ -357,7 +357,7 @@ impl std::fmt::Display for CertError {
                 flag: Some(flag),
                 source,
             } => write!(f, "{flag}: {source}"),
-            CertError::Client { flag: None, source } => source.fmt(f),
+            CertError::Client { flag: None, source } => write!(f, "{source}"),
             CertError::SelfSigned(e) => write!(f, "the node API's self-signed certificate: {e}"),
         }
     }
@@ -408,7 +408,7 @@ impl std::fmt::Display for RequestError {
         match self {
             RequestError::Api(e) => write!(f, "{e}"),
             RequestError::Refused(m) | RequestError::Serving(m) => f.write_str(m),
-            RequestError::Key(e) => e.fmt(f),
+            RequestError::Key(e) => write!(f, "{e}"),
             RequestError::NotIssued { name } => write!(
                 f,
                 "CertificateSigningRequest {name} was not issued in time; sending a new one"
@@ -421,7 +421,7 @@ impl std::fmt::Display for RequestError {
                 f,
                 "CertificateSigningRequest {name}: status.certificate: {source}"
             ),
-            RequestError::Install(e) => e.fmt(f),
+            RequestError::Install(e) => write!(f, "{e}"),
             RequestError::NoBootstrap => f.write_str("no --bootstrap-kubeconfig"),
         }
     }

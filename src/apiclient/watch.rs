@@ -127,7 +127,7 @@ impl std::fmt::Display for ObjectError {
                 what: Some(what),
                 source,
             } => write!(f, "{what}: {source}"),
-            ObjectError::Decode { what: None, source } => source.fmt(f),
+            ObjectError::Decode { what: None, source } => write!(f, "{source}"),
             ObjectError::Empty { what, field } => write!(f, "{what}: {field}: empty"),
         }
     }

@@ -82,7 +82,7 @@ impl std::fmt::Display for SandboxError {
             SandboxError::LogDir { path, source } => {
                 write!(f, "creating {}: {source}", path.display())
             }
-            SandboxError::Run(e) => e.fmt(f),
+            SandboxError::Run(e) => write!(f, "{e}"),
             SandboxError::Status { id, source } => {
                 write!(f, "reading status of new sandbox {id}: {source}")
             }
