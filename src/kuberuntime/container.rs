@@ -186,13 +186,13 @@ impl RuntimeManager {
                 let hosts = hosts
                     .map(|(path, pod, ip)| write_hosts_file(&path, &pod, &ip).map(|()| path))
                     .transpose()?;
-                Ok::<_, String>((tlog, hosts))
+                Ok::<_, FileError>((tlog, hosts))
             })
             .await
         };
         let (tlog, etc_hosts) = match files {
             Ok(p) => p,
-            Err(e) => return refuse(config_error(e), out),
+            Err(e) => return refuse(config_error(e.to_string()), out),
         };
         let cfg = config::container_config(
             pod,
@@ -392,6 +392,38 @@ impl RuntimeManager {
     }
 }
 
+/// Why a container's file on the node (its log directory, termination message file, hosts
+/// file) could not be made: what was being done, to which file, and the io error.
+#[derive(Debug)]
+struct FileError {
+    doing: &'static str,
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+impl FileError {
+    fn at(doing: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_owned();
+        move |source| FileError {
+            doing,
+            path,
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.doing, self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// Makes a container's files on the node: its log directory, and its termination message file
 /// (returned). Two message files per container alternate: the running instance's and the one
 /// dead instance container GC keeps (whose message the status still shows); truncated on reuse.
@@ -399,36 +431,36 @@ fn prepare_files(
     termination_dir: &std::path::Path,
     logs: &std::path::Path,
     restart: u32,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, FileError> {
     for d in [termination_dir, logs] {
-        fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        fs::create_dir_all(d).map_err(FileError::at("creating", d))?;
     }
     let path = termination_dir.join(format!("termination-log-{}", restart % 2));
-    fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    fs::File::create(&path).map_err(FileError::at("creating", &path))?;
     // Writable by a container running as any user, as the kubelet makes it.
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("opening up {}: {e}", path.display()))?;
+        .map_err(FileError::at("opening up", &path))?;
     Ok(path)
 }
 
 /// Writes the pod's hosts file in place (mode 0644), as the kubelet does before each container
 /// starts: containers already running see the new content through their bind mount.
-fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), String> {
+fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), FileError> {
     let node_hosts = if pod.spec.host_network {
-        Some(
-            fs::read_to_string(config::ETC_HOSTS)
-                .map_err(|e| format!("reading the node's {}: {e}", config::ETC_HOSTS))?,
-        )
+        Some(fs::read_to_string(config::ETC_HOSTS).map_err(FileError::at(
+            "reading the node's",
+            std::path::Path::new(config::ETC_HOSTS),
+        ))?)
     } else {
         None
     };
     let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref());
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        fs::create_dir_all(dir).map_err(FileError::at("creating", dir))?;
     }
-    fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    fs::write(path, text).map_err(FileError::at("writing", path))?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
+        .map_err(FileError::at("chmod", path))
 }
