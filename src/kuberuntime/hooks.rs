@@ -70,7 +70,10 @@ impl RuntimeManager {
             let target = probe::http_target(g, c, pod_ip).map_err(failed)?;
             let ua = format!("kube-lifecycle/{}", http::KUBE_VERSION);
             // Only a failed exchange fails the hook; the status code is not looked at.
-            return http::get(&target, &ua).await.map(drop).map_err(failed);
+            return http::get(&target, &ua)
+                .await
+                .map(drop)
+                .map_err(|e| failed(e.to_string()));
         }
         if let Some(s) = &h.sleep {
             rt::sleep(Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0))).await;

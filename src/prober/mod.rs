@@ -81,9 +81,9 @@ impl Timing {
 
 /// Turns an HTTP answer into a probe outcome (`pkg/probe/http`): 2xx succeed, a 3xx (a
 /// redirect not followed) succeeds with a warning; the failure message never carries the body.
-pub fn http_outcome(r: Result<http::Response, String>) -> Outcome {
+pub fn http_outcome(r: Result<http::Response, http::GetError>) -> Outcome {
     match r {
-        Err(e) => Outcome::Failure(e),
+        Err(e) => Outcome::Failure(e.to_string()),
         Ok(r) if (200..400).contains(&r.status) => {
             let body = String::from_utf8_lossy(&r.body).into_owned();
             if r.status >= 300 || r.unfollowed_redirect {
@@ -186,7 +186,7 @@ impl Ctx {
             let addr = http::host_port(host, port);
             return match rt::timeout(timeout, http::dial(host, port)).await {
                 Ok(Ok(_)) => Outcome::Success(String::new()),
-                Ok(Err(e)) => Outcome::Failure(e),
+                Ok(Err(e)) => Outcome::Failure(e.to_string()),
                 Err(_) => Outcome::Failure(format!("dial tcp {addr}: i/o timeout")),
             };
         }
