@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::apiclient::backoff::Jitter;
+use crate::apiclient::kubeconfig::KubeconfigError;
 use crate::apiclient::kubeconfig::{self, Connection, Credentials, Pem};
-use crate::apiclient::{ApiError, Client};
+use crate::apiclient::{ApiError, Client, TlsError};
+use crate::pki::PkiError;
 use crate::rt;
 
 /// The client certificate's files: `kubelet-client-<time>.pem`, `kubelet-client-current.pem`.
@@ -66,8 +68,8 @@ impl std::fmt::Debug for Identity {
 
 impl Identity {
     /// Splits a PEM text into its certificates (the first one the leaf) and its private key.
-    pub fn parse(text: &[u8]) -> Result<Identity, String> {
-        let blocks = crate::pki::pem_blocks(text)?;
+    pub fn parse(text: &[u8]) -> Result<Identity, CertError> {
+        let blocks = crate::pki::pem_blocks(text).map_err(CertError::Pem)?;
         let mut cert_pem = String::new();
         let mut key_pem = String::new();
         for (label, der) in &blocks {
@@ -82,12 +84,11 @@ impl Identity {
         let leaf = blocks
             .iter()
             .find(|(l, _)| l == "CERTIFICATE")
-            .ok_or("no PEM certificate found")?;
+            .ok_or(CertError::NoCertificate)?;
         if key_pem.is_empty() {
-            return Err("no PEM private key found".into());
+            return Err(CertError::NoPrivateKey);
         }
-        let (not_before, not_after) =
-            crate::pki::validity(&leaf.1).ok_or("the certificate's validity does not parse")?;
+        let (not_before, not_after) = crate::pki::validity(&leaf.1).ok_or(CertError::Validity)?;
         Ok(Identity {
             cert_pem: cert_pem.into_bytes(),
             key_pem: key_pem.into_bytes(),
@@ -174,20 +175,23 @@ impl Store {
 
     /// The identity the current link names; `None` when there is none, an error naming the
     /// file when it does not read.
-    pub fn current(&self) -> Result<Option<Identity>, String> {
+    pub fn current(&self) -> Result<Option<Identity>, CertError> {
         let p = self.current_path();
         match std::fs::read(&p) {
             Ok(text) => Identity::parse(&text)
                 .map(Some)
-                .map_err(|e| format!("{}: {e}", p.display())),
+                .map_err(|e| CertError::File {
+                    path: p,
+                    source: Box::new(e),
+                }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("{}: {e}", p.display())),
+            Err(source) => Err(CertError::Read { path: p, source }),
         }
     }
 
     /// Writes the certificate and key to a new file named for `now`, then switches the current
     /// link to it. Each step is durable before the next; the link's switch is one rename.
-    pub fn save(&self, cert_pem: &[u8], key_pem: &[u8], now: i64) -> Result<PathBuf, String> {
+    pub fn save(&self, cert_pem: &[u8], key_pem: &[u8], now: i64) -> Result<PathBuf, CertError> {
         let name = format!("{}-{}.pem", self.prefix, stamp(now));
         let file = self.dir.join(&name);
         let mut text = cert_pem.to_vec();
@@ -196,22 +200,25 @@ impl Store {
         }
         text.extend_from_slice(key_pem);
         crate::atomic_file::create_dir_all(&self.dir)
-            .map_err(|e| format!("creating {}: {e}", self.dir.display()))?;
+            .map_err(io(format!("creating {}", self.dir.display())))?;
         crate::atomic_file::write_mode(&file, &text, 0o600)
-            .map_err(|e| format!("writing {}: {e}", file.display()))?;
+            .map_err(io(format!("writing {}", file.display())))?;
         crash_point("cert-written");
         let link = self.current_path();
         let tmp = crate::atomic_file::temp_path(&link);
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&name, &tmp)
-            .map_err(|e| format!("linking {} to {name}: {e}", tmp.display()))?;
+            .map_err(io(format!("linking {} to {name}", tmp.display())))?;
         crash_point("link-made");
-        std::fs::rename(&tmp, &link)
-            .map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), link.display()))?;
+        std::fs::rename(&tmp, &link).map_err(io(format!(
+            "renaming {} to {}",
+            tmp.display(),
+            link.display()
+        )))?;
         crash_point("link-renamed");
         std::fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| format!("fsync of {}: {e}", self.dir.display()))?;
+            .map_err(io(format!("fsync of {}", self.dir.display())))?;
         Ok(file)
     }
 }
@@ -289,6 +296,86 @@ struct CsrCondition {
     message: String,
 }
 
+/// Why a certificate could not be read, kept or put to use.
+#[derive(Debug)]
+pub enum CertError {
+    /// A PEM text whose blocks do not decode.
+    Pem(PkiError),
+    /// A PEM text without a certificate.
+    NoCertificate,
+    /// A PEM text without a private key.
+    NoPrivateKey,
+    /// The leaf certificate's validity does not parse.
+    Validity,
+    /// A file that cannot be read.
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file that does not hold an identity.
+    File {
+        path: PathBuf,
+        source: Box<CertError>,
+    },
+    /// A step of writing a file failed: what was being done ("writing /x", "linking /a to b").
+    Io {
+        doing: String,
+        source: std::io::Error,
+    },
+    /// The kubeconfig a flag names does not load.
+    Kubeconfig {
+        flag: &'static str,
+        source: KubeconfigError,
+    },
+    /// No client can be made with a kubeconfig's TLS material (`flag` names it), or with a
+    /// new identity (`None`).
+    Client {
+        flag: Option<&'static str>,
+        source: TlsError,
+    },
+    /// The node API's self-signed certificate could not be made.
+    SelfSigned(PkiError),
+}
+
+/// A failed file step, with what was being done.
+fn io(doing: String) -> impl FnOnce(std::io::Error) -> CertError {
+    move |source| CertError::Io { doing, source }
+}
+
+impl std::fmt::Display for CertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CertError::Pem(e) => write!(f, "{e}"),
+            CertError::NoCertificate => f.write_str("no PEM certificate found"),
+            CertError::NoPrivateKey => f.write_str("no PEM private key found"),
+            CertError::Validity => f.write_str("the certificate's validity does not parse"),
+            CertError::Read { path, source } => write!(f, "{}: {source}", path.display()),
+            CertError::File { path, source } => write!(f, "{}: {source}", path.display()),
+            CertError::Io { doing, source } => write!(f, "{doing}: {source}"),
+            CertError::Kubeconfig { flag, source } => write!(f, "{flag}: {source}"),
+            CertError::Client {
+                flag: Some(flag),
+                source,
+            } => write!(f, "{flag}: {source}"),
+            CertError::Client { flag: None, source } => write!(f, "{source}"),
+            CertError::SelfSigned(e) => write!(f, "the node API's self-signed certificate: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CertError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CertError::Pem(e) | CertError::SelfSigned(e) => Some(e),
+            CertError::Read { source, .. } | CertError::Io { source, .. } => Some(source),
+            CertError::File { source, .. } => Some(source.as_ref()),
+            CertError::Kubeconfig { source, .. } => Some(source),
+            CertError::Client { source, .. } => Some(source),
+            CertError::NoCertificate | CertError::NoPrivateKey | CertError::Validity => None,
+        }
+    }
+}
+
 /// Why a request brought no certificate.
 #[derive(Debug)]
 pub enum RequestError {
@@ -296,15 +383,62 @@ pub enum RequestError {
     Api(ApiError),
     /// The request was denied or the signer failed it.
     Refused(String),
-    /// Anything else (a certificate that does not match, a file not written).
-    Other(String),
+    /// No key or certificate request could be made.
+    Key(PkiError),
+    /// The request was not issued before its time ran out.
+    NotIssued { name: String },
+    /// The issued certificate is not base64.
+    NotBase64 {
+        name: String,
+        source: base64::DecodeError,
+    },
+    /// The issued certificate does not make an identity with the key.
+    Issued { name: String, source: CertError },
+    /// The certificate could not be kept or put to use (a file not written, no client made,
+    /// no bootstrap kubeconfig).
+    Install(CertError),
+    /// No `--bootstrap-kubeconfig` to bootstrap with.
+    NoBootstrap,
+    /// The server refused the issued serving certificate.
+    Serving(String),
 }
 
 impl std::fmt::Display for RequestError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RequestError::Api(e) => write!(f, "{e}"),
-            RequestError::Refused(m) | RequestError::Other(m) => f.write_str(m),
+            RequestError::Refused(m) | RequestError::Serving(m) => f.write_str(m),
+            RequestError::Key(e) => write!(f, "{e}"),
+            RequestError::NotIssued { name } => write!(
+                f,
+                "CertificateSigningRequest {name} was not issued in time; sending a new one"
+            ),
+            RequestError::NotBase64 { name, source } => write!(
+                f,
+                "CertificateSigningRequest {name}: status.certificate is not base64: {source}"
+            ),
+            RequestError::Issued { name, source } => write!(
+                f,
+                "CertificateSigningRequest {name}: status.certificate: {source}"
+            ),
+            RequestError::Install(e) => write!(f, "{e}"),
+            RequestError::NoBootstrap => f.write_str("no --bootstrap-kubeconfig"),
+        }
+    }
+}
+
+impl std::error::Error for RequestError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RequestError::Api(e) => Some(e),
+            RequestError::Key(e) => Some(e),
+            RequestError::NotBase64 { source, .. } => Some(source),
+            RequestError::Issued { source, .. } => Some(source),
+            RequestError::Install(e) => Some(e),
+            RequestError::Refused(_)
+            | RequestError::Serving(_)
+            | RequestError::NotIssued { .. }
+            | RequestError::NoBootstrap => None,
         }
     }
 }
@@ -351,10 +485,10 @@ pub const ISSUE_WAIT: i64 = 15 * 60;
 /// end of the identity the request was sent with); returns the key and the certificate chain,
 /// PEM. Runs on the executor; each call runs on the blocking pool.
 pub async fn request(client: &Client, ask: &Ask, give_up: i64) -> Result<Identity, RequestError> {
-    let key = crate::pki::new_key_pkcs8().map_err(RequestError::Other)?;
+    let key = crate::pki::new_key_pkcs8().map_err(RequestError::Key)?;
     let cn = format!("system:node:{}", ask.node);
     let der = crate::pki::csr(&key, &cn, &["system:nodes"], &ask.dns, &ask.ips)
-        .map_err(RequestError::Other)?;
+        .map_err(RequestError::Key)?;
     let body = csr_object(&der, ask.signer, ask.usages);
     let c = client.clone();
     let created: CsrObject =
@@ -372,9 +506,7 @@ pub async fn request(client: &Client, ask: &Ask, give_up: i64) -> Result<Identit
     loop {
         rt::sleep(poll_delay(rt::now().saturating_duration_since(started))).await;
         if wall() >= give_up {
-            return Err(RequestError::Other(format!(
-                "CertificateSigningRequest {name} was not issued in time; sending a new one"
-            )));
+            return Err(RequestError::NotIssued { name });
         }
         let (c, path) = (client.clone(), format!("{CSR_PATH}/{name}"));
         let got: Result<CsrObject, ApiError> =
@@ -417,19 +549,17 @@ pub async fn request(client: &Client, ask: &Ask, give_up: i64) -> Result<Identit
         use base64::Engine;
         let cert = base64::engine::general_purpose::STANDARD
             .decode(obj.status.certificate.trim())
-            .map_err(|e| {
-                RequestError::Other(format!(
-                    "CertificateSigningRequest {name}: status.certificate is not base64: {e}"
-                ))
+            .map_err(|source| RequestError::NotBase64 {
+                name: name.clone(),
+                source,
             })?;
         let key_pem = crate::pki::pem("PRIVATE KEY", &key);
         let mut text = cert.clone();
         text.push(b'\n');
         text.extend_from_slice(key_pem.as_bytes());
-        let id = Identity::parse(&text).map_err(|e| {
-            RequestError::Other(format!(
-                "CertificateSigningRequest {name}: status.certificate: {e}"
-            ))
+        let id = Identity::parse(&text).map_err(|source| RequestError::Issued {
+            name: name.clone(),
+            source,
         })?;
         log::info!(
             "certificate: CertificateSigningRequest {name} issued, valid until {}",
@@ -461,8 +591,8 @@ pub fn start(
     store: &Store,
     rotation: bool,
     now: i64,
-) -> Result<(Connection, Start), String> {
-    let loaded = kubeconfig::load(kubeconfig);
+) -> Result<(Connection, Start), CertError> {
+    let loaded = kubeconfig::read(kubeconfig);
     let current = store.current().unwrap_or_else(|e| {
         log::warn!("certificate: {e}; ignoring it");
         None
@@ -487,10 +617,16 @@ pub fn start(
     let Some(bootstrap) = bootstrap else {
         // No way to a new certificate: start with what there is (pods run on), or fail as
         // before when the kubeconfig does not load.
-        let conn = loaded.map_err(|e| format!("--kubeconfig: {e}"))?;
+        let conn = loaded.map_err(|source| CertError::Kubeconfig {
+            flag: "--kubeconfig",
+            source,
+        })?;
         return Ok((conn, Start::Expired));
     };
-    let boot = kubeconfig::load(bootstrap).map_err(|e| format!("--bootstrap-kubeconfig: {e}"))?;
+    let boot = kubeconfig::read(bootstrap).map_err(|source| CertError::Kubeconfig {
+        flag: "--bootstrap-kubeconfig",
+        source,
+    })?;
     if let Some(c) = current_valid {
         write_kubeconfig(kubeconfig, &boot, &store.current_path())?;
         log::info!(
@@ -525,14 +661,14 @@ pub fn start(
 }
 
 /// Writes the node's kubeconfig for the current link, atomically.
-pub fn write_kubeconfig(path: &Path, boot: &Connection, pem: &Path) -> Result<(), String> {
+pub fn write_kubeconfig(path: &Path, boot: &Connection, pem: &Path) -> Result<(), CertError> {
     let text = kubeconfig_text(boot, pem);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         crate::atomic_file::create_dir_all(dir)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            .map_err(io(format!("creating {}", dir.display())))?;
     }
     crate::atomic_file::write_mode(path, text.as_bytes(), 0o600)
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+        .map_err(io(format!("writing {}", path.display())))
 }
 
 /// The client certificate's manager: renews it by CSR before it expires (with the node's own
@@ -599,7 +735,7 @@ fn wall() -> i64 {
 }
 
 impl ClientManager {
-    fn install(&mut self, id: &Identity) -> Result<(), String> {
+    fn install(&mut self, id: &Identity) -> Result<(), CertError> {
         let now = wall();
         let file = self.store.save(&id.cert_pem, &id.key_pem, now)?;
         log::info!(
@@ -610,7 +746,7 @@ impl ClientManager {
         let conn = self.client.connection();
         // An operator's kubeconfig that still holds a valid certificate is left as it is (the
         // newer certificate of the store wins at start); one that gives none is written anew.
-        let usable = kubeconfig::load(&self.kubeconfig)
+        let usable = kubeconfig::read(&self.kubeconfig)
             .ok()
             .and_then(|c| Identity::of(&c.credentials))
             .is_some_and(|i| i.valid_at(now));
@@ -619,7 +755,9 @@ impl ClientManager {
             crash_point("kubeconfig-written");
             log::info!("certificate: {} written", self.kubeconfig.display());
         }
-        self.client.set_credentials(id.credentials())?;
+        self.client
+            .set_credentials(id.credentials())
+            .map_err(|source| CertError::Client { flag: None, source })?;
         if let Some(tx) = self.ready.take() {
             let _ = tx.try_send(());
         }
@@ -672,7 +810,7 @@ impl ClientManager {
                     }
                     rt::sleep(Duration::from_secs(60)).await;
                     // The operator may have put a new certificate in place.
-                    if let Ok(c) = kubeconfig::load(&self.kubeconfig)
+                    if let Ok(c) = kubeconfig::read(&self.kubeconfig)
                         && let Some(i) = Identity::of(&c.credentials).filter(|i| i.valid_at(wall()))
                     {
                         let _ = self.client.set_credentials(i.credentials());
@@ -690,7 +828,7 @@ impl ClientManager {
                 Next::Bootstrap => self.bootstrap_once(&mut stuck_told).await,
             };
             match asked.and_then(|i| {
-                self.install(&i).map_err(RequestError::Other)?;
+                self.install(&i).map_err(RequestError::Install)?;
                 Ok(i)
             }) {
                 Ok(i) => {
@@ -714,12 +852,17 @@ impl ClientManager {
     /// token there), its token used to send the request.
     async fn bootstrap_once(&mut self, told: &mut bool) -> Result<Identity, RequestError> {
         let Some(path) = self.bootstrap.clone() else {
-            return Err(RequestError::Other("no --bootstrap-kubeconfig".into()));
+            return Err(RequestError::NoBootstrap);
         };
-        let conn = kubeconfig::load(&path)
-            .map_err(|e| RequestError::Other(format!("--bootstrap-kubeconfig: {e}")))?;
-        let boot = Client::new(&conn)
-            .map_err(|e| RequestError::Other(format!("--bootstrap-kubeconfig: {e}")))?;
+        let flag = "--bootstrap-kubeconfig";
+        let conn = kubeconfig::read(&path)
+            .map_err(|source| RequestError::Install(CertError::Kubeconfig { flag, source }))?;
+        let boot = Client::new(&conn).map_err(|source| {
+            RequestError::Install(CertError::Client {
+                flag: Some(flag),
+                source,
+            })
+        })?;
         log::info!(
             "certificate: bootstrapping the client certificate with {}",
             path.display()
@@ -752,7 +895,7 @@ pub fn serving_files(
     node_name: &str,
     node_ip: &str,
     now: i64,
-) -> Result<(PathBuf, PathBuf), String> {
+) -> Result<(PathBuf, PathBuf), CertError> {
     if let (Some(c), Some(k)) = given {
         return Ok((c.to_owned(), k.to_owned()));
     }
@@ -761,8 +904,7 @@ pub fn serving_files(
         ips.insert(0, ip);
     }
     let names = [node_name.to_owned(), "localhost".to_owned()];
-    crate::pki::ensure_self_signed(pki, node_name, &names, &ips, now)
-        .map_err(|e| format!("the node API's self-signed certificate: {e}"))
+    crate::pki::ensure_self_signed(pki, node_name, &names, &ips, now).map_err(CertError::SelfSigned)
 }
 
 /// With `serverTLSBootstrap`: the store of the serving certificates the cluster issues, the
@@ -818,8 +960,8 @@ pub async fn run_serving(
             .and_then(|i| {
                 store
                     .save(&i.cert_pem, &i.key_pem, wall())
-                    .map_err(RequestError::Other)?;
-                install(&i).map_err(RequestError::Other)?;
+                    .map_err(RequestError::Install)?;
+                install(&i).map_err(RequestError::Serving)?;
                 Ok(i)
             });
         match got {
@@ -949,7 +1091,8 @@ mod tests {
         assert_eq!(conn.credentials, Credentials::None);
         // No kubeconfig and no bootstrap: the error names the flag.
         let e = start(&kc, None, &store, true, now).unwrap_err();
-        assert!(e.starts_with("--kubeconfig: "), "{e}");
+        assert!(matches!(e, CertError::Kubeconfig { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("--kubeconfig: "), "{e}");
         // A valid current certificate: the kubeconfig is written for it.
         let a = crate::pki::self_signed("n", &[], &[], now).unwrap();
         store

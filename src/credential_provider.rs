@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -197,33 +197,87 @@ pub enum KeyType {
     Global,
 }
 
+/// Why a plugin gave no credentials. Nothing of its answer is quoted (it could hold a
+/// password): a JSON error is kept as its place only.
+#[derive(Debug)]
+pub enum PluginError {
+    /// The plugin could not be started.
+    Start {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// No answer within [`EXEC_TIMEOUT`]: it was killed.
+    Timeout,
+    /// Waiting for it failed.
+    Wait(std::io::Error),
+    /// It failed: its exit status and the start of its stderr.
+    Failed { status: ExitStatus, stderr: String },
+    /// Its answer is not JSON of a CredentialProviderResponse.
+    NotAResponse { line: usize, column: usize },
+    /// Its answer is of another kind or version.
+    WrongKind { kind: String, api_version: String },
+    /// Its answer's cacheKeyType is none of Image, Registry, Global.
+    KeyType(String),
+    /// Its answer's cacheDuration does not parse (the duration parser's message).
+    CacheDuration(String),
+}
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PluginError::Start { path, source } => {
+                write!(f, "starting {}: {source}", path.display())
+            }
+            PluginError::Timeout => write!(f, "no answer within {EXEC_TIMEOUT:?}: killed"),
+            PluginError::Wait(e) => write!(f, "waiting for it: {e}"),
+            PluginError::Failed { status, stderr } => write!(f, "{status}; stderr: {stderr:?}"),
+            PluginError::NotAResponse { line, column } => write!(
+                f,
+                "its answer is not a CredentialProviderResponse (line {line} column {column})"
+            ),
+            PluginError::WrongKind { kind, api_version } => write!(
+                f,
+                "its answer is kind {kind:?} apiVersion {api_version:?}, not \
+                 CredentialProviderResponse {PLUGIN_API}"
+            ),
+            PluginError::KeyType(t) => write!(
+                f,
+                "its answer's cacheKeyType {t:?} is not Image, Registry or Global"
+            ),
+            PluginError::CacheDuration(e) => write!(f, "its answer's cacheDuration: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PluginError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PluginError::Start { source, .. } | PluginError::Wait(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
 /// A plugin's stdout, checked; errors never quote it.
-pub fn parse_response(stdout: &[u8], default_duration: Duration) -> Result<Answer, String> {
-    let r: Response = serde_json::from_slice(stdout).map_err(|e| {
-        format!(
-            "its answer is not a CredentialProviderResponse (line {} column {})",
-            e.line(),
-            e.column()
-        )
+pub fn parse_response(stdout: &[u8], default_duration: Duration) -> Result<Answer, PluginError> {
+    let r: Response = serde_json::from_slice(stdout).map_err(|e| PluginError::NotAResponse {
+        line: e.line(),
+        column: e.column(),
     })?;
     if r.kind != "CredentialProviderResponse" || r.api_version != PLUGIN_API {
-        return Err(format!(
-            "its answer is kind {:?} apiVersion {:?}, not CredentialProviderResponse {PLUGIN_API}",
-            r.kind, r.api_version
-        ));
+        return Err(PluginError::WrongKind {
+            kind: r.kind,
+            api_version: r.api_version,
+        });
     }
     let key_type = match r.cache_key_type.as_str() {
         "Image" => KeyType::Image,
         "Registry" => KeyType::Registry,
         "Global" => KeyType::Global,
-        other => {
-            return Err(format!(
-                "its answer's cacheKeyType {other:?} is not Image, Registry or Global"
-            ));
-        }
+        other => return Err(PluginError::KeyType(other.to_owned())),
     };
     let duration = match &r.cache_duration {
-        Some(d) => parse_duration(d).map_err(|e| format!("its answer's cacheDuration: {e}"))?,
+        Some(d) => parse_duration(d).map_err(PluginError::CacheDuration)?,
         None => default_duration,
     };
     let auth = r
@@ -304,7 +358,7 @@ impl Providers {
 
 /// Runs a plugin for one image: the request on stdin, its answer from stdout, within
 /// [`EXEC_TIMEOUT`].
-fn run(p: &Provider, repo: &str) -> Result<Answer, String> {
+fn run(p: &Provider, repo: &str) -> Result<Answer, PluginError> {
     let request = serde_json::json!({
         "apiVersion": PLUGIN_API,
         "kind": "CredentialProviderRequest",
@@ -318,7 +372,10 @@ fn run(p: &Provider, repo: &str) -> Result<Answer, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("starting {}: {e}", p.path.display()))?;
+        .map_err(|source| PluginError::Start {
+            path: p.path.clone(),
+            source,
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         // A plugin that does not read its request is its own affair: its answer decides.
         let _ = stdin.write_all(request.as_bytes());
@@ -345,9 +402,9 @@ fn run(p: &Provider, repo: &str) -> Result<Answer, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer within {EXEC_TIMEOUT:?}: killed"));
+                return Err(PluginError::Timeout);
             }
-            Err(e) => return Err(format!("waiting for it: {e}")),
+            Err(e) => return Err(PluginError::Wait(e)),
         }
     };
     let stdout = out.join().unwrap_or_default();
@@ -355,8 +412,8 @@ fn run(p: &Provider, repo: &str) -> Result<Answer, String> {
     if !status.success() {
         let text = String::from_utf8_lossy(&stderr);
         let text = text.trim();
-        let text: String = text.chars().take(512).collect();
-        return Err(format!("{status}; stderr: {text:?}"));
+        let stderr: String = text.chars().take(512).collect();
+        return Err(PluginError::Failed { status, stderr });
     }
     parse_response(&stdout, p.default_cache_duration)
 }
@@ -388,15 +445,18 @@ mod tests {
             br#"{"apiVersion":"credentialprovider.kubelet.k8s.io/v1","kind":"CredentialProviderResponse","cacheKeyType":"Pod"}"#,
             Duration::ZERO,
         )
-        .unwrap_err();
+        .unwrap_err().to_string();
         assert!(e.contains("\"Pod\""), "{e}");
         let e = parse_response(
             b"{\"auth\": {\"r\": {\"password\": \"hunter2",
             Duration::ZERO,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(!e.contains("hunter2"), "{e}");
-        let e = parse_response(br#"{"kind":"Other"}"#, Duration::ZERO).unwrap_err();
+        let e = parse_response(br#"{"kind":"Other"}"#, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not CredentialProviderResponse"), "{e}");
     }
 

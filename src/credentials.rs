@@ -14,7 +14,7 @@
 //! credential, and the `Debug` forms show registries only.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -45,7 +45,69 @@ struct Entry {
     auth: String,
 }
 
-fn entries(raw: BTreeMap<String, Entry>) -> Result<DockerConfig, String> {
+/// Why registry credentials were not read. No variant holds or quotes what a file or Secret
+/// carries (a value could be a password): a JSON error is kept as its kind and place only,
+/// not as a source whose text could quote it.
+#[derive(Debug)]
+pub enum CredentialsError {
+    /// An entry whose `auth` is not base64 of `user:password`.
+    Auth { registry: String },
+    /// Not JSON of a docker config: what is wrong (not valid JSON, a field of the wrong type,
+    /// truncated) and where.
+    Json {
+        what: &'static str,
+        line: usize,
+        column: usize,
+    },
+    /// In a Secret's key (`.dockerconfigjson`, `.dockercfg`).
+    Key {
+        key: &'static str,
+        source: Box<CredentialsError>,
+    },
+    /// The node's file cannot be read.
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The node's file does not parse.
+    File {
+        path: PathBuf,
+        source: Box<CredentialsError>,
+    },
+}
+
+impl std::fmt::Display for CredentialsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialsError::Auth { registry } => write!(
+                f,
+                "{registry:?}: \"auth\" is not base64 of \"user:password\""
+            ),
+            CredentialsError::Json { what, line, column } => {
+                write!(f, "{what} at line {line} column {column}")
+            }
+            CredentialsError::Key { key, source } => write!(f, "{key}: {source}"),
+            CredentialsError::Read { path, source } => {
+                write!(f, "reading {}: {source}", path.display())
+            }
+            CredentialsError::File { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for CredentialsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CredentialsError::Key { source, .. } | CredentialsError::File { source, .. } => {
+                Some(source.as_ref())
+            }
+            CredentialsError::Read { source, .. } => Some(source),
+            CredentialsError::Auth { .. } | CredentialsError::Json { .. } => None,
+        }
+    }
+}
+
+fn entries(raw: BTreeMap<String, Entry>) -> Result<DockerConfig, CredentialsError> {
     let mut out = DockerConfig::new();
     for (registry, e) in raw {
         let cred = if e.auth.is_empty() {
@@ -56,7 +118,9 @@ fn entries(raw: BTreeMap<String, Entry>) -> Result<DockerConfig, String> {
         } else {
             // `auth` is base64 of "user:password" and wins over the two fields, as upstream.
             // The error names the entry and the field, never what was in it.
-            let bad = || format!("{registry:?}: \"auth\" is not base64 of \"user:password\"");
+            let bad = || CredentialsError::Auth {
+                registry: registry.clone(),
+            };
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(e.auth.trim())
                 .map_err(|_| bad())?;
@@ -74,7 +138,7 @@ fn entries(raw: BTreeMap<String, Entry>) -> Result<DockerConfig, String> {
 
 /// A `config.json` (`{"auths": {...}}`), as in a `kubernetes.io/dockerconfigjson` Secret's
 /// `.dockerconfigjson` and the node's `<root-dir>/config.json`.
-pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, String> {
+pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, CredentialsError> {
     #[derive(Deserialize, Default)]
     #[serde(default)]
     struct File {
@@ -86,13 +150,13 @@ pub fn parse_config_json(bytes: &[u8]) -> Result<DockerConfig, String> {
 
 /// A legacy `.dockercfg` (the entries at the top level), as in a `kubernetes.io/dockercfg`
 /// Secret.
-pub fn parse_dockercfg(bytes: &[u8]) -> Result<DockerConfig, String> {
+pub fn parse_dockercfg(bytes: &[u8]) -> Result<DockerConfig, CredentialsError> {
     let raw: BTreeMap<String, Entry> = serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
     entries(raw)
 }
 
 /// A JSON error without the text it quotes (a value could be a password): its kind and place.
-fn json_error(e: &serde_json::Error) -> String {
+fn json_error(e: &serde_json::Error) -> CredentialsError {
     use serde_json::error::Category;
     let what = match e.classify() {
         Category::Io => "unreadable",
@@ -100,7 +164,11 @@ fn json_error(e: &serde_json::Error) -> String {
         Category::Data => "not a docker config (a field of the wrong type)",
         Category::Eof => "truncated JSON",
     };
-    format!("{what} at line {} column {}", e.line(), e.column())
+    CredentialsError::Json {
+        what,
+        line: e.line(),
+        column: e.column(),
+    }
 }
 
 /// A registry key as upstream's keyring indexes it: no scheme, `/v1/` or `/v2/` dropped, and
@@ -350,28 +418,37 @@ impl Keyring {
 /// A Secret's keyring entries by its data: `.dockerconfigjson` (type
 /// `kubernetes.io/dockerconfigjson`) or `.dockercfg` (type `kubernetes.io/dockercfg`); a Secret
 /// with neither gives none, as upstream ignores other types.
-pub fn secret_config(data: &crate::objects::Data) -> Result<DockerConfig, String> {
+pub fn secret_config(data: &crate::objects::Data) -> Result<DockerConfig, CredentialsError> {
+    let in_key = |key| {
+        move |e| CredentialsError::Key {
+            key,
+            source: Box::new(e),
+        }
+    };
     if let Some(b) = data.get(".dockerconfigjson").filter(|b| !b.is_empty()) {
-        return parse_config_json(b).map_err(|e| format!(".dockerconfigjson: {e}"));
+        return parse_config_json(b).map_err(in_key(".dockerconfigjson"));
     }
     if let Some(b) = data.get(".dockercfg").filter(|b| !b.is_empty()) {
-        return parse_dockercfg(b).map_err(|e| format!(".dockercfg: {e}"));
+        return parse_dockercfg(b).map_err(in_key(".dockercfg"));
     }
     Ok(DockerConfig::new())
 }
 
 /// The node's credentials: `<root-dir>/config.json`, as the kubelet reads it in its root
 /// directory. No file is no credentials; a file that does not parse is an error naming it.
-pub fn node_keyring(root_dir: &Path) -> Result<Keyring, String> {
+pub fn node_keyring(root_dir: &Path) -> Result<Keyring, CredentialsError> {
     let path = crate::root_dir::RootDir(root_dir).registry_credentials();
     let mut k = Keyring::default();
     match std::fs::read(&path) {
         Ok(b) => {
-            let cfg = parse_config_json(&b).map_err(|e| format!("{}: {e}", path.display()))?;
+            let cfg = parse_config_json(&b).map_err(|e| CredentialsError::File {
+                path: path.clone(),
+                source: Box::new(e),
+            })?;
             k.add(&cfg);
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(source) => return Err(CredentialsError::Read { path, source }),
     }
     Ok(k)
 }
@@ -524,14 +601,22 @@ mod tests {
         assert_eq!(c["reg.io"].password, "b");
         assert!(parse_config_json(b"{}").unwrap().is_empty());
         // errors name the entry and never quote the secret
-        let e = parse_config_json(br#"{"auths":{"reg.io":{"auth":"!!secret!!"}}}"#).unwrap_err();
+        let e = parse_config_json(br#"{"auths":{"reg.io":{"auth":"!!secret!!"}}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"reg.io\"") && e.contains("auth"), "{e}");
         assert!(!e.contains("secret"), "{e}");
-        let e = parse_config_json(br#"{"auths":{"reg.io":{"auth":"bm9jb2xvbg=="}}}"#).unwrap_err();
+        let e = parse_config_json(br#"{"auths":{"reg.io":{"auth":"bm9jb2xvbg=="}}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("nocolon"), "{e}");
-        let e = parse_config_json(br#"{"auths":{"reg.io":{"password":55555}}}"#).unwrap_err();
+        let e = parse_config_json(br#"{"auths":{"reg.io":{"password":55555}}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("wrong type") && !e.contains("55555"), "{e}");
-        let e = parse_config_json(b"{\"auths\": {\"reg\": {\"password\": \"hunter2").unwrap_err();
+        let e = parse_config_json(b"{\"auths\": {\"reg\": {\"password\": \"hunter2")
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("hunter2"), "{e}");
         // Debug shows no password
         assert!(!format!("{:?}", cred("u")).contains("u-pw"));
@@ -552,7 +637,7 @@ mod tests {
         );
         assert!(secret_config(&d).unwrap().contains_key("other.io"));
         d.insert(".dockerconfigjson".into(), b"{".to_vec());
-        let e = secret_config(&d).unwrap_err();
+        let e = secret_config(&d).unwrap_err().to_string();
         assert!(e.starts_with(".dockerconfigjson: "), "{e}");
     }
 
@@ -571,7 +656,7 @@ mod tests {
             ["n"]
         );
         std::fs::write(dir.join("config.json"), b"not json").unwrap();
-        let e = node_keyring(&dir).unwrap_err();
+        let e = node_keyring(&dir).unwrap_err().to_string();
         assert!(
             e.contains("config.json") && e.contains("not valid JSON"),
             "{e}"

@@ -38,6 +38,7 @@ pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
+pub(crate) mod probe;
 pub(crate) mod prober;
 pub(crate) mod projection;
 pub(crate) mod qos;

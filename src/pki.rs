@@ -37,6 +37,53 @@ const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01]
 // pkcs-9 extensionRequest: the extensions a certification request asks for.
 const OID_EXTENSION_REQUEST: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
 
+/// Why a key, a certificate or a certificate request could not be made or read.
+#[derive(Debug)]
+pub enum PkiError {
+    /// The crypto library failed (its errors carry nothing more): what failed.
+    Crypto(&'static str),
+    /// A PEM block without its END line.
+    PemUnclosed { label: String },
+    /// A PEM block whose content is not base64.
+    PemBase64 {
+        label: String,
+        source: base64::DecodeError,
+    },
+    /// A DER structure without a part it must have.
+    Der(&'static str),
+    /// A file could not be made: what was being done (`creating`, `writing`), and where.
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for PkiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PkiError::Crypto(m) | PkiError::Der(m) => f.write_str(m),
+            PkiError::PemUnclosed { label } => write!(f, "PEM block {label:?} has no END line"),
+            PkiError::PemBase64 { label, source } => write!(f, "PEM block {label:?}: {source}"),
+            PkiError::Io {
+                doing,
+                path,
+                source,
+            } => write!(f, "{doing} {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for PkiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PkiError::PemBase64 { source, .. } => Some(source),
+            PkiError::Io { source, .. } => Some(source),
+            PkiError::Crypto(_) | PkiError::Der(_) | PkiError::PemUnclosed { .. } => None,
+        }
+    }
+}
+
 fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     let mut out = vec![tag];
     let n = content.len();
@@ -145,10 +192,10 @@ fn tbs(
     ])
 }
 
-fn sign(key: &EcdsaKeyPair, rng: &SystemRandom, tbs: Vec<u8>) -> Result<Vec<u8>, String> {
+fn sign(key: &EcdsaKeyPair, rng: &SystemRandom, tbs: Vec<u8>) -> Result<Vec<u8>, PkiError> {
     let sig = key
         .sign(rng, &tbs)
-        .map_err(|_| "signing a certificate failed".to_owned())?;
+        .map_err(|_| PkiError::Crypto("signing a certificate failed"))?;
     Ok(seq(&[
         tbs,
         seq(&[tlv(OID, OID_ECDSA_SHA256)]),
@@ -156,19 +203,19 @@ fn sign(key: &EcdsaKeyPair, rng: &SystemRandom, tbs: Vec<u8>) -> Result<Vec<u8>,
     ]))
 }
 
-fn serial(rng: &SystemRandom) -> Result<Vec<u8>, String> {
+fn serial(rng: &SystemRandom) -> Result<Vec<u8>, PkiError> {
     let mut s = [0u8; 16];
-    ring::rand::SecureRandom::fill(rng, &mut s).map_err(|_| "no randomness".to_owned())?;
+    ring::rand::SecureRandom::fill(rng, &mut s).map_err(|_| PkiError::Crypto("no randomness"))?;
     // A positive integer with no leading zero byte.
     s[0] = (s[0] & 0x7f) | 0x40;
     Ok(s.to_vec())
 }
 
-fn new_key(rng: &SystemRandom) -> Result<(EcdsaKeyPair, Vec<u8>), String> {
+fn new_key(rng: &SystemRandom) -> Result<(EcdsaKeyPair, Vec<u8>), PkiError> {
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, rng)
-        .map_err(|_| "generating an ECDSA P-256 key failed".to_owned())?;
+        .map_err(|_| PkiError::Crypto("generating an ECDSA P-256 key failed"))?;
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), rng)
-        .map_err(|_| "reading the generated key failed".to_owned())?;
+        .map_err(|_| PkiError::Crypto("reading the generated key failed"))?;
     Ok((key, pkcs8.as_ref().to_vec()))
 }
 
@@ -199,7 +246,7 @@ pub fn self_signed(
     dns: &[String],
     ips: &[IpAddr],
     now: i64,
-) -> Result<SelfSigned, String> {
+) -> Result<SelfSigned, PkiError> {
     let rng = SystemRandom::new();
     let (ca_key, _) = new_key(&rng)?;
     let (leaf_key, leaf_pkcs8) = new_key(&rng)?;
@@ -256,23 +303,30 @@ pub fn ensure_self_signed(
     dns: &[String],
     ips: &[IpAddr],
     now: i64,
-) -> Result<(PathBuf, PathBuf), String> {
+) -> Result<(PathBuf, PathBuf), PkiError> {
     let (crt, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
     if crt.exists() && key.exists() {
         return Ok((crt, key));
     }
     let s = self_signed(host, dns, ips, now)?;
-    crate::atomic_file::create_dir_all(dir)
-        .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let io = |doing: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| PkiError::Io {
+            doing,
+            path,
+            source,
+        }
+    };
+    crate::atomic_file::create_dir_all(dir).map_err(io("creating", dir))?;
     crate::atomic_file::write_mode(&key, s.key_pem.as_bytes(), 0o600)
-        .map_err(|e| format!("writing {}: {e}", key.display()))?;
+        .map_err(io("writing", &key))?;
     crate::atomic_file::write_mode(&crt, s.cert_pem.as_bytes(), 0o644)
-        .map_err(|e| format!("writing {}: {e}", crt.display()))?;
+        .map_err(io("writing", &crt))?;
     Ok((crt, key))
 }
 
 /// A new ECDSA P-256 key, PKCS#8 DER.
-pub fn new_key_pkcs8() -> Result<Vec<u8>, String> {
+pub fn new_key_pkcs8() -> Result<Vec<u8>, PkiError> {
     Ok(new_key(&SystemRandom::new())?.1)
 }
 
@@ -298,10 +352,10 @@ pub fn csr(
     orgs: &[&str],
     dns: &[String],
     ips: &[IpAddr],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, PkiError> {
     let rng = SystemRandom::new();
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key_pkcs8, &rng)
-        .map_err(|_| "the key is not a PKCS#8 ECDSA P-256 key".to_owned())?;
+        .map_err(|_| PkiError::Crypto("the key is not a PKCS#8 ECDSA P-256 key"))?;
     let mut rdns: Vec<Vec<u8>> = orgs
         .iter()
         .map(|o| {
@@ -335,7 +389,7 @@ pub fn csr(
     let info = seq(&[tlv(INTEGER, &[0]), seq(&rdns), spki, tlv(0xa0, &attributes)]);
     let sig = key
         .sign(&rng, &info)
-        .map_err(|_| "signing the certificate request failed".to_owned())?;
+        .map_err(|_| PkiError::Crypto("signing the certificate request failed"))?;
     Ok(seq(&[
         info,
         seq(&[tlv(OID, OID_ECDSA_SHA256)]),
@@ -345,7 +399,7 @@ pub fn csr(
 
 /// The PEM blocks of a text: each one's label and DER content, in order. Text between blocks
 /// is skipped; a block that does not decode is an error naming its label.
-pub fn pem_blocks(text: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
+pub fn pem_blocks(text: &[u8]) -> Result<Vec<(String, Vec<u8>)>, PkiError> {
     use base64::Engine;
     let text = String::from_utf8_lossy(text);
     let mut out = Vec::new();
@@ -369,11 +423,16 @@ pub fn pem_blocks(text: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
             b64.push_str(l.trim());
         }
         if !closed {
-            return Err(format!("PEM block {label:?} has no END line"));
+            return Err(PkiError::PemUnclosed {
+                label: label.to_owned(),
+            });
         }
         let der = base64::engine::general_purpose::STANDARD
             .decode(&b64)
-            .map_err(|e| format!("PEM block {label:?}: {e}"))?;
+            .map_err(|source| PkiError::PemBase64 {
+                label: label.to_owned(),
+                source,
+            })?;
         out.push((label.to_owned(), der));
     }
     Ok(out)
@@ -444,7 +503,7 @@ pub struct TestCa {
 
 #[cfg(feature = "testing")]
 impl TestCa {
-    pub fn new(name: &str) -> Result<TestCa, String> {
+    pub fn new(name: &str) -> Result<TestCa, PkiError> {
         Ok(TestCa {
             key_pkcs8: new_key_pkcs8()?,
             name: name.to_owned(),
@@ -460,19 +519,19 @@ impl TestCa {
         not_before: i64,
         not_after: i64,
         server: bool,
-    ) -> Result<String, String> {
+    ) -> Result<String, PkiError> {
         let der = match pem_blocks(request)?.into_iter().next() {
             Some((_, d)) => d,
             None => request.to_vec(),
         };
-        let (_, req, _) = read_tlv(&der).ok_or("the request is not DER")?;
-        let (_, info, _) = read_tlv(req).ok_or("no request info")?;
-        let (_, _, r) = read_tlv(info).ok_or("no version")?;
-        let (subject_tag, subject, r) = read_tlv(r).ok_or("no subject")?;
-        let (spki_tag, spki, _) = read_tlv(r).ok_or("no public key")?;
+        let (_, req, _) = read_tlv(&der).ok_or(PkiError::Der("the request is not DER"))?;
+        let (_, info, _) = read_tlv(req).ok_or(PkiError::Der("no request info"))?;
+        let (_, _, r) = read_tlv(info).ok_or(PkiError::Der("no version"))?;
+        let (subject_tag, subject, r) = read_tlv(r).ok_or(PkiError::Der("no subject"))?;
+        let (spki_tag, spki, _) = read_tlv(r).ok_or(PkiError::Der("no public key"))?;
         let rng = SystemRandom::new();
         let ca = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &self.key_pkcs8, &rng)
-            .map_err(|_| "the CA key".to_owned())?;
+            .map_err(|_| PkiError::Crypto("the CA key"))?;
         let purpose: &[u8] = if server {
             OID_SERVER_AUTH
         } else {
@@ -742,8 +801,9 @@ mod tests {
         assert!(validity(b"garbage").is_none());
         let e = pem_blocks(b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n")
             .unwrap_err();
-        assert!(e.contains("CERTIFICATE"), "{e}");
+        assert!(matches!(e, PkiError::PemBase64 { .. }), "{e:?}");
+        assert!(e.to_string().contains("CERTIFICATE"), "{e}");
         let e = pem_blocks(b"-----BEGIN CERTIFICATE-----\nAAAA\n").unwrap_err();
-        assert!(e.contains("no END line"), "{e}");
+        assert!(e.to_string().contains("no END line"), "{e}");
     }
 }

@@ -27,6 +27,30 @@ pub const INSPECT_DEADLINE: Duration = Duration::from_secs(10);
 /// How long a relist waits for the inspections it started before it moves on.
 pub const RELIST_WAIT: Duration = Duration::from_secs(1);
 
+/// Why the agent is not healthy: the checks `/healthz`, the Ready condition and the systemd
+/// watchdog share (upstream's kubelet registers the same two: the PLEG's and the sync loop's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhealthy {
+    /// The PLEG's last successful relist is this old.
+    Pleg { age: Duration },
+    /// The sync loop last turned this long ago.
+    SyncLoop { idle: Duration },
+}
+
+impl std::fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unhealthy::Pleg { age } => write!(
+                f,
+                "pleg was last seen active {age:?} ago; threshold is {RELIST_THRESHOLD:?}"
+            ),
+            Unhealthy::SyncLoop { idle } => write!(f, "sync loop last ran {idle:?} ago"),
+        }
+    }
+}
+
+impl std::error::Error for Unhealthy {}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
     ContainerStarted,
@@ -268,13 +292,11 @@ impl Pleg {
     }
 
     /// Healthy while the last successful relist (or the start) is under the threshold old.
-    pub fn healthy(&self) -> Result<(), String> {
+    pub fn healthy(&self) -> Result<(), Unhealthy> {
         let since = self.last_ok.get().unwrap_or(self.started);
         let age = rt::now().saturating_duration_since(since);
         if age > RELIST_THRESHOLD {
-            Err(format!(
-                "pleg was last seen active {age:?} ago; threshold is {RELIST_THRESHOLD:?}"
-            ))
+            Err(Unhealthy::Pleg { age })
         } else {
             Ok(())
         }

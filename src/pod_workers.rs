@@ -47,6 +47,34 @@ impl Work {
     }
 }
 
+/// A pod being terminated, as the sync loop keeps it: what its worker needs ([`Work::Terminate`]),
+/// and its name so a pod of the same name can wait for it (upstream keeps a pod's termination
+/// request and its evicted and deleted marks in the pod workers too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub grace: i64,
+    pub namespace: String,
+    pub name: String,
+    /// Evicted: stopped, but kept with its status as a Failed pod.
+    pub evicted: bool,
+    /// Deleted through the API: its final status (containers terminated) is kept to be
+    /// posted before the pod is deleted for good.
+    pub deleted: bool,
+}
+
+impl Term {
+    pub fn work(&self, uid: &str) -> Work {
+        Work::Terminate {
+            uid: uid.to_owned(),
+            grace: self.grace,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            evicted: self.evicted,
+            deleted: self.deleted,
+        }
+    }
+}
+
 /// What a worker reports back to the sync loop after each piece of work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
@@ -120,10 +148,40 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
 }
 
 /// The pod's runtime status, under the inspection deadline.
-async fn inspect(sh: &Shared, uid: &str) -> Result<crate::kubecontainer::PodRuntimeStatus, String> {
+async fn inspect(
+    sh: &Shared,
+    uid: &str,
+) -> Result<crate::kubecontainer::PodRuntimeStatus, InspectError> {
     match rt::timeout(INSPECT_DEADLINE, sh.rm.pod_status(uid)).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(r) => r.map_err(InspectError::Runtime),
+        Err(e) => Err(InspectError::Deadline(e)),
+    }
+}
+
+/// Why a worker could not see its pod in the runtime.
+#[derive(Debug)]
+enum InspectError {
+    /// The runtime answered with an error.
+    Runtime(crate::cri::CriError),
+    /// No answer within [`INSPECT_DEADLINE`].
+    Deadline(rt::Elapsed),
+}
+
+impl std::fmt::Display for InspectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InspectError::Runtime(e) => write!(f, "{e}"),
+            InspectError::Deadline(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            InspectError::Runtime(e) => Some(e),
+            InspectError::Deadline(e) => Some(e),
+        }
     }
 }
 

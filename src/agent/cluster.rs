@@ -32,7 +32,8 @@ pub(super) fn connect(o: &Options) -> Result<Option<Join>, String> {
         &store,
         o.rotation(),
         now,
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let identity = certificate::Identity::of(&conn.credentials);
     let flag = if matches!(start, certificate::Start::Ready) {
         "--kubeconfig"

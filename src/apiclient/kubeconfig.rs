@@ -144,25 +144,117 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Why a kubeconfig gives no connection; every message names the file, and the field when one
+/// is at fault.
+#[derive(Debug)]
+pub enum KubeconfigError {
+    /// The file, or a file it names, cannot be read.
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not a kubeconfig: beyond the cost limits, not UTF-8, not YAML of one.
+    Parse {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A field's value is wrong or missing.
+    Field {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+    /// A field's inline data is not base64.
+    Base64 {
+        path: PathBuf,
+        field: String,
+        source: base64::DecodeError,
+    },
+    /// The file a field names cannot be read.
+    FieldFile {
+        path: PathBuf,
+        field: String,
+        source: Box<KubeconfigError>,
+    },
+}
+
+impl std::fmt::Display for KubeconfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KubeconfigError::Read { path, source } => write!(f, "{}: {source}", path.display()),
+            KubeconfigError::Parse { path, source } => {
+                write!(f, "{}: (file): {source}", path.display())
+            }
+            KubeconfigError::Field {
+                path,
+                field,
+                message,
+            } => write!(f, "{}: {field}: {message}", path.display()),
+            KubeconfigError::Base64 {
+                path,
+                field,
+                source,
+            } => write!(f, "{}: {field}: not base64: {source}", path.display()),
+            KubeconfigError::FieldFile {
+                path,
+                field,
+                source,
+            } => write!(f, "{}: {field}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for KubeconfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KubeconfigError::Read { source, .. } => Some(source),
+            KubeconfigError::Parse { source, .. } => Some(source.as_ref()),
+            KubeconfigError::Field { .. } => None,
+            KubeconfigError::Base64 { source, .. } => Some(source),
+            KubeconfigError::FieldFile { source, .. } => Some(source.as_ref()),
+        }
+    }
+}
+
+/// A file that could not be read, named.
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> KubeconfigError + '_ {
+    move |source| KubeconfigError::Read {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 /// Loads `path` and resolves its current context.
-pub fn load(path: &Path) -> Result<Connection, String> {
-    let text = read_limited(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read(path: &Path) -> Result<Connection, KubeconfigError> {
+    let text = read_limited(path).map_err(read_error(path))?;
     parse(&text, path)
 }
 
+/// [`read`], with the error as its message, for `picolet check`'s findings.
+pub fn load(path: &Path) -> Result<Connection, String> {
+    read(path).map_err(|e| e.to_string())
+}
+
 /// Resolves the current context of a kubeconfig read from `path`.
-pub fn parse(text: &[u8], path: &Path) -> Result<Connection, String> {
-    let at =
-        |field: &str, msg: &dyn std::fmt::Display| format!("{}: {field}: {msg}", path.display());
+pub fn parse(text: &[u8], path: &Path) -> Result<Connection, KubeconfigError> {
+    let at = |field: &str, msg: &dyn std::fmt::Display| KubeconfigError::Field {
+        path: path.to_owned(),
+        field: field.to_owned(),
+        message: msg.to_string(),
+    };
+    let unparsed = |e: Box<dyn std::error::Error + Send + Sync>| KubeconfigError::Parse {
+        path: path.to_owned(),
+        source: e,
+    };
     // The same cost limits as a KubeletConfiguration: a hostile kubeconfig never costs more.
     crate::limits::check(
         text,
         crate::limits::Syntax::Yaml,
         &crate::limits::Limits::CONFIG,
     )
-    .map_err(|e| at("(file)", &e))?;
-    let text = std::str::from_utf8(text).map_err(|e| at("(file)", &e))?;
-    let kc: KubeConfigFile = yaml_serde::from_str(text).map_err(|e| at("(file)", &e))?;
+    .map_err(|e| unparsed(e.into()))?;
+    let text = std::str::from_utf8(text).map_err(|e| unparsed(e.into()))?;
+    let kc: KubeConfigFile = yaml_serde::from_str(text).map_err(|e| unparsed(e.into()))?;
     let ctx_name = if kc.current_context.is_empty() {
         match kc.contexts.as_slice() {
             [only] => only.name.clone(),
@@ -213,7 +305,7 @@ pub fn parse(text: &[u8], path: &Path) -> Result<Connection, String> {
         cluster.certificate_authority.as_deref(),
         cluster.certificate_authority_data.as_deref(),
     )
-    .map_err(|(f, e)| at(&format!("{cpath}.certificate-authority{f}"), &e))?;
+    .map_err(blob_error(path, &format!("{cpath}.certificate-authority")))?;
     let credentials = match user {
         None => Credentials::None,
         Some(u) => {
@@ -223,9 +315,9 @@ pub fn parse(text: &[u8], path: &Path) -> Result<Connection, String> {
                 u.client_certificate.as_deref(),
                 u.client_certificate_data.as_deref(),
             )
-            .map_err(|(f, e)| at(&format!("{upath}.client-certificate{f}"), &e))?;
+            .map_err(blob_error(path, &format!("{upath}.client-certificate")))?;
             let key = blob(dir, u.client_key.as_deref(), u.client_key_data.as_deref())
-                .map_err(|(f, e)| at(&format!("{upath}.client-key{f}"), &e))?;
+                .map_err(blob_error(path, &format!("{upath}.client-key")))?;
             match (cert, key, &u.token, &u.token_file) {
                 (Some(cert), Some(key), _, _) => Credentials::ClientCert { cert, key },
                 (Some(_), None, _, _) => {
@@ -250,37 +342,58 @@ pub fn parse(text: &[u8], path: &Path) -> Result<Connection, String> {
     })
 }
 
-/// A PEM blob given inline (base64) or as a file; the error carries the field suffix.
-fn blob(
-    dir: &Path,
-    file: Option<&str>,
-    data: Option<&str>,
-) -> Result<Option<Pem>, (&'static str, String)> {
+/// Why a PEM blob was not read: its inline data is not base64, or its file does not read.
+enum BlobError {
+    Base64(base64::DecodeError),
+    File(KubeconfigError),
+}
+
+/// A blob's error as the kubeconfig's, at `field` (`-data` appended for inline data).
+fn blob_error<'a>(
+    path: &'a Path,
+    field: &'a str,
+) -> impl FnOnce(BlobError) -> KubeconfigError + 'a {
+    move |e| match e {
+        BlobError::Base64(source) => KubeconfigError::Base64 {
+            path: path.to_owned(),
+            field: format!("{field}-data"),
+            source,
+        },
+        BlobError::File(source) => KubeconfigError::FieldFile {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            source: Box::new(source),
+        },
+    }
+}
+
+/// A PEM blob given inline (base64) or as a file.
+fn blob(dir: &Path, file: Option<&str>, data: Option<&str>) -> Result<Option<Pem>, BlobError> {
     if let Some(d) = data.filter(|d| !d.is_empty()) {
         let clean: String = d.chars().filter(|c| !c.is_whitespace()).collect();
         return base64::engine::general_purpose::STANDARD
             .decode(clean)
             .map(|b| Some(Pem(b)))
-            .map_err(|e| ("-data", format!("not base64: {e}")));
+            .map_err(BlobError::Base64);
     }
     match file.filter(|f| !f.is_empty()) {
         Some(f) => {
             let p = dir.join(f);
             read_limited(&p)
                 .map(|b| Some(Pem(b)))
-                .map_err(|e| ("", format!("{}: {e}", p.display())))
+                .map_err(|e| BlobError::File(read_error(&p)(e)))
         }
         None => Ok(None),
     }
 }
 
 /// The token to send now, reading a token file afresh.
-pub fn bearer(c: &Credentials) -> Result<Option<String>, String> {
+pub fn bearer(c: &Credentials) -> Result<Option<String>, KubeconfigError> {
     match c {
         Credentials::Token(t) => Ok(Some(t.clone())),
         Credentials::TokenFile(p) => read_limited(p)
             .map(|b| Some(String::from_utf8_lossy(&b).trim().to_owned()))
-            .map_err(|e| format!("{}: {e}", p.display())),
+            .map_err(read_error(p)),
         _ => Ok(None),
     }
 }
@@ -347,6 +460,8 @@ mod tests {
     fn a_deeply_nested_kubeconfig_is_refused_before_parsing() {
         let deep = format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
         let e = parse(deep.as_bytes(), Path::new("/k.conf")).unwrap_err();
+        assert!(matches!(e, KubeconfigError::Parse { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with("/k.conf: (file): "), "{e}");
         assert!(e.contains("nested deeper than the limit"), "{e}");
     }
@@ -354,7 +469,7 @@ mod tests {
     #[test]
     fn errors_name_the_file_and_the_field() {
         let p = Path::new("/k.conf");
-        let err = |y: &str| parse(y.as_bytes(), p).unwrap_err();
+        let err = |y: &str| parse(y.as_bytes(), p).unwrap_err().to_string();
         let base = "clusters:\n- name: c\n  cluster: {server: 'https://h'}\nusers:\n- name: u\n  user: {client-certificate-data: Q0VSVA==}\n";
         let e = err(&format!(
             "{base}contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: y\n"

@@ -151,18 +151,54 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, String> {
+/// Why a connection's TLS material cannot be used; `what` names the kubeconfig field
+/// (`certificate-authority`, `client-certificate`).
+#[derive(Debug)]
+pub enum TlsError {
+    /// A PEM block does not parse.
+    Pem {
+        what: &'static str,
+        source: ureq::Error,
+    },
+    /// No certificate among the PEM blocks.
+    NoCertificate { what: &'static str },
+    /// No private key among the client key's PEM blocks.
+    NoPrivateKey,
+}
+
+impl std::fmt::Display for TlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TlsError::Pem { what, source } => write!(f, "{what}: {source}"),
+            TlsError::NoCertificate { what } => write!(f, "{what}: no PEM certificate found"),
+            TlsError::NoPrivateKey => {
+                f.write_str("client-key: no PEM private key (EC, RSA or PKCS#8) found")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlsError::Pem { source, .. } => Some(source),
+            TlsError::NoCertificate { .. } | TlsError::NoPrivateKey => None,
+        }
+    }
+}
+
+fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, TlsError> {
     use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig, TlsProvider, parse_pem};
-    let certs_of = |pem: &[u8], what: &str| -> Result<Vec<_>, String> {
+    let certs_of = |pem: &[u8], what: &'static str| -> Result<Vec<_>, TlsError> {
         let certs: Vec<_> = parse_pem(pem)
             .filter_map(|i| match i {
                 Ok(PemItem::Certificate(c)) => Some(Ok(c)),
                 Ok(_) => None,
-                Err(e) => Some(Err(format!("{what}: {e}"))),
+                Err(source) => Some(Err(TlsError::Pem { what, source })),
             })
             .collect::<Result<_, _>>()?;
         if certs.is_empty() {
-            return Err(format!("{what}: no PEM certificate found"));
+            return Err(TlsError::NoCertificate { what });
         }
         Ok(certs)
     };
@@ -190,7 +226,7 @@ fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, String> {
                 Ok(PemItem::PrivateKey(k)) => Some(k),
                 _ => None,
             })
-            .ok_or("client-key: no PEM private key (EC, RSA or PKCS#8) found")?;
+            .ok_or(TlsError::NoPrivateKey)?;
         b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
     }
     Ok(b.build())
@@ -235,7 +271,7 @@ impl ureq::unversioned::resolver::Resolver for InlineResolver {
     }
 }
 
-fn agent_config(conn: &Connection) -> Result<ureq::config::Config, String> {
+fn agent_config(conn: &Connection) -> Result<ureq::config::Config, TlsError> {
     Ok(ureq::Agent::config_builder()
         .tls_config(tls(conn)?)
         .http_status_as_error(false)
@@ -249,7 +285,7 @@ fn agent_config(conn: &Connection) -> Result<ureq::config::Config, String> {
 }
 
 impl Client {
-    pub fn new(conn: &Connection) -> Result<Client, String> {
+    pub fn new(conn: &Connection) -> Result<Client, TlsError> {
         let config = agent_config(conn)?;
         Ok(Client {
             pool: Arc::new(Pool {
@@ -275,7 +311,7 @@ impl Client {
     /// Authenticates every later request, from every clone, with `credentials` (a renewed
     /// client certificate): the TLS settings are built anew and every connection made with the
     /// old ones is closed, idle or in use, so a watch resumes on a new connection at once.
-    pub fn set_credentials(&self, credentials: Credentials) -> Result<(), String> {
+    pub fn set_credentials(&self, credentials: Credentials) -> Result<(), TlsError> {
         let conn = Connection {
             credentials: credentials.clone(),
             ..self.pool.conn.clone()
@@ -335,7 +371,9 @@ impl Client {
             .method(method)
             .uri(format!("{}{path}", self.server))
             .header("Accept", "application/json");
-        if let Some(token) = kubeconfig::bearer(&credentials).map_err(transport)? {
+        if let Some(token) =
+            kubeconfig::bearer(&credentials).map_err(|e| transport(e.to_string()))?
+        {
             req = req.header("Authorization", format!("Bearer {token}"));
         }
         let (ct, bytes) = body.unwrap_or(("application/json", Vec::new()));

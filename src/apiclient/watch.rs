@@ -34,6 +34,115 @@ pub enum Applied {
     Error(String),
 }
 
+/// Why a line of a watch stream, or the stream itself, was not taken.
+#[derive(Debug)]
+pub enum WatchError {
+    /// The line is beyond the decoders' cost limits (checked before parsing).
+    Limits(crate::limits::LimitError),
+    /// The line is not a watch event's JSON.
+    Json(serde_json::Error),
+    /// An event type the API does not send.
+    UnknownType(String),
+    /// The set refused the event's object.
+    Object {
+        /// The event's type (`ADDED`, `MODIFIED`, `DELETED`).
+        event: String,
+        source: ObjectError,
+    },
+    /// Reading the stream failed.
+    Read(std::io::Error),
+    /// A line longer than [`MAX_EVENT`].
+    TooLong,
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatchError::Limits(e) => write!(f, "watch event: {e}"),
+            WatchError::Json(e) => write!(f, "watch event: {e}"),
+            WatchError::UnknownType(t) => write!(f, "watch event of unknown type {t:?}"),
+            WatchError::Object { event, source } => write!(f, "watch event {event}: {source}"),
+            WatchError::Read(e) => write!(f, "reading the watch: {e}"),
+            WatchError::TooLong => write!(f, "watch event larger than {MAX_EVENT} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for WatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WatchError::Limits(e) => Some(e),
+            WatchError::Json(e) => Some(e),
+            WatchError::Object { source, .. } => Some(source),
+            WatchError::Read(e) => Some(e),
+            WatchError::UnknownType(_) | WatchError::TooLong => None,
+        }
+    }
+}
+
+/// Why a watched set refused a list or an object, naming where in it.
+#[derive(Debug)]
+pub enum ObjectError {
+    /// A list's field (`items`) is not an array.
+    NotAnArray(&'static str),
+    /// Item `index` of a list's `field` was refused.
+    Item {
+        field: &'static str,
+        index: usize,
+        source: Box<ObjectError>,
+    },
+    /// The object does not decode; `what` ("pod", "service") names it where nothing else does.
+    Decode {
+        what: Option<&'static str>,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A field the object must have is empty.
+    Empty {
+        what: &'static str,
+        field: &'static str,
+    },
+}
+
+impl ObjectError {
+    /// Item `index` of `field`.
+    pub fn item(field: &'static str, index: usize, e: ObjectError) -> ObjectError {
+        ObjectError::Item {
+            field,
+            index,
+            source: Box::new(e),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectError::NotAnArray(field) => write!(f, "{field}: not an array"),
+            ObjectError::Item {
+                field,
+                index,
+                source,
+            } => write!(f, "{field}[{index}]: {source}"),
+            ObjectError::Decode {
+                what: Some(what),
+                source,
+            } => write!(f, "{what}: {source}"),
+            ObjectError::Decode { what: None, source } => write!(f, "{source}"),
+            ObjectError::Empty { what, field } => write!(f, "{what}: {field}: empty"),
+        }
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ObjectError::Item { source, .. } => Some(source.as_ref()),
+            ObjectError::Decode { source, .. } => Some(source.as_ref()),
+            ObjectError::NotAnArray(_) | ObjectError::Empty { .. } => None,
+        }
+    }
+}
+
 /// The kind of an object event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
@@ -50,9 +159,13 @@ pub trait Watched {
     /// carries a `?` already.
     fn path(&self, query: &str) -> String;
     /// Replaces the set with a list's `items` (the list as decoded JSON).
-    fn replace(&mut self, list: serde_json::Value) -> Result<(), String>;
+    fn replace(&mut self, list: serde_json::Value) -> Result<(), ObjectError>;
     /// Applies one object event; true when the set changed.
-    fn apply_object(&mut self, event: Event, object: serde_json::Value) -> Result<bool, String>;
+    fn apply_object(
+        &mut self,
+        event: Event,
+        object: serde_json::Value,
+    ) -> Result<bool, ObjectError>;
     /// The resourceVersion to resume a watch from.
     fn resource_version(&mut self) -> &mut String;
     /// How many objects the set holds (for log lines).
@@ -67,14 +180,14 @@ struct WatchEvent {
 }
 
 /// Applies one line of a watch stream to `set`.
-pub fn apply<W: Watched + ?Sized>(set: &mut W, line: &[u8]) -> Result<Applied, String> {
+pub fn apply<W: Watched + ?Sized>(set: &mut W, line: &[u8]) -> Result<Applied, WatchError> {
     crate::limits::check(
         line,
         crate::limits::Syntax::Json,
         &crate::limits::Limits::API,
     )
-    .map_err(|e| format!("watch event: {e}"))?;
-    let ev: WatchEvent = serde_json::from_slice(line).map_err(|e| format!("watch event: {e}"))?;
+    .map_err(WatchError::Limits)?;
+    let ev: WatchEvent = serde_json::from_slice(line).map_err(WatchError::Json)?;
     let rv = ev
         .object
         .pointer("/metadata/resourceVersion")
@@ -104,14 +217,17 @@ pub fn apply<W: Watched + ?Sized>(set: &mut W, line: &[u8]) -> Result<Applied, S
         "ADDED" => Event::Added,
         "MODIFIED" => Event::Modified,
         "DELETED" => Event::Deleted,
-        other => return Err(format!("watch event of unknown type {other:?}")),
+        other => return Err(WatchError::UnknownType(other.to_owned())),
     };
     if let Some(rv) = rv {
         *set.resource_version() = rv;
     }
     let changed = set
         .apply_object(event, ev.object)
-        .map_err(|e| format!("watch event {}: {e}", ev.kind))?;
+        .map_err(|source| WatchError::Object {
+            event: ev.kind,
+            source,
+        })?;
     Ok(if changed {
         Applied::Changed
     } else {
@@ -125,7 +241,7 @@ pub fn read_watch<W: Watched + ?Sized>(
     body: impl Read,
     set: &mut W,
     emit: &mut dyn FnMut(&W) -> bool,
-) -> Result<Applied, String> {
+) -> Result<Applied, WatchError> {
     let mut r = BufReader::new(body);
     let mut line = Vec::new();
     loop {
@@ -133,12 +249,12 @@ pub fn read_watch<W: Watched + ?Sized>(
         let n = (&mut r)
             .take(MAX_EVENT as u64 + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| format!("reading the watch: {e}"))?;
+            .map_err(WatchError::Read)?;
         if n == 0 {
             return Ok(Applied::Unchanged);
         }
         if line.len() > MAX_EVENT {
-            return Err(format!("watch event larger than {MAX_EVENT} bytes"));
+            return Err(WatchError::TooLong);
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;

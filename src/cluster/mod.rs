@@ -31,7 +31,7 @@ use node::{Health, NodeFacts};
 /// (as the server's `Host`), so that the cluster's code does not hold the loop.
 pub trait Kubelet {
     /// Why the node is not healthy, when it is not (the Ready condition).
-    fn healthz(&self) -> Result<(), String>;
+    fn healthz(&self) -> Result<(), crate::pleg::Unhealthy>;
     /// MemoryPressure, DiskPressure and PIDPressure from the eviction manager.
     fn pressure(&self) -> crate::eviction::Pressure;
     /// The status picolet computed for a pod.
@@ -181,7 +181,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>
             },
             (Err(m), None) => Health {
                 ready: false,
-                message: m,
+                message: m.to_string(),
                 pressure: kubelet.pressure(),
             },
             // Upstream's aggregate of errors: one alone, several in brackets.

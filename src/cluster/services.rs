@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apiclient::Client;
 use crate::apiclient::backoff::Jitter;
-use crate::apiclient::watch::{self, Event, Watched};
+use crate::apiclient::watch::{self, Event, ObjectError, Watched};
 use crate::services::{Port, Service, Shared, is_ip_set};
 
 /// Largest checkpoint written or read.
@@ -56,12 +56,18 @@ struct WirePort {
 
 type Key = (Box<str>, Box<str>);
 
-fn decode(v: serde_json::Value) -> Result<(Key, Service), String> {
-    let w: WireService = serde_json::from_value(v).map_err(|e| format!("service: {e}"))?;
+fn decode(v: serde_json::Value) -> Result<(Key, Service), ObjectError> {
+    let w: WireService = serde_json::from_value(v).map_err(|e| ObjectError::Decode {
+        what: Some("service"),
+        source: Box::new(e),
+    })?;
     let ns = w.metadata.namespace.unwrap_or_default();
     let name = w.metadata.name.unwrap_or_default();
     if name.is_empty() {
-        return Err("service: metadata.name: empty".into());
+        return Err(ObjectError::Empty {
+            what: "service",
+            field: "metadata.name",
+        });
     }
     let ports = w
         .spec
@@ -144,15 +150,15 @@ impl Watched for ServiceSet {
         format!("/api/v1/services?fieldSelector=spec.clusterIP%21%3DNone{query}")
     }
 
-    fn replace(&mut self, mut list: serde_json::Value) -> Result<(), String> {
+    fn replace(&mut self, mut list: serde_json::Value) -> Result<(), ObjectError> {
         let items = match list.get_mut("items").map(serde_json::Value::take) {
             None | Some(serde_json::Value::Null) => Vec::new(),
             Some(serde_json::Value::Array(items)) => items,
-            Some(_) => return Err("items: not an array".into()),
+            Some(_) => return Err(ObjectError::NotAnArray("items")),
         };
         let mut by_name = std::collections::BTreeMap::new();
         for (i, item) in items.into_iter().enumerate() {
-            let (k, s) = decode(item).map_err(|e| format!("items[{i}]: {e}"))?;
+            let (k, s) = decode(item).map_err(|e| ObjectError::item("items", i, e))?;
             if is_ip_set(&s.cluster_ip) {
                 by_name.insert(k, s);
             }
@@ -164,7 +170,11 @@ impl Watched for ServiceSet {
         Ok(())
     }
 
-    fn apply_object(&mut self, event: Event, object: serde_json::Value) -> Result<bool, String> {
+    fn apply_object(
+        &mut self,
+        event: Event,
+        object: serde_json::Value,
+    ) -> Result<bool, ObjectError> {
         let (k, s) = decode(object)?;
         let mut c = self.shared.lock();
         // A service whose clusterIP went away (its type turned ExternalName) gives nothing.
@@ -341,7 +351,8 @@ mod tests {
                 br#"{"type":"ADDED","object":{"metadata":{"namespace":"a"}}}"#
             )
             .unwrap_err()
-            .contains("metadata.name: empty")
+            .to_string()
+            .ends_with("watch event ADDED: service: metadata.name: empty")
         );
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::api::Pod;
 use crate::apiclient::Client;
 use crate::apiclient::backoff::Jitter;
-use crate::apiclient::watch::{self, Applied, Event, Watched};
+use crate::apiclient::watch::{self, Applied, Event, ObjectError, WatchError, Watched};
 #[cfg(test)]
 use crate::apiclient::watch::{MAX_EVENT, read_watch};
 
@@ -61,7 +61,7 @@ pub struct PodSet {
 
 impl PodSet {
     /// Replaces the set with a full list (a PodList's JSON).
-    pub fn replace_list(&mut self, mut list: serde_json::Value) -> Result<(), String> {
+    pub fn replace_list(&mut self, mut list: serde_json::Value) -> Result<(), ObjectError> {
         // Through a Value, as watch events are: one copy of the Pod structs' deserializer in the
         // binary (from a Value) instead of a second one from bytes (docs/figures.md, "Footprint").
         let items = pods_of(&mut list, "items")?;
@@ -74,7 +74,7 @@ impl PodSet {
     }
 
     /// Applies one line of a watch stream (the fuzz target's way in).
-    pub fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
+    pub fn apply(&mut self, line: &[u8]) -> Result<Applied, WatchError> {
         watch::apply(self, line)
     }
 
@@ -137,12 +137,16 @@ impl Watched for PodSet {
         )
     }
 
-    fn replace(&mut self, list: serde_json::Value) -> Result<(), String> {
+    fn replace(&mut self, list: serde_json::Value) -> Result<(), ObjectError> {
         self.replace_list(list)
     }
 
-    fn apply_object(&mut self, event: Event, object: serde_json::Value) -> Result<bool, String> {
-        let pod = pod_from_value(object).map_err(|e| format!("pod: {e}"))?;
+    fn apply_object(
+        &mut self,
+        event: Event,
+        object: serde_json::Value,
+    ) -> Result<bool, ObjectError> {
+        let pod = pod_from_value(object, Some("pod"))?;
         let uid = pod.metadata.uid.clone();
         Ok(if event == Event::Deleted {
             self.pods.remove(&uid).is_some()
@@ -178,22 +182,26 @@ struct Checkpoint {
 
 /// A Pod from a JSON value, through the binary's one copy of the Pod deserializer (fields it
 /// does not model are the apiserver's to keep, and ignored here).
-fn pod_from_value(v: serde_json::Value) -> Result<Pod, String> {
-    crate::api::pod_from_value(v, &mut |_| {}).map_err(|e| e.to_string())
+/// `what` names the object in the error where nothing else does.
+fn pod_from_value(v: serde_json::Value, what: Option<&'static str>) -> Result<Pod, ObjectError> {
+    crate::api::pod_from_value(v, &mut |_| {}).map_err(|e| ObjectError::Decode {
+        what,
+        source: Box::new(e),
+    })
 }
 
 /// Each Pod of `field` (an array) of a JSON object, e.g. a list's `items`; an error names the
 /// item.
-fn pods_of(object: &mut serde_json::Value, field: &str) -> Result<Vec<Pod>, String> {
+fn pods_of(object: &mut serde_json::Value, field: &'static str) -> Result<Vec<Pod>, ObjectError> {
     let items = match object.get_mut(field).map(serde_json::Value::take) {
         None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
         Some(serde_json::Value::Array(items)) => items,
-        Some(_) => return Err(format!("{field}: not an array")),
+        Some(_) => return Err(ObjectError::NotAnArray(field)),
     };
     items
         .into_iter()
         .enumerate()
-        .map(|(i, item)| pod_from_value(item).map_err(|e| format!("{field}[{i}]: {e}")))
+        .map(|(i, item)| pod_from_value(item, None).map_err(|e| ObjectError::item(field, i, e)))
         .collect()
 }
 
@@ -382,6 +390,7 @@ mod tests {
         assert!(
             s.apply(b"{not json")
                 .unwrap_err()
+                .to_string()
                 .starts_with("watch event: ")
         );
     }
@@ -396,6 +405,8 @@ mod tests {
             "]".repeat(100_000)
         );
         let e = s.apply(deep.as_bytes()).unwrap_err();
+        assert!(matches!(e, WatchError::Limits(_)), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with("watch event: refused"), "{e}");
         assert!(e.contains("nested deeper than the limit of 64"), "{e}");
         assert!(s.is_empty());

@@ -6,7 +6,7 @@
 
 use crate::api::{Container, Pod, RestartPolicy};
 use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxState};
-use crate::prober::{Kind, ProbeResult, Results};
+use crate::prober::results::{Kind, ProbeResult, Results};
 
 /// Why a running container is being killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -399,7 +399,7 @@ pub fn compute_with(
         match s {
             Some(s) if s.state == ContainerState::Running => {
                 let want = hashes.get(i).copied().unwrap_or(0);
-                if !super::container::hash_matches(c, s.hash, want) {
+                if !crate::kubecontainer::hash_matches(c, s.hash, want) {
                     a.containers_to_kill.push(Kill {
                         id: s.id.clone(),
                         name: s.name.clone(),

@@ -1,4 +1,4 @@
-//! Containers: starting one (image, backoff, config, create, start), its spec hash, stopping
+//! Containers: starting one (image, backoff, config, create, start), stopping
 //! and removing init containers, and the files it leaves on the node.
 
 use std::collections::HashMap;
@@ -7,62 +7,13 @@ use std::path::PathBuf;
 
 use crate::api::{Container, Pod};
 use crate::cri::{CriError, v1};
-use crate::hash;
 use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::rt;
 use crate::volume;
 
 use super::config;
 use super::error::SyncError;
-use super::manager::{RuntimeManager, SyncOutcome, termination_log_dir};
-
-/// Hash of what identifies a running container's spec, recorded on the container
-/// (`io.kubernetes.container.hash`) so a change is noticed: its name and image, the fields the
-/// kubelet hashes (the only ones of a running pod the API lets change). A picolet that
-/// understands more fields therefore hashes an unchanged container the same.
-pub fn container_hash(c: &Container) -> u64 {
-    let v = serde_json::json!({"image": c.image, "name": c.name});
-    hash::fnv1a64(&[hash::canonical_json(&v).as_bytes()])
-}
-
-/// Whether a running container's recorded hash matches `c`: the current hash, or the one
-/// picolet 0.1 recorded ([`legacy_container_hash`]), so an upgrade restarts no container.
-pub fn hash_matches(c: &Container, recorded: u64, current: u64) -> bool {
-    recorded == current || recorded == legacy_container_hash(c)
-}
-
-/// The hash picolet 0.1 recorded: the whole spec, fields at their default (false, empty,
-/// absent) left out. Still accepted for containers started before the upgrade; they get the
-/// new hash when they next start.
-pub fn legacy_container_hash(c: &Container) -> u64 {
-    fn prune(v: serde_json::Value) -> Option<serde_json::Value> {
-        use serde_json::Value;
-        match v {
-            Value::Null | Value::Bool(false) => None,
-            Value::String(s) if s.is_empty() => None,
-            Value::Array(a) => {
-                let a: Vec<Value> = a
-                    .into_iter()
-                    .map(|x| prune(x).unwrap_or(Value::Null))
-                    .collect();
-                (!a.is_empty()).then_some(Value::Array(a))
-            }
-            Value::Object(o) => {
-                let o: serde_json::Map<String, Value> = o
-                    .into_iter()
-                    .filter_map(|(k, v)| prune(v).map(|v| (k, v)))
-                    .collect();
-                (!o.is_empty()).then_some(Value::Object(o))
-            }
-            v => Some(v),
-        }
-    }
-    let v = serde_json::to_value(c)
-        .ok()
-        .and_then(prune)
-        .unwrap_or_default();
-    hash::fnv1a64(&[hash::canonical_json(&v).as_bytes()])
-}
+use super::manager::{RuntimeManager, StartContext, SyncOutcome, termination_log_dir};
 
 /// The Warning event of a container that could not be created or started (upstream's
 /// FailedToCreateContainer and FailedToStartContainer, both "Failed").
@@ -77,16 +28,6 @@ fn failed_event(pod: &Pod, c: &Container, message: &str) {
 
 fn backoff_key(uid: &str, container: &str) -> String {
     format!("{uid}/{container}")
-}
-
-/// What starting a container needs from its pod's sync.
-pub(super) struct StartContext<'a> {
-    pub pod: &'a Pod,
-    pub st: &'a PodRuntimeStatus,
-    pub sandbox_id: &'a str,
-    pub sandbox_cfg: &'a v1::PodSandboxConfig,
-    pub pod_ip: &'a str,
-    pub volumes: &'a HashMap<String, PathBuf>,
 }
 
 impl RuntimeManager {
@@ -245,13 +186,13 @@ impl RuntimeManager {
                 let hosts = hosts
                     .map(|(path, pod, ip)| write_hosts_file(&path, &pod, &ip).map(|()| path))
                     .transpose()?;
-                Ok::<_, String>((tlog, hosts))
+                Ok::<_, FileError>((tlog, hosts))
             })
             .await
         };
         let (tlog, etc_hosts) = match files {
             Ok(p) => p,
-            Err(e) => return refuse(config_error(e), out),
+            Err(e) => return refuse(config_error(e.to_string()), out),
         };
         let cfg = config::container_config(
             pod,
@@ -451,6 +392,38 @@ impl RuntimeManager {
     }
 }
 
+/// Why a container's file on the node (its log directory, termination message file, hosts
+/// file) could not be made: what was being done, to which file, and the io error.
+#[derive(Debug)]
+struct FileError {
+    doing: &'static str,
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+impl FileError {
+    fn at(doing: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_owned();
+        move |source| FileError {
+            doing,
+            path,
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.doing, self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// Makes a container's files on the node: its log directory, and its termination message file
 /// (returned). Two message files per container alternate: the running instance's and the one
 /// dead instance container GC keeps (whose message the status still shows); truncated on reuse.
@@ -458,107 +431,36 @@ fn prepare_files(
     termination_dir: &std::path::Path,
     logs: &std::path::Path,
     restart: u32,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, FileError> {
     for d in [termination_dir, logs] {
-        fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        fs::create_dir_all(d).map_err(FileError::at("creating", d))?;
     }
     let path = termination_dir.join(format!("termination-log-{}", restart % 2));
-    fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    fs::File::create(&path).map_err(FileError::at("creating", &path))?;
     // Writable by a container running as any user, as the kubelet makes it.
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("opening up {}: {e}", path.display()))?;
+        .map_err(FileError::at("opening up", &path))?;
     Ok(path)
 }
 
 /// Writes the pod's hosts file in place (mode 0644), as the kubelet does before each container
 /// starts: containers already running see the new content through their bind mount.
-fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), String> {
+fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), FileError> {
     let node_hosts = if pod.spec.host_network {
-        Some(
-            fs::read_to_string(config::ETC_HOSTS)
-                .map_err(|e| format!("reading the node's {}: {e}", config::ETC_HOSTS))?,
-        )
+        Some(fs::read_to_string(config::ETC_HOSTS).map_err(FileError::at(
+            "reading the node's",
+            std::path::Path::new(config::ETC_HOSTS),
+        ))?)
     } else {
         None
     };
     let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref());
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        fs::create_dir_all(dir).map_err(FileError::at("creating", dir))?;
     }
-    fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    fs::write(path, text).map_err(FileError::at("writing", path))?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(path, fs::Permissions::from_mode(0o644))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn container_hash_covers_the_name_and_the_image_only() {
-        let a = Container {
-            name: "c".into(),
-            image: "busybox:1".into(),
-            ..Default::default()
-        };
-        let mut b = a.clone();
-        b.command = vec!["sleep".into(), "1".into()];
-        b.env.push(crate::api::EnvVar {
-            name: "X".into(),
-            value: Some("1".into()),
-            ..Default::default()
-        });
-        assert_eq!(container_hash(&a), container_hash(&b));
-        b.image = "busybox:2".into();
-        assert_ne!(container_hash(&a), container_hash(&b));
-        let mut c = a.clone();
-        c.name = "d".into();
-        assert_ne!(container_hash(&a), container_hash(&c));
-        // fixed value: the formula must never change silently (containers would restart)
-        assert_eq!(
-            container_hash(&a),
-            hash::fnv1a64(&[br#"{"image":"busybox:1","name":"c"}"#])
-        );
-    }
-
-    #[test]
-    fn a_container_started_under_the_old_hash_matches() {
-        let a = Container {
-            name: "c".into(),
-            image: "busybox:1".into(),
-            command: vec!["sleep".into(), "9".into()],
-            ..Default::default()
-        };
-        let now = container_hash(&a);
-        assert!(hash_matches(&a, now, now));
-        assert!(hash_matches(&a, legacy_container_hash(&a), now));
-        let mut b = a.clone();
-        b.image = "busybox:2".into();
-        assert!(!hash_matches(
-            &b,
-            legacy_container_hash(&a),
-            container_hash(&b)
-        ));
-        assert!(!hash_matches(&b, now, container_hash(&b)));
-    }
-
-    #[test]
-    fn legacy_container_hash_ignores_default_fields_but_sees_changes() {
-        let a = Container {
-            name: "c".into(),
-            image: "busybox:1".into(),
-            ..Default::default()
-        };
-        let mut b = a.clone();
-        b.tty = false;
-        b.stdin = false;
-        assert_eq!(legacy_container_hash(&a), legacy_container_hash(&b));
-        b.image = "busybox:2".into();
-        assert_ne!(legacy_container_hash(&a), legacy_container_hash(&b));
-        let mut c = a.clone();
-        c.command = vec!["sleep".into(), "1".into()];
-        assert_ne!(legacy_container_hash(&a), legacy_container_hash(&c));
-    }
+        .map_err(FileError::at("chmod", path))
 }

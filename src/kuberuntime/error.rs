@@ -39,9 +39,9 @@ pub enum SyncError {
     /// its waiting reason.
     #[error("preparing volumes: {0}")]
     Volumes(String),
-    /// The sandbox could not be created (or its status read).
+    /// The sandbox could not be created (or its status read, or the pod's cgroup made).
     #[error("creating pod sandbox: {0}")]
-    CreatePodSandbox(String),
+    CreatePodSandbox(#[source] SandboxError),
     /// A running container or the sandbox could not be stopped.
     #[error("killing pod: {0}")]
     KillPod(#[source] CriError),
@@ -59,6 +59,50 @@ pub enum SyncError {
     PurgeInitContainers(#[source] CriError),
 }
 
+/// Why a pod's sandbox could not be made.
+#[derive(Debug)]
+pub enum SandboxError {
+    /// The pod's cgroup could not be made or given its limits.
+    Cgroup(crate::cm::fs::CgroupError),
+    /// The pod's log directory could not be made.
+    LogDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// The runtime refused to run the sandbox.
+    Run(CriError),
+    /// The new sandbox's status (its IP) could not be read.
+    Status { id: String, source: CriError },
+}
+
+impl std::fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SandboxError::Cgroup(e) => write!(f, "pod cgroup: {e}"),
+            SandboxError::LogDir { path, source } => {
+                write!(f, "creating {}: {source}", path.display())
+            }
+            SandboxError::Run(e) => write!(f, "{e}"),
+            SandboxError::Status { id, source } => {
+                write!(f, "reading status of new sandbox {id}: {source}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SandboxError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SandboxError::Cgroup(e) => Some(e),
+            SandboxError::LogDir { source, .. } => Some(source),
+            SandboxError::Run(e) | SandboxError::Status { source: e, .. } => Some(e),
+        }
+    }
+}
+
+/// The reason of [`SyncError::CreatePodSandbox`], cleared once a sandbox runs.
+pub const CREATE_POD_SANDBOX_ERROR: &str = "CreatePodSandboxError";
+
 impl SyncError {
     /// The kubelet's reason for this failure.
     pub fn reason(&self) -> &'static str {
@@ -71,7 +115,7 @@ impl SyncError {
             SyncError::RunContainer { .. } => "RunContainerError",
             // Upstream shows a pod whose volumes are not ready as still creating.
             SyncError::Volumes(_) => "ContainerCreating",
-            SyncError::CreatePodSandbox(_) => "CreatePodSandboxError",
+            SyncError::CreatePodSandbox(_) => CREATE_POD_SANDBOX_ERROR,
             SyncError::KillPod(_) => "KillPodSandboxError",
             SyncError::KillContainer { .. } => "KillContainerError",
             SyncError::PurgeInitContainers(_) => "KillContainerError",
@@ -138,7 +182,7 @@ mod tests {
                 "CreateContainerConfigError",
             ),
             (
-                SyncError::CreatePodSandbox("x".into()),
+                SyncError::CreatePodSandbox(SandboxError::Run(CriError::Endpoint("x".into()))),
                 "CreatePodSandboxError",
             ),
             (SyncError::Volumes("x".into()), "ContainerCreating"),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::api::{Container, ContainerPort, LifecycleHandler, Pod};
 use crate::cri::CriError;
 use crate::kubecontainer::{ContainerStatus, PodRuntimeStatus};
-use crate::prober::{self, http};
+use crate::probe::{self, http};
 use crate::rt;
 
 use super::manager::RuntimeManager;
@@ -67,10 +67,13 @@ impl RuntimeManager {
                     c.name
                 )
             };
-            let target = prober::http_target(g, c, pod_ip).map_err(failed)?;
+            let target = probe::http_target(g, c, pod_ip).map_err(failed)?;
             let ua = format!("kube-lifecycle/{}", http::KUBE_VERSION);
             // Only a failed exchange fails the hook; the status code is not looked at.
-            return http::get(&target, &ua).await.map(drop).map_err(failed);
+            return http::get(&target, &ua)
+                .await
+                .map(drop)
+                .map_err(|e| failed(e.to_string()));
         }
         if let Some(s) = &h.sleep {
             rt::sleep(Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0))).await;

@@ -15,10 +15,10 @@ use crate::rt;
 use crate::volume;
 
 use super::backoff::Backoff;
-use super::container::{StartContext, container_hash};
 use super::convert::{self, ListedPod, Listing};
-use super::error::SyncError;
+use super::error::{SandboxError, SyncError};
 use super::{actions, config, join_all};
+use crate::kubecontainer::container_hash;
 
 pub use super::config::NodeContext;
 
@@ -27,6 +27,16 @@ pub use super::config::NodeContext;
 pub struct Waiting {
     pub reason: String,
     pub message: String,
+}
+
+/// What starting a container (`container.rs`) needs from its pod's sync.
+pub(super) struct StartContext<'a> {
+    pub pod: &'a Pod,
+    pub st: &'a PodRuntimeStatus,
+    pub sandbox_id: &'a str,
+    pub sandbox_cfg: &'a v1::PodSandboxConfig,
+    pub pod_ip: &'a str,
+    pub volumes: &'a HashMap<String, PathBuf>,
 }
 
 /// The result of one pod sync.
@@ -71,7 +81,7 @@ pub struct RuntimeManager {
     sync_backoff: RefCell<Backoff>,
     waiting: RefCell<HashMap<(String, String), Waiting>>,
     /// Liveness and startup results decide kills; the prober writes them.
-    pub(super) probes: crate::prober::Results,
+    pub(super) probes: crate::prober::results::Results,
     /// The spec each pod was last synced with: its preStop hooks and sidecar order when it is
     /// terminated.
     pub(super) specs: RefCell<HashMap<String, std::rc::Rc<Pod>>>,
@@ -104,7 +114,7 @@ impl RuntimeManager {
             pull_backoff: RefCell::new(Backoff::container_restarts()),
             sync_backoff: RefCell::new(Backoff::new(ERROR_RETRY, ERROR_RETRY_MAX)),
             waiting: RefCell::new(HashMap::new()),
-            probes: crate::prober::Results::default(),
+            probes: crate::prober::results::Results::default(),
             specs: RefCell::new(HashMap::new()),
             objects: crate::objects::Store::default(),
             services: None,
@@ -138,13 +148,13 @@ impl RuntimeManager {
 
     /// Creates the pod's cgroup with its limits (before its sandbox); returns the runtime's
     /// cgroup parent for it.
-    fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, String> {
+    fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, SandboxError> {
         let Some(pc) = &self.cgroups else {
             return Ok(self.cgroup_parent.clone());
         };
         let specs = self.specs.borrow();
         pc.ensure_pod(pod, specs.values().map(|p| &**p))
-            .map_err(|e| format!("pod cgroup: {e}"))
+            .map_err(SandboxError::Cgroup)
     }
 
     /// Image credential provider plugins asked for the credentials of the images they serve.
@@ -207,7 +217,7 @@ impl RuntimeManager {
     }
 
     /// The probe results the runtime manager acts on (shared with the prober manager).
-    pub fn probe_results(&self) -> crate::prober::Results {
+    pub fn probe_results(&self) -> crate::prober::results::Results {
         self.probes.clone()
     }
 
@@ -504,8 +514,7 @@ impl RuntimeManager {
             out.acted = true;
             match self.run_sandbox(pod, &sandbox_cfg).await {
                 Ok(x) => {
-                    let reason = SyncError::CreatePodSandbox(String::new()).reason();
-                    self.clear_waiting_reason(uid, reason);
+                    self.clear_waiting_reason(uid, super::error::CREATE_POD_SANDBOX_ERROR);
                     x
                 }
                 Err(e) => {
@@ -631,7 +640,7 @@ mod tests {
 
     use super::*;
     use crate::cri::fake::FakeRuntime;
-    use crate::prober::Results;
+    use crate::prober::results::Results;
 
     fn target_pod() -> Pod {
         serde_json::from_value(serde_json::json!({

@@ -25,8 +25,8 @@ mod sandbox;
 pub mod streaming;
 mod termination;
 
+pub use crate::kubecontainer::container_hash;
 pub use config::NodeContext;
-pub use container::container_hash;
 pub use convert::{ListedPod, Listing, container_init_pid};
 pub use error::SyncError;
 pub use exec::{ExecError, ExecOutput};

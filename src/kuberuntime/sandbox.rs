@@ -7,6 +7,7 @@ use crate::cri::{CriError, v1};
 use crate::kubecontainer::{PodRuntimeStatus, SandboxState};
 
 use super::config;
+use super::error::SandboxError;
 use super::manager::RuntimeManager;
 
 /// Treats "already gone" as done: stop and remove are idempotent for picolet.
@@ -23,9 +24,12 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         cfg: &v1::PodSandboxConfig,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), SandboxError> {
         let logs = config::pod_log_dir(&self.node.pod_logs_dir, pod);
-        fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
+        fs::create_dir_all(&logs).map_err(|source| SandboxError::LogDir {
+            path: logs.clone(),
+            source,
+        })?;
         log::info!(
             "creating sandbox for pod {} ({})",
             pod.metadata.name,
@@ -39,7 +43,7 @@ impl RuntimeManager {
             .runtime
             .run_pod_sandbox(req)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(SandboxError::Run)?
             .pod_sandbox_id;
         let ip = match self.runtime.pod_sandbox_status(&id).await {
             Ok(r) => r
@@ -47,7 +51,7 @@ impl RuntimeManager {
                 .and_then(|s| s.network)
                 .map(|n| n.ip)
                 .unwrap_or_default(),
-            Err(e) => return Err(format!("reading status of new sandbox {id}: {e}")),
+            Err(source) => return Err(SandboxError::Status { id, source }),
         };
         Ok((id, ip))
     }

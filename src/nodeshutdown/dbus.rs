@@ -598,18 +598,22 @@ pub const SYSTEM_BUS: &str = "/run/dbus/system_bus_socket";
 
 /// The first `unix:path=` or `unix:abstract=` of a bus address list
 /// (`$DBUS_SYSTEM_BUS_ADDRESS`), its `%xx` escapes decoded.
-pub fn parse_address(s: &str) -> Result<Address, String> {
+pub fn parse_address(s: &str) -> Result<Address, AddressError> {
     for entry in s.split(';').filter(|e| !e.is_empty()) {
         let Some(rest) = entry.strip_prefix("unix:") else {
             continue;
         };
         for kv in rest.split(',') {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            let value = unescape(v).map_err(|e| format!("{s:?}: {e}"))?;
+            let value = unescape(v).map_err(|at| AddressError::BadEscape {
+                address: s.to_owned(),
+                at,
+            })?;
             match k {
                 "path" => {
-                    let p = String::from_utf8(value)
-                        .map_err(|_| format!("{s:?}: path is not UTF-8"))?;
+                    let p = String::from_utf8(value).map_err(|_| AddressError::PathNotUtf8 {
+                        address: s.to_owned(),
+                    })?;
                     return Ok(Address::Path(p.into()));
                 }
                 "abstract" => return Ok(Address::Abstract(value)),
@@ -617,12 +621,48 @@ pub fn parse_address(s: &str) -> Result<Address, String> {
             }
         }
     }
-    Err(format!(
-        "{s:?}: no unix:path= or unix:abstract= address (the only transports picolet uses)"
-    ))
+    Err(AddressError::NoUnixAddress {
+        address: s.to_owned(),
+    })
 }
 
-fn unescape(v: &str) -> Result<Vec<u8>, String> {
+/// Why a bus address list gives no address picolet can use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressError {
+    /// A `%xx` escape that is not one, at this byte of its value.
+    BadEscape {
+        address: String,
+        at: usize,
+    },
+    PathNotUtf8 {
+        address: String,
+    },
+    /// Neither `unix:path=` nor `unix:abstract=` (the only transports picolet uses).
+    NoUnixAddress {
+        address: String,
+    },
+}
+
+impl std::fmt::Display for AddressError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AddressError::BadEscape { address, at } => {
+                write!(f, "{address:?}: bad escape at byte {at}")
+            }
+            AddressError::PathNotUtf8 { address } => write!(f, "{address:?}: path is not UTF-8"),
+            AddressError::NoUnixAddress { address } => write!(
+                f,
+                "{address:?}: no unix:path= or unix:abstract= address (the only transports \
+                 picolet uses)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AddressError {}
+
+/// `v` with its `%xx` escapes decoded; the error is the byte where a bad escape starts.
+fn unescape(v: &str) -> Result<Vec<u8>, usize> {
     let b = v.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -632,7 +672,7 @@ fn unescape(v: &str) -> Result<Vec<u8>, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad escape at byte {i}"))?;
+                .ok_or(i)?;
             out.push(hex);
             i += 3;
         } else {
@@ -854,6 +894,7 @@ mod tests {
         assert!(
             parse_address("unix:path=/a%zz")
                 .unwrap_err()
+                .to_string()
                 .contains("bad escape")
         );
     }

@@ -139,11 +139,9 @@ pub async fn run(s: Settings, node: Rc<dyn Node>, node_name: String) {
 /// `/etc`, no systemd to reload logind), the lock is still taken: the pods get what logind
 /// allows, with a warning, where upstream goes without the lock. An error only when logind
 /// does not answer.
-async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, String> {
+async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, systemd::Error> {
     let requested = s.config.period_requested();
-    let current = systemd::inhibit_delay_max(bus)
-        .await
-        .map_err(|e| e.to_string())?;
+    let current = systemd::inhibit_delay_max(bus).await?;
     if requested <= current {
         return Ok(current);
     }
@@ -179,9 +177,7 @@ async fn ensure_delay(s: &Settings, bus: &mut Bus) -> Result<Duration, String> {
     }
     let deadline = rt::now() + RELOAD_WAIT;
     loop {
-        let updated = systemd::inhibit_delay_max(bus)
-            .await
-            .map_err(|e| e.to_string())?;
+        let updated = systemd::inhibit_delay_max(bus).await?;
         if updated >= requested {
             log::info!(
                 "graceful node shutdown: logind's InhibitDelayMaxSec raised from {}s to {}s \
@@ -319,7 +315,7 @@ pub fn check(o: &crate::cli::options::Options) -> Result<String, (String, String
     }
     let desc = o.shutdown.describe();
     let probe = async {
-        let addr = systemd::system_bus_address()?;
+        let addr = systemd::system_bus_address().map_err(|e| e.to_string())?;
         let mut bus = Bus::connect(&addr)
             .await
             .map_err(|e| format!("no system bus: {e}"))?;

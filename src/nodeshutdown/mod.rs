@@ -290,29 +290,90 @@ pub fn state_path(root_dir: &Path) -> PathBuf {
     root_dir.join(STATE_FILE)
 }
 
+/// Why a file of the shutdown manager (its state file, logind's drop-in) was not read or
+/// written; each names the file.
+#[derive(Debug)]
+pub enum FileError {
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// A time field of the state file that is not an RFC 3339 time.
+    Time {
+        path: PathBuf,
+        field: &'static str,
+        value: String,
+    },
+}
+
+impl FileError {
+    /// A failed read or write of `path`.
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FileError + '_ {
+        move |source| FileError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    fn json(path: &Path) -> impl FnOnce(serde_json::Error) -> FileError + '_ {
+        move |source| FileError::Json {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for FileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            FileError::Json { path, source } => write!(f, "{}: {source}", path.display()),
+            FileError::Time { path, field, value } => write!(
+                f,
+                "{}: {field}: {value:?} is not an RFC 3339 time",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FileError::Io { source, .. } => Some(source),
+            FileError::Json { source, .. } => Some(source),
+            FileError::Time { .. } => None,
+        }
+    }
+}
+
 /// Writes the state file atomically (a power cut leaves the old one or the new one).
-pub fn store_state(root_dir: &Path, s: &State) -> Result<(), String> {
+pub fn store_state(root_dir: &Path, s: &State) -> Result<(), FileError> {
     let path = state_path(root_dir);
-    let bytes = serde_json::to_vec(s).map_err(|e| format!("{}: {e}", path.display()))?;
-    crate::atomic_file::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+    let bytes = serde_json::to_vec(s).map_err(FileError::json(&path))?;
+    crate::atomic_file::write(&path, &bytes).map_err(FileError::io(&path))
 }
 
 /// Reads the state file: `None` when there is none; an error names the file and the field.
-pub fn load_state(root_dir: &Path) -> Result<Option<State>, String> {
+pub fn load_state(root_dir: &Path) -> Result<Option<State>, FileError> {
     let path = state_path(root_dir);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(FileError::io(&path)(e)),
     };
-    let s: State =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let s: State = serde_json::from_slice(&bytes).map_err(FileError::json(&path))?;
     for (field, v) in [("startTime", &s.start_time), ("endTime", &s.end_time)] {
         if v != ZERO_TIME && crate::logs::format::parse_time(v.as_bytes()).is_none() {
-            return Err(format!(
-                "{}: {field}: {v:?} is not an RFC 3339 time",
-                path.display()
-            ));
+            return Err(FileError::Time {
+                path,
+                field,
+                value: v.clone(),
+            });
         }
     }
     Ok(Some(s))

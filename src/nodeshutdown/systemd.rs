@@ -63,7 +63,7 @@ fn io_err(what: &str) -> impl Fn(io::Error) -> Error + '_ {
 }
 
 /// The system bus's address: `$DBUS_SYSTEM_BUS_ADDRESS`, else the well-known socket.
-pub fn system_bus_address() -> Result<Address, String> {
+pub fn system_bus_address() -> Result<Address, dbus::AddressError> {
     match std::env::var("DBUS_SYSTEM_BUS_ADDRESS") {
         Ok(a) if !a.is_empty() => dbus::parse_address(&a),
         _ => Ok(Address::Path(dbus::SYSTEM_BUS.into())),
@@ -425,7 +425,7 @@ pub const LOGIND_CONF_FILE: &str = "99-picolet.conf";
 
 /// Writes the drop-in raising `InhibitDelayMaxSec` to `delay` (whole seconds, rounded up),
 /// atomically; returns its path.
-pub fn write_inhibit_delay(dir: &Path, delay: Duration) -> Result<PathBuf, String> {
+pub fn write_inhibit_delay(dir: &Path, delay: Duration) -> Result<PathBuf, super::FileError> {
     let path = dir.join(LOGIND_CONF_FILE);
     let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
     let text = format!(
@@ -433,9 +433,8 @@ pub fn write_inhibit_delay(dir: &Path, delay: Duration) -> Result<PathBuf, Strin
          # (shutdownGracePeriod, or the sum of shutdownGracePeriodByPodPriority).\n\
          [Login]\nInhibitDelayMaxSec={secs}\n"
     );
-    crate::atomic_file::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    crate::atomic_file::write(&path, text.as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    crate::atomic_file::create_dir_all(dir).map_err(super::FileError::io(dir))?;
+    crate::atomic_file::write(&path, text.as_bytes()).map_err(super::FileError::io(&path))?;
     Ok(path)
 }
 

@@ -49,8 +49,8 @@ fn frame(msg: &impl Message) -> Bytes {
 /// Probes `host:port` for `service`; the caller bounds the time (`timeout_secs` is only
 /// told to the server, as `grpc-timeout`, and named in messages).
 pub async fn check(host: &str, port: u16, service: &str, timeout_secs: u64) -> Outcome {
-    let addr = super::http::host_port(host, port);
-    let stream = match super::http::dial(host, port).await {
+    let addr = crate::probe::http::host_port(host, port);
+    let stream = match crate::probe::http::dial(host, port).await {
         Ok(s) => s,
         Err(e) => {
             return Outcome::Failure(format!(
@@ -81,7 +81,7 @@ pub async fn check(host: &str, port: u16, service: &str, timeout_secs: u64) -> O
         .header("te", "trailers")
         .header(
             http::header::USER_AGENT,
-            format!("kube-probe/{}", super::http::KUBE_VERSION),
+            format!("kube-probe/{}", crate::probe::http::KUBE_VERSION),
         )
         .header("grpc-timeout", format!("{timeout_secs}S"))
         .body(Full::new(body));

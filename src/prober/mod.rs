@@ -10,9 +10,7 @@
 //! (`ready`, `started`, the Ready and ContainersReady conditions).
 
 mod grpc;
-pub mod http;
-#[cfg(feature = "https-probes")]
-mod tls;
+pub mod results;
 mod worker;
 
 use std::cell::RefCell;
@@ -20,54 +18,13 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::api::{Container, IntOrString, Pod, Probe};
+use crate::api::{Container, Pod, Probe};
 use crate::kuberuntime::{ExecError, RuntimeManager};
 use crate::pleg::Cache;
+use crate::probe::{http, http_target, resolve_port};
 use crate::rt;
 
-/// Which probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Liveness,
-    Readiness,
-    Startup,
-}
-
-impl Kind {
-    /// As the kubelet names it in events: "Liveness probe failed: ...".
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Liveness => "Liveness",
-            Kind::Readiness => "Readiness",
-            Kind::Startup => "Startup",
-        }
-    }
-
-    /// The result a new container instance starts with: not ready, alive, not yet started.
-    pub fn initial(self) -> ProbeResult {
-        match self {
-            Kind::Readiness => ProbeResult::Failure,
-            Kind::Liveness => ProbeResult::Success,
-            Kind::Startup => ProbeResult::Unknown,
-        }
-    }
-
-    pub fn spec(self, c: &Container) -> Option<&Probe> {
-        match self {
-            Kind::Liveness => c.liveness_probe.as_ref(),
-            Kind::Readiness => c.readiness_probe.as_ref(),
-            Kind::Startup => c.startup_probe.as_ref(),
-        }
-    }
-}
-
-/// The recorded result of a probe for one container instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeResult {
-    Unknown,
-    Success,
-    Failure,
-}
+pub use results::{Kind, ProbeCounts, ProbeResult, Results};
 
 /// What running a handler once gave: success or failure with its output, or an error that
 /// says nothing about the container (the result is thrown away, as upstream does).
@@ -87,51 +44,6 @@ pub struct Update {
     pub container: String,
     pub kind: Kind,
     pub result: ProbeResult,
-}
-
-/// Probe results per container instance (runtime container ID), shared by the workers that
-/// write them, the runtime manager (liveness and startup failures) and the status generator
-/// (readiness, started).
-#[derive(Debug, Clone, Default)]
-pub struct Results(Rc<RefCell<ResultMap>>);
-
-type ResultMap = HashMap<(Box<str>, Kind), ProbeResult>;
-
-impl Results {
-    pub fn get(&self, container_id: &str, kind: Kind) -> Option<ProbeResult> {
-        self.0.borrow().get(&(container_id.into(), kind)).copied()
-    }
-
-    /// Records a result; returns whether it changed.
-    pub fn set(&self, container_id: &str, kind: Kind, r: ProbeResult) -> bool {
-        self.0.borrow_mut().insert((container_id.into(), kind), r) != Some(r)
-    }
-
-    pub fn remove(&self, container_id: &str, kind: Kind) {
-        self.0.borrow_mut().remove(&(container_id.into(), kind));
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.borrow().len()
-    }
-
-    /// Whether a running container instance has started: its startup probe succeeded, or it
-    /// has none (the kubelet's UpdatePodStatus).
-    pub fn started(&self, c: &Container, container_id: &str) -> bool {
-        match self.get(container_id, Kind::Startup) {
-            Some(r) => r == ProbeResult::Success,
-            None => c.startup_probe.is_none(),
-        }
-    }
-
-    /// Whether a running, started container instance is ready: its readiness probe succeeded,
-    /// or it has none.
-    pub fn ready(&self, c: &Container, container_id: &str) -> bool {
-        match self.get(container_id, Kind::Readiness) {
-            Some(r) => r == ProbeResult::Success,
-            None => c.readiness_probe.is_none(),
-        }
-    }
 }
 
 /// A probe's settings with the API defaults filled in.
@@ -167,64 +79,11 @@ impl Timing {
     }
 }
 
-/// The port a probe or hook names: a number, or the name of one of the container's ports (or
-/// a number written as a string, which the kubelet accepts as a last resort).
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    let n = match port {
-        IntOrString::Int(n) => *n,
-        IntOrString::String(name) => match c.ports.iter().find(|p| p.name.as_deref() == Some(name))
-        {
-            Some(p) => p.container_port,
-            None => name
-                .parse()
-                .map_err(|_| format!("port {name} not found in container {}", c.name))?,
-        },
-    };
-    u16::try_from(n)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {n}"))
-}
-
-/// The HTTP target of an httpGet probe or hook; the host defaults to the pod's IP.
-pub fn http_target(
-    h: &crate::api::HttpGetAction,
-    c: &Container,
-    pod_ip: &str,
-) -> Result<http::Target, String> {
-    let port = resolve_port(&h.port, c)?;
-    let host = h
-        .host
-        .as_deref()
-        .filter(|h| !h.is_empty())
-        .unwrap_or(pod_ip)
-        .to_owned();
-    if host.is_empty() {
-        return Err("the pod has no IP address yet".into());
-    }
-    let path = match h.path.as_deref().unwrap_or("") {
-        "" => "/".to_owned(),
-        p if p.starts_with('/') => p.to_owned(),
-        p => format!("/{p}"),
-    };
-    Ok(http::Target {
-        https: h.scheme.as_deref() == Some("HTTPS"),
-        host,
-        port,
-        path,
-        headers: h
-            .http_headers
-            .iter()
-            .map(|x| (x.name.clone(), x.value.clone()))
-            .collect(),
-    })
-}
-
 /// Turns an HTTP answer into a probe outcome (`pkg/probe/http`): 2xx succeed, a 3xx (a
 /// redirect not followed) succeeds with a warning; the failure message never carries the body.
-pub fn http_outcome(r: Result<http::Response, String>) -> Outcome {
+pub fn http_outcome(r: Result<http::Response, http::GetError>) -> Outcome {
     match r {
-        Err(e) => Outcome::Failure(e),
+        Err(e) => Outcome::Failure(e.to_string()),
         Ok(r) if (200..400).contains(&r.status) => {
             let body = String::from_utf8_lossy(&r.body).into_owned();
             if r.status >= 300 || r.unfollowed_redirect {
@@ -235,22 +94,6 @@ pub fn http_outcome(r: Result<http::Response, String>) -> Outcome {
         }
         Ok(r) => Outcome::Failure(format!("HTTP probe failed with statuscode: {}", r.status)),
     }
-}
-
-/// One probe worker's running totals, for `/metrics/probes`: upstream's `prober_probe_total`
-/// (by result) and `prober_probe_duration_seconds` (the successful probes' durations). A
-/// worker's series go when it stops, as upstream deletes them.
-#[derive(Debug, Clone)]
-pub struct ProbeCounts {
-    pub kind: Kind,
-    pub container: String,
-    pub pod: String,
-    pub namespace: String,
-    pub pod_uid: String,
-    /// Probes that succeeded, failed, and ended unknown. A probe that could not be run (the
-    /// prober's own error) is not counted, as upstream throws its result away.
-    pub results: [u64; 3],
-    pub duration: crate::stats::prom::Histogram,
 }
 
 /// What a worker needs besides its probe: the runtime (exec), the status cache (its
@@ -343,7 +186,7 @@ impl Ctx {
             let addr = http::host_port(host, port);
             return match rt::timeout(timeout, http::dial(host, port)).await {
                 Ok(Ok(_)) => Outcome::Success(String::new()),
-                Ok(Err(e)) => Outcome::Failure(e),
+                Ok(Err(e)) => Outcome::Failure(e.to_string()),
                 Err(_) => Outcome::Failure(format!("dial tcp {addr}: i/o timeout")),
             };
         }

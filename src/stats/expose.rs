@@ -525,7 +525,7 @@ pub struct KubeletView<'a> {
 /// `/metrics`: the agent's own metrics, with the kubelet's names.
 /// `/metrics/probes`: each probe worker's results and its successful probes' durations, with
 /// upstream's names and labels. A series appears once it has counted something, as upstream's.
-pub fn probes(counts: &[crate::prober::ProbeCounts]) -> String {
+pub fn probes(counts: &[crate::prober::results::ProbeCounts]) -> String {
     let mut e = Encoder::new();
     e.family(
         "prober_probe_total",

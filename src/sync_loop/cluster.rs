@@ -8,7 +8,7 @@ use crate::api::{Pod, PodStatus};
 use crate::cluster::PodStatusView;
 
 impl crate::cluster::Kubelet for Kubelet {
-    fn healthz(&self) -> Result<(), String> {
+    fn healthz(&self) -> Result<(), crate::pleg::Unhealthy> {
         Kubelet::healthz(self)
     }
 

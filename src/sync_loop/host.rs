@@ -77,7 +77,7 @@ impl Host for Kubelet {
     }
 
     fn healthz(&self) -> Result<(), Error> {
-        Kubelet::healthz(self).map_err(Error::internal)
+        Kubelet::healthz(self).map_err(|e| Error::internal(e.to_string()))
     }
 
     fn pod_list(&self) -> crate::api::PodList {

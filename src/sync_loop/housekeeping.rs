@@ -1,14 +1,42 @@
 //! Housekeeping (every 2 s, once every source has been seen and the runtime listed, so nothing
 //! is killed for a source that is merely slow): pods the runtime holds that no source defines
 //! are terminated, pods with dead containers beyond the kept ones are garbage-collected, and
-//! directories of pods that exist nowhere are removed. Pure: it plans, the loop acts.
+//! directories of pods that exist nowhere are removed. Pure: it plans from what it is shown, the
+//! loop's state (`super::state`) records the plan and turns it into commands.
 
+use std::collections::{HashMap, HashSet};
+
+use crate::kubecontainer::PodRuntimeStatus;
 use crate::kuberuntime::gc_plan;
 use crate::pleg::Cache;
+use crate::pod_manager::PodManager;
+use crate::pod_workers::Term;
 
-use super::state::{Command, LoopState, Term};
+/// What housekeeping reads of the loop's state.
+pub(super) struct Known<'a> {
+    /// The desired pods.
+    pub pods: &'a PodManager,
+    /// Pods being terminated.
+    pub terminating: &'a HashMap<String, Term>,
+    /// Reports to come per pod.
+    pub in_flight: &'a HashMap<String, usize>,
+    /// Pods (or leftover directories) whose garbage collection runs.
+    pub collecting: &'a HashSet<String>,
+}
 
-pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: &mut Vec<Command>) {
+/// What one housekeeping round decided, in the order it is carried out.
+#[derive(Debug, Default)]
+pub(super) struct Plan {
+    /// Pods the runtime holds that no source defines, to terminate.
+    pub orphans: Vec<(String, Term)>,
+    /// Desired pods with dead containers or old sandboxes to collect, by UID.
+    pub collect: Vec<(String, PodRuntimeStatus)>,
+    /// Directories of pods that exist nowhere, to remove.
+    pub dirs: Vec<String>,
+}
+
+pub(super) fn plan(st: Known<'_>, cache: &Cache, pod_dirs: &[String]) -> Plan {
+    let mut out = Plan::default();
     let mut cached = cache.uids();
     cached.sort();
     for uid in &cached {
@@ -30,7 +58,7 @@ pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: 
             t.namespace,
             t.name
         );
-        st.terminate(uid.clone(), t, out);
+        out.orphans.push((uid.clone(), t));
     }
     for uid in &cached {
         if !st.pods.contains(uid) || st.in_flight.contains_key(uid) || st.collecting.contains(uid) {
@@ -39,17 +67,16 @@ pub(super) fn plan(st: &mut LoopState, cache: &Cache, pod_dirs: &[String], out: 
         if let Some(c) = cache.get(uid)
             && !gc_plan(&c.status).is_empty()
         {
-            st.collecting.insert(uid.clone());
-            out.push(Command::CollectGarbage(c.status.clone()));
+            out.collect.push((uid.clone(), c.status.clone()));
         }
     }
     for dir in pod_dirs {
         let busy =
             st.pods.contains(dir) || st.terminating.contains_key(dir) || cache.get(dir).is_some();
-        if !busy && st.collecting.insert(dir.clone()) {
+        if !busy && !st.collecting.contains(dir) && !out.dirs.contains(dir) {
             log::info!("removing leftover directory of pod {dir}");
-            out.push(Command::RemovePodDir(dir.clone()));
+            out.dirs.push(dir.clone());
         }
     }
-    out.push(Command::ExpireBackoffs);
+    out
 }

@@ -612,11 +612,11 @@ impl Kubelet {
 
     /// Health as `/healthz` reports it and the systemd watchdog requires it: the PLEG relists
     /// and the loop turns.
-    pub fn healthz(&self) -> Result<(), String> {
+    pub fn healthz(&self) -> Result<(), pleg::Unhealthy> {
         self.pleg.healthy()?;
         let idle = rt::now().saturating_duration_since(*self.last_loop.borrow());
         if idle > pleg::RELIST_THRESHOLD {
-            return Err(format!("sync loop last ran {idle:?} ago"));
+            return Err(pleg::Unhealthy::SyncLoop { idle });
         }
         Ok(())
     }

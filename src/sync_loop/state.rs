@@ -12,7 +12,7 @@ use crate::config::{Mux, Op, Snapshot};
 use crate::kubecontainer::PodRuntimeStatus;
 use crate::pleg::{self, Cache};
 use crate::pod_manager::PodManager;
-use crate::pod_workers::{Done, Work};
+use crate::pod_workers::{Done, Term, Work};
 
 use super::housekeeping;
 
@@ -91,33 +91,6 @@ pub enum Command {
     /// A pod from the apiserver was added or updated: the objects and tokens it uses may be
     /// new to the node, so whoever fetches them should look now, not at its next round.
     ApiPodsChanged,
-}
-
-/// A pod being terminated: what its worker needs, and its name so a pod of the same name can
-/// wait for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Term {
-    pub grace: i64,
-    pub namespace: String,
-    pub name: String,
-    /// Evicted: stopped, but kept with its status as a Failed pod.
-    pub evicted: bool,
-    /// Deleted through the API: its final status (containers terminated) is kept to be
-    /// posted before the pod is deleted for good.
-    pub deleted: bool,
-}
-
-impl Term {
-    fn work(&self, uid: &str) -> Work {
-        Work::Terminate {
-            uid: uid.to_owned(),
-            grace: self.grace,
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-            evicted: self.evicted,
-            deleted: self.deleted,
-        }
-    }
 }
 
 /// The keys whose time has come, in a stable order.
@@ -236,7 +209,25 @@ impl LoopState {
             Input::Tick => self.tick(now, view, &mut out),
             Input::Housekeeping { pod_dirs } => {
                 if self.mux.all_sources_seen() && view.listed {
-                    housekeeping::plan(self, view.cache, &pod_dirs, &mut out);
+                    let known = housekeeping::Known {
+                        pods: &self.pods,
+                        terminating: &self.terminating,
+                        in_flight: &self.in_flight,
+                        collecting: &self.collecting,
+                    };
+                    let plan = housekeeping::plan(known, view.cache, &pod_dirs);
+                    for (uid, t) in plan.orphans {
+                        self.terminate(uid, t, &mut out);
+                    }
+                    for (uid, status) in plan.collect {
+                        self.collecting.insert(uid);
+                        out.push(Command::CollectGarbage(status));
+                    }
+                    for dir in plan.dirs {
+                        self.collecting.insert(dir.clone());
+                        out.push(Command::RemovePodDir(dir));
+                    }
+                    out.push(Command::ExpireBackoffs);
                 }
             }
             Input::Collected(uid) => {

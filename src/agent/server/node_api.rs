@@ -28,7 +28,8 @@ pub(super) fn start(
         &node.node_name,
         &node.node_ip,
         now,
-    )?;
+    )
+    .map_err(|e| e.to_string())?;
     let serving = server::node_api::serving_from_files(&cert, &key)
         .map_err(|e| format!("the node API's certificate: {e}"))?;
     let mut cert_name = cert.display().to_string();

@@ -64,8 +64,84 @@ pub struct Response {
     pub unfollowed_redirect: bool,
 }
 
+/// Why a GET (or the connection a tcpSocket probe makes) failed. Each reads as Go's client
+/// says it, which is what the kubelet's events and the container's status show.
+#[derive(Debug)]
+pub enum GetError {
+    /// The host name does not resolve (`None`: it resolves to no address).
+    Lookup {
+        name: String,
+        source: Option<std::io::Error>,
+    },
+    /// The TCP connection was not made.
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The TLS handshake failed (its message).
+    #[cfg(feature = "https-probes")]
+    Tls(String),
+    /// `scheme: HTTPS` in a picolet built without the `https-probes` feature.
+    #[cfg(not(feature = "https-probes"))]
+    NoHttps,
+    /// The HTTP exchange failed.
+    Http(hyper::Error),
+    /// The request could not be built from the pod's headers.
+    Request(http::Error),
+    /// The GET of `url` failed.
+    Get { url: String, source: Box<GetError> },
+    /// More than [`MAX_REDIRECTS`] redirects, the last to `url`.
+    Redirects { url: String },
+}
+
+impl std::fmt::Display for GetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GetError::Lookup {
+                name,
+                source: Some(e),
+            } => write!(f, "dial tcp: lookup {name}: {e}"),
+            GetError::Lookup { name, source: None } => {
+                write!(f, "dial tcp: lookup {name}: no such host")
+            }
+            GetError::Connect { addr, source } => {
+                write!(f, "dial tcp {addr}: connect: {}", io_text(source))
+            }
+            #[cfg(feature = "https-probes")]
+            GetError::Tls(m) => f.write_str(m),
+            #[cfg(not(feature = "https-probes"))]
+            GetError::NoHttps => {
+                f.write_str("HTTPS needs a picolet built with the https-probes feature")
+            }
+            GetError::Http(e) => write!(f, "{e}"),
+            GetError::Request(e) => write!(f, "{e}"),
+            GetError::Get { url, source } => write!(f, "Get {url:?}: {source}"),
+            GetError::Redirects { url } => {
+                write!(f, "Get {url:?}: stopped after {MAX_REDIRECTS} redirects")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GetError::Lookup { source, .. } => source.as_ref().map(|e| e as _),
+            GetError::Connect { source, .. } => Some(source),
+            GetError::Http(e) => Some(e),
+            GetError::Request(e) => Some(e),
+            GetError::Get { source, .. } => Some(source.as_ref()),
+            #[cfg(feature = "https-probes")]
+            GetError::Tls(_) => None,
+            #[cfg(not(feature = "https-probes"))]
+            GetError::NoHttps => None,
+            GetError::Redirects { .. } => None,
+        }
+    }
+}
+
 /// Resolves a host to one address (IP literals without a lookup).
-pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr, GetError> {
     let h = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = h.parse::<std::net::IpAddr>() {
         return Ok(SocketAddr::new(ip, port));
@@ -73,21 +149,24 @@ pub async fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
     let name = h.to_owned();
     rt::unblock(move || {
         use std::net::ToSocketAddrs;
-        (name.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| format!("dial tcp: lookup {name}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("dial tcp: lookup {name}: no such host"))
+        let found = (name.as_str(), port).to_socket_addrs();
+        match found {
+            Ok(mut addrs) => addrs.next().ok_or(GetError::Lookup { name, source: None }),
+            Err(e) => Err(GetError::Lookup {
+                name,
+                source: Some(e),
+            }),
+        }
     })
     .await
 }
 
 /// Opens a TCP connection, with the error text Go's dialer gives.
-pub async fn dial(host: &str, port: u16) -> Result<smol::Async<std::net::TcpStream>, String> {
+pub async fn dial(host: &str, port: u16) -> Result<smol::Async<std::net::TcpStream>, GetError> {
     let addr = resolve(host, port).await?;
     smol::Async::<std::net::TcpStream>::connect(addr)
         .await
-        .map_err(|e| format!("dial tcp {addr}: connect: {}", io_text(&e)))
+        .map_err(|source| GetError::Connect { addr, source })
 }
 
 /// An io error as Go prints it ("connection refused", not "Connection refused (os error 111)").
@@ -108,7 +187,7 @@ pub fn io_text(e: &std::io::Error) -> String {
 }
 
 /// GETs the target, following redirects to the same host. The caller bounds the time.
-pub async fn get(t: &Target, user_agent: &str) -> Result<Response, String> {
+pub async fn get(t: &Target, user_agent: &str) -> Result<Response, GetError> {
     let mut path = t.path.clone();
     for _ in 0..=MAX_REDIRECTS {
         let url = Target {
@@ -116,9 +195,13 @@ pub async fn get(t: &Target, user_agent: &str) -> Result<Response, String> {
             ..t.clone()
         }
         .url();
-        let (status, location, body) = get_once(t, &path, user_agent)
-            .await
-            .map_err(|e| format!("Get {url:?}: {e}"))?;
+        let (status, location, body) =
+            get_once(t, &path, user_agent)
+                .await
+                .map_err(|e| GetError::Get {
+                    url,
+                    source: Box::new(e),
+                })?;
         let Some(loc) = location.filter(|_| (300..400).contains(&status)) else {
             return Ok(Response {
                 status,
@@ -138,9 +221,7 @@ pub async fn get(t: &Target, user_agent: &str) -> Result<Response, String> {
         }
     }
     let url = Target { path, ..t.clone() }.url();
-    Err(format!(
-        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
-    ))
+    Err(GetError::Redirects { url })
 }
 
 /// The path a `Location` leads to when it stays on the target's host.
@@ -162,30 +243,32 @@ fn same_host_path(t: &Target, loc: &str) -> Option<String> {
 
 type Reply = (u16, Option<String>, Vec<u8>);
 
-async fn get_once(t: &Target, path: &str, user_agent: &str) -> Result<Reply, String> {
+async fn get_once(t: &Target, path: &str, user_agent: &str) -> Result<Reply, GetError> {
     let stream = dial(&t.host, t.port).await?;
     if t.https {
         #[cfg(feature = "https-probes")]
         {
-            let tls = super::tls::connect(stream, &t.host).await?;
+            let tls = super::tls::connect(stream, &t.host)
+                .await
+                .map_err(GetError::Tls)?;
             return exchange(rt::HyperIo(tls), t, path, user_agent).await;
         }
         #[cfg(not(feature = "https-probes"))]
         {
             drop(stream);
-            return Err("HTTPS needs a picolet built with the https-probes feature".into());
+            return Err(GetError::NoHttps);
         }
     }
     exchange(rt::HyperIo(stream), t, path, user_agent).await
 }
 
-async fn exchange<I>(io: I, t: &Target, path: &str, user_agent: &str) -> Result<Reply, String>
+async fn exchange<I>(io: I, t: &Target, path: &str, user_agent: &str) -> Result<Reply, GetError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(GetError::Http)?;
     // Dropped (and so cancelled) when this function returns.
     let _conn = rt::spawn(async move {
         let _ = conn.await;
@@ -213,8 +296,8 @@ where
         .header(http::header::HOST, host)
         .header(http::header::CONNECTION, "close")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        .map_err(GetError::Request)?;
+    let resp = sender.send_request(req).await.map_err(GetError::Http)?;
     let status = resp.status().as_u16();
     let location = resp
         .headers()
@@ -231,7 +314,7 @@ where
                     out.extend_from_slice(&data[..take]);
                 }
             }
-            Some(Err(e)) => return Err(e.to_string()),
+            Some(Err(e)) => return Err(GetError::Http(e)),
             None => break,
         }
     }
