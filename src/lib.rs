@@ -41,6 +41,7 @@ pub(crate) mod pod_workers;
 pub(crate) mod prober;
 pub(crate) mod projection;
 pub(crate) mod qos;
+pub(crate) mod retry;
 pub mod root_dir;
 pub mod rt;
 #[cfg(feature = "local-api")]

@@ -8,6 +8,7 @@ use crate::kubecontainer::{
 };
 
 use super::manager::RuntimeManager;
+use crate::rt;
 
 /// What container GC removes from a pod (the kubelet's GC with MaxPerPodContainer 1).
 #[derive(Debug, Default, PartialEq)]
@@ -47,21 +48,49 @@ pub fn gc_plan(st: &PodRuntimeStatus) -> GcPlan<'_> {
 }
 
 impl RuntimeManager {
-    /// Carries out a [`gc_plan`].
+    /// Carries out a [`gc_plan`]. A container or sandbox that could not be removed is tried
+    /// again once its backoff has passed, and its failures are logged by state change.
     pub async fn gc_pod(&self, st: &PodRuntimeStatus) {
         let plan = gc_plan(st);
+        let due = |id: &str| self.removal_failures.borrow().due(id, rt::now_nanos());
         for c in plan.containers {
+            if !due(&c.id) {
+                continue;
+            }
+            let what = format!("removing dead container {}", c.id);
             match self.runtime.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => log::warn!("removing dead container {}: {e}", c.id),
+                Err(e) if !e.is_not_found() => {
+                    self.removal_failures.borrow_mut().failed(
+                        &c.id,
+                        &what,
+                        &e.to_string(),
+                        rt::now_nanos(),
+                    );
+                }
                 // The runtime leaves the log file; a crash loop would fill the disk with them.
-                _ => self.remove_log(st, c),
+                _ => {
+                    self.removal_failures.borrow_mut().succeeded(&c.id, &what);
+                    self.remove_log(st, c);
+                }
             }
         }
         for s in plan.sandboxes {
-            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await
-                && !e.is_not_found()
-            {
-                log::warn!("removing old sandbox {}: {e}", s.id);
+            if !due(&s.id) {
+                continue;
+            }
+            let what = format!("removing old sandbox {}", s.id);
+            match self.runtime.remove_pod_sandbox(&s.id).await {
+                Err(e) if !e.is_not_found() => {
+                    self.removal_failures.borrow_mut().failed(
+                        &s.id,
+                        &what,
+                        &e.to_string(),
+                        rt::now_nanos(),
+                    );
+                }
+                _ => {
+                    self.removal_failures.borrow_mut().succeeded(&s.id, &what);
+                }
             }
         }
     }

@@ -157,6 +157,9 @@ pub struct LoopState {
     pub(super) in_flight: HashMap<String, usize>,
     /// Pods (or leftover directories) whose garbage collection runs.
     pub(super) collecting: HashSet<String>,
+    /// When each pod's dead containers and sandboxes were last collected: once a minute, as
+    /// the kubelet's container GC.
+    pub(super) collected_at: HashMap<String, Instant>,
     /// API pods being deleted, by UID: (namespace, name). Once stopped, they are finalized:
     /// deleted from the apiserver for good.
     deleting: HashMap<String, (String, String)>,
@@ -186,6 +189,7 @@ impl LoopState {
             terminate_failures: HashMap::new(),
             in_flight: HashMap::new(),
             collecting: HashSet::new(),
+            collected_at: HashMap::new(),
             deleting: HashMap::new(),
             finalizable: HashMap::new(),
             evicted: HashSet::new(),
@@ -236,7 +240,7 @@ impl LoopState {
             Input::Tick => self.tick(now, view, &mut out),
             Input::Housekeeping { pod_dirs } => {
                 if self.mux.all_sources_seen() && view.listed {
-                    housekeeping::plan(self, view.cache, &pod_dirs, &mut out);
+                    housekeeping::plan(self, view.cache, &pod_dirs, now, &mut out);
                 }
             }
             Input::Collected(uid) => {
