@@ -95,6 +95,8 @@ impl ObjectRef {
 
 thread_local! {
     static RECORDER: RefCell<Option<Rc<Recorder>>> = const { RefCell::new(None) };
+    /// The events logged on this thread, for their repeats.
+    static LOGGED: RefCell<crate::retry::Repeats> = RefCell::new(crate::retry::Repeats::default());
 }
 
 /// Records an event: the log line always, and the apiserver's object when a recorder is
@@ -108,9 +110,20 @@ pub fn record(obj: &ObjectRef, t: Type, reason: &str, message: &str) {
             obj.kind, obj.namespace, obj.name, obj.field_path
         )
     };
-    match t {
-        Type::Normal => log::info!("{reason}: {message} ({what})"),
-        Type::Warning => log::warn!("{reason}: {message} ({what})"),
+    // As the apiserver's copy aggregates repeats (same object, reason and message), so does
+    // the log: the first is printed, repeats are counted and summed up now and then.
+    let key = format!("{what}\0{reason}");
+    let repeats = LOGGED.with(|l| l.borrow_mut().print(&key, message, crate::rt::now_nanos()));
+    if let Some(n) = repeats {
+        let more = if n > 0 {
+            format!(" ({n} more times since last logged)")
+        } else {
+            String::new()
+        };
+        match t {
+            Type::Normal => log::info!("{reason}: {message} ({what}){more}"),
+            Type::Warning => log::warn!("{reason}: {message} ({what}){more}"),
+        }
     }
     let r = RECORDER.with(|r| r.borrow().clone());
     if let Some(r) = r {

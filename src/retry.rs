@@ -46,7 +46,13 @@ struct Entry {
     reported: i64,
     /// When it last failed.
     last: i64,
+    /// The shapes of the causes seen in this run of failures: causes that take turns (an
+    /// image pull's ErrImagePull and ImagePullBackOff) are reported once each.
+    seen: Vec<String>,
 }
+
+/// At most this many causes are remembered per object.
+const SEEN_MAX: usize = 8;
 
 /// The failures of one kind of action (removing sandboxes, say), by object.
 #[derive(Debug, Clone)]
@@ -100,6 +106,11 @@ impl Failures {
         Failures::new(Duration::from_secs(2), Duration::from_secs(300))
     }
 
+    /// Whether `key` is failing.
+    pub fn failing(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
     /// Whether an attempt on `key` is due at `now`: it has no failure, or its delay has passed
     /// since the last one.
     pub fn due(&self, key: &str, now: i64) -> bool {
@@ -133,6 +144,7 @@ impl Failures {
                         attempts: 1,
                         reported: now,
                         last: now,
+                        seen: vec![shape(cause)],
                     },
                 );
                 return Report::First;
@@ -140,7 +152,12 @@ impl Failures {
             Some(e) => {
                 e.attempts += 1;
                 e.last = now;
-                if shape(&e.cause) != shape(cause) {
+                let sh = shape(cause);
+                if !e.seen.contains(&sh) {
+                    if e.seen.len() == SEEN_MAX {
+                        e.seen.remove(0);
+                    }
+                    e.seen.push(sh);
                     log::warn!(
                         "{what}: {cause} (after {} failed attempts: {})",
                         e.attempts - 1,
@@ -198,6 +215,49 @@ impl Failures {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+}
+
+/// Lines that repeat (events, which the apiserver aggregates by object, reason and message):
+/// the first is printed, repeats are counted, and the line is printed again with the count at
+/// most once per [`SUMMARY_EVERY`].
+#[derive(Debug, Default)]
+pub struct Repeats {
+    /// key (with its message's shape) -> (repeats since last printed, when last printed, when
+    /// last seen).
+    entries: HashMap<String, (u64, i64, i64)>,
+    added: u64,
+}
+
+impl Repeats {
+    /// Whether to print a line for `key` with `message` at `now`: `Some(0)` the first time,
+    /// `Some(n)` when the summary of `n` repeats not printed is due, `None` to stay quiet.
+    pub fn print(&mut self, key: &str, message: &str, now: i64) -> Option<u64> {
+        let k = format!("{key}\0{}", shape(message));
+        match self.entries.get_mut(&k) {
+            Some((n, printed, last)) => {
+                *last = now;
+                if now.saturating_sub(*printed) >= nanos(SUMMARY_EVERY) {
+                    let repeats = *n;
+                    (*n, *printed) = (0, now);
+                    Some(repeats)
+                } else {
+                    *n += 1;
+                    None
+                }
+            }
+            None => {
+                self.added += 1;
+                if self.added.is_multiple_of(64) {
+                    // Lines not seen for twice the summary period start afresh.
+                    let limit = nanos(SUMMARY_EVERY).saturating_mul(2);
+                    self.entries
+                        .retain(|_, (_, _, last)| now.saturating_sub(*last) <= limit);
+                }
+                self.entries.insert(k, (0, now, now));
+                Some(0)
+            }
+        }
     }
 }
 
@@ -314,6 +374,58 @@ mod tests {
         assert!(!f.due("a", crate::rt::now_nanos()));
         clock.advance(Duration::from_secs(1));
         assert!(f.due("a", crate::rt::now_nanos()));
+    }
+
+    #[test]
+    fn causes_that_take_turns_are_reported_once_each() {
+        let mut f = Failures::cleanups();
+        f.failed("p", "x", "ErrImagePull: no route", 0);
+        assert_eq!(
+            f.failed("p", "x", "ImagePullBackOff: back-off", S),
+            Report::Changed
+        );
+        for i in 2..20 {
+            let cause = if i % 2 == 0 {
+                "ErrImagePull: no route"
+            } else {
+                "ImagePullBackOff: back-off"
+            };
+            assert_eq!(f.failed("p", "x", cause, i * S), Report::Counted, "{i}");
+        }
+    }
+
+    #[test]
+    fn repeated_lines_are_printed_once_then_summed_up_every_ten_minutes() {
+        let mut r = Repeats::default();
+        assert_eq!(
+            r.print("pod a BackOff", "back-off pulling 127.0.0.1:5/x", 0),
+            Some(0)
+        );
+        assert_eq!(
+            r.print("pod b BackOff", "back-off pulling 127.0.0.1:5/x", 0),
+            Some(0)
+        );
+        let printed: Vec<(i64, u64)> = (1..=3600)
+            .filter_map(|t| {
+                r.print("pod a BackOff", "back-off pulling 127.0.0.1:7/x", t * S)
+                    .map(|n| (t, n))
+            })
+            .collect();
+        assert_eq!(
+            printed,
+            vec![
+                (600, 599),
+                (1200, 599),
+                (1800, 599),
+                (2400, 599),
+                (3000, 599),
+                (3600, 599)
+            ]
+        );
+        assert_eq!(
+            r.print("pod a BackOff", "another message", 3600 * S),
+            Some(0)
+        );
     }
 
     #[test]

@@ -623,6 +623,11 @@ impl RuntimeManager {
         }
     }
 
+    /// Whether the pod's syncs are failing (its retries then log by state change only).
+    pub(super) fn sync_failing(&self, uid: &str) -> bool {
+        self.sync_failures.borrow().failing(uid)
+    }
+
     pub fn gc_backoffs(&self, now: i64) {
         self.restart_backoff.borrow_mut().gc(now);
         self.pull_backoff.borrow_mut().gc(now);

@@ -26,7 +26,14 @@ impl RuntimeManager {
     ) -> Result<(String, String), String> {
         let logs = config::pod_log_dir(&self.node.pod_logs_dir, pod);
         fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
-        log::info!(
+        // Once per run of failures: a sync that keeps failing retries this quietly.
+        let level = if self.sync_failing(&pod.metadata.uid) {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        log::log!(
+            level,
             "creating sandbox for pod {} ({})",
             pod.metadata.name,
             pod.metadata.uid
