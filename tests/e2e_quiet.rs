@@ -43,7 +43,7 @@ impl StuckCgroup {
         let root = format!("/picolet-e2e-quiet-{}", std::process::id());
         let cg = picolet::cm::detect::detect(Path::new("/")).expect("detect cgroups");
         let mounts: Vec<PathBuf> = if cg.controllers.is_empty() {
-            cg.unified.into_iter().collect()
+            cg.unified.iter().cloned().collect()
         } else {
             cg.controllers
                 .iter()
