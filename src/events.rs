@@ -111,10 +111,13 @@ pub fn record(obj: &ObjectRef, t: Type, reason: &str, message: &str) {
         )
     };
     // As the apiserver's copy aggregates repeats (same object, reason and message), so does
-    // the log: the first is printed, repeats are counted and summed up now and then.
+    // the log: the first is printed, repeats are counted, and a warning's are summed up at
+    // most every 10 minutes (a normal event's count is the apiserver's to show).
     let key = format!("{what}\0{reason}");
     let repeats = LOGGED.with(|l| l.borrow_mut().print(&key, message, crate::rt::now_nanos()));
-    if let Some(n) = repeats {
+    if let Some(n) = repeats
+        && (n == 0 || matches!(t, Type::Warning))
+    {
         let more = if n > 0 {
             format!(" ({n} more times since last logged)")
         } else {
