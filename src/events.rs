@@ -432,6 +432,9 @@ impl Recorder {
 pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
     use std::time::Duration;
     let mut backoff = Duration::from_secs(1);
+    // Refusals are logged by state change: the first with its cause, then counted.
+    let mut refused = crate::retry::Failures::cleanups();
+    const WHAT: &str = "writing events to the apiserver";
     loop {
         let Some(w) = recorder.pop() else {
             let _ = recorder.wake.1.recv().await;
@@ -444,7 +447,10 @@ pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
         })
         .await;
         match res {
-            Ok(()) => backoff = Duration::from_secs(1),
+            Ok(()) => {
+                backoff = Duration::from_secs(1);
+                refused.succeeded(WHAT, WHAT);
+            }
             Err(e) if e.is_transport() || e.is_server_error() => {
                 log::debug!("events: {e}; kept for later");
                 recorder.push_front(w);
@@ -458,7 +464,9 @@ pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
                     recorder.push(again);
                 }
             }
-            Err(e) => log::warn!("events: {e}; dropped"),
+            Err(e) => {
+                refused.failed(WHAT, WHAT, &format!("{e}; dropped"), crate::rt::now_nanos());
+            }
         }
     }
 }
