@@ -27,8 +27,10 @@ use containerd::ScratchContainerd;
 const WINDOW: Duration = Duration::from_secs(120);
 /// The most lines (info and above) the window may hold.
 const MAX_LINES: usize = 5;
-/// The longest a sync waits between retries (the pod's sync backoff caps at a minute).
-const SYNC_RETRY_MAX: Duration = Duration::from_secs(60);
+/// The longest either retry that lets the pod start waits: its sync (backoff capped at a
+/// minute) and the removal of its old sandboxes, whose names its next one needs (container GC,
+/// once a minute).
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// A pod cgroup under the test's root in the hierarchies picolet uses, with a process kept in
 /// it; on drop the process is killed and the tree removed (deepest first).
@@ -190,7 +192,7 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
     let t1 = Instant::now();
     a.wait_for(
         "the pod to run once its network can be set up",
-        SYNC_RETRY_MAX + Duration::from_secs(20),
+        RETRY_MAX + Duration::from_secs(30),
         |a| a.phase("stuck") == "Running",
     );
     eprintln!(

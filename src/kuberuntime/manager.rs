@@ -107,7 +107,13 @@ impl RuntimeManager {
             restart_backoff: RefCell::new(Backoff::container_restarts()),
             pull_backoff: RefCell::new(Backoff::container_restarts()),
             sync_failures: RefCell::new(Failures::new(ERROR_RETRY, ERROR_RETRY_MAX)),
-            removal_failures: RefCell::new(Failures::cleanups()),
+            // Retried at each visit of container GC (once a minute, as upstream), never less
+            // often: the removal of a pod's old sandboxes is what lets a pod whose network came
+            // back create its next one (their names are still reserved until then).
+            removal_failures: RefCell::new(Failures::new(
+                Duration::from_secs(2),
+                Duration::from_secs(60),
+            )),
             waiting: RefCell::new(HashMap::new()),
             probes: crate::prober::Results::default(),
             specs: RefCell::new(HashMap::new()),
