@@ -42,7 +42,8 @@ fi
 [[ -x $BIN ]] || die "no picolet binary at $BIN"
 
 CG_ROOT=/picolet-bench-quiet-$$
-PICOLET= HOLDER=
+PICOLET=
+HOLDER=
 mkdir -p "$DIR"
 
 # The mount points of the v1 hierarchies picolet puts pod cgroups in.
