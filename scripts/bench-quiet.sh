@@ -54,9 +54,15 @@ cgroup_mounts() {
     done
 }
 
+# Every cgroup mount point (picolet makes its kubepods tree in each hierarchy).
+all_cgroup_mounts() {
+    awk '{ split($0, a, " - "); split(a[2], f, " "); if (f[1] == "cgroup" || f[1] == "cgroup2") { split(a[1], p, " "); print p[5] } }' \
+        /proc/self/mountinfo
+}
+
 remove_cg_tree() {
     local m
-    for m in $(cgroup_mounts); do
+    for m in $(all_cgroup_mounts); do
         [[ -d $m$CG_ROOT ]] || continue
         find "$m$CG_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done

@@ -95,12 +95,17 @@ impl Drop for StuckCgroup {
                 let _ = std::fs::remove_dir(d);
             }
         }
-        for d in &self.dirs {
-            // <mount>/<root>/kubepods/besteffort/pod<uid>: the root is three levels up.
-            if let Some(top) = d.ancestors().nth(3)
-                && top.ends_with(self.root.trim_start_matches('/'))
+        // picolet makes its kubepods tree in every hierarchy: the root goes from each mount.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for l in mounts.lines() {
+            let Some((pre, post)) = l.split_once(" - ") else {
+                continue;
+            };
+            let fstype = post.split(' ').next().unwrap_or_default();
+            if let Some(point) = pre.split(' ').nth(4)
+                && (fstype == "cgroup" || fstype == "cgroup2")
             {
-                rmdir_tree(top);
+                rmdir_tree(&Path::new(point).join(self.root.trim_start_matches('/')));
             }
         }
     }
