@@ -95,6 +95,8 @@ impl ObjectRef {
 
 thread_local! {
     static RECORDER: RefCell<Option<Rc<Recorder>>> = const { RefCell::new(None) };
+    /// The events logged on this thread, for their repeats.
+    static LOGGED: RefCell<crate::retry::Repeats> = RefCell::new(crate::retry::Repeats::default());
 }
 
 /// Records an event: the log line always, and the apiserver's object when a recorder is
@@ -108,9 +110,23 @@ pub fn record(obj: &ObjectRef, t: Type, reason: &str, message: &str) {
             obj.kind, obj.namespace, obj.name, obj.field_path
         )
     };
-    match t {
-        Type::Normal => log::info!("{reason}: {message} ({what})"),
-        Type::Warning => log::warn!("{reason}: {message} ({what})"),
+    // As the apiserver's copy aggregates repeats (same object, reason and message), so does
+    // the log: the first is printed, repeats are counted, and a warning's are summed up at
+    // most every 10 minutes (a normal event's count is the apiserver's to show).
+    let key = format!("{what}\0{reason}");
+    let repeats = LOGGED.with(|l| l.borrow_mut().print(&key, message, crate::rt::now_nanos()));
+    if let Some(n) = repeats
+        && (n == 0 || matches!(t, Type::Warning))
+    {
+        let more = if n > 0 {
+            format!(" ({n} more times since last logged)")
+        } else {
+            String::new()
+        };
+        match t {
+            Type::Normal => log::info!("{reason}: {message} ({what}){more}"),
+            Type::Warning => log::warn!("{reason}: {message} ({what}){more}"),
+        }
     }
     let r = RECORDER.with(|r| r.borrow().clone());
     if let Some(r) = r {
@@ -416,6 +432,9 @@ impl Recorder {
 pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
     use std::time::Duration;
     let mut backoff = Duration::from_secs(1);
+    // Refusals are logged by state change: the first with its cause, then counted.
+    let mut refused = crate::retry::Failures::cleanups();
+    const WHAT: &str = "writing events to the apiserver";
     loop {
         let Some(w) = recorder.pop() else {
             let _ = recorder.wake.1.recv().await;
@@ -428,7 +447,10 @@ pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
         })
         .await;
         match res {
-            Ok(()) => backoff = Duration::from_secs(1),
+            Ok(()) => {
+                backoff = Duration::from_secs(1);
+                refused.succeeded(WHAT, WHAT);
+            }
             Err(e) if e.is_transport() || e.is_server_error() => {
                 log::debug!("events: {e}; kept for later");
                 recorder.push_front(w);
@@ -442,7 +464,9 @@ pub async fn run(recorder: Rc<Recorder>, client: crate::apiclient::Client) {
                     recorder.push(again);
                 }
             }
-            Err(e) => log::warn!("events: {e}; dropped"),
+            Err(e) => {
+                refused.failed(WHAT, WHAT, &format!("{e}; dropped"), crate::rt::now_nanos());
+            }
         }
     }
 }

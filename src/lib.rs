@@ -42,6 +42,7 @@ pub(crate) mod probe;
 pub(crate) mod prober;
 pub(crate) mod projection;
 pub(crate) mod qos;
+pub(crate) mod retry;
 pub mod root_dir;
 pub mod rt;
 #[cfg(feature = "local-api")]

@@ -121,14 +121,8 @@ async fn sync(sh: &Shared, pod: &Pod) -> Option<Duration> {
             return Some(Duration::from_secs(2));
         }
     };
+    // Its errors are logged by the runtime manager, by state change (crate::retry).
     let outcome = sh.rm.sync_pod(pod, &st).await;
-    for e in &outcome.errors {
-        log::warn!(
-            "sync of pod {} ({uid}): {}: {e}",
-            pod.metadata.name,
-            e.reason()
-        );
-    }
     // After acting, observe again so status and cache show the result at once.
     let after = rt::mono_nanos();
     let (fresh, seen_at) = if outcome.acted {

@@ -430,10 +430,22 @@ async fn renew_lease(
 /// precondition); a failed patch is tried again next round, so nothing is lost to an outage.
 pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
     let mut sent: HashMap<String, PodStatus> = HashMap::new();
+    // Writes the apiserver refuses, per pod: retried with backoff, logged by state change. A
+    // write that got no answer is not counted: the apiserver is away (the lease says so), and
+    // it is tried again each period, so statuses follow at once when it is back.
+    let mut refused = crate::retry::Failures::cleanups();
     let mut tick = rt::interval(POD_STATUS_PERIOD);
     loop {
         tick.tick().await;
+        let now = rt::now_nanos();
+        refused.gc(now);
         for (uid, ns, name) in kubelet.take_finalizable() {
+            let key = format!("final/{uid}");
+            if !refused.due(&key, now) {
+                kubelet.retry_finalize(uid, ns, name);
+                continue;
+            }
+            let what = format!("finalizing pod {ns}/{name}");
             // Nothing of it runs any more: its final status (containers terminated) first, as
             // the kubelet posts it, then delete it for good, only if it is still this pod.
             if let Some(st) = kubelet.pod_status(&uid) {
@@ -443,7 +455,12 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() || e.is_conflict() => {}
                     Err(e) => {
-                        log::warn!("posting the final status of pod {ns}/{name}: {e}");
+                        let cause = format!("posting its final status: {e}");
+                        if e.is_transport() {
+                            log::debug!("{what}: {cause}");
+                        } else {
+                            refused.failed(&key, &what, &cause, now);
+                        }
                         kubelet.retry_finalize(uid, ns, name);
                         continue;
                     }
@@ -457,12 +474,21 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
             match call(&client, "DELETE", path, Some(body)).await {
                 Ok(_) => {
+                    refused.forget(&key);
                     log::info!("pod {ns}/{name} ({uid}) stopped and deleted");
                     kubelet.forget_status(&uid);
                 }
-                Err(e) if e.is_not_found() || e.is_conflict() => kubelet.forget_status(&uid),
+                Err(e) if e.is_not_found() || e.is_conflict() => {
+                    refused.forget(&key);
+                    kubelet.forget_status(&uid);
+                }
                 Err(e) => {
-                    log::warn!("deleting pod {ns}/{name}: {e}");
+                    let cause = format!("deleting it: {e}");
+                    if e.is_transport() {
+                        log::debug!("{what}: {cause}");
+                    } else {
+                        refused.failed(&key, &what, &cause, now);
+                    }
                     kubelet.retry_finalize(uid, ns, name);
                 }
             }
@@ -470,26 +496,37 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
         let pending = kubelet.api_pod_statuses();
         sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
         for p in pending {
-            if same_but_times(&p.current, &p.in_api) || sent.get(&p.uid) == Some(&p.current) {
+            let key = format!("status/{}", p.uid);
+            if same_but_times(&p.current, &p.in_api)
+                || sent.get(&p.uid) == Some(&p.current)
+                || !refused.due(&key, now)
+            {
                 continue;
             }
+            let what = format!("patching the status of pod {}/{}", p.namespace, p.name);
             let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
             let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
             match call(&client, "PATCH", path, Some(body)).await {
                 // Gone from the apiserver: the source will tell the loop; no point in retrying.
                 Ok(_) => {
                     kubelet.set_status_unreachable(false);
+                    refused.succeeded(&key, &what);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) if e.is_not_found() => {
                     kubelet.set_status_unreachable(false);
+                    refused.forget(&key);
                     sent.insert(p.uid, p.current);
                 }
                 Err(e) => {
                     // An answer (a refusal) says the apiserver is there; none says it is not.
                     kubelet.set_status_unreachable(e.is_transport());
                     sent.remove(&p.uid);
-                    log::debug!("patching the status of pod {}/{}: {e}", p.namespace, p.name);
+                    if e.is_transport() {
+                        log::debug!("{what}: {e}");
+                    } else {
+                        refused.failed(&key, &what, &e.to_string(), now);
+                    }
                 }
             }
         }

@@ -8,6 +8,7 @@ use crate::kubecontainer::{
 };
 
 use super::manager::RuntimeManager;
+use crate::rt;
 
 /// What container GC removes from a pod (the kubelet's GC with MaxPerPodContainer 1).
 #[derive(Debug, Default, PartialEq)]
@@ -47,21 +48,58 @@ pub fn gc_plan(st: &PodRuntimeStatus) -> GcPlan<'_> {
 }
 
 impl RuntimeManager {
-    /// Carries out a [`gc_plan`].
+    /// Carries out a [`gc_plan`]. The pod's dead containers, and its old sandboxes, are each
+    /// one object to the failure tracker: when some cannot be removed (a sandbox that cannot
+    /// be stopped while the network plugin is missing), the pod's next try waits for its
+    /// backoff, and the log says it once, not once per sandbox a failing pod leaves behind.
     pub async fn gc_pod(&self, st: &PodRuntimeStatus) {
         let plan = gc_plan(st);
-        for c in plan.containers {
-            match self.runtime.remove_container(&c.id).await {
-                Err(e) if !e.is_not_found() => log::warn!("removing dead container {}: {e}", c.id),
-                // The runtime leaves the log file; a crash loop would fill the disk with them.
-                _ => self.remove_log(st, c),
+        let uid = &*st.uid;
+        let due = |key: &str| self.removal_failures.borrow().due(key, rt::now_nanos());
+        let key = format!("containers/{uid}");
+        if !plan.containers.is_empty() && due(&key) {
+            let mut failed = None;
+            for c in &plan.containers {
+                match self.runtime.remove_container(&c.id).await {
+                    Err(e) if !e.is_not_found() => {
+                        failed.get_or_insert_with(|| format!("container {}: {e}", c.id));
+                    }
+                    // The runtime leaves the log file; a crash loop would fill the disk.
+                    _ => self.remove_log(st, c),
+                }
             }
+            self.gc_outcome(
+                &key,
+                &format!("removing dead containers of pod {uid}"),
+                failed,
+            );
         }
-        for s in plan.sandboxes {
-            if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await
-                && !e.is_not_found()
-            {
-                log::warn!("removing old sandbox {}: {e}", s.id);
+        let key = format!("sandboxes/{uid}");
+        if !plan.sandboxes.is_empty() && due(&key) {
+            let mut failed = None;
+            for s in &plan.sandboxes {
+                if let Err(e) = self.runtime.remove_pod_sandbox(&s.id).await
+                    && !e.is_not_found()
+                {
+                    failed.get_or_insert_with(|| format!("sandbox {}: {e}", s.id));
+                }
+            }
+            self.gc_outcome(
+                &key,
+                &format!("removing old sandboxes of pod {uid}"),
+                failed,
+            );
+        }
+    }
+
+    fn gc_outcome(&self, key: &str, what: &str, failed: Option<String>) {
+        let mut f = self.removal_failures.borrow_mut();
+        match failed {
+            Some(cause) => {
+                f.failed(key, what, &cause, rt::now_nanos());
+            }
+            None => {
+                f.succeeded(key, what);
             }
         }
     }

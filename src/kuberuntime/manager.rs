@@ -19,6 +19,7 @@ use super::convert::{self, ListedPod, Listing};
 use super::error::{SandboxError, SyncError};
 use super::{actions, config, join_all};
 use crate::kubecontainer::container_hash;
+use crate::retry::Failures;
 
 pub use super::config::NodeContext;
 
@@ -78,7 +79,10 @@ pub struct RuntimeManager {
     pub(super) node: NodeContext,
     pub(super) restart_backoff: RefCell<Backoff>,
     pub(super) pull_backoff: RefCell<Backoff>,
-    sync_backoff: RefCell<Backoff>,
+    /// Pods whose syncs fail: their retries back off, their errors are logged by state change.
+    sync_failures: RefCell<Failures>,
+    /// Dead containers and old sandboxes that could not be removed (container GC).
+    pub(super) removal_failures: RefCell<Failures>,
     waiting: RefCell<HashMap<(String, String), Waiting>>,
     /// Liveness and startup results decide kills; the prober writes them.
     pub(super) probes: crate::prober::results::Results,
@@ -112,7 +116,14 @@ impl RuntimeManager {
             node,
             restart_backoff: RefCell::new(Backoff::container_restarts()),
             pull_backoff: RefCell::new(Backoff::container_restarts()),
-            sync_backoff: RefCell::new(Backoff::new(ERROR_RETRY, ERROR_RETRY_MAX)),
+            sync_failures: RefCell::new(Failures::new(ERROR_RETRY, ERROR_RETRY_MAX)),
+            // Retried at each visit of container GC (once a minute, as upstream), never less
+            // often: the removal of a pod's old sandboxes is what lets a pod whose network came
+            // back create its next one (their names are still reserved until then).
+            removal_failures: RefCell::new(Failures::new(
+                Duration::from_secs(2),
+                Duration::from_secs(60),
+            )),
             waiting: RefCell::new(HashMap::new()),
             probes: crate::prober::results::Results::default(),
             specs: RefCell::new(HashMap::new()),
@@ -393,12 +404,19 @@ impl RuntimeManager {
     pub async fn sync_pod(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
         let mut out = self.sync_pod_once(pod, st).await;
         let key = pod.metadata.uid.as_str();
-        let mut b = self.sync_backoff.borrow_mut();
+        let what = format!("sync of pod {} ({key})", pod.metadata.name);
+        let mut f = self.sync_failures.borrow_mut();
         if out.errors.is_empty() {
-            b.forget(key);
+            f.succeeded(key, &what);
         } else {
-            b.next(key, rt::now_nanos());
-            out.retry(b.delay(key).unwrap_or(ERROR_RETRY));
+            let cause = out
+                .errors
+                .iter()
+                .map(|e| format!("{}: {e}", e.reason()))
+                .collect::<Vec<_>>()
+                .join("; ");
+            f.failed(key, &what, &cause, rt::now_nanos());
+            out.retry(f.delay(key).unwrap_or(ERROR_RETRY));
         }
         out
     }
@@ -576,7 +594,7 @@ impl RuntimeManager {
     pub async fn forget(&self, uid: &str, name: &str, namespace: &str) {
         let uid_prefix = format!("{uid}/");
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
-        self.sync_backoff.borrow_mut().forget(uid);
+        self.sync_failures.borrow_mut().forget(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
         if let Some(pc) = &self.cgroups
@@ -620,10 +638,16 @@ impl RuntimeManager {
         }
     }
 
+    /// Whether the pod's syncs are failing (its retries then log by state change only).
+    pub(super) fn sync_failing(&self, uid: &str) -> bool {
+        self.sync_failures.borrow().failing(uid)
+    }
+
     pub fn gc_backoffs(&self, now: i64) {
         self.restart_backoff.borrow_mut().gc(now);
         self.pull_backoff.borrow_mut().gc(now);
-        self.sync_backoff.borrow_mut().gc(now);
+        self.sync_failures.borrow_mut().gc(now);
+        self.removal_failures.borrow_mut().gc(now);
     }
 }
 

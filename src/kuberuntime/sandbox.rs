@@ -30,7 +30,14 @@ impl RuntimeManager {
             path: logs.clone(),
             source,
         })?;
-        log::info!(
+        // Once per run of failures: a sync that keeps failing retries this quietly.
+        let level = if self.sync_failing(&pod.metadata.uid) {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        log::log!(
+            level,
             "creating sandbox for pod {} ({})",
             pod.metadata.name,
             pod.metadata.uid

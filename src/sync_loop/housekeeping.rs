@@ -1,10 +1,12 @@
 //! Housekeeping (every 2 s, once every source has been seen and the runtime listed, so nothing
 //! is killed for a source that is merely slow): pods the runtime holds that no source defines
-//! are terminated, pods with dead containers beyond the kept ones are garbage-collected, and
+//! are terminated, pods with dead containers beyond the kept ones are garbage-collected (each
+//! pod at most once per [`CONTAINER_GC_PERIOD`], the kubelet's container GC period), and
 //! directories of pods that exist nowhere are removed. Pure: it plans from what it is shown, the
 //! loop's state (`super::state`) records the plan and turns it into commands.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::kubecontainer::PodRuntimeStatus;
 use crate::kuberuntime::gc_plan;
@@ -22,7 +24,13 @@ pub(super) struct Known<'a> {
     pub in_flight: &'a HashMap<String, usize>,
     /// Pods (or leftover directories) whose garbage collection runs.
     pub collecting: &'a HashSet<String>,
+    /// When each pod's dead containers and old sandboxes were last collected.
+    pub collected_at: &'a HashMap<String, Instant>,
 }
+
+/// How often each pod's dead containers and old sandboxes are collected (upstream's
+/// ContainerGCPeriod). A pod's first collection is not held back.
+pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
 
 /// What one housekeeping round decided, in the order it is carried out.
 #[derive(Debug, Default)]
@@ -35,7 +43,7 @@ pub(super) struct Plan {
     pub dirs: Vec<String>,
 }
 
-pub(super) fn plan(st: Known<'_>, cache: &Cache, pod_dirs: &[String]) -> Plan {
+pub(super) fn plan(st: Known<'_>, cache: &Cache, pod_dirs: &[String], now: Instant) -> Plan {
     let mut out = Plan::default();
     let mut cached = cache.uids();
     cached.sort();
@@ -64,7 +72,12 @@ pub(super) fn plan(st: Known<'_>, cache: &Cache, pod_dirs: &[String]) -> Plan {
         if !st.pods.contains(uid) || st.in_flight.contains_key(uid) || st.collecting.contains(uid) {
             continue;
         }
-        if let Some(c) = cache.get(uid)
+        let recent = st
+            .collected_at
+            .get(uid)
+            .is_some_and(|&t| now.saturating_duration_since(t) < CONTAINER_GC_PERIOD);
+        if !recent
+            && let Some(c) = cache.get(uid)
             && !gc_plan(&c.status).is_empty()
         {
             out.collect.push((uid.clone(), c.status.clone()));
@@ -74,7 +87,6 @@ pub(super) fn plan(st: Known<'_>, cache: &Cache, pod_dirs: &[String]) -> Plan {
         let busy =
             st.pods.contains(dir) || st.terminating.contains_key(dir) || cache.get(dir).is_some();
         if !busy && !st.collecting.contains(dir) && !out.dirs.contains(dir) {
-            log::info!("removing leftover directory of pod {dir}");
             out.dirs.push(dir.clone());
         }
     }

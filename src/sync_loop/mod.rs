@@ -56,6 +56,9 @@ pub struct Kubelet {
     node_changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
     /// The last pod status patch failed for want of an apiserver (not a refusal of the pod).
     status_unreachable: std::cell::Cell<bool>,
+    /// Leftover pod directories and cgroups that could not be removed (a process still in the
+    /// cgroup, a busy mount): retried with backoff, logged by state change.
+    leftovers: Rc<RefCell<crate::retry::Failures>>,
 }
 
 impl Kubelet {
@@ -87,6 +90,7 @@ impl Kubelet {
             api_pods_changed: async_channel::bounded(1),
             node_changed: async_channel::bounded(1),
             status_unreachable: std::cell::Cell::new(false),
+            leftovers: Rc::new(RefCell::new(crate::retry::Failures::cleanups())),
         }
     }
 
@@ -325,27 +329,52 @@ impl Kubelet {
                 .detach();
             }
             Command::RemovePodDir(uid) => {
+                if !self.leftovers.borrow().due(&uid, rt::now_nanos()) {
+                    // Backing off: this round skips it (a line is logged by state change only).
+                    let _ = internal.try_send(Input::Collected(uid));
+                    return;
+                }
+                if self.leftovers.borrow().attempts(&uid) == 0 {
+                    log::info!("removing leftover directory of pod {uid}");
+                }
                 let (root, tx) = (self.rm.node().root_dir.clone(), internal.clone());
                 let cgroups = self.rm.pod_cgroups().cloned();
+                let leftovers = self.leftovers.clone();
                 rt::spawn(async move {
                     let u = uid.clone();
                     let r = rt::unblock(move || {
                         // A pod cgroup still holding a process stays until a later round.
-                        if let Some(pc) = cgroups
-                            && let Err(e) = pc.remove_pod(&u)
-                        {
-                            log::debug!("leftover cgroup of pod {u} stays for now: {e}");
+                        let cg = match cgroups.map(|pc| pc.remove_pod(&u)) {
+                            Some(Err(e)) => Err(format!("its cgroup: {e}")),
+                            _ => Ok(()),
+                        };
+                        let dir = volume::cleanup(&root, &u).map_err(|e| e.to_string());
+                        match (cg, dir) {
+                            (Ok(()), Ok(())) => Ok(()),
+                            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+                            (Err(e), _) | (_, Err(e)) => Err(e),
                         }
-                        volume::cleanup(&root, &u)
                     });
-                    if let Err(e) = r.await {
-                        log::warn!("removing leftover directory of pod {uid}: {e}");
+                    let what = format!("removing leftover directory of pod {uid}");
+                    match r.await {
+                        Err(e) => {
+                            leftovers
+                                .borrow_mut()
+                                .failed(&uid, &what, &e, rt::now_nanos());
+                        }
+                        Ok(()) => {
+                            leftovers.borrow_mut().succeeded(&uid, &what);
+                        }
                     }
                     let _ = tx.send(Input::Collected(uid)).await;
                 })
                 .detach();
             }
-            Command::ExpireBackoffs => self.rm.gc_backoffs(rt::now_nanos()),
+            Command::ExpireBackoffs => {
+                let now = rt::now_nanos();
+                self.rm.gc_backoffs(now);
+                self.leftovers.borrow_mut().gc(now);
+            }
             Command::StartProbes(pod) => self.prober.add_pod(&pod),
             Command::StopProbes(uid) => self.prober.remove_pod(&uid),
             Command::ApiPodsChanged => {

@@ -130,6 +130,9 @@ pub struct LoopState {
     pub(super) in_flight: HashMap<String, usize>,
     /// Pods (or leftover directories) whose garbage collection runs.
     pub(super) collecting: HashSet<String>,
+    /// When each pod's dead containers and sandboxes were last collected: once a minute, as
+    /// the kubelet's container GC.
+    pub(super) collected_at: HashMap<String, Instant>,
     /// API pods being deleted, by UID: (namespace, name). Once stopped, they are finalized:
     /// deleted from the apiserver for good.
     deleting: HashMap<String, (String, String)>,
@@ -159,6 +162,7 @@ impl LoopState {
             terminate_failures: HashMap::new(),
             in_flight: HashMap::new(),
             collecting: HashSet::new(),
+            collected_at: HashMap::new(),
             deleting: HashMap::new(),
             finalizable: HashMap::new(),
             evicted: HashSet::new(),
@@ -214,15 +218,19 @@ impl LoopState {
                         terminating: &self.terminating,
                         in_flight: &self.in_flight,
                         collecting: &self.collecting,
+                        collected_at: &self.collected_at,
                     };
-                    let plan = housekeeping::plan(known, view.cache, &pod_dirs);
+                    let plan = housekeeping::plan(known, view.cache, &pod_dirs, now);
                     for (uid, t) in plan.orphans {
                         self.terminate(uid, t, &mut out);
                     }
                     for (uid, status) in plan.collect {
+                        self.collected_at.insert(uid.clone(), now);
                         self.collecting.insert(uid);
                         out.push(Command::CollectGarbage(status));
                     }
+                    self.collected_at
+                        .retain(|uid, _| view.cache.get(uid).is_some());
                     for dir in plan.dirs {
                         self.collecting.insert(dir.clone());
                         out.push(Command::RemovePodDir(dir));

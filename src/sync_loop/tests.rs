@@ -2148,3 +2148,67 @@ fn a_shutting_down_node_refuses_new_pods_and_admits_again_when_cancelled() {
     assert!(rejections(&cmds).is_empty());
     assert!(st.rejected.contains("b"));
 }
+
+#[test]
+fn dead_sandboxes_are_collected_once_a_minute_not_every_housekeeping_round() {
+    use crate::kubecontainer::{PodRuntimeStatus, SandboxState, SandboxStatus};
+    let sb = |id: &str, state| SandboxStatus {
+        id: id.into(),
+        attempt: 0,
+        state,
+        created_at: 0,
+        ip: None,
+        host_network: false,
+    };
+    let mut cache = Cache::default();
+    cache.put(
+        PodRuntimeStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            sandboxes: vec![
+                sb("s2", SandboxState::NotReady),
+                sb("s1", SandboxState::NotReady),
+            ],
+            ..Default::default()
+        },
+        0,
+        Some(1),
+    );
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("u1", "web", "sleep 1")])),
+        t0,
+        view,
+    );
+    // Whatever the sync it started: the pod has no work in flight for this test.
+    st.in_flight.clear();
+    let hk = || Input::Housekeeping { pod_dirs: vec![] };
+    let collects = |cmds: &[Command]| {
+        cmds.iter()
+            .filter(|c| matches!(c, Command::CollectGarbage(s) if &*s.uid == "u1"))
+            .count()
+    };
+    // The first collection is not held back.
+    assert_eq!(collects(&step(&mut st, hk(), t0, view)), 1);
+    step(&mut st, Input::Collected("u1".into()), t0, view);
+    // The old sandbox could not be removed: the 2 s rounds of the next minute leave it.
+    let mut t = t0;
+    for _ in 0..29 {
+        t += HOUSEKEEPING_PERIOD;
+        assert_eq!(
+            collects(&step(&mut st, hk(), t, view)),
+            0,
+            "at {:?}",
+            t - t0
+        );
+    }
+    t = t0 + housekeeping::CONTAINER_GC_PERIOD;
+    assert_eq!(collects(&step(&mut st, hk(), t, view)), 1);
+}
