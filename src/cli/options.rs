@@ -1,114 +1,24 @@
 //! Command line and configuration file, with the kubelet's flag names and
 //! `KubeletConfiguration` (kubelet.config.k8s.io/v1beta1) field names. Flags override the file.
+//! Every setting is a row of [`SETTINGS`]: this file walks that table to parse the flags, read
+//! the file, write the flags' help and `/configz`, then checks the settings together.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
+use super::flags::{Field, SETTINGS, SWITCH, Setting, Target};
 use crate::api::{Taint, format_duration, parse_duration};
 /// Where the tests name it.
 pub use crate::konnectivity::Tunnel;
 use crate::limits::{self, Limits, Syntax};
-
-pub const USAGE: &str = "\
-usage: picolet [flags]
-       picolet validate FILE...
-       picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock)
-       picolet logs POD [CONTAINER] [flags]   (a container's log; picolet logs --help)
-       picolet exec POD [-c C] [-it] -- CMD   (a command in a container; picolet exec --help)
-
-Runs static pods from a manifest directory, and the pods an apiserver binds to the node,
-on a CRI runtime (containerd).
-
-flags:
-  --pod-manifest-path PATH           directory of static pod manifests
-  --config FILE                      KubeletConfiguration file (v1beta1 subset)
-  --container-runtime-endpoint URL   runtime socket (default unix:///run/containerd/containerd.sock)
-  --image-service-endpoint URL       image service socket (default: the runtime endpoint)
-  --runtime-request-timeout DUR      deadline of runtime calls (default 2m0s)
-  --root-dir PATH                    state directory (default /var/lib/kubelet)
-  --hostname-override NAME           node name (default: the host name, lowercased)
-  --node-ip IP                       node address reported as hostIP
-  --healthz-port PORT                local API port, 0 disables (default 10248)
-  --healthz-bind-address IP          local API address (default 127.0.0.1)
-  --port PORT                        node API (HTTPS) port, 0 disables (default 10250 with
-                                     --kubeconfig; without it, off unless set)
-  --address IP                       node API address (default 0.0.0.0)
-  --tls-cert-file FILE               node API serving certificate (PEM; default: a
-                                     self-signed one kept in <root-dir>/pki)
-  --tls-private-key-file FILE        its key (PEM)
-  --tls-min-version VERSION          VersionTLS12 (default) or VersionTLS13
-  --client-ca-file FILE              CAs whose client certificates authenticate (x509)
-  --anonymous-auth[=true|false]      requests without credentials are system:anonymous
-                                     (default false: 401)
-  --authentication-token-webhook[=true|false]  bearer tokens checked by TokenReview
-                                     (default true with --kubeconfig)
-  --authentication-token-webhook-cache-ttl DUR  (default 2m0s)
-  --authorization-mode Webhook|AlwaysAllow  (default Webhook with --kubeconfig)
-  --authorization-webhook-cache-authorized-ttl DUR    (default 5m0s)
-  --authorization-webhook-cache-unauthorized-ttl DUR  (default 30s)
-  --proxy-server-host HOST           run the Konnectivity agent: dial this konnectivity-server
-                                     so the apiserver reaches the node API through it (NAT)
-  --proxy-server-port PORT           its agent port (default 8091)
-  --ca-cert FILE                     CA the server's certificate is verified against
-  --agent-cert FILE, --agent-key FILE  client certificate the agent authenticates with
-  --service-account-token-path FILE  or a token sent as Authorization: Bearer
-  --agent-id ID                      (default: the node name)
-  --agent-identifiers LIST           what the server routes by (default
-                                     host=<node name>&ipv4=<node IP>)
-  --keepalive-time DUR               HTTP/2 ping period on the tunnel (default 1m0s)
-  --proxy-allowed-destinations LIST  host:port destinations dialed besides the node API
-                                     (comma-separated; * for any)
-  --sync-frequency DUR               full resync period of each pod (default 1m0s)
-  --file-check-frequency DUR         manifest directory re-list period (default 20s)
-  --container-log-max-size SIZE      rotate a container's log at this size (default 10Mi;
-                                     negative: never)
-  --container-log-max-files N        log files kept per container, the live one included
-                                     (default 5, at least 2)
-  --kubeconfig FILE                  join the cluster of this kubeconfig (node identity
-                                     system:node:<name>); without it, static pods only
-  --bootstrap-kubeconfig FILE        when --kubeconfig is missing or its certificate expired,
-                                     join with this kubeconfig's bootstrap token: a key made on
-                                     the node, a CSR, then --kubeconfig written
-  --rotate-certificates[=true|false] renew the client certificate by CSR before it expires
-                                     (default true with --bootstrap-kubeconfig)
-  --image-credential-provider-config FILE  CredentialProviderConfig: registry credential
-                                     plugins (needs --image-credential-provider-bin-dir)
-  --image-credential-provider-bin-dir DIR  where those plugins are
-  --apiserver-poll-interval DUR      list the node's pods this often instead of watching
-  --node-labels k=v,...              the node's labels (admission matches pods against them;
-                                     the Node is registered with them)
-  --max-pods N                       pods the node admits at most (default 110)
-  --register-with-taints k=v:Effect,...  taints to register the Node with
-  --allowed-unsafe-sysctls a.b,c.*   unsafe sysctls (or prefix* patterns) pods may set
-  --image-gc-high-threshold PERCENT  image filesystem usage that starts image GC (default 85;
-                                     100 turns it off)
-  --image-gc-low-threshold PERCENT   usage image GC frees down to (default 80)
-  --minimum-image-ttl-duration DUR   an unused image younger than this stays (default 2m0s)
-  --pod-infra-container-image REF    sandbox image never collected (default: the runtime's)
-  --eviction-hard SIG<Q,...          hard eviction thresholds (default memory.available<100Mi,
-                                     nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%)
-  --eviction-soft SIG<Q,...          soft eviction thresholds (each needs a grace period)
-  --eviction-soft-grace-period SIG=DUR,...  how long a soft threshold must hold
-  --eviction-minimum-reclaim SIG=Q,...  what must be available beyond a threshold to release it
-  --eviction-pressure-transition-period DUR  pressure held after the signal clears (default 5m0s)
-  --eviction-max-pod-grace-period SECONDS  most a soft eviction gives a pod (default 0)
-  --eviction-memory-psi-threshold PCT  evict on memory when the node's memory PSI some avg10
-                                     reaches PCT percent, before memory.available does (0: off)
-  --cgroup-driver cgroupfs|systemd   how cgroups are named; must match the runtime's
-                                     (default cgroupfs)
-  --cgroups-per-qos[=true|false]     the kubepods tree with QoS and pod cgroups (default true)
-  --cgroup-root PATH                 where the kubepods tree goes (default /)
-  --kube-reserved cpu=100m,memory=100Mi    kept from pods for picolet and the runtime
-  --system-reserved cpu=100m,memory=100Mi  kept from pods for the system
-  --enforce-node-allocatable pods|none     limit kubepods to node allocatable (default pods)
-  --pod-max-pids N                   pids.max of each pod cgroup (default -1: none)
-  -v, --v LEVEL                      log verbosity (0-5; 4 and above log debug)
-  --version                          print the version and exit
-  -h, --help                         print this help and exit
-";
+/// The node API's settings, a field of [`Options`].
+pub use crate::server::settings::{AuthorizationMode, Serving};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
@@ -131,23 +41,12 @@ pub enum OptionsError {
     Invalid(String),
 }
 
-/// What the command line asks for.
+/// What the flags ask for (the subcommands are told apart before, in `cli`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Command {
+pub enum Parsed {
     Run(Box<Options>),
-    Validate(Vec<PathBuf>),
-    /// Preflight checks with the options of a run.
-    Check(Box<Options>),
-    /// `picolet logs`: a container's log through the local API.
-    Logs(Box<crate::cli::logs::LogsArgs>),
-    /// `picolet logs --help`.
-    LogsHelp,
-    /// `picolet exec`: a command in a running container, through the runtime.
-    Exec(Box<crate::cli::exec::ExecArgs>),
-    /// `picolet exec --help`.
-    ExecHelp,
-    Version,
     Help,
+    Version,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -213,75 +112,6 @@ pub struct Options {
     /// Graceful node shutdown: `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`,
     /// `shutdownGracePeriodByPodPriority` (checked as upstream checks them).
     pub shutdown: crate::nodeshutdown::Config,
-}
-
-/// The node API's settings (`port`, `address`, `tls*`, `authentication`, `authorization`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Serving {
-    /// `None`: the default, 10250 when joined to a cluster and off standalone; `Some(0)`: off.
-    pub port: Option<u16>,
-    pub address: IpAddr,
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_private_key_file: Option<PathBuf>,
-    /// TLS 1.3 only when set; TLS 1.2 and 1.3 otherwise.
-    pub tls13_only: bool,
-    /// Ask the cluster for the serving certificate by CSR (`serverTLSBootstrap`); self-signed
-    /// until it is issued.
-    pub server_tls_bootstrap: bool,
-    pub client_ca_file: Option<PathBuf>,
-    pub anonymous: bool,
-    /// `None`: on when joined to a cluster.
-    pub webhook_authn: Option<bool>,
-    pub webhook_cache_ttl: Duration,
-    /// `None`: Webhook when joined to a cluster, else AlwaysAllow.
-    pub authorization: Option<AuthorizationMode>,
-    pub authorized_ttl: Duration,
-    pub unauthorized_ttl: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthorizationMode {
-    Webhook,
-    AlwaysAllow,
-}
-
-impl AuthorizationMode {
-    fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "Webhook" => Ok(AuthorizationMode::Webhook),
-            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
-            _ => Err("must be Webhook or AlwaysAllow".into()),
-        }
-    }
-}
-
-fn parse_tls_version(s: &str) -> Result<bool, String> {
-    match s {
-        "" | "VersionTLS12" => Ok(false),
-        "VersionTLS13" => Ok(true),
-        "VersionTLS10" | "VersionTLS11" => Err("picolet serves TLS 1.2 and 1.3 only".into()),
-        _ => Err("must be VersionTLS12 or VersionTLS13".into()),
-    }
-}
-
-impl Default for Serving {
-    fn default() -> Self {
-        Serving {
-            port: None,
-            address: IpAddr::from([0, 0, 0, 0]),
-            tls_cert_file: None,
-            tls_private_key_file: None,
-            tls13_only: false,
-            server_tls_bootstrap: false,
-            client_ca_file: None,
-            anonymous: false,
-            webhook_authn: None,
-            webhook_cache_ttl: Duration::from_secs(120),
-            authorization: None,
-            authorized_ttl: Duration::from_secs(300),
-            unauthorized_ttl: Duration::from_secs(30),
-        }
-    }
 }
 
 impl Options {
@@ -385,109 +215,6 @@ pub fn parse_labels(s: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// The `KubeletConfiguration` fields picolet reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct KubeletConfiguration {
-    api_version: String,
-    kind: String,
-    static_pod_path: Option<String>,
-    file_check_frequency: Option<String>,
-    sync_frequency: Option<String>,
-    container_runtime_endpoint: Option<String>,
-    image_service_endpoint: Option<String>,
-    runtime_request_timeout: Option<String>,
-    healthz_port: Option<u16>,
-    healthz_bind_address: Option<String>,
-    pod_logs_dir: Option<String>,
-    #[serde(rename = "imageGCHighThresholdPercent")]
-    image_gc_high_threshold_percent: Option<i32>,
-    #[serde(rename = "imageGCLowThresholdPercent")]
-    image_gc_low_threshold_percent: Option<i32>,
-    #[serde(rename = "imageMinimumGCAge")]
-    image_minimum_gc_age: Option<String>,
-    #[serde(rename = "imageMaximumGCAge")]
-    image_maximum_gc_age: Option<String>,
-    eviction_hard: Option<std::collections::BTreeMap<String, String>>,
-    eviction_soft: Option<std::collections::BTreeMap<String, String>>,
-    eviction_soft_grace_period: Option<std::collections::BTreeMap<String, String>>,
-    eviction_minimum_reclaim: Option<std::collections::BTreeMap<String, String>>,
-    eviction_pressure_transition_period: Option<String>,
-    eviction_max_pod_grace_period: Option<i32>,
-    cgroup_driver: Option<String>,
-    #[serde(rename = "cgroupsPerQOS")]
-    cgroups_per_qos: Option<bool>,
-    cgroup_root: Option<String>,
-    kube_reserved: Option<std::collections::BTreeMap<String, String>>,
-    system_reserved: Option<std::collections::BTreeMap<String, String>>,
-    enforce_node_allocatable: Option<Vec<String>>,
-    pod_pids_limit: Option<i64>,
-    max_pods: Option<u32>,
-    allowed_unsafe_sysctls: Option<Vec<String>>,
-    #[serde(rename = "singleProcessOOMKill")]
-    single_process_oom_kill: Option<bool>,
-    container_log_max_size: Option<String>,
-    container_log_max_files: Option<i64>,
-    port: Option<u16>,
-    address: Option<String>,
-    tls_cert_file: Option<String>,
-    tls_private_key_file: Option<String>,
-    tls_min_version: Option<String>,
-    rotate_certificates: Option<bool>,
-    #[serde(rename = "serverTLSBootstrap")]
-    server_tls_bootstrap: Option<bool>,
-    authentication: Option<ConfigAuthentication>,
-    authorization: Option<ConfigAuthorization>,
-    shutdown_grace_period: Option<String>,
-    shutdown_grace_period_critical_pods: Option<String>,
-    shutdown_grace_period_by_pod_priority: Option<Vec<crate::nodeshutdown::ByPriority>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConfigAuthentication {
-    x509: Option<ConfigX509>,
-    webhook: Option<ConfigWebhookAuthn>,
-    anonymous: Option<ConfigAnonymous>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConfigX509 {
-    #[serde(rename = "clientCAFile")]
-    client_ca_file: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConfigWebhookAuthn {
-    enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    cache_ttl: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ConfigAnonymous {
-    enabled: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConfigAuthorization {
-    mode: Option<String>,
-    webhook: Option<ConfigWebhookAuthz>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct ConfigWebhookAuthz {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    cache_authorized_ttl: Option<String>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    cache_unauthorized_ttl: Option<String>,
-}
-
 const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 
 /// Reads a KubeletConfiguration file into `o`. The file must be a regular file within
@@ -538,7 +265,7 @@ fn parse_config_into(
     limits::check(bytes, Syntax::Yaml, &Limits::CONFIG).map_err(|e| err(e.to_string()))?;
     let mut unknown = Vec::new();
     let de = yaml_serde::Deserializer::from_slice(bytes);
-    let cfg: KubeletConfiguration =
+    let mut doc: Document =
         serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut |p| {
             unknown.push(p.to_string())
         }))
@@ -550,207 +277,30 @@ fn parse_config_into(
                 format!("{at}: {}", e.inner())
             })
         })?;
-    if cfg.kind != "KubeletConfiguration" {
+    if doc.kind != "KubeletConfiguration" {
         return Err(err(format!(
             "kind: expected \"KubeletConfiguration\", got {:?}",
-            cfg.kind
+            doc.kind
         )));
     }
-    if cfg.api_version != CONFIG_API_VERSION {
+    if doc.api_version != CONFIG_API_VERSION {
         return Err(err(format!(
             "apiVersion: expected {CONFIG_API_VERSION:?}, got {:?}",
-            cfg.api_version
+            doc.api_version
         )));
     }
-    let dur = |field: &str, v: &Option<String>| -> Result<Option<Duration>, OptionsError> {
-        v.as_deref()
-            .map(|s| {
-                parse_duration(s).map_err(|r| err(format!("{field}: invalid duration {s:?}: {r}")))
-            })
-            .transpose()
-    };
-    if let Some(p) = cfg.static_pod_path.filter(|p| !p.is_empty()) {
-        o.pod_manifest_path = Some(PathBuf::from(p));
-    }
-    if let Some(d) = dur("fileCheckFrequency", &cfg.file_check_frequency)? {
-        o.file_check_frequency = d;
-    }
-    if let Some(d) = dur("syncFrequency", &cfg.sync_frequency)? {
-        o.sync_frequency = d;
-    }
-    if let Some(d) = dur("runtimeRequestTimeout", &cfg.runtime_request_timeout)? {
-        o.runtime_request_timeout = d;
-    }
-    if let Some(e) = cfg.container_runtime_endpoint {
-        o.container_runtime_endpoint = e;
-    }
-    if let Some(e) = cfg.image_service_endpoint {
-        o.image_service_endpoint = Some(e);
-    }
-    if let Some(p) = cfg.healthz_port {
-        o.healthz_port = p;
-    }
-    if let Some(a) = cfg.healthz_bind_address {
-        o.healthz_bind_address = a
-            .parse()
-            .map_err(|_| err(format!("healthzBindAddress: invalid IP address {a:?}")))?;
-    }
-    if let Some(v) = cfg.container_log_max_size {
-        o.container_log.max_size =
-            parse_log_max_size(&v).map_err(|r| err(format!("containerLogMaxSize: {r}")))?;
-    }
-    if let Some(n) = cfg.container_log_max_files {
-        o.container_log.max_files = log_max_files(n)
-            .map_err(|r| err(format!("containerLogMaxFiles: invalid value {n}: {r}")))?;
-    }
-    if let Some(p) = cfg.pod_logs_dir {
-        o.pod_logs_dir = PathBuf::from(p);
-    }
-    if let Some(v) = cfg.image_gc_high_threshold_percent {
-        o.image_gc_high_threshold_percent = v;
-    }
-    if let Some(v) = cfg.image_gc_low_threshold_percent {
-        o.image_gc_low_threshold_percent = v;
-    }
-    if let Some(d) = dur("imageMinimumGCAge", &cfg.image_minimum_gc_age)? {
-        o.image_minimum_gc_age = d;
-    }
-    if let Some(d) = dur("imageMaximumGCAge", &cfg.image_maximum_gc_age)? {
-        o.image_maximum_gc_age = d;
-    }
-    use crate::eviction::threshold::Given;
-    let field = |name: &str, m: Option<std::collections::BTreeMap<String, String>>| {
-        m.map(|m| Given {
-            origin: name.to_owned(),
-            value: m.into_iter().collect(),
-        })
-    };
-    // Origins are field names; the error's prefix names the file.
-    ev.hard = field("evictionHard", cfg.eviction_hard);
-    ev.soft = field("evictionSoft", cfg.eviction_soft);
-    ev.soft_grace_period = field("evictionSoftGracePeriod", cfg.eviction_soft_grace_period);
-    ev.minimum_reclaim = field("evictionMinimumReclaim", cfg.eviction_minimum_reclaim);
-    ev.pressure_transition_period = cfg.eviction_pressure_transition_period.map(|v| Given {
-        origin: "evictionPressureTransitionPeriod".into(),
-        value: v,
-    });
-    ev.max_pod_grace_period = cfg.eviction_max_pod_grace_period.map(|v| Given {
-        origin: "evictionMaxPodGracePeriod".into(),
-        value: i64::from(v),
-    });
-    if let Some(d) = dur("shutdownGracePeriod", &cfg.shutdown_grace_period)? {
-        o.shutdown.grace_period = d;
-    }
-    if let Some(d) = dur(
-        "shutdownGracePeriodCriticalPods",
-        &cfg.shutdown_grace_period_critical_pods,
-    )? {
-        o.shutdown.critical_pods = d;
-    }
-    if let Some(v) = cfg.shutdown_grace_period_by_pod_priority {
-        o.shutdown.by_priority = v;
+    // In the table's order, whatever the file's.
+    doc.values.sort_by_key(|(i, _)| *i);
+    for (i, value) in doc.values {
+        let s = &SETTINGS[i];
+        let mut t = Target {
+            o,
+            ev,
+            origin: s.field,
+        };
+        read(&mut t, s.read, value).map_err(|r| err(format!("{}: {r}", s.field)))?;
     }
     o.shutdown.validate().map_err(err)?;
-    let sv = &mut o.serving;
-    if let Some(p) = cfg.port {
-        sv.port = Some(p);
-    }
-    if let Some(a) = &cfg.address {
-        sv.address = a
-            .parse()
-            .map_err(|_| err(format!("address: {a:?} is not an IP address")))?;
-    }
-    if let Some(f) = cfg.tls_cert_file {
-        sv.tls_cert_file = Some(f.into());
-    }
-    if let Some(f) = cfg.tls_private_key_file {
-        sv.tls_private_key_file = Some(f.into());
-    }
-    if let Some(v) = &cfg.tls_min_version {
-        sv.tls13_only =
-            parse_tls_version(v).map_err(|r| err(format!("tlsMinVersion: {v:?}: {r}")))?;
-    }
-    if let Some(b) = cfg.server_tls_bootstrap {
-        sv.server_tls_bootstrap = b;
-    }
-    if let Some(b) = cfg.rotate_certificates {
-        o.rotate_certificates = Some(b);
-    }
-    let sv = &mut o.serving;
-    if let Some(a) = cfg.authentication {
-        if let Some(f) = a.x509.and_then(|x| x.client_ca_file) {
-            sv.client_ca_file = (!f.is_empty()).then(|| f.into());
-        }
-        if let Some(w) = a.webhook {
-            if let Some(e) = w.enabled {
-                sv.webhook_authn = Some(e);
-            }
-            if let Some(d) = dur("authentication.webhook.cacheTTL", &w.cache_ttl)? {
-                sv.webhook_cache_ttl = d;
-            }
-        }
-        if let Some(e) = a.anonymous.and_then(|a| a.enabled) {
-            sv.anonymous = e;
-        }
-    }
-    if let Some(a) = cfg.authorization {
-        if let Some(m) = &a.mode {
-            sv.authorization = Some(
-                AuthorizationMode::parse(m)
-                    .map_err(|r| err(format!("authorization.mode: {m:?}: {r}")))?,
-            );
-        }
-        if let Some(w) = a.webhook {
-            if let Some(d) = dur(
-                "authorization.webhook.cacheAuthorizedTTL",
-                &w.cache_authorized_ttl,
-            )? {
-                sv.authorized_ttl = d;
-            }
-            if let Some(d) = dur(
-                "authorization.webhook.cacheUnauthorizedTTL",
-                &w.cache_unauthorized_ttl,
-            )? {
-                sv.unauthorized_ttl = d;
-            }
-        }
-    }
-    let cg = &mut o.cgroups;
-    if let Some(d) = cfg.cgroup_driver {
-        cg.driver =
-            crate::cm::Driver::parse(&d).map_err(|r| err(format!("cgroupDriver: {d:?}: {r}")))?;
-    }
-    if let Some(b) = cfg.cgroups_per_qos {
-        cg.per_qos = b;
-    }
-    if let Some(r) = cfg.cgroup_root {
-        cg.root = r;
-    }
-    if let Some(m) = &cfg.kube_reserved {
-        cg.kube_reserved =
-            crate::cm::Reserved::from_map(m).map_err(|r| err(format!("kubeReserved: {r}")))?;
-    }
-    if let Some(m) = &cfg.system_reserved {
-        cg.system_reserved =
-            crate::cm::Reserved::from_map(m).map_err(|r| err(format!("systemReserved: {r}")))?;
-    }
-    if let Some(e) = cfg.enforce_node_allocatable {
-        cg.enforce_node_allocatable = e;
-    }
-    if let Some(n) = cfg.pod_pids_limit {
-        cg.pod_pids_limit = n;
-    }
-    if let Some(n) = cfg.max_pods {
-        o.max_pods = n;
-    }
-    if let Some(v) = cfg.allowed_unsafe_sysctls {
-        crate::admission::sysctl_allowlist("", &v)
-            .map_err(|r| err(format!("allowedUnsafeSysctls: {r}")))?;
-        o.allowed_unsafe_sysctls = v;
-    }
-    if let Some(b) = cfg.single_process_oom_kill {
-        cg.single_process_oom_kill = Some(b);
-    }
     const MAX_WARNINGS: usize = 20;
     let more = unknown.len().saturating_sub(MAX_WARNINGS);
     o.config_warnings = unknown
@@ -767,6 +317,219 @@ fn parse_config_into(
     Ok(())
 }
 
+/// A field's value as the file gives it, of the type its [`Field`] names.
+enum Value {
+    Text(String),
+    Bool(bool),
+    U16(u16),
+    U32(u32),
+    I32(i32),
+    I64(i64),
+    Map(BTreeMap<String, String>),
+    List(Vec<String>),
+    Priorities(Vec<crate::nodeshutdown::ByPriority>),
+}
+
+/// Applies a field's value.
+fn read(t: &mut Target, field: Field, value: Value) -> Result<(), String> {
+    match (field, value) {
+        (Field::Text(f), Value::Text(v)) => f(t, v),
+        (Field::Duration(f), Value::Text(s)) => f(
+            t,
+            parse_duration(&s).map_err(|r| format!("invalid duration {s:?}: {r}"))?,
+        ),
+        (Field::Bool(f), Value::Bool(v)) => f(t, v),
+        (Field::U16(f), Value::U16(v)) => f(t, v),
+        (Field::U32(f), Value::U32(v)) => f(t, v),
+        (Field::I32(f), Value::I32(v)) => f(t, v),
+        (Field::I64(f), Value::I64(v)) => f(t, v),
+        (Field::Map(f), Value::Map(v)) => f(t, v),
+        (Field::List(f), Value::List(v)) => f(t, v),
+        (Field::Priorities(f), Value::Priorities(v)) => f(t, v),
+        _ => unreachable!("a field's value is read as its type"),
+    }
+}
+
+/// A `KubeletConfiguration` document: its kind, and the values of the table's fields, by row.
+#[derive(Default)]
+struct Document {
+    api_version: String,
+    kind: String,
+    values: Vec<(usize, Value)>,
+}
+
+impl<'de> Deserialize<'de> for Document {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut doc = Document::default();
+        d.deserialize_struct(
+            section_name(""),
+            &[],
+            Section {
+                prefix: "",
+                doc: &mut doc,
+            },
+        )?;
+        Ok(doc)
+    }
+}
+
+/// The name a section's type error gives (`expected struct ConfigAuthentication`), as it always
+/// has.
+fn section_name(prefix: &str) -> &'static str {
+    match prefix {
+        "" => "KubeletConfiguration",
+        "authentication." => "ConfigAuthentication",
+        "authentication.x509." => "ConfigX509",
+        "authentication.webhook." => "ConfigWebhookAuthn",
+        "authentication.anonymous." => "ConfigAnonymous",
+        "authorization." => "ConfigAuthorization",
+        "authorization.webhook." => "ConfigWebhookAuthz",
+        _ => "section",
+    }
+}
+
+/// The fields of a mapping whose dotted path is `prefix` (empty, or ending in a dot): each a
+/// row's field, a section holding some, or unknown (then ignored, and reported).
+struct Section<'a> {
+    prefix: &'static str,
+    doc: &'a mut Document,
+}
+
+impl<'de> Visitor<'de> for Section<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "struct {}", section_name(self.prefix))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen: Vec<&'static str> = Vec::new();
+        let mut once = |name: &'static str| {
+            if seen.contains(&name) {
+                return Err(de::Error::duplicate_field(name));
+            }
+            seen.push(name);
+            Ok(())
+        };
+        while let Some(Key(key)) = map.next_key()? {
+            let path = format!("{}{key}", self.prefix);
+            let at = self.prefix.len();
+            if self.prefix.is_empty() && (key == "apiVersion" || key == "kind") {
+                let (name, slot) = if key == "kind" {
+                    ("kind", &mut self.doc.kind)
+                } else {
+                    ("apiVersion", &mut self.doc.api_version)
+                };
+                once(name)?;
+                *slot = map.next_value()?;
+            } else if let Some(i) = SETTINGS.iter().position(|s| s.field == path) {
+                once(&SETTINGS[i].field[at..])?;
+                let value = match SETTINGS[i].read {
+                    Field::FlagOnly => None,
+                    Field::Text(_) | Field::Duration(_) => {
+                        map.next_value::<Option<_>>()?.map(Value::Text)
+                    }
+                    Field::Bool(_) => map.next_value::<Option<_>>()?.map(Value::Bool),
+                    Field::U16(_) => map.next_value::<Option<_>>()?.map(Value::U16),
+                    Field::U32(_) => map.next_value::<Option<_>>()?.map(Value::U32),
+                    Field::I32(_) => map.next_value::<Option<_>>()?.map(Value::I32),
+                    Field::I64(_) => map.next_value::<Option<_>>()?.map(Value::I64),
+                    Field::Map(_) => map.next_value::<Option<_>>()?.map(Value::Map),
+                    Field::List(_) => map.next_value::<Option<_>>()?.map(Value::List),
+                    Field::Priorities(_) => map.next_value::<Option<_>>()?.map(Value::Priorities),
+                };
+                self.doc.values.extend(value.map(|v| (i, v)));
+            } else if let Some(s) = SETTINGS.iter().find(|s| {
+                s.field.len() > path.len()
+                    && s.field.starts_with(&path)
+                    && s.field.as_bytes()[path.len()] == b'.'
+            }) {
+                once(&s.field[at..path.len()])?;
+                map.next_value_seed(OptionalSection {
+                    prefix: &s.field[..=path.len()],
+                    doc: &mut *self.doc,
+                })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A section, or null.
+struct OptionalSection<'a> {
+    prefix: &'static str,
+    doc: &'a mut Document,
+}
+
+impl<'de> DeserializeSeed<'de> for OptionalSection<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for OptionalSection<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("option")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        let name = section_name(self.prefix);
+        d.deserialize_struct(
+            name,
+            &[],
+            Section {
+                prefix: self.prefix,
+                doc: self.doc,
+            },
+        )
+    }
+}
+
+/// A mapping's key.
+struct Key(String);
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_identifier(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl Visitor<'_> for KeyVisitor {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("field identifier")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(Key(v.to_owned()))
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
+        Ok(Key(String::from_utf8_lossy(v).into_owned()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
+        Ok(Key(v.to_string()))
+    }
+}
+
 /// A quantity of bytes ("10Mi"); a negative one turns rotation off.
 pub fn parse_log_max_size(v: &str) -> Result<Option<u64>, String> {
     let q = crate::api::Quantity::parse(v).map_err(|e| format!("invalid value {v:?}: {e}"))?;
@@ -774,13 +537,6 @@ pub fn parse_log_max_size(v: &str) -> Result<Option<u64>, String> {
         return Ok(None);
     }
     Ok(u64::try_from(q.value()).ok())
-}
-
-fn log_max_files(n: i64) -> Result<usize, String> {
-    match usize::try_from(n) {
-        Ok(n) if n >= 2 => Ok(n),
-        _ => Err("must be greater than 1".into()),
-    }
 }
 
 pub(crate) fn bad(flag: &str, value: &str, reason: impl ToString) -> OptionsError {
@@ -820,379 +576,85 @@ pub(crate) fn flag_value(
     Ok(v)
 }
 
-/// Every flag picolet takes; each takes a value.
-const FLAGS: &[&str] = &[
-    "config",
-    "pod-manifest-path",
-    "container-runtime-endpoint",
-    "image-service-endpoint",
-    "runtime-request-timeout",
-    "root-dir",
-    "hostname-override",
-    "node-ip",
-    "healthz-port",
-    "healthz-bind-address",
-    "sync-frequency",
-    "file-check-frequency",
-    "container-log-max-size",
-    "container-log-max-files",
-    "kubeconfig",
-    "bootstrap-kubeconfig",
-    "rotate-certificates",
-    "image-credential-provider-config",
-    "image-credential-provider-bin-dir",
-    "apiserver-poll-interval",
-    "node-labels",
-    "register-with-taints",
-    "image-gc-high-threshold",
-    "image-gc-low-threshold",
-    "minimum-image-ttl-duration",
-    "pod-infra-container-image",
-    "eviction-hard",
-    "eviction-soft",
-    "eviction-soft-grace-period",
-    "eviction-minimum-reclaim",
-    "eviction-pressure-transition-period",
-    "eviction-max-pod-grace-period",
-    "eviction-memory-psi-threshold",
-    "cgroup-driver",
-    "cgroups-per-qos",
-    "cgroup-root",
-    "kube-reserved",
-    "system-reserved",
-    "enforce-node-allocatable",
-    "pod-max-pids",
-    "max-pods",
-    "allowed-unsafe-sysctls",
-    "port",
-    "address",
-    "tls-cert-file",
-    "tls-private-key-file",
-    "tls-min-version",
-    "client-ca-file",
-    "anonymous-auth",
-    "authentication-token-webhook",
-    "authentication-token-webhook-cache-ttl",
-    "authorization-mode",
-    "authorization-webhook-cache-authorized-ttl",
-    "authorization-webhook-cache-unauthorized-ttl",
-    "proxy-server-host",
-    "proxy-server-port",
-    "ca-cert",
-    "agent-cert",
-    "agent-key",
-    "service-account-token-path",
-    "agent-id",
-    "agent-identifiers",
-    "keepalive-time",
-    "proxy-allowed-destinations",
-    "v",
-];
-
-/// Flags that are booleans: `--flag` alone means true, a value needs `=`, as in Go.
-const BOOL_FLAGS: &[&str] = &[
-    "rotate-certificates",
-    "cgroups-per-qos",
-    "anonymous-auth",
-    "authentication-token-webhook",
-];
-
-/// Parses the arguments (without the program name).
-pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
-    if args.first().map(String::as_str) == Some("validate") {
-        let rest = &args[1..];
-        if rest.iter().any(|a| a == "-h" || a == "--help") {
-            return Ok(Command::Help);
-        }
-        if let Some(flag) = rest.iter().find(|a| a.len() > 1 && a.starts_with('-')) {
-            return Err(OptionsError::Invalid(format!(
-                "validate takes manifest files, not flags: {flag:?} (a file whose name starts with '-' is ./{flag})"
-            )));
-        }
-        if rest.is_empty() {
-            return Err(OptionsError::Invalid(
-                "validate needs at least one manifest file: picolet validate FILE...".into(),
-            ));
-        }
-        return Ok(Command::Validate(rest.iter().map(PathBuf::from).collect()));
-    }
-    if args.first().map(String::as_str) == Some("logs") {
-        if args[1..].iter().any(|a| a == "-h" || a == "--help") {
-            return Ok(Command::LogsHelp);
-        }
-        return Ok(Command::Logs(Box::new(crate::cli::logs::parse(
-            &args[1..],
-        )?)));
-    }
-    if args.first().map(String::as_str) == Some("exec") {
-        let before_command = args[1..].iter().take_while(|a| *a != "--");
-        if before_command
-            .into_iter()
-            .any(|a| a == "-h" || a == "--help")
-        {
-            return Ok(Command::ExecHelp);
-        }
-        return Ok(Command::Exec(Box::new(crate::cli::exec::parse(
-            &args[1..],
-        )?)));
-    }
-    if args.first().map(String::as_str) == Some("check") {
-        return Ok(match parse(&args[1..])? {
-            Command::Run(o) => Command::Check(o),
-            other => other,
-        });
-    }
-    // First pass: collect flag/value pairs, so the config file is applied before other flags.
-    let mut pairs: Vec<(String, String)> = Vec::new();
+/// Parses the flags of a run (without the program name): the config file first, then every
+/// other flag in the order given.
+pub fn parse(args: &[String]) -> Result<Parsed, OptionsError> {
+    let mut pairs: Vec<(&'static Setting, String)> = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
         i += 1;
         match a.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--version" => return Ok(Command::Version),
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "--version" => return Ok(Parsed::Version),
             _ => {}
         }
         let Some(stripped) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
             return Err(OptionsError::Unexpected(a.clone()));
         };
         let name = stripped.split_once('=').map_or(stripped, |(n, _)| n);
-        if !FLAGS.contains(&name) {
+        let Some(s) = SETTINGS
+            .iter()
+            .find(|s| !s.flag.is_empty() && s.flag == name)
+        else {
             return Err(OptionsError::UnknownFlag(format!("--{name}")));
-        }
-        let (name, value) = match stripped.split_once('=') {
-            Some((n, v)) => (n.to_owned(), v.to_owned()),
-            None if BOOL_FLAGS.contains(&name) => (name.to_owned(), "true".to_owned()),
+        };
+        let value = match stripped.split_once('=') {
+            Some((_, v)) => v.to_owned(),
+            None if s.arg == SWITCH => "true".to_owned(),
             None => {
                 let v = args
                     .get(i)
                     .cloned()
                     .ok_or_else(|| OptionsError::MissingValue(a.clone()))?;
                 i += 1;
-                (stripped.to_owned(), v)
+                v
             }
         };
-        pairs.push((name, value));
+        pairs.push((s, value));
     }
     let mut o = Options::default();
     let mut ev = crate::eviction::Settings::default();
     let cfg_path = pairs
         .iter()
-        .find(|(n, _)| n == "config")
+        .find(|(s, _)| s.flag == "config")
         .map(|(_, p)| PathBuf::from(p));
     if let Some(path) = &cfg_path {
         load_config_eviction(path, &mut o, &mut ev)?;
     }
-    use crate::eviction::threshold::{Given, parse_map};
-    for (name, v) in pairs {
-        let flag = format!("--{name}");
-        let map =
-            |sep: char| -> Result<Option<Given<crate::eviction::threshold::Pairs>>, OptionsError> {
-                Ok(Some(Given {
-                    origin: flag.clone(),
-                    value: parse_map(&v, sep).map_err(|r| bad(&flag, &v, r))?,
-                }))
-            };
-        match name.as_str() {
-            "config" => {}
-            "eviction-hard" => ev.hard = map('<')?,
-            "eviction-soft" => ev.soft = map('<')?,
-            "eviction-soft-grace-period" => ev.soft_grace_period = map('=')?,
-            "eviction-minimum-reclaim" => ev.minimum_reclaim = map('=')?,
-            "eviction-pressure-transition-period" => {
-                ev.pressure_transition_period = Some(Given {
-                    origin: flag.clone(),
-                    value: v,
-                })
-            }
-            "eviction-max-pod-grace-period" => {
-                ev.max_pod_grace_period = Some(Given {
-                    origin: flag.clone(),
-                    value: v
-                        .parse()
-                        .map_err(|_| bad(&flag, &v, "not a number of seconds"))?,
-                })
-            }
-            "eviction-memory-psi-threshold" => {
-                ev.memory_psi_threshold = Some(Given {
-                    origin: flag.clone(),
-                    value: v,
-                })
-            }
-            "pod-manifest-path" => o.pod_manifest_path = Some(PathBuf::from(v)),
-            "container-runtime-endpoint" => o.container_runtime_endpoint = v,
-            "image-service-endpoint" => o.image_service_endpoint = Some(v),
-            "runtime-request-timeout" => {
-                o.runtime_request_timeout = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "root-dir" => o.root_dir = PathBuf::from(v),
-            "kubeconfig" => o.kubeconfig = Some(PathBuf::from(v)),
-            "bootstrap-kubeconfig" => o.bootstrap_kubeconfig = (!v.is_empty()).then(|| v.into()),
-            "rotate-certificates" => {
-                o.rotate_certificates =
-                    Some(v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?)
-            }
-            "image-credential-provider-config" => {
-                o.image_credential_provider_config = Some(PathBuf::from(v))
-            }
-            "image-credential-provider-bin-dir" => {
-                o.image_credential_provider_bin_dir = Some(PathBuf::from(v))
-            }
-            "apiserver-poll-interval" => {
-                let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
-                o.apiserver_poll_interval = (!d.is_zero()).then_some(d);
-            }
-            "node-labels" => o.node_labels = parse_labels(&v).map_err(|r| bad(&flag, &v, r))?,
-            "register-with-taints" => {
-                o.register_with_taints = parse_taints(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "allowed-unsafe-sysctls" => {
-                let list: Vec<String> = v
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                crate::admission::sysctl_allowlist("", &list).map_err(|r| bad(&flag, &v, r))?;
-                o.allowed_unsafe_sysctls = list;
-            }
-            "hostname-override" => o.hostname_override = Some(v),
-            "node-ip" => {
-                o.node_ip = Some(v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?)
-            }
-            "healthz-port" => {
-                o.healthz_port = v.parse().map_err(|_| bad(&flag, &v, "not a port number"))?
-            }
-            "healthz-bind-address" => {
-                o.healthz_bind_address =
-                    v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?
-            }
-            "sync-frequency" => {
-                o.sync_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "file-check-frequency" => {
-                o.file_check_frequency = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "image-gc-high-threshold" => {
-                o.image_gc_high_threshold_percent = v
-                    .parse()
-                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
-            }
-            "image-gc-low-threshold" => {
-                o.image_gc_low_threshold_percent = v
-                    .parse()
-                    .map_err(|_| bad(&flag, &v, "not a whole number"))?
-            }
-            "minimum-image-ttl-duration" => {
-                o.image_minimum_gc_age = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "pod-infra-container-image" => {
-                o.pod_infra_container_image = (!v.is_empty()).then_some(v)
-            }
-            "cgroup-driver" => {
-                o.cgroups.driver = crate::cm::Driver::parse(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "cgroups-per-qos" => {
-                o.cgroups.per_qos = v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?
-            }
-            "cgroup-root" => o.cgroups.root = v,
-            "kube-reserved" => {
-                o.cgroups.kube_reserved =
-                    crate::cm::Reserved::parse_flag(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "system-reserved" => {
-                o.cgroups.system_reserved =
-                    crate::cm::Reserved::parse_flag(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "enforce-node-allocatable" => {
-                o.cgroups.enforce_node_allocatable = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            }
-            "max-pods" => o.max_pods = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?,
-            "pod-max-pids" => {
-                o.cgroups.pod_pids_limit = v.parse().map_err(|_| bad(&flag, &v, "not a number"))?
-            }
-            "container-log-max-size" => {
-                o.container_log.max_size = parse_log_max_size(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "container-log-max-files" => {
-                let n: i64 = v.parse().map_err(|_| bad(&flag, &v, "not an integer"))?;
-                o.container_log.max_files = log_max_files(n).map_err(|r| bad(&flag, &v, r))?
-            }
-            "port" => {
-                o.serving.port = Some(v.parse().map_err(|_| bad(&flag, &v, "not a port number"))?)
-            }
-            "address" => {
-                o.serving.address = v.parse().map_err(|_| bad(&flag, &v, "not an IP address"))?
-            }
-            "tls-cert-file" => o.serving.tls_cert_file = Some(PathBuf::from(v)),
-            "tls-private-key-file" => o.serving.tls_private_key_file = Some(PathBuf::from(v)),
-            "tls-min-version" => {
-                o.serving.tls13_only = parse_tls_version(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "client-ca-file" => o.serving.client_ca_file = (!v.is_empty()).then(|| v.into()),
-            "anonymous-auth" => {
-                o.serving.anonymous = v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?
-            }
-            "authentication-token-webhook" => {
-                o.serving.webhook_authn =
-                    Some(v.parse().map_err(|_| bad(&flag, &v, "not true or false"))?)
-            }
-            "authentication-token-webhook-cache-ttl" => {
-                o.serving.webhook_cache_ttl = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "authorization-mode" => {
-                o.serving.authorization =
-                    Some(AuthorizationMode::parse(&v).map_err(|r| bad(&flag, &v, r))?)
-            }
-            "authorization-webhook-cache-authorized-ttl" => {
-                o.serving.authorized_ttl = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "authorization-webhook-cache-unauthorized-ttl" => {
-                o.serving.unauthorized_ttl = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?
-            }
-            "proxy-server-host" => o.tunnel.host = v,
-            "proxy-server-port" => {
-                o.tunnel.port = v.parse().map_err(|_| bad(&flag, &v, "not a port number"))?
-            }
-            "ca-cert" => o.tunnel.ca_cert = (!v.is_empty()).then(|| v.into()),
-            "agent-cert" => o.tunnel.agent_cert = (!v.is_empty()).then(|| v.into()),
-            "agent-key" => o.tunnel.agent_key = (!v.is_empty()).then(|| v.into()),
-            "service-account-token-path" => o.tunnel.token_path = (!v.is_empty()).then(|| v.into()),
-            "agent-id" => o.tunnel.agent_id = (!v.is_empty()).then_some(v),
-            "agent-identifiers" => o.tunnel.agent_identifiers = (!v.is_empty()).then_some(v),
-            "keepalive-time" => {
-                let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
-                if d < Duration::from_secs(1) {
-                    return Err(bad(&flag, &v, "must be at least 1s"));
-                }
-                o.tunnel.keepalive = d
-            }
-            "proxy-allowed-destinations" => {
-                o.tunnel.allowed = v
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            }
-            "v" => {
-                o.verbosity = v
-                    .parse()
-                    .map_err(|_| bad("-v", &v, "not a number from 0 to 10"))?
-            }
-            _ => unreachable!("flag names are checked against FLAGS"),
-        }
+    for (s, v) in &pairs {
+        let flag = dashed(s.flag);
+        let mut t = Target {
+            o: &mut o,
+            ev: &mut ev,
+            origin: &flag,
+        };
+        (s.parse)(&mut t, v).map_err(|r| bad(&flag, v, r))?;
     }
+    check(o, ev, cfg_path.as_deref()).map(|o| Parsed::Run(Box::new(o)))
+}
+
+/// `-v` for a one-letter flag, `--name` otherwise.
+fn dashed(flag: &str) -> String {
+    if flag.len() == 1 {
+        format!("-{flag}")
+    } else {
+        format!("--{flag}")
+    }
+}
+
+/// The checks of settings together, once every source is read.
+fn check(
+    mut o: Options,
+    ev: crate::eviction::Settings,
+    cfg_path: Option<&Path>,
+) -> Result<Options, OptionsError> {
     o.eviction = ev.build().map_err(|reason| {
         // A setting from the file (its field name starts the message) is named with the
         // file; a flag names itself.
-        match (&cfg_path, !reason.starts_with("--")) {
+        match (cfg_path, !reason.starts_with("--")) {
             (Some(path), true) => OptionsError::Config {
-                path: path.clone(),
+                path: path.to_owned(),
                 reason,
             },
             _ => OptionsError::Invalid(reason),
@@ -1234,7 +696,59 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             e,
         )
     })?;
-    Ok(Command::Run(Box::new(o)))
+    Ok(o)
+}
+
+/// The flags' part of `picolet --help`: a line for each flag of the table (the name, the
+/// value's placeholder, the help from column 37), with the help's further lines below it.
+pub fn flags_usage() -> String {
+    let mut out = String::new();
+    for s in SETTINGS
+        .iter()
+        .filter(|s| !s.flag.is_empty() && !s.help.is_empty())
+    {
+        let name = if s.flag.len() == 1 {
+            format!("-{0}, --{0}", s.flag)
+        } else {
+            dashed(s.flag)
+        };
+        let left = if s.arg == SWITCH {
+            format!("{name}{SWITCH}")
+        } else {
+            format!("{name} {}", s.arg)
+        };
+        let mut lines = s.help.split('\n');
+        let first = lines.next().unwrap_or_default();
+        if left.len() < 35 {
+            out.push_str(&format!("  {left:<35}{first}\n"));
+        } else {
+            out.push_str(&format!("  {left}  {first}\n"));
+        }
+        for line in lines {
+            out.push_str(&format!("{:37}{line}\n", ""));
+        }
+    }
+    out
+}
+
+/// `/configz`: the settings in force, with `KubeletConfiguration`'s field names, for the node
+/// API on `port`.
+pub fn configz(o: &Options, port: u16) -> serde_json::Value {
+    let mut config = serde_json::json!({"enableServer": true});
+    for s in SETTINGS {
+        let Some(value) = s.configz else { continue };
+        let mut at = &mut config;
+        let mut names = s.field.split('.').peekable();
+        while let Some(name) = names.next() {
+            let map = at.as_object_mut().expect("a section is an object");
+            if names.peek().is_none() {
+                map.insert(name.to_owned(), value(o, port));
+                break;
+            }
+            at = map.entry(name).or_insert_with(|| serde_json::json!({}));
+        }
+    }
+    serde_json::json!({ "kubeletconfig": config })
 }
 
 /// The image GC settings' checks, with the kubelet's wording: each threshold 0 to 100, the low
@@ -1302,7 +816,7 @@ mod tests {
 
     fn run(s: &[&str]) -> Options {
         match parse(&args(s)).unwrap() {
-            Command::Run(o) => *o,
+            Parsed::Run(o) => *o,
             c => panic!("{c:?}"),
         }
     }
@@ -1580,38 +1094,6 @@ mod tests {
         assert!(e.contains("--kube-reserved") && e.contains("gpu"), "{e}");
     }
 
-    #[test]
-    fn subcommands() {
-        assert_eq!(parse(&args(&["--version"])).unwrap(), Command::Version);
-        assert_eq!(parse(&args(&["-h"])).unwrap(), Command::Help);
-        assert_eq!(
-            parse(&args(&["validate", "a.yaml"])).unwrap(),
-            Command::Validate(vec!["a.yaml".into()])
-        );
-        assert_eq!(
-            parse(&args(&["validate"])).unwrap_err().to_string(),
-            "validate needs at least one manifest file: picolet validate FILE..."
-        );
-        assert_eq!(
-            parse(&args(&["validate", "--help"])).unwrap(),
-            Command::Help
-        );
-        assert_eq!(
-            parse(&args(&["validate", "a.yaml", "-h"])).unwrap(),
-            Command::Help
-        );
-        assert_eq!(
-            parse(&args(&["validate", "--strict", "a.yaml"]))
-                .unwrap_err()
-                .to_string(),
-            "validate takes manifest files, not flags: \"--strict\" (a file whose name starts with '-' is ./--strict)"
-        );
-        match parse(&args(&["check", "--root-dir", "/r"])).unwrap() {
-            Command::Check(o) => assert_eq!(o.root_dir, PathBuf::from("/r")),
-            c => panic!("{c:?}"),
-        }
-    }
-
     fn write_cfg(name: &str, body: &str) -> PathBuf {
         let p =
             std::env::temp_dir().join(format!("picolet-cfg-{name}-{}.yaml", std::process::id()));
@@ -1729,18 +1211,6 @@ mod tests {
             "{e}"
         );
         std::fs::remove_file(&p).unwrap();
-    }
-
-    #[test]
-    fn the_logs_subcommand() {
-        match parse(&args(&["logs", "web", "-f"])).unwrap() {
-            Command::Logs(a) => assert!(a.follow && a.pod == "web"),
-            c => panic!("{c:?}"),
-        }
-        assert_eq!(
-            parse(&args(&["logs", "--help"])).unwrap(),
-            Command::LogsHelp
-        );
     }
 
     #[test]
@@ -1904,5 +1374,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "/dev/zero: not a regular file: it is a character device");
+    }
+
+    #[cfg(feature = "node-api")]
+    #[test]
+    fn configz_from_the_table_is_the_servers() {
+        let full = write_cfg(
+            "configz",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: /m\nsyncFrequency: 30s\nfileCheckFrequency: 5s\naddress: 10.0.0.1\n\
+             tlsCertFile: /c\ntlsPrivateKeyFile: /k\ntlsMinVersion: VersionTLS13\n\
+             authentication:\n  x509: {clientCAFile: /ca}\n  webhook: {enabled: false, cacheTTL: 1m}\n\
+             \x20 anonymous: {enabled: true}\n\
+             authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 2s}\n\
+             healthzPort: 1\nhealthzBindAddress: 0.0.0.0\ncontainerRuntimeEndpoint: unix:///r.sock\n\
+             imageServiceEndpoint: unix:///i.sock\nruntimeRequestTimeout: 1m\npodLogsDir: /l\n\
+             containerLogMaxFiles: 3\nimageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 10\n\
+             imageMinimumGCAge: 1m\ncgroupDriver: systemd\ncgroupsPerQOS: true\ncgroupRoot: /c\n\
+             podPidsLimit: 9\nrotateCertificates: true\n",
+        );
+        let ps = full.display().to_string();
+        for (o, port) in [
+            (run(&[]), 0),
+            (run(&["--kubeconfig", "/k"]), 10250),
+            (run(&["--config", &ps]), 10251),
+            (
+                run(&[
+                    "--config",
+                    &ps,
+                    "--kubeconfig=/k",
+                    "--authorization-mode=Webhook",
+                ]),
+                1,
+            ),
+        ] {
+            let ours = configz(&o, port).to_string();
+            let server = crate::server::node_api::configz(&o, port);
+            assert_eq!(ours.as_bytes(), &server[..]);
+        }
+        std::fs::remove_file(&full).unwrap();
     }
 }

@@ -17,6 +17,7 @@ mod local;
 mod logs;
 #[cfg(feature = "node-api")]
 pub mod node_api;
+pub mod settings;
 mod stats;
 #[cfg(feature = "node-api")]
 mod streaming;
