@@ -1,7 +1,8 @@
 //! The settings of a run, one row each: the flag, the `KubeletConfiguration` field, how a value
 //! of either applies to [`Options`], the help line, and what `/configz` reports. The command
-//! line, the config file, `picolet --help` and `/configz` are all read from [`SETTINGS`]
-//! (`options` walks it), so a new flag is one row here (and its field in `Options`).
+//! line, the config file, `picolet --help` and the `/configz` document (`parse::configz`) all
+//! come from [`SETTINGS`] (`parse` walks it), so a new flag is one row here (and its field in
+//! `Options`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -939,7 +940,7 @@ mod tests {
             }
         }
         // And no flag in the table's part of the help that no row parses.
-        for f in named(&super::super::options::flags_usage()) {
+        for f in named(&super::super::parse::flags_usage()) {
             assert!(
                 flags.contains(&f.trim_start_matches('-')),
                 "picolet --help shows {f}, which no row parses"

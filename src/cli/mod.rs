@@ -1,17 +1,20 @@
-//! The command line: the options of a run (`options`: the kubelet's flags and the
-//! `KubeletConfiguration` subset, read through the one table of settings in `flags`), and the
-//! subcommands: `picolet check` (`check`), `picolet exec` (`exec`), `picolet logs` (`logs`) and
-//! `picolet validate` (`validate`). This file tells them apart.
+//! The command line: the options of a run (`options`: [`Options`] and its defaults; `flags`: the
+//! one table of settings, a row per flag and `KubeletConfiguration` field; `parse`: the flags, the
+//! file, the help and `/configz` read and written through that table), and the subcommands:
+//! `picolet check` (`check`), `picolet exec` (`exec`), `picolet logs` (`logs`) and `picolet
+//! validate` (`validate`). This file tells them apart.
 
 pub mod check;
 pub mod exec;
 pub mod flags;
 pub mod logs;
 pub mod options;
+pub mod parse;
 
 use std::path::PathBuf;
 
-use options::{Options, OptionsError, Parsed};
+use options::{Options, OptionsError};
+use parse::Parsed;
 
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +55,7 @@ const USAGE_TAIL: &str = concat!(
 
 /// `picolet --help`: the commands, then one entry per flag of [`flags::SETTINGS`].
 pub fn usage() -> String {
-    format!("{USAGE_HEAD}{}{USAGE_TAIL}", options::flags_usage())
+    format!("{USAGE_HEAD}{}{USAGE_TAIL}", parse::flags_usage())
 }
 
 /// Parses the arguments (without the program name).
@@ -80,7 +83,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             Command::Run(o) => Command::Check(o),
             other => other,
         }),
-        _ => Ok(match options::parse(args)? {
+        _ => Ok(match parse::parse(args)? {
             Parsed::Run(o) => Command::Run(o),
             Parsed::Help => Command::Help,
             Parsed::Version => Command::Version,
