@@ -58,8 +58,8 @@ pub enum Field {
 /// One setting.
 #[derive(Clone, Copy)]
 pub struct Setting {
-    /// The flag without its dashes (`-v` for a one-letter one, `--name` otherwise); "" for a
-    /// field the kubelet takes from the file alone.
+    /// The flag's name without dashes (written `-v` when it is one letter, `--name`
+    /// otherwise); "" for a field the kubelet takes from the file alone.
     pub flag: &'static str,
     /// The value's placeholder in the help (`PATH`); `[=true|false]` makes the flag a switch:
     /// alone it is true, a value needs `=`, as in Go.
@@ -133,7 +133,9 @@ fn eviction_map(origin: &str, v: &str, sep: char) -> Result<Option<Given<Pairs>>
 use Field::*;
 
 /// Every setting, in the order of `picolet --help`. The config file's fields apply in this order
-/// too; flags apply in the order given, after the file.
+/// too; flags apply in the order given, after the file. A new setting is a row: its flag (with
+/// `arg`, `help` and `parse`), its field (with `read`), and `configz` when `/configz` reports it;
+/// the tests below hold every row to the help and to `docs/configuration.md`.
 pub static SETTINGS: &[Setting] = &[
     Setting {
         flag: "pod-manifest-path",
