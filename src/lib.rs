@@ -47,6 +47,11 @@ pub mod root_dir;
 pub mod rt;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;
+/// Without the local API, the server's settings alone: the flags parse the same.
+#[cfg(not(feature = "local-api"))]
+pub(crate) mod server {
+    pub mod settings;
+}
 pub mod services;
 pub mod stats;
 pub(crate) mod status;

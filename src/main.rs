@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
-use picolet::cli::options::{self, Command};
+use picolet::cli::{self, Command};
 
 fn main() -> ExitCode {
     // Before any thread starts: one malloc arena for all of them.
@@ -16,19 +16,19 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match options::parse(&args) {
+    let opts = match cli::parse(&args) {
         Ok(Command::Help) => {
-            print!("{}", options::USAGE);
+            print!("{}", cli::usage());
             return ExitCode::SUCCESS;
         }
         Ok(Command::LogsHelp) => {
-            print!("{}", picolet::cli::logs::USAGE);
+            print!("{}", cli::logs::USAGE);
             return ExitCode::SUCCESS;
         }
         Ok(Command::Logs(a)) => {
             // Ctrl-C ends a follow: the exit signals act as usual here.
             let _ = set.thread_unblock();
-            return match picolet::cli::logs::run(&a, &mut std::io::stdout().lock()) {
+            return match cli::logs::run(&a, &mut std::io::stdout().lock()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("picolet logs: {e}");
@@ -37,12 +37,12 @@ fn main() -> ExitCode {
             };
         }
         Ok(Command::ExecHelp) => {
-            print!("{}", picolet::cli::exec::USAGE);
+            print!("{}", cli::exec::USAGE);
             return ExitCode::SUCCESS;
         }
         Ok(Command::Exec(a)) => {
             let _ = set.thread_unblock();
-            return match picolet::cli::exec::run(&a) {
+            return match cli::exec::run(&a) {
                 Ok(code) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
                 Err(e) => {
                     eprintln!("picolet exec: {e}");
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         Ok(Command::Validate(files)) => {
             // Unknown fields are warnings: they go to stderr, the errors to stdout.
             picolet::logger::init(0);
-            let errors = picolet::cli::validate(&files);
+            let errors = cli::validate(&files);
             for e in &errors {
                 println!("{e}");
             }
@@ -74,13 +74,11 @@ fn main() -> ExitCode {
             };
         }
         Ok(Command::Check(o)) => {
-            let findings = picolet::cli::check::all(&o);
+            let findings = cli::check::all(&o);
             for f in &findings {
                 println!("{f}");
             }
-            let fatal = findings
-                .iter()
-                .any(|f| f.level == picolet::cli::check::Level::Fatal);
+            let fatal = findings.iter().any(|f| f.level == cli::check::Level::Fatal);
             return if fatal {
                 ExitCode::FAILURE
             } else {

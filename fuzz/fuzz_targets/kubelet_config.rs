@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use picolet::options::{Options, parse_config};
+use picolet::cli::parse::parse_config;
+use picolet::options::Options;
 
 fuzz_target!(|data: &[u8]| {
     let mut o = Options::default();

@@ -124,7 +124,7 @@ pub fn parse(args: &[String]) -> Result<ExecArgs, OptionsError> {
     }
     if let Some(c) = config {
         let mut o = options::Options::default();
-        options::load_config(Path::new(&c), &mut o)?;
+        crate::cli::parse::load_config(Path::new(&c), &mut o)?;
         a.endpoint = o.container_runtime_endpoint;
     }
     if let Some(e) = endpoint {

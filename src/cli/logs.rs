@@ -150,7 +150,7 @@ pub fn parse(args: &[String]) -> Result<LogsArgs, OptionsError> {
     }
     if let Some(c) = config {
         let mut o = options::Options::default();
-        options::load_config(Path::new(&c), &mut o)?;
+        crate::cli::parse::load_config(Path::new(&c), &mut o)?;
         a.addr = SocketAddr::new(o.healthz_bind_address, o.healthz_port);
     }
     if let Some(p) = port {

@@ -441,7 +441,8 @@ fn by_priority_groups_run_lowest_first() {
 
 #[test]
 fn the_config_file_fields_are_parsed_and_checked() {
-    use crate::cli::options::{Options, parse_config};
+    use crate::cli::options::Options;
+    use crate::cli::parse::parse_config;
     let path = Path::new("/etc/picolet/config.yaml");
     let doc = |body: &str| {
         format!("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{body}")

@@ -22,6 +22,7 @@ mod logs;
 #[cfg(feature = "node-api")]
 pub mod node_api;
 pub mod routes;
+pub mod settings;
 mod stats;
 #[cfg(feature = "node-api")]
 mod streaming;

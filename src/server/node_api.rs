@@ -21,60 +21,6 @@ use super::routes::Listener;
 use super::{Context, Error, Streamed};
 use crate::rt;
 
-/// `/configz`: the settings in force, with `KubeletConfiguration`'s field names.
-pub fn configz(o: &crate::cli::options::Options, port: u16) -> Bytes {
-    use crate::api::format_duration as d;
-    let s = &o.serving;
-    let webhook = s.webhook_authn.unwrap_or(o.kubeconfig.is_some());
-    let mode = match s.authorization {
-        Some(crate::cli::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
-        Some(crate::cli::options::AuthorizationMode::Webhook) => "Webhook",
-        None if o.kubeconfig.is_some() => "Webhook",
-        None => "AlwaysAllow",
-    };
-    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
-    let v = serde_json::json!({"kubeletconfig": {
-        "enableServer": true,
-        "staticPodPath": path(&o.pod_manifest_path),
-        "syncFrequency": d(o.sync_frequency),
-        "fileCheckFrequency": d(o.file_check_frequency),
-        "address": s.address.to_string(),
-        "port": port,
-        "tlsCertFile": path(&s.tls_cert_file),
-        "tlsPrivateKeyFile": path(&s.tls_private_key_file),
-        "tlsMinVersion": if s.tls13_only { "VersionTLS13" } else { "VersionTLS12" },
-        "rotateCertificates": o.rotation(),
-        "serverTLSBootstrap": s.server_tls_bootstrap,
-        "authentication": {
-            "x509": {"clientCAFile": path(&s.client_ca_file)},
-            "webhook": {"enabled": webhook, "cacheTTL": d(s.webhook_cache_ttl)},
-            "anonymous": {"enabled": s.anonymous},
-        },
-        "authorization": {
-            "mode": mode,
-            "webhook": {
-                "cacheAuthorizedTTL": d(s.authorized_ttl),
-                "cacheUnauthorizedTTL": d(s.unauthorized_ttl),
-            },
-        },
-        "healthzPort": o.healthz_port,
-        "healthzBindAddress": o.healthz_bind_address.to_string(),
-        "containerRuntimeEndpoint": o.container_runtime_endpoint,
-        "imageServiceEndpoint": o.image_service_endpoint,
-        "runtimeRequestTimeout": d(o.runtime_request_timeout),
-        "podLogsDir": o.pod_logs_dir.display().to_string(),
-        "containerLogMaxFiles": o.container_log.max_files,
-        "imageGCHighThresholdPercent": o.image_gc_high_threshold_percent,
-        "imageGCLowThresholdPercent": o.image_gc_low_threshold_percent,
-        "imageMinimumGCAge": d(o.image_minimum_gc_age),
-        "cgroupDriver": o.cgroups.driver.to_string(),
-        "cgroupsPerQOS": o.cgroups.per_qos,
-        "cgroupRoot": o.cgroups.root,
-        "podPidsLimit": o.cgroups.pod_pids_limit,
-    }});
-    Bytes::from(v.to_string())
-}
-
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

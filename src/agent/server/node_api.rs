@@ -4,7 +4,8 @@
 use std::rc::Rc;
 
 use crate::agent::{Parts, cluster};
-use crate::cli::options::{self, Options};
+use crate::cli::options::Options;
+use crate::server::settings::AuthorizationMode;
 use crate::{certificate, rt, server};
 
 pub(super) fn start(
@@ -82,24 +83,20 @@ pub(super) fn start(
     let tls = server::node_api::tls_config(serving, s.client_ca_file.as_deref(), s.tls13_only)
         .map_err(|e| format!("the node API's TLS: {e}"))?;
     let webhook = s.webhook_authn.unwrap_or(client.is_some());
-    let authz = match s.authorization {
-        Some(m) => m,
-        None if client.is_some() => options::AuthorizationMode::Webhook,
-        None => options::AuthorizationMode::AlwaysAllow,
-    };
+    let authz = AuthorizationMode::or_default(s.authorization, client.is_some());
     let need =
         |what: &str| format!("{what} needs --kubeconfig (the apiserver answers the reviews)");
     if webhook && client.is_none() {
         return Err(need("--authentication-token-webhook"));
     }
-    if authz == options::AuthorizationMode::Webhook && client.is_none() {
+    if authz == AuthorizationMode::Webhook && client.is_none() {
         return Err(need("--authorization-mode=Webhook"));
     }
     let auth = server::auth::Auth::new(
         s.anonymous,
         webhook.then(|| client.cloned()).flatten(),
         s.webhook_cache_ttl,
-        (authz == options::AuthorizationMode::Webhook)
+        (authz == AuthorizationMode::Webhook)
             .then(|| client.cloned())
             .flatten(),
         s.authorized_ttl,
@@ -121,7 +118,7 @@ pub(super) fn start(
     let api = Rc::new(server::node_api::NodeApi {
         ctx,
         auth,
-        configz: server::node_api::configz(o, port),
+        configz: crate::cli::parse::configz(o, port).to_string().into(),
     });
     tasks.push(rt::spawn(server::node_api::serve(l, tls, api)));
     Ok(tasks)
