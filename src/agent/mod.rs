@@ -100,6 +100,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     let restored = cluster::restore(&o, src.cluster.as_ref());
     let notifier = notifier();
     rt::block_on(async move {
+        // Preloaded images before the first pod sync, so static pods start from them.
+        runtime::preload_images(&o).await;
         let kubelet::Started {
             parts,
             pleg,

@@ -77,6 +77,7 @@ flags:
   --image-credential-provider-config FILE  CredentialProviderConfig: registry credential
                                      plugins (needs --image-credential-provider-bin-dir)
   --image-credential-provider-bin-dir DIR  where those plugins are
+  --image-preload-dir DIR            image archives imported and pinned at start (default ROOT/images)
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              the node's labels (admission matches pods against them;
                                      the Node is registered with them)
@@ -178,6 +179,9 @@ pub struct Options {
     /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `--image-preload-dir`, `imagePreloadDir`: image archives imported at start; `None`:
+    /// `images/` under the root dir.
+    pub image_preload_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
@@ -325,6 +329,7 @@ impl Default for Options {
             verbosity: 0,
             image_credential_provider_config: None,
             image_credential_provider_bin_dir: None,
+            image_preload_dir: None,
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             rotate_certificates: None,
@@ -400,6 +405,7 @@ struct KubeletConfiguration {
     healthz_port: Option<u16>,
     healthz_bind_address: Option<String>,
     pod_logs_dir: Option<String>,
+    image_preload_dir: Option<String>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<i32>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -605,6 +611,9 @@ fn parse_config_into(
     }
     if let Some(p) = cfg.pod_logs_dir {
         o.pod_logs_dir = PathBuf::from(p);
+    }
+    if let Some(p) = cfg.image_preload_dir {
+        o.image_preload_dir = Some(PathBuf::from(p));
     }
     if let Some(v) = cfg.image_gc_high_threshold_percent {
         o.image_gc_high_threshold_percent = v;
@@ -841,6 +850,7 @@ const FLAGS: &[&str] = &[
     "rotate-certificates",
     "image-credential-provider-config",
     "image-credential-provider-bin-dir",
+    "image-preload-dir",
     "apiserver-poll-interval",
     "node-labels",
     "register-with-taints",
@@ -1038,6 +1048,7 @@ pub fn parse(args: &[String]) -> Result<Command, OptionsError> {
             "image-credential-provider-bin-dir" => {
                 o.image_credential_provider_bin_dir = Some(PathBuf::from(v))
             }
+            "image-preload-dir" => o.image_preload_dir = Some(PathBuf::from(v)),
             "apiserver-poll-interval" => {
                 let d = parse_duration(&v).map_err(|r| bad(&flag, &v, r))?;
                 o.apiserver_poll_interval = (!d.is_zero()).then_some(d);

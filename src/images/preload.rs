@@ -1,0 +1,239 @@
+//! The preload pass: every image archive in the directory, read and checked, imported into
+//! containerd under the names it carries, each name pinned. A damaged archive is refused with
+//! its file and reason; the others are imported; nothing running is touched.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::archive::{self, Archive, Platform, Source};
+use super::containerd::{self, Client};
+use crate::rt;
+
+/// How long the pass waits for containerd to answer at all (it may start with picolet).
+const RUNTIME_WAIT: Duration = Duration::from_secs(30);
+/// How long a lease holds an import's blobs if picolet dies before it names them.
+const LEASE_EXPIRY: Duration = Duration::from_secs(3600);
+
+/// What became of one archive.
+#[derive(Debug)]
+pub struct Outcome {
+    pub file: PathBuf,
+    /// The names imported and pinned, or why the archive was refused.
+    pub result: Result<Imported, String>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Imported {
+    pub names: Vec<String>,
+    /// Blobs written, and blobs containerd held already.
+    pub written: usize,
+    pub present: usize,
+}
+
+/// The archives of `dir`, in name order: `.tar`, `.tar.gz`, `.tgz`, `.tar.zst`, `.tzst`
+/// (refused by the reader until zstd is supported); hidden files and others are left alone.
+pub fn archives(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("image preload directory {}: {e}", dir.display())),
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let is_archive = [".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        if name.starts_with('.') || !is_archive {
+            continue;
+        }
+        if e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()) {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Imports every archive of `dir` through containerd at `socket`; logs each result and
+/// returns them. A directory that does not exist is no error (nothing to preload).
+pub async fn run(dir: &Path, client: &Client) -> Vec<Outcome> {
+    let d = dir.to_path_buf();
+    let files = match rt::unblock(move || archives(&d)).await {
+        Ok(f) => f,
+        Err(e) => {
+            log::error!("{e}; no image preloaded");
+            return Vec::new();
+        }
+    };
+    if files.is_empty() {
+        return Vec::new();
+    }
+    let platform = Platform::node();
+    let mut outcomes = Vec::new();
+    for file in files {
+        let result = import_file(&file, dir, &platform, client).await;
+        match &result {
+            Ok(i) => log::info!(
+                "preloaded {}: {} (pinned; {} blobs written, {} present)",
+                file.display(),
+                i.names.join(", "),
+                i.written,
+                i.present
+            ),
+            Err(e) => log::error!("{e}"),
+        }
+        outcomes.push(Outcome { file, result });
+    }
+    outcomes
+}
+
+async fn import_file(
+    file: &Path,
+    scratch: &Path,
+    platform: &Platform,
+    client: &Client,
+) -> Result<Imported, String> {
+    let (f, s, p) = (file.to_path_buf(), scratch.to_path_buf(), platform.clone());
+    let archive = rt::unblock(move || {
+        // A read-only directory (a read-only root filesystem) decompresses in the temp dir.
+        archive::read(&f, &s, &p).or_else(|e| {
+            if e.reason.starts_with("cannot make a temporary file") {
+                archive::read(&f, &std::env::temp_dir(), &p)
+            } else {
+                Err(e)
+            }
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let unnamed: Vec<&str> = archive
+        .images
+        .iter()
+        .filter(|i| i.names.is_empty())
+        .map(|i| i.target.digest.as_str())
+        .collect();
+    if !unnamed.is_empty() {
+        return Err(format!(
+            "image archive {}: image {} has no name (an index entry needs the \
+             io.containerd.image.name or a full org.opencontainers.image.ref.name annotation; \
+             a docker save archive, RepoTags)",
+            file.display(),
+            unnamed.join(", ")
+        ));
+    }
+    let lease = format!("picolet-preload-{}-{}", std::process::id(), rt::now_nanos());
+    create_lease(client, &lease)
+        .await
+        .map_err(|e| format!("image archive {}: not imported: {e}", file.display()))?;
+    let result = import(&archive, client, &lease).await;
+    if let Err(e) = client.delete_lease(&lease).await {
+        log::warn!("deleting containerd lease {lease}: {e} (it expires by itself)");
+    }
+    result.map_err(|e| format!("image archive {}: not imported: {e}", file.display()))
+}
+
+/// Creates the import's lease, waiting up to [`RUNTIME_WAIT`] for containerd to answer.
+async fn create_lease(client: &Client, lease: &str) -> Result<(), containerd::Error> {
+    let start = rt::now();
+    loop {
+        match client.create_lease(lease, LEASE_EXPIRY).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_unavailable() && rt::now().duration_since(start) < RUNTIME_WAIT => {
+                rt::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn import(
+    archive: &Archive,
+    client: &Client,
+    lease: &str,
+) -> Result<Imported, containerd::Error> {
+    let mut done = Imported::default();
+    for image in &archive.images {
+        for blob in &image.blobs {
+            // Stored already: its labels (a manifest's references) came with its first import.
+            if client.has_blob(&blob.desc.digest).await? {
+                done.present += 1;
+                continue;
+            }
+            let data: Box<dyn std::io::Read + Send> = match &blob.source {
+                Source::Entry { offset } => {
+                    Box::new(archive.entry_reader(*offset, blob.desc.size).map_err(|e| {
+                        containerd::Error::Write {
+                            digest: blob.desc.digest.clone(),
+                            reason: format!("reading the archive: {e}"),
+                        }
+                    })?)
+                }
+                Source::Bytes(b) => Box::new(std::io::Cursor::new(b.clone())),
+            };
+            let up = containerd::Upload {
+                digest: &blob.desc.digest,
+                size: blob.desc.size,
+                labels: &blob.labels,
+                data,
+            };
+            if client.write_blob(up, lease).await? {
+                done.written += 1;
+            } else {
+                done.present += 1;
+            }
+        }
+        let target = containerd::images::Descriptor {
+            media_type: image.target.media_type.clone(),
+            digest: image.target.digest.clone(),
+            size: i64::try_from(image.target.size).unwrap_or(i64::MAX),
+            annotations: Default::default(),
+        };
+        for name in &image.names {
+            client
+                .put_image(
+                    name,
+                    target.clone(),
+                    &[
+                        (containerd::MANAGED_LABEL, containerd::MANAGED_VALUE),
+                        (containerd::PINNED_LABEL, containerd::PINNED_VALUE),
+                    ],
+                    lease,
+                )
+                .await?;
+            done.names.push(name.clone());
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archives_in_name_order_hidden_and_others_left_alone() {
+        let dir = std::env::temp_dir().join(format!("picolet-preload-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub.tar")).unwrap();
+        for f in [
+            "b.tar.gz",
+            "a.tar",
+            ".hidden.tar",
+            "notes.txt",
+            "c.tgz",
+            "d.tar.zst",
+        ] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        let names: Vec<String> = archives(&dir)
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.tar", "b.tar.gz", "c.tgz", "d.tar.zst"]);
+        assert!(archives(&dir.join("missing")).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

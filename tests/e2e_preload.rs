@@ -1,0 +1,124 @@
+//! Preloaded images against a real containerd with no registry: an image archive in
+//! `--image-preload-dir` (gzip compressed, as built by scripts/build-image.sh) is imported
+//! through containerd's own API at start, pinned, and a static pod runs from it; a truncated
+//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again.
+
+mod support;
+
+use support::{IMAGE, Pod, agent, containerd};
+
+use std::process::Command;
+use std::time::Duration;
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+
+const T: Duration = Duration::from_secs(90);
+const PRELOADED: &str = "picolet.local/preload:1";
+
+/// `(repo tag, pinned)` of every image the CRI lists.
+fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
+    use picolet::cri::v1;
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    let list = picolet::rt::block_on(cri.list_images(v1::ListImagesRequest { filter: None }))
+        .expect("ListImages");
+    list.images
+        .iter()
+        .flat_map(|i| i.repo_tags.iter().map(|t| (t.clone(), i.pinned)))
+        .collect()
+}
+
+#[test]
+fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
+    let dir = test_dir("preload");
+    let c = ScratchContainerd::start(&dir.join("c"));
+    let images = dir.join("a").join("preload");
+    std::fs::create_dir_all(&images).unwrap();
+
+    // The archive, built offline, gzip-compressed; and a truncated copy of it.
+    let tar = dir.join("preload.tar");
+    let out = Command::new("bash")
+        .arg(support::script("build-image.sh"))
+        .arg(&tar)
+        .arg(PRELOADED)
+        .args(["sleep", "3600"])
+        .output()
+        .expect("run build-image.sh");
+    assert!(
+        out.status.success(),
+        "build-image.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new("gzip")
+        .args(["-c", "-1"])
+        .arg(&tar)
+        .output()
+        .expect("run gzip");
+    assert!(out.status.success());
+    std::fs::write(images.join("app.tar.gz"), &out.stdout).unwrap();
+    let whole = std::fs::read(&tar).unwrap();
+    std::fs::write(images.join("broken.tar"), &whole[..whole.len() / 2]).unwrap();
+
+    assert!(
+        !cri_images(&c).iter().any(|(t, _)| t == PRELOADED),
+        "the image must not be there before picolet imports it"
+    );
+
+    let mut a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &[format!("--image-preload-dir={}", images.display())],
+    );
+    a.write_manifest(
+        "preloaded.yaml",
+        &Pod::new("preloaded").image(PRELOADED).yaml(),
+    );
+    a.wait_for("the pod from the preloaded image running", T, |a| {
+        a.phase("preloaded") == "Running"
+    });
+
+    let listed = cri_images(&c);
+    assert!(
+        listed.contains(&(PRELOADED.to_owned(), true)),
+        "the CRI lists the preloaded image pinned: {listed:?}"
+    );
+    assert!(
+        listed.contains(&(IMAGE.to_owned(), false)),
+        "an image imported otherwise is not pinned: {listed:?}"
+    );
+    let log = a.log_text();
+    let broken = images.join("broken.tar");
+    assert!(
+        log.contains(&format!("image archive {}: truncated", broken.display())),
+        "the truncated archive is refused by name:\n{log}"
+    );
+    let imported = format!(
+        "preloaded {}: {PRELOADED} (pinned; ",
+        images.join("app.tar.gz").display()
+    );
+    assert_eq!(log.matches(&imported).count(), 1, "{log}");
+    // The layer may be there already: picolet.local/busybox:1 is built from the same busybox.
+    assert!(
+        log.contains(&format!("{imported}3 blobs written, 0 present)"))
+            || log.contains(&format!("{imported}2 blobs written, 1 present)")),
+        "{log}"
+    );
+
+    // Again at the next start: every blob is there, the record unchanged, the pod untouched.
+    let containers = c.running_containers(&support::full("preloaded"));
+    assert_eq!(containers.len(), 1, "one running container");
+    a.restart();
+    a.wait_for("the second preload pass", T, |a| {
+        a.log_text()
+            .contains(&format!("{imported}0 blobs written, 3 present)"))
+    });
+    a.wait_for("the pod still running", T, |a| {
+        a.phase("preloaded") == "Running"
+    });
+    assert_eq!(
+        c.running_containers(&support::full("preloaded")),
+        containers
+    );
+    assert!(cri_images(&c).contains(&(PRELOADED.to_owned(), true)));
+}
