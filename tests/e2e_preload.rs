@@ -38,6 +38,23 @@ fn runtime_version(c: &ScratchContainerd) -> String {
     v.runtime_version.trim_start_matches('v').to_owned()
 }
 
+/// Whether containerd of this version reports the pin label as `pinned` (1.6.22, 1.7.3, 2.x).
+fn reports_pinned(version: &str) -> bool {
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let v = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    match (v.0, v.1) {
+        (1, 6) => v.2 >= 22,
+        (1, 7) => v.2 >= 3,
+        (major, minor) => (major, minor) > (1, 7),
+    }
+}
+
 #[test]
 fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     let dir = test_dir("preload");
@@ -87,8 +104,8 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         a.phase("preloaded") == "Running"
     });
 
-    // The record carries the pin label; the CRI reports it as `pinned` from containerd 1.7 on
-    // (1.6 always says false, so image GC cannot see the pin there).
+    // The record carries the pin label; the CRI reports it as `pinned` from containerd 1.6.22
+    // and 1.7.3 on (older ones always say false, so image GC cannot see the pin there).
     let records = c.ctr(&["images", "ls"]);
     assert!(
         records
@@ -97,7 +114,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         "the image record is labelled pinned:\n{records}"
     );
     let listed = cri_images(&c);
-    if runtime_version(&c).starts_with("1.6.") {
+    if !reports_pinned(&runtime_version(&c)) {
         assert!(
             listed.contains(&(PRELOADED.to_owned(), false)),
             "{listed:?}"
