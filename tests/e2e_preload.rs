@@ -1,7 +1,8 @@
 //! Preloaded images against a real containerd with no registry: an image archive in
 //! `--image-preload-dir` (gzip compressed, as built by scripts/build-image.sh) is imported
 //! through containerd's own API at start, pinned, and a static pod runs from it; a truncated
-//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again.
+//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again;
+//! an archive added while picolet runs is imported and the pod waiting for it starts.
 
 mod support;
 
@@ -15,6 +16,7 @@ use containerd::ScratchContainerd;
 
 const T: Duration = Duration::from_secs(90);
 const PRELOADED: &str = "picolet.local/preload:1";
+const LATE: &str = "picolet.local/preload-late:1";
 
 /// `(repo tag, pinned)` of every image the CRI lists.
 fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
@@ -64,18 +66,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
 
     // The archive, built offline, gzip-compressed; and a truncated copy of it.
     let tar = dir.join("preload.tar");
-    let out = Command::new("bash")
-        .arg(support::script("build-image.sh"))
-        .arg(&tar)
-        .arg(PRELOADED)
-        .args(["sleep", "3600"])
-        .output()
-        .expect("run build-image.sh");
-    assert!(
-        out.status.success(),
-        "build-image.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    build_image(&tar, PRELOADED, "3600");
     let out = Command::new("gzip")
         .args(["-c", "-1"])
         .arg(&tar)
@@ -163,4 +154,48 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         containers
     );
     assert!(cri_images(&c).iter().any(|(t, _)| t == PRELOADED));
+
+    // An archive added while picolet runs (written beside, then renamed in, as an update tool
+    // does) is imported, and a pod waiting for its image starts.
+    a.write_manifest("late.yaml", &Pod::new("late").image(LATE).yaml());
+    a.wait_for("the pull of the missing image failing", T, |a| {
+        a.log_text().contains(&format!("\"{LATE}\"")) && a.phase("late") == "Pending"
+    });
+    let late = dir.join("late.tar");
+    build_image(&late, LATE, "3601");
+    let hidden = images.join(".late.tar.part");
+    std::fs::copy(&late, &hidden).unwrap();
+    std::fs::rename(&hidden, images.join("late.tar")).unwrap();
+    // Well under the 60 s re-list: only the inotify watch can deliver it in time.
+    a.wait_for(
+        "the pod from the archive added while running",
+        Duration::from_secs(30),
+        |a| a.phase("late") == "Running",
+    );
+    let log = a.log_text();
+    assert!(
+        log.contains(&format!(
+            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present)",
+            images.join("late.tar").display()
+        )),
+        "{log}"
+    );
+    // The archives already handled are not read again.
+    assert_eq!(log.matches(&imported).count(), 2, "{log}");
+}
+
+/// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).
+fn build_image(tar: &std::path::Path, name: &str, seconds: &str) {
+    let out = Command::new("bash")
+        .arg(support::script("build-image.sh"))
+        .arg(tar)
+        .arg(name)
+        .args(["sleep", seconds])
+        .output()
+        .expect("run build-image.sh");
+    assert!(
+        out.status.success(),
+        "build-image.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -24,8 +24,9 @@ pub(super) fn connect(o: &Options) -> Result<cri::Cri, String> {
 }
 
 /// Imports and pins the image archives of `--image-preload-dir` (default `ROOT/images`)
-/// through containerd's own API on the runtime's socket; each result is logged.
-pub(super) async fn preload_images(o: &Options) {
+/// through containerd's own API on the runtime's socket; each result is logged. Returns the
+/// preloader, whose `watch` imports archives added later.
+pub(super) async fn preload_images(o: &Options) -> Option<images::preload::Preloader> {
     let dir = o
         .image_preload_dir
         .clone()
@@ -38,11 +39,13 @@ pub(super) async fn preload_images(o: &Options) {
         Ok(s) => s,
         Err(e) => {
             log::error!("image preload: {e}");
-            return;
+            return None;
         }
     };
     let client = images::containerd::Client::new(&socket, o.runtime_request_timeout);
-    images::preload::run(&dir, &client).await;
+    let mut preloader = images::preload::Preloader::new(dir, client);
+    preloader.pass().await;
+    Some(preloader)
 }
 
 /// What `start` starts.

@@ -56,37 +56,146 @@ pub fn archives(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// Imports every archive of `dir` through containerd at `socket`; logs each result and
-/// returns them. A directory that does not exist is no error (nothing to preload).
-pub async fn run(dir: &Path, client: &Client) -> Vec<Outcome> {
-    let d = dir.to_path_buf();
-    let files = match rt::unblock(move || archives(&d)).await {
-        Ok(f) => f,
-        Err(e) => {
-            log::error!("{e}; no image preloaded");
-            return Vec::new();
+/// How often the directory is listed again besides inotify's events (and the watch set up
+/// again when it could not be: a directory made after start).
+const RESCAN: Duration = Duration::from_secs(60);
+/// Events come in bursts (a copy, then a rename): wait this long after the first.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// What tells a file's version apart: device, inode, size, modification time.
+type Stamp = (u64, u64, u64, i64, i64);
+
+fn stamp(p: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+/// The preload directory and the archive versions already handled (imported or refused): an
+/// archive is read again only when it is added or replaced.
+pub struct Preloader {
+    dir: PathBuf,
+    client: Client,
+    seen: std::collections::HashMap<PathBuf, Stamp>,
+}
+
+impl Preloader {
+    pub fn new(dir: PathBuf, client: Client) -> Preloader {
+        Preloader {
+            dir,
+            client,
+            seen: Default::default(),
         }
-    };
-    if files.is_empty() {
-        return Vec::new();
     }
-    let platform = Platform::node();
-    let mut outcomes = Vec::new();
-    for file in files {
-        let result = import_file(&file, dir, &platform, client).await;
-        match &result {
-            Ok(i) => log::info!(
-                "preloaded {}: {} (pinned; {} blobs written, {} present)",
-                file.display(),
-                i.names.join(", "),
-                i.written,
-                i.present
-            ),
-            Err(e) => log::error!("{e}"),
+
+    /// Imports every archive of the directory not handled yet in its present version; logs
+    /// each result and returns them. A directory that does not exist is no error.
+    pub async fn pass(&mut self) -> Vec<Outcome> {
+        let d = self.dir.clone();
+        let files = match rt::unblock(move || {
+            archives(&d).map(|files| {
+                files
+                    .into_iter()
+                    .filter_map(|f| stamp(&f).map(|s| (f, s)))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                log::error!("{e}; no image preloaded");
+                return Vec::new();
+            }
+        };
+        let platform = Platform::node();
+        let mut outcomes = Vec::new();
+        for (file, st) in files {
+            if self.seen.get(&file) == Some(&st) {
+                continue;
+            }
+            let result = import_file(&file, &self.dir, &platform, &self.client).await;
+            match &result {
+                Ok(i) => log::info!(
+                    "preloaded {}: {} (pinned; {} blobs written, {} present)",
+                    file.display(),
+                    i.names.join(", "),
+                    i.written,
+                    i.present
+                ),
+                Err(e) => log::error!("{e}"),
+            }
+            // A runtime that did not answer: tried again at the next pass.
+            if !result.as_ref().is_err_and(|e| e.contains(NOT_YET)) {
+                self.seen.insert(file.clone(), st);
+            }
+            outcomes.push(Outcome { file, result });
         }
-        outcomes.push(Outcome { file, result });
+        outcomes
     }
-    outcomes
+
+    /// Imports archives as they are added or replaced (closed after writing, or moved in),
+    /// and at every [`RESCAN`]; runs until dropped.
+    pub async fn watch(mut self) {
+        let mut w = None;
+        loop {
+            if w.is_none() {
+                w = watch(&self.dir).ok();
+            }
+            match &mut w {
+                Some((inotify, ready)) => {
+                    let _ = rt::timeout(RESCAN, ready.readable()).await;
+                    rt::sleep(DEBOUNCE).await;
+                    if !drain(inotify) {
+                        w = None; // the directory went away: watched again when it is back
+                    }
+                }
+                None => rt::sleep(RESCAN).await,
+            }
+            self.pass().await;
+        }
+    }
+}
+
+/// Reads the pending events; false when the watch ended (the directory removed or moved).
+fn drain(inotify: &mut inotify::Inotify) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match inotify.read_events(&mut buf) {
+            Ok(events) => {
+                let mut n = 0;
+                for e in events {
+                    n += 1;
+                    if e.mask.contains(inotify::EventMask::IGNORED) {
+                        return false;
+                    }
+                }
+                if n == 0 {
+                    return true;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// The marker of an archive that was fine but found the runtime not answering.
+const NOT_YET: &str = ": not imported yet, the runtime does not answer: ";
+
+/// An inotify watch of `dir` for archives closed after writing or moved in, and readiness of
+/// its descriptor.
+fn watch(dir: &Path) -> std::io::Result<(inotify::Inotify, smol::Async<std::os::fd::OwnedFd>)> {
+    use std::os::fd::AsFd;
+    let inotify = inotify::Inotify::init()?;
+    inotify.watches().add(
+        dir,
+        inotify::WatchMask::CLOSE_WRITE
+            | inotify::WatchMask::MOVED_TO
+            | inotify::WatchMask::ONLYDIR,
+    )?;
+    let ready = smol::Async::new(inotify.as_fd().try_clone_to_owned()?)?;
+    Ok((inotify, ready))
 }
 
 async fn import_file(
@@ -124,9 +233,13 @@ async fn import_file(
         ));
     }
     let lease = format!("picolet-preload-{}-{}", std::process::id(), rt::now_nanos());
-    create_lease(client, &lease)
-        .await
-        .map_err(|e| format!("image archive {}: not imported: {e}", file.display()))?;
+    create_lease(client, &lease).await.map_err(|e| {
+        if e.is_unavailable() {
+            format!("image archive {}{NOT_YET}{e}", file.display())
+        } else {
+            format!("image archive {}: not imported: {e}", file.display())
+        }
+    })?;
     let result = import(&archive, client, &lease).await;
     if let Err(e) = client.delete_lease(&lease).await {
         log::warn!("deleting containerd lease {lease}: {e} (it expires by itself)");
