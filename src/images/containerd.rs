@@ -175,27 +175,9 @@ impl Client {
         Ok(())
     }
 
-    /// True when containerd holds the blob already (the lease then references it on write).
-    pub async fn has_blob(&self, digest: &str) -> Result<bool, Error> {
-        let req = content::InfoRequest {
-            digest: digest.to_owned(),
-        };
-        let mut c = self.content.clone();
-        match call(
-            "Content.Info",
-            self.deadline,
-            c.info(self.request(req, None)),
-        )
-        .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.code() == Some(tonic::Code::NotFound) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Writes a blob under `lease`, checked by containerd against its digest and size and
-    /// committed with its labels. Returns false when containerd had it already.
+    /// committed with its labels. Returns false when containerd had it already (it then adds
+    /// the blob to the lease and refuses the write before any data is stored).
     pub async fn write_blob(&self, up: Upload<'_>, lease: &str) -> Result<bool, Error> {
         let digest = up.digest.to_owned();
         let size = i64::try_from(up.size).unwrap_or(i64::MAX);

@@ -269,11 +269,9 @@ async fn import(
     let mut done = Imported::default();
     for image in &archive.images {
         for blob in &image.blobs {
-            // Stored already: its labels (a manifest's references) came with its first import.
-            if client.has_blob(&blob.desc.digest).await? {
-                done.present += 1;
-                continue;
-            }
+            // A blob containerd has is not sent again: a write that names it is refused at once
+            // (AlreadyExists) and containerd adds the blob to the lease, so nothing collects it
+            // before the image names it. Its labels are those of its first import.
             let data: Box<dyn std::io::Read + Send> = match &blob.source {
                 Source::Entry { offset } => {
                     Box::new(archive.entry_reader(*offset, blob.desc.size).map_err(|e| {
