@@ -183,7 +183,7 @@ pub fn read(path: &Path, scratch: &Path, platform: &Platform) -> Result<Archive,
         images: Vec::new(),
     };
     let entries = index_tar(&mut archive.tar).map_err(bad)?;
-    let mut r = Reader {
+    let r = Reader {
         archive: &archive,
         entries: &entries,
         bad: &bad,
@@ -437,16 +437,12 @@ struct PlatformJson {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IndexJson {
-    #[serde(default)]
-    media_type: Option<String>,
     manifests: Vec<DescriptorJson>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ManifestJson {
-    #[serde(default)]
-    media_type: Option<String>,
     config: DescriptorJson,
     layers: Vec<DescriptorJson>,
 }
@@ -571,7 +567,7 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
         ))
     }
 
-    fn oci(&mut self, platform: &Platform) -> Result<Vec<Image>, ArchiveError> {
+    fn oci(&self, platform: &Platform) -> Result<Vec<Image>, ArchiveError> {
         if let Some(e) = self.entries.get("oci-layout").copied() {
             let v: serde_json::Value =
                 self.parse(&self.read_entry(e, "oci-layout")?, "oci-layout")?;
@@ -603,7 +599,6 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
                 blobs: target.1,
             });
         }
-        let _ = index.media_type;
         Ok(images)
     }
 
@@ -651,7 +646,6 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
             MEDIA_OCI_MANIFEST | MEDIA_DOCKER_MANIFEST => {
                 let name = format!("manifest {}", d.digest);
                 let m: ManifestJson = self.parse(&bytes, &name)?;
-                let _ = m.media_type;
                 let mut blobs = Vec::new();
                 let mut labels = BTreeMap::new();
                 let (config, ce) = self.checked_blob(&m.config, &format!("{name}: config"))?;
@@ -688,7 +682,7 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
 
     /// A `docker save` archive: configs and layers by path, hashed here, under a manifest
     /// made for them (docker's archive has none).
-    fn docker(&mut self) -> Result<Vec<Image>, ArchiveError> {
+    fn docker(&self) -> Result<Vec<Image>, ArchiveError> {
         let e = self.entry("manifest.json", "file")?;
         let list: Vec<DockerManifest> =
             self.parse(&self.read_entry(e, "manifest.json")?, "manifest.json")?;
