@@ -77,7 +77,7 @@ flags:
   --image-credential-provider-config FILE  CredentialProviderConfig: registry credential
                                      plugins (needs --image-credential-provider-bin-dir)
   --image-credential-provider-bin-dir DIR  where those plugins are
-  --image-preload-dir DIR            image archives imported and pinned at start (default ROOT/images)
+  --image-preload-dir DIR            image archives imported and pinned (default ROOT/images)
   --apiserver-poll-interval DUR      list the node's pods this often instead of watching
   --node-labels k=v,...              the node's labels (admission matches pods against them;
                                      the Node is registered with them)
@@ -179,8 +179,8 @@ pub struct Options {
     /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
-    /// `--image-preload-dir`, `imagePreloadDir`: image archives imported at start; `None`:
-    /// `images/` under the root dir.
+    /// `--image-preload-dir`, `imagePreloadDir`: image archives imported at start and when
+    /// added; `None`: `images/` under the root dir.
     pub image_preload_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
