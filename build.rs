@@ -1,9 +1,10 @@
-// Compiles the CRI subset and the konnectivity agent protocol in pure Rust (protox), so neither
+// Compiles the CRI subset, the konnectivity agent protocol and the containerd subset in pure Rust (protox), so neither
 // the build machine, cross builds nor Yocto need protoc. Client code only: picolet never serves
 // CRI, and is the agent, not the server, of the konnectivity tunnel.
 fn main() {
     println!("cargo:rerun-if-changed=proto/runtime.proto");
     println!("cargo:rerun-if-changed=proto/konnectivity.proto");
+    println!("cargo:rerun-if-changed=proto/containerd");
     // A lower bound for the wall clock (preflight flags a board that booted in 1970);
     // SOURCE_DATE_EPOCH keeps reproducible builds reproducible.
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
@@ -30,4 +31,20 @@ fn main() {
         .build_transport(false)
         .compile_fds(fds)
         .expect("generate the konnectivity agent client");
+    // containerd's own content, images and leases services (subsets): importing preloaded
+    // image archives, which the CRI has no call for.
+    let fds = protox::compile(
+        [
+            "proto/containerd/content.proto",
+            "proto/containerd/images.proto",
+            "proto/containerd/leases.proto",
+        ],
+        ["proto"],
+    )
+    .expect("compile proto/containerd");
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_transport(false)
+        .compile_fds(fds)
+        .expect("generate the containerd client");
 }

@@ -22,6 +22,7 @@ pub mod cri;
 pub mod events;
 pub mod eviction;
 pub(crate) mod hash;
+pub mod images;
 pub mod konnectivity;
 pub(crate) mod kubecontainer;
 pub mod kuberuntime;

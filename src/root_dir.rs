@@ -58,6 +58,12 @@ impl RootDir<'_> {
         self.0.join("seccomp")
     }
 
+    /// `images/`: image archives imported and pinned at start (`--image-preload-dir`'s
+    /// default).
+    pub fn images(&self) -> PathBuf {
+        self.0.join("images")
+    }
+
     /// `config.json`: the node's registry credentials, in Docker's format.
     pub fn registry_credentials(&self) -> PathBuf {
         self.0.join("config.json")
@@ -73,6 +79,7 @@ mod tests {
         let r = RootDir(Path::new("/var/lib/kubelet"));
         let cases = [
             (r.pki(), "/var/lib/kubelet/pki"),
+            (r.images(), "/var/lib/kubelet/images"),
             (r.static_pods(), "/var/lib/kubelet/static-pods"),
             (
                 r.pods_checkpoint(),

@@ -100,6 +100,8 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     let restored = cluster::restore(&o, src.cluster.as_ref());
     let notifier = notifier();
     rt::block_on(async move {
+        // Preloaded images before the first pod sync, so static pods start from them.
+        let preloader = runtime::preload_images(&o).await;
         let kubelet::Started {
             parts,
             pleg,
@@ -110,6 +112,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
         let _cluster =
             cluster::start(&o, src.cluster.as_ref(), &parts, &node, restored, snapshots)?;
         let _pleg = rt::spawn(pleg.run(pleg::RELIST_PERIOD));
+        let _preload = preloader.map(|p| rt::spawn(p.watch()));
         let _server = server::start(&o, &parts, file.report, src.cluster.as_ref())?;
         let _upkeep = upkeep::start(&o, &parts, notifier.clone());
         let _shutdown = shutdown::start(&o, &parts);

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use super::{Counted, Restored};
 use crate::cli::options::Options;
 use crate::node::Facts;
-use crate::{cm, credential_provider, cri, kuberuntime, rt, status};
+use crate::{cm, credential_provider, cri, images, kuberuntime, rt, status};
 
 /// The CRI client of `--container-runtime-endpoint` (and `--image-service-endpoint`); it
 /// connects on first use.
@@ -21,6 +21,31 @@ pub(super) fn connect(o: &Options) -> Result<cri::Cri, String> {
         deadlines,
     )
     .map_err(|e| e.to_string())
+}
+
+/// Imports and pins the image archives of `--image-preload-dir` (default `ROOT/images`)
+/// through containerd's own API on the runtime's socket; each result is logged. Returns the
+/// preloader, whose `watch` imports archives added later.
+pub(super) async fn preload_images(o: &Options) -> Option<images::preload::Preloader> {
+    let dir = o
+        .image_preload_dir
+        .clone()
+        .unwrap_or_else(|| o.root().images());
+    let endpoint = o
+        .image_service_endpoint
+        .as_deref()
+        .unwrap_or(&o.container_runtime_endpoint);
+    let socket = match cri::parse_endpoint(endpoint) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("image preload: {e}");
+            return None;
+        }
+    };
+    let client = images::containerd::Client::new(&socket, o.runtime_request_timeout);
+    let mut preloader = images::preload::Preloader::new(dir, client);
+    preloader.pass().await;
+    Some(preloader)
 }
 
 /// What `start` starts.

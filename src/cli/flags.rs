@@ -542,6 +542,18 @@ pub static SETTINGS: &[Setting] = &[
         ..NONE
     },
     Setting {
+        flag: "image-preload-dir",
+        arg: "DIR",
+        help: "image archives imported and pinned (default ROOT/images)",
+        parse: |t, v| set(&mut t.o.image_preload_dir, Some(v.into())),
+        field: "imagePreloadDir",
+        read: Text(|t, p| {
+            t.o.image_preload_dir = path(p);
+            Ok(())
+        }),
+        ..NONE
+    },
+    Setting {
         flag: "apiserver-poll-interval",
         arg: "DUR",
         help: "list the node's pods this often instead of watching",

@@ -62,6 +62,9 @@ pub struct Options {
     /// `--image-credential-provider-config` and `--image-credential-provider-bin-dir`.
     pub image_credential_provider_config: Option<PathBuf>,
     pub image_credential_provider_bin_dir: Option<PathBuf>,
+    /// `--image-preload-dir`, `imagePreloadDir`: image archives imported at start and when
+    /// added; `None`: `images/` under the root dir.
+    pub image_preload_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
@@ -140,6 +143,7 @@ impl Default for Options {
             verbosity: 0,
             image_credential_provider_config: None,
             image_credential_provider_bin_dir: None,
+            image_preload_dir: None,
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             rotate_certificates: None,

@@ -1132,7 +1132,10 @@ mod tests {
             true
         );
         let alone = configz(&run(&[]), 0);
-        assert_eq!(alone["kubeletconfig"]["authorization"]["mode"], "AlwaysAllow");
+        assert_eq!(
+            alone["kubeletconfig"]["authorization"]["mode"],
+            "AlwaysAllow"
+        );
         std::fs::remove_file(&full).unwrap();
     }
 }

@@ -1,0 +1,201 @@
+//! Preloaded images against a real containerd with no registry: an image archive in
+//! `--image-preload-dir` (gzip compressed, as built by scripts/build-image.sh) is imported
+//! through containerd's own API at start, pinned, and a static pod runs from it; a truncated
+//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again;
+//! an archive added while picolet runs is imported and the pod waiting for it starts.
+
+mod support;
+
+use support::{IMAGE, Pod, agent, containerd};
+
+use std::process::Command;
+use std::time::Duration;
+
+use agent::{Agent, test_dir};
+use containerd::ScratchContainerd;
+
+const T: Duration = Duration::from_secs(90);
+const PRELOADED: &str = "picolet.local/preload:1";
+const LATE: &str = "picolet.local/preload-late:1";
+
+/// `(repo tag, pinned)` of every image the CRI lists.
+fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
+    use picolet::cri::v1;
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    let list = picolet::rt::block_on(cri.list_images(v1::ListImagesRequest { filter: None }))
+        .expect("ListImages");
+    list.images
+        .iter()
+        .flat_map(|i| i.repo_tags.iter().map(|t| (t.clone(), i.pinned)))
+        .collect()
+}
+
+/// The runtime's version, as `1.6.20` or `v2.4.2` without the `v`.
+fn runtime_version(c: &ScratchContainerd) -> String {
+    use picolet::cri::v1;
+    let cri =
+        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
+    let v = picolet::rt::block_on(cri.version(v1::VersionRequest::default())).expect("Version");
+    v.runtime_version.trim_start_matches('v').to_owned()
+}
+
+/// Whether containerd of this version reports the pin label as `pinned` (1.6.22, 1.7.3, 2.x).
+fn reports_pinned(version: &str) -> bool {
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let v = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    match (v.0, v.1) {
+        (1, 6) => v.2 >= 22,
+        (1, 7) => v.2 >= 3,
+        (major, minor) => (major, minor) > (1, 7),
+    }
+}
+
+#[test]
+fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
+    let dir = test_dir("preload");
+    let c = ScratchContainerd::start(&dir.join("c"));
+    let images = dir.join("a").join("preload");
+    std::fs::create_dir_all(&images).unwrap();
+
+    // The archive, built offline, gzip-compressed; and a truncated copy of it.
+    let tar = dir.join("preload.tar");
+    build_image(&tar, PRELOADED, "3600");
+    let out = Command::new("gzip")
+        .args(["-c", "-1"])
+        .arg(&tar)
+        .output()
+        .expect("run gzip");
+    assert!(out.status.success());
+    std::fs::write(images.join("app.tar.gz"), &out.stdout).unwrap();
+    let whole = std::fs::read(&tar).unwrap();
+    std::fs::write(images.join("broken.tar"), &whole[..whole.len() / 2]).unwrap();
+
+    assert!(
+        !cri_images(&c).iter().any(|(t, _)| t == PRELOADED),
+        "the image must not be there before picolet imports it"
+    );
+
+    let mut a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &[format!("--image-preload-dir={}", images.display())],
+    );
+    a.write_manifest(
+        "preloaded.yaml",
+        &Pod::new("preloaded").image(PRELOADED).yaml(),
+    );
+    a.wait_for("the pod from the preloaded image running", T, |a| {
+        a.phase("preloaded") == "Running"
+    });
+
+    // The record carries the pin label; the CRI reports it as `pinned` from containerd 1.6.22
+    // and 1.7.3 on (older ones always say false, so image GC cannot see the pin there).
+    let records = c.ctr(&["images", "ls"]);
+    assert!(
+        records
+            .lines()
+            .any(|l| l.starts_with(PRELOADED) && l.contains("io.cri-containerd.pinned=pinned")),
+        "the image record is labelled pinned:\n{records}"
+    );
+    let listed = cri_images(&c);
+    if !reports_pinned(&runtime_version(&c)) {
+        assert!(
+            listed.contains(&(PRELOADED.to_owned(), false)),
+            "{listed:?}"
+        );
+    } else {
+        assert!(
+            listed.contains(&(PRELOADED.to_owned(), true)),
+            "the CRI lists the preloaded image pinned: {listed:?}"
+        );
+    }
+    assert!(
+        listed.contains(&(IMAGE.to_owned(), false)),
+        "an image imported otherwise is not pinned: {listed:?}"
+    );
+    let log = a.log_text();
+    let broken = images.join("broken.tar");
+    assert!(
+        log.contains(&format!("image archive {}: truncated", broken.display())),
+        "the truncated archive is refused by name:\n{log}"
+    );
+    let imported = format!(
+        "preloaded {}: {PRELOADED} (pinned; ",
+        images.join("app.tar.gz").display()
+    );
+    assert_eq!(log.matches(&imported).count(), 1, "{log}");
+    // The layer may be there already: picolet.local/busybox:1 is built from the same busybox.
+    assert!(
+        log.contains(&format!("{imported}3 blobs written, 0 present)"))
+            || log.contains(&format!("{imported}2 blobs written, 1 present)")),
+        "{log}"
+    );
+
+    // Again at the next start: every blob is there, the record unchanged, the pod untouched.
+    let containers = c.running_containers(&support::full("preloaded"));
+    assert_eq!(containers.len(), 1, "one running container");
+    a.restart();
+    a.wait_for("the second preload pass", T, |a| {
+        a.log_text()
+            .contains(&format!("{imported}0 blobs written, 3 present)"))
+    });
+    a.wait_for("the pod still running", T, |a| {
+        a.phase("preloaded") == "Running"
+    });
+    assert_eq!(
+        c.running_containers(&support::full("preloaded")),
+        containers
+    );
+    assert!(cri_images(&c).iter().any(|(t, _)| t == PRELOADED));
+
+    // An archive added while picolet runs (written beside, then renamed in, as an update tool
+    // does) is imported, and a pod waiting for its image starts.
+    a.write_manifest("late.yaml", &Pod::new("late").image(LATE).yaml());
+    a.wait_for("the pull of the missing image failing", T, |a| {
+        a.log_text().contains(&format!("\"{LATE}\"")) && a.phase("late") == "Pending"
+    });
+    let late = dir.join("late.tar");
+    build_image(&late, LATE, "3601");
+    let hidden = images.join(".late.tar.part");
+    std::fs::copy(&late, &hidden).unwrap();
+    std::fs::rename(&hidden, images.join("late.tar")).unwrap();
+    // Well under the 60 s re-list: only the inotify watch can deliver it in time.
+    a.wait_for(
+        "the pod from the archive added while running",
+        Duration::from_secs(30),
+        |a| a.phase("late") == "Running",
+    );
+    let log = a.log_text();
+    assert!(
+        log.contains(&format!(
+            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present)",
+            images.join("late.tar").display()
+        )),
+        "{log}"
+    );
+    // The archives already handled are not read again.
+    assert_eq!(log.matches(&imported).count(), 2, "{log}");
+}
+
+/// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).
+fn build_image(tar: &std::path::Path, name: &str, seconds: &str) {
+    let out = Command::new("bash")
+        .arg(support::script("build-image.sh"))
+        .arg(tar)
+        .arg(name)
+        .args(["sleep", seconds])
+        .output()
+        .expect("run build-image.sh");
+    assert!(
+        out.status.success(),
+        "build-image.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
