@@ -1584,12 +1584,13 @@ pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 pub const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 /// The status of a pod the node stops for good, from its last status: evicted or stopped for
-/// the node's shutdown (a `DisruptionTarget` condition, reason `TerminationByKubelet`, says so
-/// at once, as upstream), or past its active deadline; Ready/ContainersReady false.
+/// the node's shutdown (with a `DisruptionTarget` condition, reason `TerminationByKubelet`, as
+/// upstream), or past its active deadline; Ready/ContainersReady false at once.
 ///
-/// Phase Failed with `reason` and `message` only once no container can still be running, as
-/// upstream's status manager holds a terminal phase back (`mergePodStatus`): while one still
-/// runs, the phase, reason and message stay as they were. Once its containers are stopped
+/// Phase Failed with `reason` and `message`, and the `DisruptionTarget` condition, only once no
+/// container can still be running, as upstream's status manager holds them back
+/// (`mergePodStatus`): while one still runs, the phase, reason and message stay as they were.
+/// Once its containers are stopped
 /// (`killed`), each container that was running shows terminated with exit code 137 (SIGKILL's,
 /// as the runtime reports it) and one that never ran shows upstream's
 /// `ContainerStatusUnknown`.
@@ -1617,7 +1618,7 @@ pub fn failed_by_kubelet(
     let set = |conds: &mut Vec<PodCondition>, type_: &str, status: &str, reason: &str, msg| {
         set_condition(conds, type_, status, reason, msg, &at);
     };
-    if reason == EVICTED || reason == crate::nodeshutdown::REASON {
+    if !could_run && (reason == EVICTED || reason == crate::nodeshutdown::REASON) {
         set(
             &mut s.conditions,
             DISRUPTION_TARGET,
@@ -1843,10 +1844,10 @@ mod evicted_tests {
         );
         assert_eq!(prev.phase.as_deref(), Some("Running"));
         let cond = |s: &PodStatus, t: &str| s.conditions.iter().find(|c| c.type_ == t).cloned();
-        let d = cond(&s, "DisruptionTarget").unwrap();
         assert_eq!(
-            (d.status.as_str(), d.reason.as_deref()),
-            ("True", Some("TerminationByKubelet"))
+            cond(&s, "DisruptionTarget"),
+            None,
+            "held back with the phase"
         );
         assert_eq!(cond(&s, READY).unwrap().status, "False");
         assert!(
@@ -1867,10 +1868,15 @@ mod evicted_tests {
         let n = k.container_statuses[1].state.terminated.as_ref().unwrap();
         assert_eq!(n.reason.as_deref(), Some("ContainerStatusUnknown"));
         assert!(k.container_statuses[1].state.waiting.is_none());
-        // The DisruptionTarget condition keeps its first transition time.
+        let d = cond(&k, "DisruptionTarget").unwrap();
         assert_eq!(
-            cond(&k, "DisruptionTarget").unwrap().last_transition_time,
-            d.last_transition_time
+            (d.status.as_str(), d.reason.as_deref(), d.message.as_deref()),
+            ("True", Some("TerminationByKubelet"), Some(msg))
+        );
+        assert_eq!(
+            d.last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:05Z"),
+            "the time it was sent, once the containers stopped"
         );
     }
 
