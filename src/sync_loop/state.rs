@@ -374,14 +374,7 @@ impl LoopState {
                 self.pods.upsert(pod.clone());
                 out.push(Command::ReportPending(pod.clone()));
                 if view.cache.get(&uid).is_some() {
-                    let term = Term {
-                        grace: crate::kuberuntime::config::grace_period(&pod),
-                        namespace: pod.metadata.namespace.clone(),
-                        name: pod.metadata.name.clone(),
-                        evicted: true,
-                        deleted: false,
-                    };
-                    self.terminate(uid, term, out);
+                    self.stop_keeping_status(uid, &pod, out);
                 }
             }
             Op::Add if let Some(r) = self.admit(&pod) => {
@@ -398,14 +391,7 @@ impl LoopState {
                 out.push(Command::Reject(pod.clone(), r));
                 if view.cache.get(&uid).is_some() {
                     // It ran before picolet restarted: stopped, its Failed status kept.
-                    let term = Term {
-                        grace: crate::kuberuntime::config::grace_period(&pod),
-                        namespace: pod.metadata.namespace.clone(),
-                        name: pod.metadata.name.clone(),
-                        evicted: true,
-                        deleted: false,
-                    };
-                    self.terminate(uid, term, out);
+                    self.stop_keeping_status(uid, &pod, out);
                 }
             }
             Op::Add | Op::Update => {
@@ -496,6 +482,19 @@ impl LoopState {
             .map(|p| &**p)
             .collect();
         crate::admission::admit(pod, node, &admitted).err()
+    }
+
+    /// Stops what the runtime runs of a pod that must not run (rejected, or ended before),
+    /// within its grace period, keeping the status it has (as an evicted pod's).
+    fn stop_keeping_status(&mut self, uid: String, pod: &Pod, out: &mut Vec<Command>) {
+        let term = Term {
+            grace: crate::kuberuntime::config::grace_period(pod),
+            namespace: pod.metadata.namespace.clone(),
+            name: pod.metadata.name.clone(),
+            evicted: true,
+            deleted: false,
+        };
+        self.terminate(uid, term, out);
     }
 
     pub(super) fn terminate(&mut self, uid: String, term: Term, out: &mut Vec<Command>) {
