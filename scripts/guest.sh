@@ -7,7 +7,7 @@
 #       build the guest image (or find it in the cache) and print its directory
 #       (scripts/guest/image.sh: mmdebstrap of Debian's packages, cached by its inputs)
 #   scripts/guest.sh scenarios [--arch A] [--cuts N] [--picolet PATH] [--upgrade-to PATH]
-#                              [--if-cached]
+#                              [--if-cached] [--figures]
 #       boot the image and run the device scenarios on one disk (a qcow2 overlay of the
 #       image, kept across the boots of the run). With --if-cached the run happens only
 #       when the image's root file system (the slow part of an image build: over ten
@@ -23,6 +23,8 @@
 #                   boot again: every file picolet keeps is whole, picolet starts, every
 #                   pod runs, no duplicates; prints how many boots needed more than a
 #                   normal start
+#       With --figures, the first boot also prints the node's memory at rest with 0 and 10
+#       pods (picolet alone first, then 7 more pods beside the 3 steady ones, removed again).
 #       Default: amd64, 2 cuts, target/debug/picolet. `--cuts 20` is the long run.
 #   scripts/guest.sh shutdown [--arch A] [--picolet PATH]
 #       graceful node shutdown, joined to a control plane of its own (scripts/control-plane.sh)
@@ -67,9 +69,10 @@ usage() {
 [[ $# -ge 1 ]] || usage
 CMD=$1
 shift
-ARCH=amd64 CUTS=2 PICOLET= UPGRADE_TO= IF_CACHED=0
+ARCH=amd64 CUTS=2 PICOLET= UPGRADE_TO= IF_CACHED=0 FIGURES=0
 while [[ $# -gt 0 ]]; do
     case $1 in
+        --figures) FIGURES=1; shift ;;
         --if-cached) IF_CACHED=1; shift ;;
         --arch) ARCH=${2:?--arch needs a value}; shift 2 ;;
         --cuts) CUTS=${2:?--cuts needs a value}; shift 2 ;;
@@ -365,16 +368,34 @@ check "install picolet as the unit file installs it" 60 '
     install -m 0644 /mnt/host/picolet.service /etc/systemd/system/picolet.service
     mkdir -p /etc/kubernetes/manifests
     printf "PICOLET_ARGS=\"--cgroup-driver=systemd\"\n" >/etc/default/picolet
-    cp /mnt/host/manifests/web.yaml /mnt/host/manifests/bridged.yaml /mnt/host/manifests/limited.yaml /etc/kubernetes/manifests/
+    [[ '"$FIGURES"' == 1 ]] || cp /mnt/host/manifests/web.yaml /mnt/host/manifests/bridged.yaml /mnt/host/manifests/limited.yaml /etc/kubernetes/manifests/
     sync
     systemctl daemon-reload
     systemctl enable --now picolet.service 2>&1 | grep -v "^Created symlink" || true
     systemctl is-active picolet >/dev/null || { diag; exit 1; }
     picolet --version'
+if [[ $FIGURES == 1 ]]; then
+    check "the node's memory with no pod, picolet idle (a figure)" 60 'sleep 20; footprint'
+    check "the steady pods' manifests put in place" 30 '
+        cp /mnt/host/manifests/web.yaml /mnt/host/manifests/bridged.yaml /mnt/host/manifests/limited.yaml /etc/kubernetes/manifests/
+        sync; echo copied'
+fi
 check "the first static pod's container runs" 180 'wait_running 150 web'
 first_pod=$(since "$BOOT_T0")
 check "every static pod runs, once" 180 'wait_running 150 web bridged limited && no_duplicates'
 check "the node's memory with ${#STEADY[@]} pods at rest (a figure)" 30 'sleep 10; footprint'
+if [[ $FIGURES == 1 ]]; then
+    for i in 1 2 3 4 5 6 7; do
+        manifest "extra$i" "" "" "$LOOP" >"$SHARE/manifests/extra$i.yaml"
+    done
+    check "10 pods: 7 more beside the steady ones" 420 '
+        cp /mnt/host/manifests/extra?.yaml /etc/kubernetes/manifests/
+        wait_running 400 web bridged limited extra1 extra2 extra3 extra4 extra5 extra6 extra7'
+    check "the node's memory with 10 pods at rest (a figure)" 60 'sleep 20; footprint'
+    check "the 7 extra pods removed" 240 '
+        rm /etc/kubernetes/manifests/extra?.yaml
+        wait_gone 200 extra1 extra2 extra3 extra4 extra5 extra6 extra7'
+fi
 log "boot 1: qemu started -> first pod running $first_pod s (picolet installed $(awk -v a="$BOOT_T0" -v b="$t_install" 'BEGIN { printf "%.1f", b - a }') s after qemu started)"
 
 # cgroup v2 under the systemd driver, read from the kernel's files.

@@ -1,9 +1,9 @@
 //! Quiet under failure, against a real containerd: a node where a pod cannot start (the runtime
-//! has no CNI configuration, so every sandbox fails and the old ones cannot be stopped) and a
-//! leftover pod cgroup cannot be removed (a process is kept in it) logs each failure once; over
-//! the window that follows, while picolet keeps retrying all of it with backoff, it writes at
-//! most a handful of lines at the default verbosity (the count is of lines, not of time). When
-//! the CNI configuration appears, the pod starts within one retry period.
+//! has no CNI configuration, so every sandbox fails, and with containerd 1.6 the old ones cannot
+//! be stopped either) and a leftover pod cgroup cannot be removed (a process is kept in it) logs
+//! each failure once; over the window that follows, while picolet keeps retrying all of it with
+//! backoff, it writes at most a handful of lines at the default verbosity (the count is of lines,
+//! not of time). When the CNI configuration appears, the pod starts within one retry period.
 //!
 //! The window ([`WINDOW`], 2 minutes) spans the backoff's first six periods (2 s doubling to
 //! 64 s) at their real values: no test-only setting shortens them. Before this behaviour the
@@ -146,7 +146,10 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
     );
     a.write_manifest("stuck", &Pod::new("stuck").yaml());
 
-    // The first report of each failure: a warning with its cause.
+    // The first report of each failure: a warning with its cause. (A runtime that keeps the
+    // sandboxes whose network failed, as containerd 1.6 does, adds a third: their removal by
+    // container GC, which fails the same way; containerd 2.x removes them itself. Where it
+    // comes after these two, it is one more line in the window below.)
     let leftover = format!("removing leftover directory of pod {uid}: ");
     let warned = |a: &Agent, what: &str| {
         a.log_text()
@@ -154,13 +157,9 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
             .any(|l| l.starts_with('W') && l.contains(what))
     };
     a.wait_for(
-        "the first reports of the three failures",
+        "the first reports of the stuck pod and the stuck cgroup",
         Duration::from_secs(90),
-        |a| {
-            warned(a, &leftover)
-                && warned(a, "sync of pod stuck")
-                && warned(a, "removing old sandboxes of pod")
-        },
+        |a| warned(a, &leftover) && warned(a, "sync of pod stuck"),
     );
 
     let start = a.log_text().len();

@@ -245,14 +245,33 @@ psi() {
     return $bad
 }
 
+# wait_gone DEADLINE_S POD...: until no sandbox or container of any POD runs.
+wait_gone() {
+    local deadline=$1 p left
+    shift
+    local end=$(( $(cut -d. -f1 /proc/uptime) + deadline ))
+    while :; do
+        left=$(running_sets | awk -v pods=" $* " 'index(pods, " " $2 " ")')
+        [[ -z $left ]] && { echo "gone at uptime $(uptime_s) s"; return 0; }
+        if (( $(cut -d. -f1 /proc/uptime) >= end )); then
+            echo "still running after ${deadline} s:"
+            printf '%s\n' "$left"
+            return 1
+        fi
+        sleep 1
+    done
+}
+
 # footprint: the node's memory at rest, from the v2 memory.current of the units and slices
 # (a figure, not a check), and picolet's own RSS beside it.
 footprint() {
-    local u pid mib
+    local u pid mib total=0
     mib() { awk '{ printf "%.1f MiB", $1 / 1048576 }' "$1"; }
     for u in system.slice/picolet.service system.slice/containerd.service kubepods.slice; do
         printf '%s memory.current %s\n' "${u#*/}" "$(mib "/sys/fs/cgroup/$u/memory.current")"
+        total=$((total + $(cat "/sys/fs/cgroup/$u/memory.current")))
     done
+    printf 'the three together %s\n' "$(awk -v b="$total" 'BEGIN { printf "%.1f MiB", b / 1048576 }')"
     pid=$(systemctl show -p MainPID --value picolet)
     printf 'picolet VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' \
         "$(awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$pid/status")" \
