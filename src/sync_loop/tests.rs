@@ -83,6 +83,22 @@ fn step(st: &mut LoopState, i: Input, now: std::time::Instant, view: View<'_>) -
     cmds
 }
 
+/// A runtime cache holding one pod (with nothing of it listed), as after a restart.
+fn runtime_holds(uid: &str, name: &str) -> Cache {
+    let mut cache = Cache::default();
+    cache.put(
+        crate::kubecontainer::PodRuntimeStatus {
+            uid: uid.into(),
+            name: name.into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+        0,
+        None,
+    );
+    cache
+}
+
 #[test]
 fn nothing_syncs_before_the_first_listing() {
     let cache = Cache::default();
@@ -194,17 +210,7 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert!(rejections(&cmds).is_empty());
 
     // A pod that ran before a restart and no longer fits is stopped, its status kept.
-    let mut cache = Cache::default();
-    cache.put(
-        crate::kubecontainer::PodRuntimeStatus {
-            uid: "f".into(),
-            name: "ran".into(),
-            namespace: "default".into(),
-            ..Default::default()
-        },
-        0,
-        None,
-    );
+    let cache = runtime_holds("f", "ran");
     let ran = View {
         listed: true,
         cache: &cache,
@@ -266,17 +272,7 @@ fn a_pod_that_ended_before_a_restart_is_not_run_again() {
         assert!(syncs(&step(&mut st, Input::Tick, later, view)).is_empty());
     }
     // Succeeded alike; and what the runtime still runs of such a pod is stopped, its status kept.
-    let mut cache = Cache::default();
-    cache.put(
-        crate::kubecontainer::PodRuntimeStatus {
-            uid: "s".into(),
-            name: "sigterm".into(),
-            namespace: "default".into(),
-            ..Default::default()
-        },
-        0,
-        None,
-    );
+    let cache = runtime_holds("s", "sigterm");
     let running = View {
         listed: true,
         cache: &cache,
