@@ -194,11 +194,12 @@ fail() {
 boot() {
     BOOT=$((BOOT + 1))
     CONSOLE_LOG=$RUN/console-$BOOT.log
-    rm -f -- "$SHARE/ready"
+    rm -f -- "$SHARE/ready" "$SHARE/heartbeat"
     BOOT_T0=$(now)
     "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot \
         -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
-        -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4" \
+        -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4 sysrq_always_enabled=1" \
+        -monitor "unix:$RUN/monitor.sock,server=on,wait=off" \
         -drive "file=$RUN/disk.qcow2,format=qcow2,if=virtio" \
         -virtfs "local,path=$SHARE,mount_tag=host0,security_model=none" \
         -serial "file:$CONSOLE_LOG" "${NIC[@]}" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
@@ -211,7 +212,7 @@ boot() {
             QEMU_PID=
             fail "qemu exited before the guest came up (kernel, initrd or root file system failed; qemu said: $(tail -n 3 "$RUN/qemu-$BOOT.log" | tr '\n' ' '))"
         fi
-        ((SECONDS < end)) || fail "the guest did not come up within $limit s (no answer from guest-agent.service: a hang in boot?)"
+        ((SECONDS < end)) || { hang_report; fail "the guest did not come up within $limit s (no answer from guest-agent.service: a hang in boot?)"; }
         sleep 0.2
     done
     BOOT_READY=$(since "$BOOT_T0")
@@ -238,6 +239,7 @@ gx() {
         fi
         if ((SECONDS >= end)); then
             gx_partial "$id"
+            hang_report
             fail "no answer from the guest within $((limit + 60)) s (the guest hangs) to: $2"
         fi
         sleep 0.2
@@ -248,6 +250,41 @@ gx() {
         GX_OUT+=$'\n'"(stopped by its time limit of $limit s in the guest)"
     fi
     return "$rc"
+}
+# hang_report: what can be learnt of a guest that stopped answering, without its help: the
+# age of the heartbeat guest-agent writes to the share every 5 s (a 9p share that stopped, or
+# a guest that stopped altogether), qemu's own state and each vCPU's instruction pointer twice
+# (a frozen machine, or one that runs), and on amd64 the kernel's list of blocked tasks and
+# its CPU backtraces (SysRq w and l sent as keys, the console raised to loglevel 9 first),
+# printed from the console.
+hang_report() {
+    local hb mark
+    printf -- '--- the guest stopped answering: what the host sees\n' >&2
+    if [[ -f $SHARE/heartbeat ]]; then
+        hb=$(stat -c %Y "$SHARE/heartbeat")
+        printf 'guest-agent heartbeat: last written %d s ago (guest uptime then %s s)\n' \
+            "$(($(date +%s) - hb))" "$(cat "$SHARE/heartbeat")" >&2
+    else
+        printf 'guest-agent heartbeat: never written this boot\n' >&2
+    fi
+    [[ -n $QEMU_PID ]] && kill -0 "$QEMU_PID" 2>/dev/null || { printf 'qemu is not running\n' >&2; return 0; }
+    python3 "$GUEST_DIR/monitor.py" "$RUN/monitor.sock" 'info status' 'info registers -a' >"$RUN/hang-1.txt" 2>&1 || true
+    sleep 2
+    python3 "$GUEST_DIR/monitor.py" "$RUN/monitor.sock" 'info registers -a' >"$RUN/hang-2.txt" 2>&1 || true
+    head -n 2 "$RUN/hang-1.txt" >&2
+    printf 'vCPU instruction pointers, 2 s apart: %s | %s\n' \
+        "$(grep -oE '(RIP|PC)=[0-9a-f]+' "$RUN/hang-1.txt" | tr '\n' ' ')" \
+        "$(grep -oE '(RIP|PC)=[0-9a-f]+' "$RUN/hang-2.txt" | tr '\n' ' ')" >&2
+    [[ $ARCH == amd64 && -n $CONSOLE_LOG ]] || return 0
+    mark=$(stat -c %s "$CONSOLE_LOG")
+    python3 "$GUEST_DIR/monitor.py" "$RUN/monitor.sock" 'sendkey alt-sysrq-9' >/dev/null 2>&1 || true
+    sleep 1
+    python3 "$GUEST_DIR/monitor.py" "$RUN/monitor.sock" 'sendkey alt-sysrq-w' >/dev/null 2>&1 || true
+    sleep 3
+    python3 "$GUEST_DIR/monitor.py" "$RUN/monitor.sock" 'sendkey alt-sysrq-l' >/dev/null 2>&1 || true
+    sleep 5
+    printf -- '--- the guest console after SysRq w and l (blocked tasks, CPU backtraces; whole in %s)\n' "$CONSOLE_LOG" >&2
+    tail -c +"$((mark + 1))" "$CONSOLE_LOG" | tr -d '\r' | head -n 150 >&2
 }
 gx_partial() {
     printf -- '--- output so far of the guest command %s\n' "$1" >&2
