@@ -11,6 +11,8 @@
 //! the node's totals.
 
 pub mod cgroup;
+pub mod disk;
+pub mod ephemeral;
 pub mod expose;
 pub mod prom;
 pub mod summary;
@@ -190,6 +192,11 @@ pub trait RuntimeFacts {
     fn container_pid(&self, container_id: &str) -> Ask<'_, u32>;
     /// The image filesystem.
     fn image_fs(&self) -> Ask<'_, ImageFs>;
+    /// Each container's writable layer (by container ID), as the runtime measures it; `None`
+    /// when the runtime does not say.
+    fn writable_layers(&self) -> Ask<'_, HashMap<String, disk::Usage>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Where a container's accounting lives, found once.
