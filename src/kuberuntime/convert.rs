@@ -239,9 +239,7 @@ where
         })
     }
 
-    fn writable_layers(
-        &self,
-    ) -> crate::stats::Ask<'_, HashMap<String, crate::stats::disk::Usage>> {
+    fn writable_layers(&self) -> crate::stats::Ask<'_, HashMap<String, crate::stats::disk::Usage>> {
         Box::pin(async move {
             let all = crate::cri::RuntimeService::list_container_stats(self)
                 .await

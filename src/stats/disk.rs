@@ -175,7 +175,10 @@ impl Meter {
             }
             let w = e.walk.as_mut().expect("started above");
             if w.step(&mut left) {
-                e.last = Some(Measured { usage: w.sum, at: now });
+                e.last = Some(Measured {
+                    usage: w.sum,
+                    at: now,
+                });
                 e.walk = None;
                 out.completed += 1;
             } else {
@@ -314,8 +317,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_larger_than_the_budget_completes_over_passes_and_keeps_its_old_figure_meanwhile()
-    {
+    fn a_tree_larger_than_the_budget_completes_over_passes_and_keeps_its_old_figure_meanwhile() {
         let (_d, root) = tree(100, 10);
         let mut m = Meter::default();
         let t0 = Instant::now();
@@ -368,7 +370,11 @@ mod tests {
         m.pass(&[root.clone(), missing.clone()], 100, t0);
         assert_eq!(m.get(&missing), None);
         m.pass(std::slice::from_ref(&missing), 100, t0);
-        assert_eq!(m.get(&root), None, "a tree no longer asked for is forgotten");
+        assert_eq!(
+            m.get(&root),
+            None,
+            "a tree no longer asked for is forgotten"
+        );
     }
 
     #[test]

@@ -160,6 +160,8 @@ pub struct PodSample {
     pub cgroup: Option<String>,
     pub stats: Stats,
     pub containers: Vec<ContainerSample>,
+    /// Its ephemeral storage, when measured.
+    pub disk: Option<ephemeral::PodDisk>,
 }
 
 /// One reading of everything, taken at one instant.
@@ -213,6 +215,8 @@ pub struct Provider {
     runtime: Rc<dyn RuntimeFacts>,
     located: RefCell<HashMap<String, Located>>,
     rates: RefCell<summary::Rates>,
+    /// The pods' ephemeral storage, as the eviction rounds last measured it.
+    storage: Option<Rc<ephemeral::Storage>>,
     /// Origin of the snapshots' monotonic nanoseconds.
     epoch: std::time::Instant,
 }
@@ -290,8 +294,16 @@ impl Provider {
             runtime,
             located: RefCell::default(),
             rates: RefCell::default(),
+            storage: None,
             epoch: rt::now(),
         }
+    }
+
+    /// Reports the pods' ephemeral storage from `storage` (rootfs, logs, volumes,
+    /// ephemeral-storage in the Summary API).
+    pub fn with_storage(mut self, storage: Rc<ephemeral::Storage>) -> Self {
+        self.storage = Some(storage);
+        self
     }
 
     /// The cgroups found at start.
@@ -349,6 +361,11 @@ impl Provider {
         })
         .await;
         (snap.at, snap.mono) = (at, mono);
+        if let Some(s) = &self.storage {
+            for p in &mut snap.pods {
+                p.disk = s.pod(&p.uid);
+            }
+        }
         snap
     }
 
@@ -440,6 +457,7 @@ fn read_snapshot(
                 cgroup,
                 stats,
                 containers,
+                disk: None,
             }
         })
         .collect();
