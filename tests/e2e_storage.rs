@@ -207,6 +207,9 @@ fn pods_over_their_storage_limits_are_evicted_and_the_summary_reports_usage() {
     for k in ["capacityBytes", "availableBytes", "inodesUsed"] {
         assert!(p["ephemeral-storage"].get(k).is_some(), "{k}: {p}");
     }
+    // Its network, from the sandbox's namespace: the default interface's counters inline.
+    assert!(p["network"]["name"].is_string(), "{p}");
+    assert!(p["network"]["rxBytes"].is_u64(), "{p}");
     drop(a);
     drop(c);
 }

@@ -160,6 +160,8 @@ pub struct PodSample {
     pub cgroup: Option<String>,
     pub stats: Stats,
     pub containers: Vec<ContainerSample>,
+    /// Its network interfaces, from its first located container's network namespace.
+    pub network: Option<Vec<Iface>>,
     /// Its ephemeral storage, when measured.
     pub disk: Option<ephemeral::PodDisk>,
 }
@@ -206,6 +208,53 @@ pub trait RuntimeFacts {
 struct Located {
     loc: Location,
     id: String,
+    /// The init pid it was located by (its network namespace is the pod's).
+    pid: u32,
+}
+
+/// One network interface's counters (`/proc/<pid>/net/dev`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Iface {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+/// The interfaces of a `/proc/<pid>/net/dev`, the loopback left out.
+pub fn parse_net_dev(text: &str) -> Vec<Iface> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            (name != "lo" && f.len() >= 11).then(|| Iface {
+                name: name.to_owned(),
+                rx_bytes: f[0],
+                rx_errors: f[2],
+                tx_bytes: f[8],
+                tx_errors: f[10],
+            })
+        })
+        .collect()
+}
+
+/// The pod's interfaces, read in the network namespace of its container whose init pid is
+/// `pid`; `None` when that is the host's (a `hostNetwork` pod: the node's counters are not the
+/// pod's) or cannot be read.
+fn pod_network(root: &Path, pid: u32) -> Option<Vec<Iface>> {
+    let ns = |p: &str| std::fs::read_link(root.join(p)).ok();
+    let own = ns(&format!("proc/{pid}/ns/net"))?;
+    if ns("proc/1/ns/net").is_some_and(|host| host == own) {
+        return None;
+    }
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/net/dev"))).ok()?;
+    Some(parse_net_dev(&text))
 }
 
 pub struct Provider {
@@ -337,7 +386,7 @@ impl Provider {
             ) {
                 self.located
                     .borrow_mut()
-                    .insert(id.to_owned(), Located { loc, id: cid });
+                    .insert(id.to_owned(), Located { loc, id: cid, pid });
             }
         }
     }
@@ -449,6 +498,10 @@ fn read_snapshot(
                 ),
                 None => (None, sum_stats(containers.iter().map(|c| &c.stats))),
             };
+            let network = containers
+                .iter()
+                .find_map(|c| located.get(&c.id))
+                .and_then(|l| pod_network(root, l.pid));
             PodSample {
                 uid: p.uid,
                 name: p.name,
@@ -456,6 +509,7 @@ fn read_snapshot(
                 start: p.start,
                 cgroup,
                 stats,
+                network,
                 containers,
                 disk: None,
             }

@@ -64,6 +64,8 @@ pub struct PodStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volume: Vec<VolumeStats>,
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
@@ -102,6 +104,50 @@ pub struct ContainerStats {
     /// The container's log files, on the node's filesystem.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+}
+
+/// One interface's counters.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    pub rx_bytes: Option<u64>,
+    pub rx_errors: Option<u64>,
+    pub tx_bytes: Option<u64>,
+    pub tx_errors: Option<u64>,
+}
+
+/// The pod's network: the default interface (`eth0`, else the first) inline, and every
+/// interface.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NetworkStats {
+    pub time: String,
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+/// The default interface upstream reports inline.
+const DEFAULT_INTERFACE: &str = "eth0";
+
+fn network(time: &str, ifaces: &[super::Iface]) -> Option<NetworkStats> {
+    let one = |i: &super::Iface| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: Some(i.rx_bytes),
+        rx_errors: Some(i.rx_errors),
+        tx_bytes: Some(i.tx_bytes),
+        tx_errors: Some(i.tx_errors),
+    };
+    let default = ifaces
+        .iter()
+        .find(|i| i.name == DEFAULT_INTERFACE)
+        .or(ifaces.first())?;
+    Some(NetworkStats {
+        time: time.to_owned(),
+        default: one(default),
+        interfaces: ifaces.iter().map(one).collect(),
+    })
 }
 
 /// One volume's usage: the filesystem's figures inline, and its name.
@@ -374,6 +420,7 @@ pub fn assemble(snap: &Snapshot, node_name: &str, rates: &mut Rates) -> Summary 
                 cpu: cpu(&time, &p.stats, rate(format!("pod/{}", p.uid), &p.stats)),
                 memory: memory(&time, &p.stats, p.stats.memory_limit_bytes),
                 io: io(&time, &p.stats),
+                network: p.network.as_deref().and_then(|n| network(&time, n)),
                 volume: disk
                     .map(|d| {
                         d.volumes

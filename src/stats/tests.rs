@@ -395,6 +395,53 @@ fn summary_reports_ephemeral_storage_in_upstreams_shape() {
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// The pod's network from its container's namespace, `eth0` inline as upstream; a pod in the
+/// host's namespace (hostNetwork) reports none.
+#[test]
+fn summary_reports_the_pods_network_from_its_namespace() {
+    let root = v2_host("network");
+    let dev = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+ lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0\n  \
+eth0:  123456     100    2    0    0     0          0         0    654321     90    3    0    0     0       0          0\n  \
+net1:      10       1    0    0    0     0          0         0        20      2    0    0    0     0       0          0\n";
+    write(
+        &root,
+        &[("proc/101/net/dev", dev), ("proc/103/net/dev", dev)],
+    );
+    for (pid, ns) in [
+        (1, "net:[4026531840]"),
+        (101, "net:[4026532999]"),
+        (103, "net:[4026531840]"),
+    ] {
+        let d = root.join(format!("proc/{pid}/ns"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::os::unix::fs::symlink(ns, d.join("net")).unwrap();
+    }
+    let (p, _) = provider(&root);
+    let v = serde_json::to_value(rt::block_on(p.summary("edge-1", pods()))).unwrap();
+    let net = &v["pods"][0]["network"];
+    assert!(net["time"].is_string(), "{net}");
+    assert_eq!(net["name"], "eth0");
+    assert_eq!(net["rxBytes"], 123_456);
+    assert_eq!(net["rxErrors"], 2);
+    assert_eq!(net["txBytes"], 654_321);
+    assert_eq!(net["txErrors"], 3);
+    let names: Vec<&str> = net["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eth0", "net1"], "the loopback left out");
+    assert!(
+        v["pods"][1].get("network").is_none(),
+        "the host's namespace is not the pod's: {}",
+        v["pods"][1]
+    );
+    std::fs::remove_dir_all(root).unwrap();
+}
+
 #[test]
 fn rates_hold_within_a_second_and_forget_gone_objects() {
     let mut r = summary::Rates::default();
