@@ -61,9 +61,12 @@ async fn read(signals: &Arc<dyn SignalSource>) -> Observations {
 
 /// Carries out one eviction through the seams; false when the pod could not be evicted.
 fn carry_out(seams: &Seams, e: &Eviction) -> bool {
+    let why = match e.cause {
+        Cause::Threshold(s) => format!("{} threshold met", s.name()),
+        c => format!("{} exceeded", c.name()),
+    };
     log::warn!(
-        "eviction: {}: evicting pod {}/{} ({}) with grace period {}s: {}",
-        e.cause.name(),
+        "eviction: {why}: evicting pod {}/{} ({}) with grace period {}s: {}",
         e.namespace,
         e.name,
         e.uid,
