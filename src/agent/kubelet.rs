@@ -76,6 +76,7 @@ pub(super) async fn start(
         )),
         rm,
         cache,
+        storage: crate::stats::ephemeral::Storage::new(crate::stats::disk::DEFAULT_BUDGET),
         counted: runtime.counted,
         ops: runtime.ops,
         runtime_version: runtime.version,

@@ -49,6 +49,12 @@ struct Parts {
     )]
     ops: Rc<kuberuntime::instrumented::Ops>,
     image_gc: Rc<kuberuntime::image_gc_manager::ImageGcManager>,
+    /// The pods' ephemeral storage: measured by the eviction rounds, read by the Summary API.
+    #[cfg_attr(
+        not(feature = "local-api"),
+        allow(dead_code, reason = "read by the server")
+    )]
+    storage: Rc<crate::stats::ephemeral::Storage>,
     /// The runtime's `name://version`, empty while it did not answer.
     #[cfg_attr(
         not(feature = "apiserver"),

@@ -24,6 +24,7 @@ pub(super) fn start(
         rt::spawn(run_eviction(
             o.eviction.clone(),
             o.root_dir.clone(),
+            o.pod_logs_dir.clone(),
             parts.clone(),
         )),
         rt::spawn(malloc::run_trim()),
@@ -35,7 +36,12 @@ pub(super) fn start(
 }
 
 /// The eviction manager's task, wired to the host's signals, the loop and the runtime.
-async fn run_eviction(cfg: eviction::Config, root_dir: std::path::PathBuf, parts: Parts) {
+async fn run_eviction(
+    cfg: eviction::Config,
+    root_dir: std::path::PathBuf,
+    logs_dir: std::path::PathBuf,
+    parts: Parts,
+) {
     let cgroups = cm::detect::detect(std::path::Path::new("/")).ok();
     // The runtime's image filesystem; nodefs when the runtime does not say (or is down).
     let image_fs = stats::RuntimeFacts::image_fs(&*parts.counted)
@@ -54,10 +60,17 @@ async fn run_eviction(cfg: eviction::Config, root_dir: std::path::PathBuf, parts
     let signals = Arc::new(eviction::HostSignals {
         cgroups: cgroups.clone(),
         root: "/".into(),
-        root_dir,
+        root_dir: root_dir.clone(),
         image_fs,
     });
-    let usage = Rc::new(eviction::Usage::new(parts.counted.clone(), cgroups));
+    let mut usage = eviction::Usage::new(parts.counted.clone(), cgroups);
+    usage.disk = Some(eviction::Disk {
+        storage: parts.storage.clone(),
+        runtime: parts.counted.clone(),
+        root_dir,
+        logs_dir,
+    });
+    let usage = Rc::new(usage);
     let kubelet = parts.kubelet;
     let (k1, k2, k3) = (kubelet.clone(), kubelet.clone(), kubelet.clone());
     let seams = eviction::Seams {

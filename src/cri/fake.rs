@@ -127,6 +127,7 @@ fn static_name(method: &str) -> &'static str {
         "ListContainers",
         "ContainerStatus",
         "ContainerStats",
+        "ListContainerStats",
         "ExecSync",
         "ReopenContainerLog",
         "ListImages",
@@ -422,6 +423,10 @@ impl FakeRuntime {
                 "ListContainers" => enc(Ok(st.list_containers(decode(payload)?))),
                 "ContainerStatus" => enc(st.container_status(decode(payload)?)),
                 "ContainerStats" => enc(st.container_stats(decode(payload)?)),
+                "ListContainerStats" => {
+                    let _: v1::ListContainerStatsRequest = decode(payload)?;
+                    enc(Ok(st.list_container_stats()))
+                }
                 "ReopenContainerLog" => enc(st.reopen_container_log(decode(payload)?)),
                 "Exec" => {
                     let req: v1::ExecRequest = decode(payload)?;
@@ -568,6 +573,11 @@ impl RuntimeService for FakeRuntime {
         let req = v1::ListContainersRequest { filter };
         self.call("ListContainers", None, move |st| {
             Ok(st.list_containers(req).containers)
+        })
+    }
+    fn list_container_stats(&self) -> Call<'_, Vec<v1::ContainerStats>> {
+        self.call("ListContainerStats", None, |st| {
+            Ok(st.list_container_stats().stats)
         })
     }
     fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse> {
@@ -1420,6 +1430,22 @@ impl State {
             }),
             info: HashMap::new(),
         })
+    }
+
+    /// Every container's stats, as `ContainerStats` gives them one by one.
+    fn list_container_stats(&self) -> v1::ListContainerStatsResponse {
+        let stats = self
+            .containers
+            .iter()
+            .filter_map(|c| {
+                self.container_stats(v1::ContainerStatsRequest {
+                    container_id: c.id.clone(),
+                })
+                .ok()?
+                .stats
+            })
+            .collect();
+        v1::ListContainerStatsResponse { stats }
     }
 
     fn container_stats(

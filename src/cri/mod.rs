@@ -188,6 +188,7 @@ impl Cri {
     rpc!(runtime.container_status(v1::ContainerStatusRequest) -> v1::ContainerStatusResponse, request);
     rpc!(runtime.reopen_container_log(v1::ReopenContainerLogRequest) -> v1::ReopenContainerLogResponse, request);
     rpc!(runtime.container_stats(v1::ContainerStatsRequest) -> v1::ContainerStatsResponse, request);
+    rpc!(runtime.list_container_stats(v1::ListContainerStatsRequest) -> v1::ListContainerStatsResponse, request);
     rpc!(runtime.exec(v1::ExecRequest) -> v1::ExecResponse, request);
     rpc!(runtime.attach(v1::AttachRequest) -> v1::AttachResponse, request);
     rpc!(runtime.port_forward(v1::PortForwardRequest) -> v1::PortForwardResponse, request);
@@ -311,6 +312,10 @@ impl RuntimeService for Cri {
             verbose,
         };
         Box::pin(Cri::container_status(self, req))
+    }
+    fn list_container_stats(&self) -> Call<'_, Vec<v1::ContainerStats>> {
+        let req = v1::ListContainerStatsRequest { filter: None };
+        Box::pin(async move { Ok(Cri::list_container_stats(self, req).await?.stats) })
     }
     fn exec_sync(
         &self,

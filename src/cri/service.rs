@@ -44,6 +44,8 @@ pub trait RuntimeService {
     fn list_containers(&self, filter: Option<v1::ContainerFilter>) -> Call<'_, Vec<v1::Container>>;
     /// A container's status; `verbose` adds the runtime's `info` (containerd: the init pid).
     fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse>;
+    /// Every container's stats (the writable layer's usage among them), in one call.
+    fn list_container_stats(&self) -> Call<'_, Vec<v1::ContainerStats>>;
     /// Runs a command in a container and waits for it, up to `timeout`.
     fn exec_sync(
         &self,

@@ -56,6 +56,47 @@ pub struct Candidate {
     /// `None` when the pod's accounting could not be read.
     pub containers: Option<Vec<ContainerUsage>>,
     pub processes: Option<u64>,
+    /// `requests.ephemeral-storage` summed as the memory request is.
+    pub disk_request: i64,
+    /// Its ephemeral storage and limits; `None` when not measured yet.
+    pub storage: Option<StorageUse>,
+}
+
+/// A limit as the spec writes it (for the message) and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub value: i64,
+    pub text: String,
+}
+
+/// One container's writable layer and logs, with its request and limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStorage {
+    pub name: String,
+    pub used: i64,
+    pub request: i64,
+    pub limit: Option<Limit>,
+}
+
+/// One emptyDir volume on disk and its `sizeLimit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeStorage {
+    pub name: String,
+    pub used: i64,
+    pub size_limit: Option<Limit>,
+}
+
+/// A pod's ephemeral storage (writable layers, logs, emptyDir volumes on disk) and what
+/// bounds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StorageUse {
+    pub bytes: i64,
+    pub inodes: i64,
+    pub containers: Vec<ContainerStorage>,
+    pub volumes: Vec<VolumeStorage>,
+    /// The containers' `limits.ephemeral-storage` together (upstream's pod limits); `None`
+    /// when no container sets one.
+    pub pod_limit: Option<i64>,
 }
 
 impl Candidate {
@@ -84,6 +125,27 @@ impl Pressure {
     }
 }
 
+/// Why a pod is evicted: a threshold met, or a limit of its own exceeded (upstream's
+/// `ephemeralcontainerfs.limit`, `ephemeralpodfs.limit`, `emptydirfs.limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Threshold(Signal),
+    ContainerStorageLimit,
+    PodStorageLimit,
+    EmptyDirLimit,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Threshold(s) => s.name(),
+            Cause::ContainerStorageLimit => "ephemeralcontainerfs.limit",
+            Cause::PodStorageLimit => "ephemeralpodfs.limit",
+            Cause::EmptyDirLimit => "emptydirfs.limit",
+        }
+    }
+}
+
 /// One pod to evict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Eviction {
@@ -94,7 +156,7 @@ pub struct Eviction {
     pub grace: i64,
     /// The status message: "The node was low on resource: memory. ...".
     pub message: String,
-    pub signal: Signal,
+    pub cause: Cause,
 }
 
 /// What the caller must do after an observation.
@@ -307,7 +369,7 @@ impl Manager {
             name: victim.name.clone(),
             grace,
             message: message(met, victim),
-            signal: t.signal,
+            cause: Cause::Threshold(t.signal),
         })
     }
 }
@@ -343,6 +405,20 @@ fn message(met: &Met, pod: &Candidate) -> String {
     m.push_str(&format!(
         "Threshold quantity: {quantity}, available: {available}. "
     ));
+    if r == Resource::EphemeralStorage
+        && let Some(st) = &pod.storage
+    {
+        for c in &st.containers {
+            if c.used > c.request {
+                m.push_str(&format!(
+                    "Container {} was using {}, request is {}, has larger consumption of ephemeral-storage. ",
+                    c.name,
+                    format_quantity(r, c.used),
+                    format_quantity(r, c.request)
+                ));
+            }
+        }
+    }
     if r == Resource::Memory
         && let Some(cs) = &pod.containers
     {
@@ -375,19 +451,24 @@ pub fn format_quantity(r: Resource, v: i64) -> String {
 }
 
 /// Pods in eviction order for a starved resource, as upstream: memory by (usage above
-/// request first, lower priority first, more usage above request first); pids by (priority,
-/// more processes); disk by priority (picolet does not measure a pod's disk use yet). A pod
-/// whose accounting could not be read ranks first within its group, as upstream. Static pods
-/// come after every API pod.
+/// request first, lower priority first, more usage above request first); disk the same with
+/// the pod's ephemeral storage and its `requests.ephemeral-storage` (inodes against a request
+/// of none); pids by (priority, more processes). A pod whose accounting could not be read
+/// ranks first within its group, as upstream. Static pods come after every API pod.
 pub fn rank(resource: Resource, pods: &[Candidate]) -> Vec<&Candidate> {
     use std::cmp::Ordering;
     let mut v: Vec<&Candidate> = pods.iter().collect();
-    let exceeds = |p: &Candidate| match p.memory_usage() {
+    let usage = |p: &Candidate| match resource {
+        Resource::EphemeralStorage => p.storage.as_ref().map(|s| (s.bytes, p.disk_request)),
+        Resource::Inodes => p.storage.as_ref().map(|s| (s.inodes, 0)),
+        _ => p.memory_usage().map(|u| (u, p.memory_request)),
+    };
+    let exceeds = |p: &Candidate| match usage(p) {
         None => 0u8,
-        Some(u) if u > p.memory_request => 0,
+        Some((u, r)) if u > r => 0,
         Some(_) => 1,
     };
-    let above = |p: &Candidate| p.memory_usage().map(|u| u - p.memory_request);
+    let above = |p: &Candidate| usage(p).map(|(u, r)| u - r);
     let by_usage = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
@@ -397,7 +478,7 @@ pub fn rank(resource: Resource, pods: &[Candidate]) -> Vec<&Candidate> {
     v.sort_by(|a, b| {
         let first = a.static_pod.cmp(&b.static_pod);
         let then = match resource {
-            Resource::Memory => exceeds(a)
+            Resource::Memory | Resource::EphemeralStorage | Resource::Inodes => exceeds(a)
                 .cmp(&exceeds(b))
                 .then(a.priority.cmp(&b.priority))
                 .then_with(|| by_usage(above(a), above(b))),
@@ -407,13 +488,78 @@ pub fn rank(resource: Resource, pods: &[Candidate]) -> Vec<&Candidate> {
                     b.processes.and_then(|n| i64::try_from(n).ok()),
                 )
             }),
-            Resource::EphemeralStorage | Resource::Inodes => a.priority.cmp(&b.priority),
         };
         first
             .then(then)
             .then_with(|| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)))
     });
     v
+}
+
+/// The pods over a local storage limit of their own, evicted whatever the node's disk
+/// (upstream's `localStorageEviction`, checked before any threshold): per pod, an emptyDir
+/// volume over its `sizeLimit` first, then the pod's ephemeral storage over its containers'
+/// limits together, then a container's writable layer and logs over its own limit. Every
+/// such pod goes in the same round, with the hard thresholds' grace period; critical pods
+/// never.
+pub fn local_storage(pods: &[Candidate]) -> Vec<Eviction> {
+    let r = Resource::EphemeralStorage;
+    fn over(used: i64, l: &Option<Limit>) -> Option<&Limit> {
+        l.as_ref().filter(|l| l.value > 0 && used > l.value)
+    }
+    let mut out = Vec::new();
+    for p in pods.iter().filter(|p| !p.critical) {
+        let Some(st) = &p.storage else { continue };
+        let found = st
+            .volumes
+            .iter()
+            .find_map(|v| {
+                over(v.used, &v.size_limit).map(|l| {
+                    (
+                        Cause::EmptyDirLimit,
+                        format!(
+                            "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                            v.name, l.text
+                        ),
+                    )
+                })
+            })
+            .or_else(|| {
+                st.pod_limit.filter(|l| st.bytes > *l).map(|l| {
+                    (
+                        Cause::PodStorageLimit,
+                        format!(
+                            "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                            format_quantity(r, l)
+                        ),
+                    )
+                })
+            })
+            .or_else(|| {
+                st.containers.iter().find_map(|c| {
+                    over(c.used, &c.limit).map(|l| {
+                        (
+                            Cause::ContainerStorageLimit,
+                            format!(
+                                "Container {} exceeded its local ephemeral storage limit {:?}. ",
+                                c.name, l.text
+                            ),
+                        )
+                    })
+                })
+            });
+        if let Some((cause, message)) = found {
+            out.push(Eviction {
+                uid: p.uid.clone(),
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                grace: IMMEDIATE_GRACE,
+                message,
+                cause,
+            });
+        }
+    }
+    out
 }
 
 /// Whether a pod is never evicted: a priority at or above system-critical, or one of the
@@ -492,6 +638,8 @@ mod tests {
                 memory_request: request,
             }]),
             processes: Some(1),
+            disk_request: 0,
+            storage: None,
         }
     }
 
@@ -732,7 +880,7 @@ mod tests {
         let (p, a) = m.observe(&both, &[pod("a", 0, 1)], t0);
         assert!(p.memory && p.disk);
         let Action::Evict(e) = a else { panic!("{a:?}") };
-        assert_eq!(e.signal, Signal::MemoryAvailable);
+        assert_eq!(e.cause, Cause::Threshold(Signal::MemoryAvailable));
     }
 
     #[test]
@@ -802,7 +950,7 @@ mod tests {
         assert!(p.memory);
         let Action::Evict(e) = a else { panic!("{a:?}") };
         assert_eq!(e.name, "burstable");
-        assert_eq!(e.signal, Signal::MemoryPsi);
+        assert_eq!(e.cause, Cause::Threshold(Signal::MemoryPsi));
         assert_eq!(
             e.grace, 15,
             "a soft eviction: min(evictionMaxPodGracePeriod, 30)"
@@ -832,6 +980,156 @@ mod tests {
         let mut m = Manager::new(Config::default(), true);
         let (p, a) = m.observe(&Observations::default(), &[pod("a", 0, 1)], Instant::now());
         assert_eq!((p, a), (Pressure::default(), Action::Nothing));
+    }
+
+    fn limit(text: &str) -> Option<Limit> {
+        Some(Limit {
+            value: crate::api::Quantity::parse(text).unwrap().value(),
+            text: text.into(),
+        })
+    }
+
+    /// A pod with one container `app` using `used` bytes (its limit `l`), and an emptyDir
+    /// `scratch` using `vol` bytes (its sizeLimit `size`).
+    fn disk_pod(name: &str, used: i64, l: &str, vol: i64, size: &str) -> Candidate {
+        let mut p = pod(name, 0, 0);
+        let c = ContainerStorage {
+            name: "app".into(),
+            used,
+            request: 0,
+            limit: (!l.is_empty()).then(|| limit(l)).flatten(),
+        };
+        p.storage = Some(StorageUse {
+            bytes: used + vol,
+            inodes: 10,
+            pod_limit: c.limit.as_ref().map(|l| l.value),
+            containers: vec![c],
+            volumes: vec![VolumeStorage {
+                name: "scratch".into(),
+                used: vol,
+                size_limit: (!size.is_empty()).then(|| limit(size)).flatten(),
+            }],
+        });
+        p
+    }
+
+    #[test]
+    fn local_storage_limits_evict_with_upstreams_messages_and_no_pressure() {
+        let within = disk_pod("within", 5 * MI, "10Mi", 5 * MI, "8Mi");
+        let no_limits = disk_pod("no-limits", 900 * MI, "", 900 * MI, "");
+        let volume = disk_pod("volume-over", 1, "100Mi", 9 * MI, "8Mi");
+        // The container alone is within its 10Mi; with the volume the pod is over its 10Mi.
+        let pod_total = disk_pod("pod-over", 6 * MI, "10Mi", 6 * MI, "");
+        let mut container = disk_pod("container-over", 11 * MI, "10Mi", 0, "");
+        // Two containers: the pod's limit is their sum, the first is over its own.
+        if let Some(st) = container.storage.as_mut() {
+            st.containers.push(ContainerStorage {
+                name: "quiet".into(),
+                used: 0,
+                request: 0,
+                limit: limit("100Mi"),
+            });
+            st.pod_limit = Some(110 * MI);
+        }
+        let mut critical = disk_pod("critical", 0, "", 9 * MI, "8Mi");
+        critical.critical = true;
+        let mut unmeasured = pod("unmeasured", 0, 0);
+        unmeasured.storage = None;
+        let pods = [
+            within, no_limits, volume, pod_total, container, critical, unmeasured,
+        ];
+        let got: Vec<(String, Cause, String, i64)> = local_storage(&pods)
+            .into_iter()
+            .map(|e| (e.name, e.cause, e.message, e.grace))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "volume-over".into(),
+                    Cause::EmptyDirLimit,
+                    "Usage of EmptyDir volume \"scratch\" exceeds the limit \"8Mi\". ".into(),
+                    IMMEDIATE_GRACE
+                ),
+                (
+                    "pod-over".into(),
+                    Cause::PodStorageLimit,
+                    "Pod ephemeral local storage usage exceeds the total limit of containers 10Mi. "
+                        .into(),
+                    IMMEDIATE_GRACE
+                ),
+                (
+                    "container-over".into(),
+                    Cause::ContainerStorageLimit,
+                    "Container app exceeded its local ephemeral storage limit \"10Mi\". ".into(),
+                    IMMEDIATE_GRACE
+                ),
+            ]
+        );
+        // An emptyDir over its limit is named before the pod's total, as upstream checks it first.
+        let both = disk_pod("both", 20 * MI, "10Mi", 9 * MI, "8Mi");
+        assert_eq!(local_storage(&[both])[0].cause, Cause::EmptyDirLimit);
+        // Exactly at the limit is within it.
+        let at = disk_pod("at", 10 * MI, "10Mi", 0, "");
+        assert_eq!(local_storage(&[at]), []);
+    }
+
+    #[test]
+    fn disk_ranking_by_usage_above_requests_then_priority() {
+        let mut within = disk_pod("within-request", 50 * MI, "", 0, "");
+        within.disk_request = 100 * MI;
+        within.priority = -100;
+        let over_small = disk_pod("over-by-10", 10 * MI, "", 0, "");
+        let over_big = disk_pod("over-by-500", 500 * MI, "", 0, "");
+        let mut important = disk_pod("important-over-by-900", 900 * MI, "", 0, "");
+        important.priority = 1000;
+        let mut unmeasured = pod("unmeasured", 0, 0);
+        unmeasured.storage = None;
+        let pods = [within, over_small, important, over_big, unmeasured];
+        let order: Vec<&str> = rank(Resource::EphemeralStorage, &pods)
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "unmeasured",
+                "over-by-500",
+                "over-by-10",
+                "important-over-by-900",
+                "within-request"
+            ]
+        );
+        // Inodes: against no request, the most inodes first within a priority.
+        let mut few = disk_pod("few-inodes", 0, "", 0, "");
+        let mut many = disk_pod("many-inodes", 0, "", 0, "");
+        few.storage.as_mut().unwrap().inodes = 10;
+        many.storage.as_mut().unwrap().inodes = 10_000;
+        let pods = [few, many];
+        let order: Vec<&str> = rank(Resource::Inodes, &pods)
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(order, ["many-inodes", "few-inodes"]);
+    }
+
+    #[test]
+    fn disk_pressure_evicts_the_pod_most_over_its_request_and_names_its_containers() {
+        let t0 = Instant::now();
+        let mut m = Manager::new(cfg("nodefs.available<10%", "", "", ""), false);
+        let mut small = disk_pod("a-small", 10 * MI, "", 0, "");
+        small.disk_request = 20 * MI;
+        let big = disk_pod("b-big", 300 * MI, "", 0, "");
+        let low = obs(&[(Signal::NodeFsAvailable, 5 * GI, 100 * GI)]);
+        let (p, a) = m.observe(&low, &[small, big], t0);
+        assert!(p.disk);
+        let Action::Evict(e) = a else { panic!("{a:?}") };
+        assert_eq!(e.name, "b-big");
+        assert_eq!(
+            e.message,
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 10%, available: 5Gi. \
+             Container app was using 300Mi, request is 0, has larger consumption of ephemeral-storage. "
+        );
     }
 
     #[test]

@@ -19,7 +19,10 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
-pub use manager::{Action, Candidate, ContainerUsage, Eviction, Manager, PERIOD, Pressure};
+pub use manager::{
+    Action, Candidate, Cause, ContainerStorage, ContainerUsage, Eviction, Limit, Manager, PERIOD,
+    Pressure, StorageUse, VolumeStorage,
+};
 pub use signals::{HostSignals, Observation, Observations, SignalSource};
 pub use threshold::{Config, Settings, Signal};
 
@@ -56,14 +59,45 @@ async fn read(signals: &Arc<dyn SignalSource>) -> Observations {
     rt::unblock(move || s.read()).await
 }
 
-/// One round of the manager (upstream's `synchronize`).
-pub async fn round(m: &mut Manager, seams: &Seams) -> Option<Eviction> {
+/// Carries out one eviction through the seams; false when the pod could not be evicted.
+fn carry_out(seams: &Seams, e: &Eviction) -> bool {
+    let why = match e.cause {
+        Cause::Threshold(s) => format!("{} threshold met", s.name()),
+        c => format!("{} exceeded", c.name()),
+    };
+    log::warn!(
+        "eviction: {why}: evicting pod {}/{} ({}) with grace period {}s: {}",
+        e.namespace,
+        e.name,
+        e.uid,
+        e.grace,
+        e.message.trim_end()
+    );
+    let done = (seams.evict)(e);
+    if !done {
+        log::warn!(
+            "eviction: pod {}/{} could not be evicted",
+            e.namespace,
+            e.name
+        );
+    }
+    done
+}
+
+/// One round of the manager (upstream's `synchronize`): the pressure conditions, then the
+/// pods over a storage limit of their own (all of them, whatever the node's disk), and only
+/// when there are none, a threshold's reclaim or eviction. Returns the pods evicted.
+pub async fn round(m: &mut Manager, seams: &Seams) -> Vec<Eviction> {
     // The round's time is when it starts: reads that take a varying time do not move it.
     let now = rt::now();
     let obs = read(&seams.signals).await;
     let pods = (seams.candidates)().await;
     let (pressure, mut action) = m.observe(&obs, &pods, now);
     (seams.pressure)(pressure);
+    let local = manager::local_storage(&pods);
+    if !local.is_empty() {
+        return local.into_iter().filter(|e| carry_out(seams, e)).collect();
+    }
     if let Action::Reclaim(signal) = action {
         log::info!(
             "eviction: {} threshold met; reclaiming node-level resources first",
@@ -78,28 +112,8 @@ pub async fn round(m: &mut Manager, seams: &Seams) -> Option<Eviction> {
         action = m.after_reclaim(&obs, &pods, signal, now);
     }
     match action {
-        Action::Evict(e) => {
-            log::warn!(
-                "eviction: {} threshold met: evicting pod {}/{} ({}) with grace period {}s: {}",
-                e.signal.name(),
-                e.namespace,
-                e.name,
-                e.uid,
-                e.grace,
-                e.message.trim_end()
-            );
-            if (seams.evict)(&e) {
-                Some(e)
-            } else {
-                log::warn!(
-                    "eviction: pod {}/{} could not be evicted",
-                    e.namespace,
-                    e.name
-                );
-                None
-            }
-        }
-        _ => None,
+        Action::Evict(e) if carry_out(seams, &e) => vec![e],
+        _ => Vec::new(),
     }
 }
 
@@ -166,7 +180,138 @@ pub fn candidate(
             .sum(),
         processes: None,
         containers,
+        disk_request: pod
+            .spec
+            .containers
+            .iter()
+            .chain(pod.spec.init_containers.iter().filter(|c| c.is_sidecar()))
+            .map(|c| quantity(&c.resources.requests, STORAGE).map_or(0, |l| l.value))
+            .sum(),
+        storage: None,
     }
+}
+
+const STORAGE: &str = "ephemeral-storage";
+
+fn quantity(
+    m: &std::collections::BTreeMap<String, crate::api::Quantity>,
+    name: &str,
+) -> Option<Limit> {
+    m.get(name).map(|q| Limit {
+        value: q.value(),
+        text: q.to_string(),
+    })
+}
+
+/// What to measure of a pod: its running containers' log directories and its emptyDir
+/// volumes on disk (`medium: Memory` is tmpfs, bounded by its size).
+pub fn pod_trees(
+    root_dir: &std::path::Path,
+    logs_dir: &std::path::Path,
+    pod: &Pod,
+    running: &[(String, String)],
+) -> crate::stats::ephemeral::PodTrees {
+    let m = &pod.metadata;
+    let logs = crate::kuberuntime::config::pod_log_dir(logs_dir, pod);
+    crate::stats::ephemeral::PodTrees {
+        uid: m.uid.clone(),
+        containers: running
+            .iter()
+            .map(|(name, id)| (name.clone(), id.clone(), logs.join(name)))
+            .collect(),
+        volumes: pod
+            .spec
+            .volumes
+            .iter()
+            .filter(|v| {
+                v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+            })
+            .map(|v| {
+                (
+                    v.name.clone(),
+                    crate::volume::empty_dir_path(root_dir, &m.uid, &v.name),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A pod's ephemeral storage against its spec's requests and limits. The pod's limit is its
+/// containers' limits together as upstream's `PodLimits` counts them: the app containers and
+/// sidecars summed, or the largest init container's when that is more; none when no
+/// container sets one.
+pub fn storage_use(pod: &Pod, disk: &crate::stats::ephemeral::PodDisk) -> StorageUse {
+    let spec = &pod.spec;
+    let find = |name: &str| spec.containers.iter().find(|c| c.name == name);
+    let total = disk.total();
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let running: Vec<_> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().filter(|c| c.is_sidecar()))
+        .filter_map(|c| quantity(&c.resources.limits, STORAGE))
+        .collect();
+    let init = spec
+        .init_containers
+        .iter()
+        .filter(|c| !c.is_sidecar())
+        .filter_map(|c| quantity(&c.resources.limits, STORAGE))
+        .map(|l| l.value)
+        .max();
+    let sum = (!running.is_empty()).then(|| running.iter().map(|l| l.value).sum::<i64>());
+    let pod_limit = match (sum, init) {
+        (Some(s), Some(i)) => Some(s.max(i)),
+        (s, i) => s.or(i),
+    };
+    StorageUse {
+        bytes: as_i64(total.bytes),
+        inodes: as_i64(total.inodes),
+        containers: disk
+            .containers
+            .iter()
+            .map(|c| {
+                let spec = find(&c.name);
+                ContainerStorage {
+                    name: c.name.clone(),
+                    used: as_i64(c.used().bytes),
+                    request: spec
+                        .and_then(|s| quantity(&s.resources.requests, STORAGE))
+                        .map_or(0, |l| l.value),
+                    limit: spec
+                        .and_then(|s| quantity(&s.resources.limits, STORAGE))
+                        .filter(|l| l.value != 0),
+                }
+            })
+            .collect(),
+        volumes: disk
+            .volumes
+            .iter()
+            .map(|v| VolumeStorage {
+                name: v.name.clone(),
+                used: as_i64(v.usage.bytes),
+                size_limit: spec
+                    .volumes
+                    .iter()
+                    .find(|s| s.name == v.name)
+                    .and_then(|s| s.empty_dir.as_ref()?.size_limit.as_ref())
+                    .map(|q| Limit {
+                        value: q.value(),
+                        text: q.to_string(),
+                    }),
+            })
+            .collect(),
+        pod_limit,
+    }
+}
+
+/// Where the pods' ephemeral storage is measured and kept.
+pub struct Disk {
+    pub storage: Rc<crate::stats::ephemeral::Storage>,
+    pub runtime: Rc<dyn crate::stats::RuntimeFacts>,
+    pub root_dir: std::path::PathBuf,
+    pub logs_dir: std::path::PathBuf,
 }
 
 /// Reads running containers' accounting straight from cgroupfs: the init pid of each
@@ -174,6 +319,8 @@ pub fn candidate(
 pub struct Usage {
     pub runtime: Rc<dyn crate::cri::RuntimeService>,
     pub cgroups: Option<crate::cm::detect::Cgroups>,
+    /// Where disk usage is measured; `None` leaves it unknown.
+    pub disk: Option<Disk>,
     pids: RefCell<HashMap<String, u32>>,
 }
 
@@ -185,12 +332,29 @@ impl Usage {
         Usage {
             runtime,
             cgroups,
+            disk: None,
             pids: RefCell::default(),
         }
     }
 
-    /// Candidates for these pods and their running containers (name, ID).
+    /// Candidates for these pods and their running containers (name, ID), with their
+    /// ephemeral storage after a measurement pass.
     pub async fn candidates(&self, pods: Vec<RunningPod>) -> Vec<Candidate> {
+        let mut out = self.memory_candidates(&pods).await;
+        if let Some(d) = &self.disk {
+            let trees: Vec<_> = pods
+                .iter()
+                .map(|(p, cs)| pod_trees(&d.root_dir, &d.logs_dir, p, cs))
+                .collect();
+            d.storage.refresh(&trees, &*d.runtime).await;
+            for (c, (p, _)) in out.iter_mut().zip(&pods) {
+                c.storage = d.storage.pod(&p.metadata.uid).map(|u| storage_use(p, &u));
+            }
+        }
+        out
+    }
+
+    async fn memory_candidates(&self, pods: &[RunningPod]) -> Vec<Candidate> {
         let Some(cg) = self.cgroups.clone() else {
             return pods.iter().map(|(p, _)| candidate(p, None)).collect();
         };
@@ -413,14 +577,158 @@ mod tests {
                 .unwrap(),
                 true,
             );
-            assert_eq!(round(&mut m, &seams).await, None);
+            assert_eq!(round(&mut m, &seams).await, []);
             assert_eq!(reclaims.get(), 1);
             assert!(pressure.get().disk);
             clock.advance(Duration::from_secs(10));
-            let e = round(&mut m, &seams).await.unwrap();
+            let e = round(&mut m, &seams).await.remove(0);
             assert_eq!(e.name, "a");
             assert_eq!(reclaims.get(), 2);
             assert_eq!(*evicted.borrow(), ["a"]);
+        });
+    }
+
+    const LIMITED: &[u8] = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"w","namespace":"default","uid":"u-w"},"spec":{"volumes":[{"name":"scratch","emptyDir":{"sizeLimit":"8Mi"}},{"name":"ram","emptyDir":{"medium":"Memory"}}],"initContainers":[{"name":"init","image":"x","resources":{"limits":{"ephemeral-storage":"50Mi"}}},{"name":"side","image":"x","restartPolicy":"Always","resources":{"limits":{"ephemeral-storage":"4Mi"}}}],"containers":[{"name":"a","image":"x","resources":{"requests":{"ephemeral-storage":"1Mi"},"limits":{"ephemeral-storage":"10Mi"}}},{"name":"b","image":"x","resources":{"limits":{"ephemeral-storage":"30Mi"}}},{"name":"c","image":"x"}]}}"#;
+
+    fn limited() -> Pod {
+        crate::api::decode_pod(LIMITED, crate::api::Format::Json)
+            .unwrap()
+            .pod
+    }
+
+    #[test]
+    fn trees_and_storage_use_from_a_pod() {
+        use crate::stats::disk::Usage;
+        use crate::stats::ephemeral::{ContainerDisk, PodDisk, VolumeDisk};
+        let pod = limited();
+        let t = pod_trees(
+            std::path::Path::new("/root"),
+            std::path::Path::new("/logs"),
+            &pod,
+            &[("a".into(), "id-a".into())],
+        );
+        assert_eq!(
+            t.containers,
+            [(
+                "a".to_owned(),
+                "id-a".to_owned(),
+                std::path::PathBuf::from("/logs/default_w_u-w/a")
+            )]
+        );
+        assert_eq!(
+            t.volumes,
+            [(
+                "scratch".to_owned(),
+                crate::volume::empty_dir_path(std::path::Path::new("/root"), "u-w", "scratch")
+            )],
+            "the tmpfs emptyDir is not on disk"
+        );
+        let mi = |n: u64| Usage {
+            bytes: n << 20,
+            inodes: n,
+        };
+        let disk = PodDisk {
+            containers: vec![
+                ContainerDisk {
+                    name: "a".into(),
+                    rootfs: Some(mi(3)),
+                    logs: Some(mi(1)),
+                },
+                ContainerDisk {
+                    name: "c".into(),
+                    rootfs: None,
+                    logs: Some(mi(2)),
+                },
+            ],
+            volumes: vec![VolumeDisk {
+                name: "scratch".into(),
+                usage: mi(7),
+            }],
+            at: None,
+        };
+        let u = storage_use(&pod, &disk);
+        assert_eq!((u.bytes, u.inodes), (13 << 20, 13));
+        // 44Mi for the app containers and the sidecar together; the init container asks more.
+        assert_eq!(u.pod_limit, Some(50 << 20));
+        assert_eq!(u.containers[0].used, 4 << 20);
+        assert_eq!(u.containers[0].request, 1 << 20);
+        assert_eq!(u.containers[0].limit.as_ref().unwrap().text, "10Mi");
+        assert_eq!(u.containers[1].limit, None);
+        assert_eq!(u.volumes[0].size_limit.as_ref().unwrap().value, 8 << 20);
+        let c = candidate(&pod, None);
+        assert_eq!(c.disk_request, 1 << 20);
+    }
+
+    /// A round under the fake clock, with no threshold met: the pods over a limit of their
+    /// own are evicted, all in the same round, and the node reports no pressure.
+    #[test]
+    fn a_round_evicts_pods_over_their_storage_limits_without_pressure() {
+        let clock = rt::FakeClock::install();
+        rt::block_on(async {
+            let evicted: Rc<RefCell<Vec<(String, String)>>> = Rc::default();
+            let pressure = Rc::new(Cell::new(Pressure::default()));
+            let (e2, p2) = (evicted.clone(), pressure.clone());
+            let usage = Rc::new(Cell::new(5u64));
+            let u2 = usage.clone();
+            let seams = Seams {
+                signals: Arc::new(Fixed(std::sync::Mutex::new(vec![disk(90)]))),
+                candidates: Box::new(move || {
+                    let mib = u2.get();
+                    Box::pin(async move {
+                        let pod = limited();
+                        let mut other = pods().remove(0);
+                        let d = crate::stats::ephemeral::PodDisk {
+                            containers: vec![crate::stats::ephemeral::ContainerDisk {
+                                name: "a".into(),
+                                rootfs: Some(crate::stats::disk::Usage {
+                                    bytes: mib << 20,
+                                    inodes: 1,
+                                }),
+                                logs: None,
+                            }],
+                            volumes: vec![],
+                            at: None,
+                        };
+                        other.storage = Some(StorageUse::default());
+                        let mut c = candidate(&pod, None);
+                        c.storage = Some(storage_use(&pod, &d));
+                        vec![other, c]
+                    })
+                }),
+                reclaimers: vec![],
+                evict: Box::new(move |e| {
+                    e2.borrow_mut().push((e.name.clone(), e.message.clone()));
+                    true
+                }),
+                pressure: Box::new(move |p| p2.set(p)),
+            };
+            let mut m = Manager::new(
+                Settings {
+                    hard: Some(threshold::Given {
+                        origin: "--eviction-hard".into(),
+                        value: threshold::parse_map("nodefs.available<10%", '<').unwrap(),
+                    }),
+                    ..Settings::default()
+                }
+                .build()
+                .unwrap(),
+                false,
+            );
+            assert_eq!(round(&mut m, &seams).await, []);
+            usage.set(11);
+            clock.advance(Duration::from_secs(10));
+            let e = round(&mut m, &seams).await;
+            assert_eq!(e.len(), 1);
+            assert_eq!(e[0].cause, Cause::ContainerStorageLimit);
+            assert_eq!(e[0].grace, manager::IMMEDIATE_GRACE);
+            assert_eq!(
+                *evicted.borrow(),
+                [(
+                    "w".to_owned(),
+                    "Container a exceeded its local ephemeral storage limit \"10Mi\". ".to_owned()
+                )]
+            );
+            assert_eq!(pressure.get(), Pressure::default(), "no node pressure");
         });
     }
 

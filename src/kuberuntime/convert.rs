@@ -238,6 +238,36 @@ where
             image_fs_from(&r)
         })
     }
+
+    fn writable_layers(&self) -> crate::stats::Ask<'_, HashMap<String, crate::stats::disk::Usage>> {
+        Box::pin(async move {
+            let all = crate::cri::RuntimeService::list_container_stats(self)
+                .await
+                .inspect_err(|e| log::debug!("stats: ListContainerStats: {e}"))
+                .ok()?;
+            Some(writable_layers_from(&all))
+        })
+    }
+}
+
+/// The writable layers the runtime reports, by container ID; a container without the figure
+/// is left out (and so unknown).
+pub fn writable_layers_from(
+    all: &[v1::ContainerStats],
+) -> HashMap<String, crate::stats::disk::Usage> {
+    all.iter()
+        .filter_map(|s| {
+            let id = &s.attributes.as_ref()?.id;
+            let w = s.writable_layer.as_ref()?;
+            Some((
+                id.clone(),
+                crate::stats::disk::Usage {
+                    bytes: w.used_bytes.as_ref()?.value,
+                    inodes: w.inodes_used.as_ref().map_or(0, |v| v.value),
+                },
+            ))
+        })
+        .collect()
 }
 
 fn image_fs_from(r: &v1::ImageFsInfoResponse) -> Option<crate::stats::ImageFs> {

@@ -155,6 +155,13 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
             self.runtime.list_containers(filter),
         )
     }
+    fn list_container_stats(&self) -> Call<'_, Vec<v1::ContainerStats>> {
+        timed(
+            &self.ops,
+            "list_container_stats",
+            self.runtime.list_container_stats(),
+        )
+    }
     fn container_status(&self, id: &str, verbose: bool) -> Call<'_, v1::ContainerStatusResponse> {
         timed(
             &self.ops,

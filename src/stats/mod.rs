@@ -11,6 +11,8 @@
 //! the node's totals.
 
 pub mod cgroup;
+pub mod disk;
+pub mod ephemeral;
 pub mod expose;
 pub mod prom;
 pub mod summary;
@@ -158,6 +160,10 @@ pub struct PodSample {
     pub cgroup: Option<String>,
     pub stats: Stats,
     pub containers: Vec<ContainerSample>,
+    /// Its network interfaces, from its first located container's network namespace.
+    pub network: Option<Vec<Iface>>,
+    /// Its ephemeral storage, when measured.
+    pub disk: Option<ephemeral::PodDisk>,
 }
 
 /// One reading of everything, taken at one instant.
@@ -190,6 +196,11 @@ pub trait RuntimeFacts {
     fn container_pid(&self, container_id: &str) -> Ask<'_, u32>;
     /// The image filesystem.
     fn image_fs(&self) -> Ask<'_, ImageFs>;
+    /// Each container's writable layer (by container ID), as the runtime measures it; `None`
+    /// when the runtime does not say.
+    fn writable_layers(&self) -> Ask<'_, HashMap<String, disk::Usage>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Where a container's accounting lives, found once.
@@ -197,6 +208,53 @@ pub trait RuntimeFacts {
 struct Located {
     loc: Location,
     id: String,
+    /// The init pid it was located by (its network namespace is the pod's).
+    pid: u32,
+}
+
+/// One network interface's counters (`/proc/<pid>/net/dev`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Iface {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+/// The interfaces of a `/proc/<pid>/net/dev`, the loopback left out.
+pub fn parse_net_dev(text: &str) -> Vec<Iface> {
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            (name != "lo" && f.len() >= 11).then(|| Iface {
+                name: name.to_owned(),
+                rx_bytes: f[0],
+                rx_errors: f[2],
+                tx_bytes: f[8],
+                tx_errors: f[10],
+            })
+        })
+        .collect()
+}
+
+/// The pod's interfaces, read in the network namespace of its container whose init pid is
+/// `pid`; `None` when that is the host's (a `hostNetwork` pod: the node's counters are not the
+/// pod's) or cannot be read.
+fn pod_network(root: &Path, pid: u32) -> Option<Vec<Iface>> {
+    let ns = |p: &str| std::fs::read_link(root.join(p)).ok();
+    let own = ns(&format!("proc/{pid}/ns/net"))?;
+    if ns("proc/1/ns/net").is_some_and(|host| host == own) {
+        return None;
+    }
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/net/dev"))).ok()?;
+    Some(parse_net_dev(&text))
 }
 
 pub struct Provider {
@@ -206,6 +264,8 @@ pub struct Provider {
     runtime: Rc<dyn RuntimeFacts>,
     located: RefCell<HashMap<String, Located>>,
     rates: RefCell<summary::Rates>,
+    /// The pods' ephemeral storage, as the eviction rounds last measured it.
+    storage: Option<Rc<ephemeral::Storage>>,
     /// Origin of the snapshots' monotonic nanoseconds.
     epoch: std::time::Instant,
 }
@@ -283,8 +343,16 @@ impl Provider {
             runtime,
             located: RefCell::default(),
             rates: RefCell::default(),
+            storage: None,
             epoch: rt::now(),
         }
+    }
+
+    /// Reports the pods' ephemeral storage from `storage` (rootfs, logs, volumes,
+    /// ephemeral-storage in the Summary API).
+    pub fn with_storage(mut self, storage: Rc<ephemeral::Storage>) -> Self {
+        self.storage = Some(storage);
+        self
     }
 
     /// The cgroups found at start.
@@ -318,7 +386,7 @@ impl Provider {
             ) {
                 self.located
                     .borrow_mut()
-                    .insert(id.to_owned(), Located { loc, id: cid });
+                    .insert(id.to_owned(), Located { loc, id: cid, pid });
             }
         }
     }
@@ -342,6 +410,11 @@ impl Provider {
         })
         .await;
         (snap.at, snap.mono) = (at, mono);
+        if let Some(s) = &self.storage {
+            for p in &mut snap.pods {
+                p.disk = s.pod(&p.uid);
+            }
+        }
         snap
     }
 
@@ -425,6 +498,10 @@ fn read_snapshot(
                 ),
                 None => (None, sum_stats(containers.iter().map(|c| &c.stats))),
             };
+            let network = containers
+                .iter()
+                .find_map(|c| located.get(&c.id))
+                .and_then(|l| pod_network(root, l.pid));
             PodSample {
                 uid: p.uid,
                 name: p.name,
@@ -432,7 +509,9 @@ fn read_snapshot(
                 start: p.start,
                 cgroup,
                 stats,
+                network,
                 containers,
+                disk: None,
             }
         })
         .collect();

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use super::cgroup::{Psi, PsiLine, Stats, usage_nano_cores};
+use super::disk::Usage;
 use super::{FsSample, Snapshot};
 use crate::api::time::rfc3339;
 
@@ -63,6 +64,12 @@ pub struct PodStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volume: Vec<VolumeStats>,
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<FsStats>,
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
 }
@@ -91,6 +98,64 @@ pub struct ContainerStats {
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub io: Option<IoStats>,
+    /// The writable layer, on the image filesystem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<FsStats>,
+    /// The container's log files, on the node's filesystem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<FsStats>,
+}
+
+/// One interface's counters.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    pub rx_bytes: Option<u64>,
+    pub rx_errors: Option<u64>,
+    pub tx_bytes: Option<u64>,
+    pub tx_errors: Option<u64>,
+}
+
+/// The pod's network: the default interface (`eth0`, else the first) inline, and every
+/// interface.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NetworkStats {
+    pub time: String,
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+/// The default interface upstream reports inline.
+const DEFAULT_INTERFACE: &str = "eth0";
+
+fn network(time: &str, ifaces: &[super::Iface]) -> Option<NetworkStats> {
+    let one = |i: &super::Iface| InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: Some(i.rx_bytes),
+        rx_errors: Some(i.rx_errors),
+        tx_bytes: Some(i.tx_bytes),
+        tx_errors: Some(i.tx_errors),
+    };
+    let default = ifaces
+        .iter()
+        .find(|i| i.name == DEFAULT_INTERFACE)
+        .or(ifaces.first())?;
+    Some(NetworkStats {
+        time: time.to_owned(),
+        default: one(default),
+        interfaces: ifaces.iter().map(one).collect(),
+    })
+}
+
+/// One volume's usage: the filesystem's figures inline, and its name.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VolumeStats {
+    #[serde(flatten)]
+    pub fs: FsStats,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -279,6 +344,20 @@ fn fs(time: &str, f: &FsSample) -> FsStats {
     }
 }
 
+/// A measured usage on a filesystem: what is used from the measurement, the rest from the
+/// filesystem's statvfs (upstream fills capacity, available and inodes the same way).
+fn used_on(time: &str, on: Option<&FsSample>, u: Usage) -> FsStats {
+    FsStats {
+        time: time.to_owned(),
+        available_bytes: on.map(|f| f.available_bytes),
+        capacity_bytes: on.map(|f| f.capacity_bytes),
+        used_bytes: Some(u.bytes),
+        inodes_free: on.map(|f| f.inodes_free),
+        inodes: on.map(|f| f.inodes),
+        inodes_used: Some(u.inodes),
+    }
+}
+
 /// Builds the Summary of one snapshot, advancing `rates`.
 pub fn assemble(snap: &Snapshot, node_name: &str, rates: &mut Rates) -> Summary {
     let time = rfc3339(snap.at);
@@ -307,33 +386,57 @@ pub fn assemble(snap: &Snapshot, node_name: &str, rates: &mut Rates) -> Summary 
             curproc: n.processes,
         }),
     };
+    let (nodefs, imagefs) = (n.fs.as_ref(), n.image_fs.as_ref().or(n.fs.as_ref()));
     let pods = snap
         .pods
         .iter()
-        .map(|p| PodStats {
-            pod_ref: PodReference {
-                name: p.name.clone(),
-                namespace: p.namespace.clone(),
-                uid: p.uid.clone(),
-            },
-            start_time: rfc3339(p.start),
-            containers: p
-                .containers
-                .iter()
-                .map(|c| ContainerStats {
-                    name: c.name.clone(),
-                    start_time: rfc3339(c.started_at),
-                    cpu: cpu(&time, &c.stats, rate(format!("ctr/{}", c.id), &c.stats)),
-                    memory: memory(&time, &c.stats, c.stats.memory_limit_bytes),
-                    io: io(&time, &c.stats),
-                })
-                .collect(),
-            cpu: cpu(&time, &p.stats, rate(format!("pod/{}", p.uid), &p.stats)),
-            memory: memory(&time, &p.stats, p.stats.memory_limit_bytes),
-            io: io(&time, &p.stats),
-            process_stats: p.stats.pids.map(|n| ProcessStats {
-                process_count: Some(n),
-            }),
+        .map(|p| {
+            let disk = p.disk.as_ref();
+            let of = |name: &str| disk.and_then(|d| d.containers.iter().find(|c| c.name == name));
+            PodStats {
+                pod_ref: PodReference {
+                    name: p.name.clone(),
+                    namespace: p.namespace.clone(),
+                    uid: p.uid.clone(),
+                },
+                start_time: rfc3339(p.start),
+                containers: p
+                    .containers
+                    .iter()
+                    .map(|c| ContainerStats {
+                        name: c.name.clone(),
+                        start_time: rfc3339(c.started_at),
+                        cpu: cpu(&time, &c.stats, rate(format!("ctr/{}", c.id), &c.stats)),
+                        memory: memory(&time, &c.stats, c.stats.memory_limit_bytes),
+                        io: io(&time, &c.stats),
+                        rootfs: of(&c.name)
+                            .and_then(|d| d.rootfs)
+                            .map(|u| used_on(&time, imagefs, u)),
+                        logs: of(&c.name)
+                            .and_then(|d| d.logs)
+                            .map(|u| used_on(&time, nodefs, u)),
+                    })
+                    .collect(),
+                cpu: cpu(&time, &p.stats, rate(format!("pod/{}", p.uid), &p.stats)),
+                memory: memory(&time, &p.stats, p.stats.memory_limit_bytes),
+                io: io(&time, &p.stats),
+                network: p.network.as_deref().and_then(|n| network(&time, n)),
+                volume: disk
+                    .map(|d| {
+                        d.volumes
+                            .iter()
+                            .map(|v| VolumeStats {
+                                fs: used_on(&time, nodefs, v.usage),
+                                name: v.name.clone(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                ephemeral_storage: disk.map(|d| used_on(&time, nodefs, d.total())),
+                process_stats: p.stats.pids.map(|n| ProcessStats {
+                    process_count: Some(n),
+                }),
+            }
         })
         .collect();
     rates.retain(&keys);

@@ -99,6 +99,7 @@ struct FakeFacts {
     pids: HashMap<String, u32>,
     asked: Cell<usize>,
     image: Option<ImageFs>,
+    layers: HashMap<String, disk::Usage>,
 }
 
 impl RuntimeFacts for FakeFacts {
@@ -110,6 +111,10 @@ impl RuntimeFacts for FakeFacts {
     fn image_fs(&self) -> Ask<'_, ImageFs> {
         let i = self.image.clone();
         Box::pin(async move { i })
+    }
+    fn writable_layers(&self) -> Ask<'_, HashMap<String, disk::Usage>> {
+        let l = (!self.layers.is_empty()).then(|| self.layers.clone());
+        Box::pin(async move { l })
     }
 }
 
@@ -154,6 +159,7 @@ fn provider(root: &Path) -> (Provider, Rc<FakeFacts>) {
             used_bytes: Some(12345),
             inodes_used: Some(6),
         }),
+        layers: HashMap::new(),
     });
     (Provider::new(root, root, facts.clone()), facts)
 }
@@ -283,6 +289,156 @@ fn summary_has_upstreams_shape_and_rates() {
         Some(0)
     );
     assert_eq!(second.node.cpu.as_ref().unwrap().usage_nano_cores, Some(0));
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// rootfs and logs per container, volume[] and ephemeral-storage per pod, in upstream's
+/// shapes: used figures from the measurement, capacity and availability from the
+/// filesystem the figure lives on (the image filesystem for the writable layer).
+#[test]
+fn summary_reports_ephemeral_storage_in_upstreams_shape() {
+    let root = v2_host("ephemeral");
+    let dir = root.join("var");
+    let (logs_main, logs_side, scratch) = (
+        dir.join("logs/main"),
+        dir.join("logs/side"),
+        dir.join("volumes/scratch"),
+    );
+    for d in [&logs_main, &logs_side, &scratch] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(logs_main.join("0.log"), vec![b'x'; 20_000]).unwrap();
+    std::fs::write(scratch.join("blob"), vec![0u8; 300_000]).unwrap();
+    let layers: HashMap<String, disk::Usage> = [(
+        "c1".to_owned(),
+        disk::Usage {
+            bytes: 1 << 20,
+            inodes: 9,
+        },
+    )]
+    .into();
+    let facts = Rc::new(FakeFacts {
+        pids: [("c1", 101), ("c2", 102), ("c3", 103)]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
+        image: Some(ImageFs {
+            mountpoint: "/".into(),
+            used_bytes: Some(12345),
+            inodes_used: Some(6),
+        }),
+        layers,
+        ..FakeFacts::default()
+    });
+    let storage = ephemeral::Storage::new(disk::DEFAULT_BUDGET);
+    let p = Provider::new(&root, &root, facts.clone()).with_storage(storage.clone());
+    let trees = vec![ephemeral::PodTrees {
+        uid: "1111-aaaa".into(),
+        containers: vec![
+            ("main".into(), "c1".into(), logs_main.clone()),
+            ("side".into(), "c2".into(), logs_side.clone()),
+        ],
+        volumes: vec![("scratch".into(), scratch.clone())],
+    }];
+    let s = rt::block_on(async {
+        storage.refresh(&trees, &*facts).await;
+        p.summary("edge-1", pods()).await
+    });
+    let v = serde_json::to_value(&s).unwrap();
+    let a = &v["pods"][0];
+    let walk = |d: &Path| {
+        let mut m = disk::Meter::default();
+        m.pass(&[d.to_owned()], 1000, std::time::Instant::now());
+        m.get(d).unwrap().usage
+    };
+    let (lm, ls, sc) = (walk(&logs_main), walk(&logs_side), walk(&scratch));
+    assert!(lm.bytes >= 20_000 && sc.bytes >= 300_000);
+    let main = &a["containers"][0];
+    assert_eq!(main["rootfs"]["usedBytes"], 1u64 << 20);
+    assert_eq!(main["rootfs"]["inodesUsed"], 9);
+    assert!(main["rootfs"]["capacityBytes"].as_u64().unwrap() > 0);
+    assert_eq!(main["logs"]["usedBytes"], lm.bytes);
+    assert_eq!(main["logs"]["inodesUsed"], 2);
+    for k in [
+        "time",
+        "availableBytes",
+        "capacityBytes",
+        "inodesFree",
+        "inodes",
+    ] {
+        assert!(main["logs"].get(k).is_some(), "{k} in {}", main["logs"]);
+    }
+    let side = &a["containers"][1];
+    assert!(
+        side.get("rootfs").is_none(),
+        "the runtime did not say: {side}"
+    );
+    assert_eq!(side["logs"]["usedBytes"], ls.bytes);
+    assert_eq!(a["volume"].as_array().unwrap().len(), 1);
+    assert_eq!(a["volume"][0]["name"], "scratch");
+    assert_eq!(a["volume"][0]["usedBytes"], sc.bytes);
+    assert_eq!(a["volume"][0]["inodesUsed"], 2);
+    assert!(a["volume"][0]["capacityBytes"].as_u64().unwrap() > 0);
+    let es = &a["ephemeral-storage"];
+    assert_eq!(
+        es["usedBytes"],
+        (1u64 << 20) + lm.bytes + ls.bytes + sc.bytes
+    );
+    assert_eq!(es["inodesUsed"], 9 + 2 + 1 + 2);
+    assert_eq!(es["capacityBytes"], v["node"]["fs"]["capacityBytes"]);
+    // A pod not measured has none of these.
+    let b = &v["pods"][1];
+    for k in ["volume", "ephemeral-storage"] {
+        assert!(b.get(k).is_none(), "{k} in {b}");
+    }
+    assert!(b["containers"][0].get("logs").is_none());
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// The pod's network from its container's namespace, `eth0` inline as upstream; a pod in the
+/// host's namespace (hostNetwork) reports none.
+#[test]
+fn summary_reports_the_pods_network_from_its_namespace() {
+    let root = v2_host("network");
+    let dev = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+ lo:    1000      10    0    0    0     0          0         0     1000      10    0    0    0     0       0          0\n  \
+eth0:  123456     100    2    0    0     0          0         0    654321     90    3    0    0     0       0          0\n  \
+net1:      10       1    0    0    0     0          0         0        20      2    0    0    0     0       0          0\n";
+    write(
+        &root,
+        &[("proc/101/net/dev", dev), ("proc/103/net/dev", dev)],
+    );
+    for (pid, ns) in [
+        (1, "net:[4026531840]"),
+        (101, "net:[4026532999]"),
+        (103, "net:[4026531840]"),
+    ] {
+        let d = root.join(format!("proc/{pid}/ns"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::os::unix::fs::symlink(ns, d.join("net")).unwrap();
+    }
+    let (p, _) = provider(&root);
+    let v = serde_json::to_value(rt::block_on(p.summary("edge-1", pods()))).unwrap();
+    let net = &v["pods"][0]["network"];
+    assert!(net["time"].is_string(), "{net}");
+    assert_eq!(net["name"], "eth0");
+    assert_eq!(net["rxBytes"], 123_456);
+    assert_eq!(net["rxErrors"], 2);
+    assert_eq!(net["txBytes"], 654_321);
+    assert_eq!(net["txErrors"], 3);
+    let names: Vec<&str> = net["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["eth0", "net1"], "the loopback left out");
+    assert!(
+        v["pods"][1].get("network").is_none(),
+        "the host's namespace is not the pod's: {}",
+        v["pods"][1]
+    );
     std::fs::remove_dir_all(root).unwrap();
 }
 

@@ -32,7 +32,8 @@ pub(super) fn start(
     let ctx = Rc::new(server::Context {
         host: parts.kubelet.clone(),
         stats: Rc::new(server::StatsContext {
-            provider: stats::Provider::new(root, &o.root_dir, parts.counted.clone()),
+            provider: stats::Provider::new(root, &o.root_dir, parts.counted.clone())
+                .with_storage(parts.storage.clone()),
             ops: parts.ops.clone(),
             machine: stats::expose::Machine::read(root),
         }),
