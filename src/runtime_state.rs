@@ -1,6 +1,7 @@
 //! What the runtime says of its own readiness, as upstream's `runtimeState` (pkg/kubelet/
 //! runtime.go) fed by the kubelet's `updateRuntimeUp` every [`RUNTIME_STATUS_PERIOD`]: here,
-//! the runtime's NetworkReady condition (CRI `Status`).
+//! the runtime's NetworkReady condition (CRI `Status`). While the network is not ready it is
+//! read every [`NOT_READY_PERIOD`], so pods waiting for it start soon after it is back.
 //!
 //! While the network is not ready (a node whose CNI configuration is missing), a pod that needs
 //! a new sandbox outside the host's network is not given one: the sandbox could not get a
@@ -16,6 +17,10 @@ use crate::cri::v1;
 
 /// How often the runtime's status is read (upstream's `updateRuntimeUp` period).
 pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
+
+/// How often it is read while the network is not ready: pods are waiting for its return, and a
+/// status call a second costs the runtime little and the log nothing.
+pub const NOT_READY_PERIOD: Duration = Duration::from_secs(1);
 
 /// The CRI condition type of the runtime's network.
 pub const NETWORK_READY: &str = "NetworkReady";

@@ -732,6 +732,12 @@ impl RuntimeManager {
         }
     }
 
+    /// Whether the runtime's network is ready as far as picolet knows (not asked yet counts as
+    /// ready).
+    pub fn network_ready(&self) -> bool {
+        self.network.borrow().error().is_none()
+    }
+
     pub fn gc_backoffs(&self, now: i64) {
         self.restart_backoff.borrow_mut().gc(now);
         self.pull_backoff.borrow_mut().gc(now);
