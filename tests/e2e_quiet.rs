@@ -31,9 +31,9 @@ const WINDOW: Duration = Duration::from_secs(120);
 /// The most lines (info and above) the window may hold.
 const MAX_LINES: usize = 5;
 /// The longest a pod waiting for the network may take to run once the network is ready: the
-/// runtime's status is read every 5 s, and its return has the pod synced at once (its backoff,
-/// up to a minute by then, is not waited out). The rest is the sandbox, the container and a
-/// loaded machine.
+/// runtime's status is read every second while its network is not ready, and its return has
+/// the pod synced at once (its backoff, up to a minute by then, is not waited out). The rest is
+/// containerd noticing the configuration, the sandbox, the container and a loaded machine.
 const RECOVERY_MAX: Duration = Duration::from_secs(30);
 
 /// A pod cgroup under the test's root in the hierarchies picolet uses, with a process kept in

@@ -685,7 +685,9 @@ impl RuntimeManager {
     }
 
     /// Reads the runtime's status (upstream's `updateRuntimeUp`, every
-    /// [`crate::runtime_state::RUNTIME_STATUS_PERIOD`]) and keeps what it says of the network.
+    /// [`crate::runtime_state::RUNTIME_STATUS_PERIOD`], every
+    /// [`crate::runtime_state::NOT_READY_PERIOD`] while the network is not ready) and keeps
+    /// what it says of the network.
     /// The network going away is one warning, its return one info line. On its return, the pods
     /// whose syncs failed for want of it are due at once, and so is the removal of their old
     /// sandboxes (which could not be stopped without it): their UIDs are returned, for the loop
