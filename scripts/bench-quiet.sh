@@ -13,7 +13,9 @@
 # lines and bytes picolet logs over BENCH_SECONDS (default 60), extrapolated to an hour (and
 # said so), with the most frequent messages (numbers and ids folded). Then the recovery: the
 # CNI configuration of the nocni situation is put back and the time until its pod runs is
-# printed. Asserts nothing. Run as root.
+# printed (the runtime's status is read every 5 s: expect a few seconds). Asserts nothing. Run
+# as root. SCRATCH_CONTAINERD_BIN (as scripts/test.sh sets it) runs containerd 2.x; unset, the
+# machine's containerd (Debian's 1.6).
 #
 #   scripts/bench-quiet.sh            builds the debug picolet (test.sh's settings) and runs
 #   PICOLET_BIN=path scripts/bench-quiet.sh   runs that binary instead
@@ -212,4 +214,10 @@ for s in $SITUATIONS; do
         *) die "unknown situation $s (nocni, cgroup, registry)" ;;
     esac
 done
-printf 'picolet %s, %s\n' "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')" "$(date -u '+%Y-%m-%d %H:%M UTC')"
+if [[ -n ${SCRATCH_CONTAINERD_BIN:-} ]]; then
+    CONTAINERD_VERSION=$("$SCRATCH_CONTAINERD_BIN/containerd" --version 2>/dev/null | awk '{ print $3 }')
+else
+    CONTAINERD_VERSION=$(containerd --version 2>/dev/null | awk '{ print $3 }')
+fi
+printf 'picolet %s, containerd %s, %s\n' "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+    "${CONTAINERD_VERSION:-?}" "$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -46,6 +46,7 @@ pub(crate) mod qos;
 pub(crate) mod retry;
 pub mod root_dir;
 pub mod rt;
+pub(crate) mod runtime_state;
 #[cfg(feature = "local-api")]
 pub(crate) mod server;
 /// Without the local API, the server's settings alone: the flags parse the same.

@@ -196,6 +196,14 @@ impl Failures {
         }
     }
 
+    /// Makes the next attempt on `key` due at once, its delay starting afresh from the initial
+    /// one, while keeping its count: what it was waiting for came back (the runtime's network
+    /// is ready), so the retry should not sit out a delay, and its success still says after how
+    /// many failed attempts.
+    pub fn retry_now(&mut self, key: &str) {
+        self.backoff.forget(key);
+    }
+
     /// Forgets `key` without a line: the object changed or went away.
     pub fn forget(&mut self, key: &str) {
         self.backoff.forget(key);
@@ -363,6 +371,33 @@ mod tests {
         f.gc(601 * S + 1);
         assert_eq!(f.len(), 0);
         assert!(f.due("b", 601 * S));
+    }
+
+    #[test]
+    fn retry_now_ends_the_wait_and_keeps_the_count() {
+        let clock = crate::rt::FakeClock::install();
+        let mut f = Failures::cleanups();
+        let mut now = crate::rt::now_nanos();
+        for _ in 0..6 {
+            f.failed("a", "x", "busy", now);
+            clock.advance(f.delay("a").unwrap());
+            now = crate::rt::now_nanos();
+        }
+        f.failed("a", "x", "busy", now);
+        assert_eq!(f.delay("a"), Some(Duration::from_secs(128)));
+        clock.advance(Duration::from_secs(1));
+        assert!(!f.due("a", crate::rt::now_nanos()));
+        f.retry_now("a");
+        assert!(f.due("a", crate::rt::now_nanos()));
+        assert!(f.failing("a"));
+        assert_eq!(f.attempts("a"), 7);
+        // A failure after it waits the initial delay again, and is counted, not printed.
+        assert_eq!(
+            f.failed("a", "x", "busy", crate::rt::now_nanos()),
+            Report::Counted
+        );
+        assert_eq!(f.delay("a"), Some(Duration::from_secs(2)));
+        assert_eq!(f.succeeded("a", "x"), Report::Recovered);
     }
 
     #[test]

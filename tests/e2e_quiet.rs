@@ -1,9 +1,12 @@
 //! Quiet under failure, against a real containerd: a node where a pod cannot start (the runtime
-//! has no CNI configuration, so every sandbox fails, and with containerd 1.6 the old ones cannot
-//! be stopped either) and a leftover pod cgroup cannot be removed (a process is kept in it) logs
-//! each failure once; over the window that follows, while picolet keeps retrying all of it with
-//! backoff, it writes at most a handful of lines at the default verbosity (the count is of lines,
-//! not of time). When the CNI configuration appears, the pod starts within one retry period.
+//! has no CNI configuration: its network is not ready, so the pod gets no sandbox) and a leftover
+//! pod cgroup cannot be removed (a process is kept in it) logs each failure once; over the
+//! window that follows, while picolet keeps retrying all of it with backoff, it writes at most a
+//! handful of lines at the default verbosity (the count is of lines, not of time). When the CNI
+//! configuration appears, the runtime's status says its network is ready and the pod starts
+//! within a few seconds, not at the end of its backoff. A second node, whose pod's image is on
+//! a registry that refuses connections, is held to the same bound, its pod showing
+//! ErrImagePull and ImagePullBackOff as upstream's does.
 //!
 //! The window ([`WINDOW`], 2 minutes) spans the backoff's first six periods (2 s doubling to
 //! 64 s) at their real values: no test-only setting shortens them. Before this behaviour the
@@ -27,10 +30,11 @@ use containerd::ScratchContainerd;
 const WINDOW: Duration = Duration::from_secs(120);
 /// The most lines (info and above) the window may hold.
 const MAX_LINES: usize = 5;
-/// The longest either retry that lets the pod start waits: its sync (backoff capped at a
-/// minute) and the removal of its old sandboxes, whose names its next one needs (container GC,
-/// once a minute).
-const RETRY_MAX: Duration = Duration::from_secs(60);
+/// The longest a pod waiting for the network may take to run once the network is ready: the
+/// runtime's status is read every second while its network is not ready, and its return has
+/// the pod synced at once (its backoff, up to a minute by then, is not waited out). The rest is
+/// containerd noticing the configuration, the sandbox, the container and a loaded machine.
+const RECOVERY_MAX: Duration = Duration::from_secs(30);
 
 /// A pod cgroup under the test's root in the hierarchies picolet uses, with a process kept in
 /// it; on drop the process is killed and the tree removed (deepest first).
@@ -180,10 +184,13 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
         lines.len(),
         lines.join("\n")
     );
-    // Quiet, not idle: picolet kept retrying (its debug lines say so) and nothing was removed.
+    // Quiet, not idle: picolet kept retrying the pod (its debug lines say so: no sandbox while
+    // the network is not ready; the attempt itself if the runtime's status had not said so
+    // yet) and nothing was removed.
     assert!(
-        window.contains("creating sandbox for pod stuck"),
-        "no sandbox attempt in the window:\n{window}"
+        window.contains("pod stuck-") && window.contains("no new sandbox while the network")
+            || window.contains("creating sandbox for pod stuck"),
+        "no sync attempt in the window:\n{window}"
     );
     assert!(stuck.exists(), "the held cgroup cannot have been removed");
 
@@ -194,9 +201,10 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
         std::fs::rename(&tmp, conf.join(n)).unwrap();
     }
     let t1 = Instant::now();
+    let before = a.log_text().len();
     a.wait_for(
         "the pod to run once its network can be set up",
-        RETRY_MAX + Duration::from_secs(30),
+        RECOVERY_MAX,
         |a| a.phase("stuck") == "Running",
     );
     eprintln!(
@@ -208,7 +216,99 @@ fn a_stuck_pod_and_a_stuck_cgroup_cost_a_bounded_number_of_lines() {
             l.starts_with('I') && l.contains("sync of pod stuck") && l.contains("succeeded after")
         })
     });
+    // The network's return is one line, the pod's recovery another.
+    let ready = a.log_text()[before..]
+        .lines()
+        .any(|l| l.starts_with('I') && l.contains("container runtime network is ready"));
+    assert!(ready, "no line saying the network is ready");
     a.kill9();
     drop(c);
     drop(stuck);
+}
+
+/// The first container's waiting reason and message (empty when it does not wait).
+fn waiting(a: &Agent, name: &str) -> (String, String) {
+    let w = &a.status(name)["containerStatuses"][0]["state"]["waiting"];
+    let s = |k: &str| w[k].as_str().unwrap_or_default().to_owned();
+    (s("reason"), s("message"))
+}
+
+#[test]
+fn an_unreachable_registry_costs_a_bounded_number_of_lines() {
+    let d = test_dir("quiet-registry");
+    let c = ScratchContainerd::start(&d.join("c"));
+    // A loopback port nothing listens on: every pull is refused at once.
+    let port = agent::free_port();
+    let image = format!("127.0.0.1:{port}/quiet/none:1");
+    let mut a = Agent::start(&d.join("a"), &c.endpoint());
+    a.write_manifest("pull", &Pod::new("pull").image(&image).yaml());
+    a.wait_for(
+        "the first report of the failed pull",
+        Duration::from_secs(90),
+        |a| {
+            a.log_text()
+                .lines()
+                .any(|l| l.starts_with('W') && l.contains("sync of pod pull"))
+        },
+    );
+    let pulls = |c: &ScratchContainerd| {
+        let log = std::fs::read_to_string(c.dir.join("containerd.log")).unwrap_or_default();
+        // containerd logs each CRI PullImage request (and each failure, "... failed").
+        log.lines()
+            .filter(|l| {
+                l.contains("PullImage") && l.contains("quiet/none") && !l.contains("failed")
+            })
+            .count()
+    };
+    let (start, pulls0) = (a.log_text().len(), pulls(&c));
+    let t0 = Instant::now();
+    // The pod's status, looked at every 2 s over the window: why its container waits.
+    let mut reasons = std::collections::BTreeSet::new();
+    let mut pull_message = String::new();
+    while t0.elapsed() < WINDOW {
+        let (reason, message) = waiting(&a, "pull");
+        if reason == "ErrImagePull" {
+            pull_message = message;
+        }
+        reasons.insert(reason);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let text = a.log_text();
+    let window = &text[start..];
+    let lines = default_lines(window);
+    let retried = pulls(&c) - pulls0;
+    eprintln!(
+        "{} lines at the default verbosity over {:?} ({} bytes of log at -v=4), {retried} pulls \
+         refused meanwhile, waiting reasons seen: {reasons:?}",
+        lines.len(),
+        t0.elapsed(),
+        window.len()
+    );
+    assert!(
+        lines.len() <= MAX_LINES,
+        "{} lines in {WINDOW:?}, at most {MAX_LINES} allowed:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    // Quiet, not idle: the runtime was asked again (the pull backoff: 10 s doubling).
+    assert!(retried >= 2, "{retried} pulls in the window");
+    // As upstream: ErrImagePull with the pull's error, ImagePullBackOff while backing off;
+    // nothing else.
+    assert!(
+        reasons.contains("ImagePullBackOff") && reasons.contains("ErrImagePull"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r == "ErrImagePull" || r == "ImagePullBackOff"),
+        "{reasons:?}"
+    );
+    assert!(
+        pull_message.contains(&format!("127.0.0.1:{port}")),
+        "{pull_message}"
+    );
+    assert_eq!(a.phase("pull"), "Pending");
+    a.kill9();
+    drop(c);
 }

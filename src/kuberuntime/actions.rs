@@ -132,7 +132,18 @@ fn sandbox_changed(pod: &Pod, st: &PodRuntimeStatus) -> (bool, u32, Option<Box<s
     let Some(newest) = st.sandboxes.first() else {
         return (true, 0, None);
     };
-    let next = newest.attempt.saturating_add(1);
+    // Past every attempt the runtime still holds, not only the newest one's: a sandbox whose
+    // set-up failed and could not be cleaned up stays listed (containerd 1.6 keeps it, with
+    // no creation time, so it sorts last) and keeps its name, attempt included, reserved until
+    // it is removed. Upstream counts from the newest; its next sandbox then waits for container
+    // GC to remove the old one.
+    let next = st
+        .sandboxes
+        .iter()
+        .map(|s| s.attempt)
+        .max()
+        .unwrap_or(newest.attempt)
+        .saturating_add(1);
     let ready = st
         .sandboxes
         .iter()
@@ -599,6 +610,20 @@ mod tests {
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 3);
         assert_eq!(a.containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn the_next_attempt_is_past_every_listed_one() {
+        // The newest by creation time is attempt 0; a failed sandbox without a creation time
+        // (listed last) holds attempt 1: the next is 2, whose name no sandbox holds.
+        let mut leftover = sandbox("s1", 1, SandboxState::NotReady);
+        leftover.created_at = 0;
+        let mut newest = sandbox("s0", 0, SandboxState::NotReady);
+        newest.created_at = 5;
+        let st = status(vec![newest, leftover], vec![]);
+        let a = compute(&pod(Always, &[], &["a"]), &st, &[1]);
+        assert!(a.create_sandbox);
+        assert_eq!(a.attempt, 2);
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub enum SyncError {
     /// Init containers of an old sandbox could not be removed before a new one starts.
     #[error("removing old init containers: {0}")]
     PurgeInitContainers(#[source] CriError),
+    /// The pod needs a new sandbox outside the host's network and the runtime says its network
+    /// is not ready: none is made (upstream's SyncPod refuses the same way). No container
+    /// records it as its waiting reason (the status shows ContainerCreating).
+    #[error("network is not ready: {0}")]
+    NetworkNotReady(String),
 }
 
 /// Why a pod's sandbox could not be made.
@@ -120,6 +125,7 @@ impl SyncError {
             SyncError::KillContainer { .. } => "KillContainerError",
             SyncError::PurgeInitContainers(_) => "KillContainerError",
             SyncError::PostStartHook { .. } => "PostStartHookError",
+            SyncError::NetworkNotReady(_) => "NetworkNotReady",
         }
     }
 
@@ -186,6 +192,7 @@ mod tests {
                 "CreatePodSandboxError",
             ),
             (SyncError::Volumes("x".into()), "ContainerCreating"),
+            (SyncError::NetworkNotReady("x".into()), "NetworkNotReady"),
         ];
         for (e, want) in cases {
             assert_eq!(e.reason(), want, "{e}");
@@ -200,5 +207,6 @@ mod tests {
             "container image \"busybox\" is not present with pull policy of Never"
         );
         assert_eq!(SyncError::Volumes("x".into()).container(), None);
+        assert_eq!(SyncError::NetworkNotReady("x".into()).container(), None);
     }
 }

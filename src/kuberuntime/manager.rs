@@ -20,6 +20,7 @@ use super::error::{SandboxError, SyncError};
 use super::{actions, config, join_all};
 use crate::kubecontainer::container_hash;
 use crate::retry::Failures;
+use crate::runtime_state::Network;
 
 pub use super::config::NodeContext;
 
@@ -64,6 +65,8 @@ impl SyncOutcome {
 /// pod that cannot start (a missing hostPath, a broken CNI) neither spins nor floods the log.
 pub(super) const ERROR_RETRY: Duration = Duration::from_secs(2);
 const ERROR_RETRY_MAX: Duration = Duration::from_secs(60);
+/// How long the runtime's status may take to answer.
+const STATUS_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What the runtime says about itself.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +86,11 @@ pub struct RuntimeManager {
     sync_failures: RefCell<Failures>,
     /// Dead containers and old sandboxes that could not be removed (container GC).
     pub(super) removal_failures: RefCell<Failures>,
+    /// The runtime's network, as its status last said ([`RuntimeManager::update_runtime_status`]).
+    network: RefCell<Network>,
+    /// Pods whose last sync failed for want of the network (held back while it was not ready,
+    /// or their sandbox failed): retried at once when the network turns ready.
+    network_failed: RefCell<std::collections::HashSet<String>>,
     waiting: RefCell<HashMap<(String, String), Waiting>>,
     /// Liveness and startup results decide kills; the prober writes them.
     pub(super) probes: crate::prober::results::Results,
@@ -124,6 +132,8 @@ impl RuntimeManager {
                 Duration::from_secs(2),
                 Duration::from_secs(60),
             )),
+            network: RefCell::new(Network::Unknown),
+            network_failed: RefCell::new(std::collections::HashSet::new()),
             waiting: RefCell::new(HashMap::new()),
             probes: crate::prober::results::Results::default(),
             specs: RefCell::new(HashMap::new()),
@@ -405,6 +415,17 @@ impl RuntimeManager {
         let mut out = self.sync_pod_once(pod, st).await;
         let key = pod.metadata.uid.as_str();
         let what = format!("sync of pod {} ({key})", pod.metadata.name);
+        let network = out.errors.iter().any(|e| {
+            matches!(
+                e,
+                SyncError::NetworkNotReady(_) | SyncError::CreatePodSandbox(_)
+            )
+        });
+        if network {
+            self.network_failed.borrow_mut().insert(key.to_owned());
+        } else {
+            self.network_failed.borrow_mut().remove(key);
+        }
         let mut f = self.sync_failures.borrow_mut();
         if out.errors.is_empty() {
             f.succeeded(key, &what);
@@ -487,6 +508,25 @@ impl RuntimeManager {
             return out;
         }
 
+        if a.create_sandbox
+            && !pod.spec.host_network
+            && let Some(e) = self.network.borrow().error().map(str::to_owned)
+        {
+            // Counted with the pod's other sync failures; its event aggregates.
+            log::debug!(
+                "pod {} ({uid}): no new sandbox while the network is not ready",
+                pod.metadata.name
+            );
+            let e = SyncError::NetworkNotReady(e);
+            crate::events::record(
+                &crate::events::ObjectRef::pod(pod),
+                crate::events::Type::Warning,
+                "NetworkNotReady",
+                &e.to_string(),
+            );
+            out.fail(e);
+            return out;
+        }
         let volumes = {
             let (root, p) = (self.node.root_dir.clone(), pod.clone());
             let (objects, alloc) = (self.objects.clone(), self.allocatable());
@@ -595,6 +635,7 @@ impl RuntimeManager {
         let uid_prefix = format!("{uid}/");
         self.restart_backoff.borrow_mut().forget_prefix(&uid_prefix);
         self.sync_failures.borrow_mut().forget(uid);
+        self.network_failed.borrow_mut().remove(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
         if let Some(pc) = &self.cgroups
@@ -641,6 +682,62 @@ impl RuntimeManager {
     /// Whether the pod's syncs are failing (its retries then log by state change only).
     pub(super) fn sync_failing(&self, uid: &str) -> bool {
         self.sync_failures.borrow().failing(uid)
+    }
+
+    /// Reads the runtime's status (upstream's `updateRuntimeUp`, every
+    /// [`crate::runtime_state::RUNTIME_STATUS_PERIOD`], every
+    /// [`crate::runtime_state::NOT_READY_PERIOD`] while the network is not ready) and keeps
+    /// what it says of the network.
+    /// The network going away is one warning, its return one info line. On its return, the pods
+    /// whose syncs failed for want of it are due at once, and so is the removal of their old
+    /// sandboxes (which could not be stopped without it): their UIDs are returned, for the loop
+    /// to sync them now and collect their garbage at its next round.
+    pub async fn update_runtime_status(&self) -> Vec<String> {
+        let now = match rt::timeout(STATUS_DEADLINE, self.runtime.status(false)).await {
+            Ok(Ok(r)) => Network::from_status(&r),
+            // The runtime not answering is the PLEG's health to report; the network is as
+            // last seen.
+            Ok(Err(e)) => {
+                log::debug!("runtime status: {e}");
+                return Vec::new();
+            }
+            Err(e) => {
+                log::debug!("runtime status: {e}");
+                return Vec::new();
+            }
+        };
+        let was = self.network.replace(now.clone());
+        match (&was, &now) {
+            (Network::NotReady(_), Network::NotReady(_)) | (_, Network::Unknown) => Vec::new(),
+            (_, Network::NotReady(e)) => {
+                log::warn!("{e}; pods that need it get no new sandbox until it is ready");
+                Vec::new()
+            }
+            (Network::NotReady(_), Network::Ready) => {
+                let mut uids: Vec<String> = self.network_failed.borrow().iter().cloned().collect();
+                uids.sort();
+                log::info!(
+                    "container runtime network is ready; retrying {} pod(s) now",
+                    uids.len()
+                );
+                let (mut sync, mut removal) = (
+                    self.sync_failures.borrow_mut(),
+                    self.removal_failures.borrow_mut(),
+                );
+                for uid in &uids {
+                    sync.retry_now(uid);
+                    removal.retry_now(&format!("sandboxes/{uid}"));
+                }
+                uids
+            }
+            (Network::Unknown | Network::Ready, Network::Ready) => Vec::new(),
+        }
+    }
+
+    /// Whether the runtime's network is ready as far as picolet knows (not asked yet counts as
+    /// ready).
+    pub fn network_ready(&self) -> bool {
+        self.network.borrow().error().is_none()
     }
 
     pub fn gc_backoffs(&self, now: i64) {
@@ -790,6 +887,60 @@ mod tests {
             assert_eq!((t.exit_code, t.reason.as_deref()), (1, Some("Error")));
             assert_eq!(e.restart_count, 0);
             assert_eq!(s.phase.as_deref(), Some("Running"), "the pod runs on");
+        });
+        let _ = fs::remove_dir_all(&tmp);
+    }
+
+    /// While the runtime's network is not ready, a pod needing a new sandbox gets none (the
+    /// sync fails with NetworkNotReady; a host-network pod is not held back); when it turns
+    /// ready, the pods that failed for want of it are named once, due at once.
+    #[test]
+    fn no_sandbox_while_the_network_is_not_ready_and_its_return_retries_at_once() {
+        let tmp = scratch("netready");
+        let _clock = rt::FakeClock::install();
+        let fake = FakeRuntime::new();
+        fake.add_image("img:1");
+        let rm = manager(&fake, &tmp);
+        rt::block_on(async {
+            // Ready from the start: nothing to retry.
+            assert!(rm.update_runtime_status().await.is_empty());
+            fake.set_network_ready(false);
+            assert!(rm.update_runtime_status().await.is_empty());
+            let pod = target_pod();
+            let out = rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+            assert_eq!(out.errors[0].reason(), "NetworkNotReady");
+            assert!(
+                out.errors[0]
+                    .to_string()
+                    .contains("cni plugin not initialized"),
+                "{}",
+                out.errors[0]
+            );
+            assert_eq!(out.retry_after, Some(ERROR_RETRY));
+            let out = rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            assert_eq!(out.retry_after, Some(ERROR_RETRY * 2), "backing off");
+            assert_eq!(fake.calls("RunPodSandbox"), 0);
+            assert!(rm.waiting("u-eph", "app").is_none(), "ContainerCreating");
+            let mut host = target_pod();
+            host.metadata.uid = "u-host".into();
+            host.spec.host_network = true;
+            let out = rm.sync_pod(&host, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            assert_eq!(fake.calls("RunPodSandbox"), 1);
+            // Still not ready: nothing named.
+            assert!(rm.update_runtime_status().await.is_empty());
+            fake.set_network_ready(true);
+            assert_eq!(rm.update_runtime_status().await, vec!["u-eph".to_owned()]);
+            assert!(rm.update_runtime_status().await.is_empty(), "once");
+            assert!(
+                rm.sync_failures.borrow().due("u-eph", rt::now_nanos()),
+                "its backoff is over"
+            );
+            let out = rm.sync_pod(&pod, &PodRuntimeStatus::default()).await;
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            assert_eq!(fake.calls("RunPodSandbox"), 2);
+            assert!(!rm.sync_failing("u-eph"));
         });
         let _ = fs::remove_dir_all(&tmp);
     }

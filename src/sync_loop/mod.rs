@@ -1,5 +1,6 @@
 //! The sync loop: one task selecting over source snapshots, PLEG events, worker reports, the
-//! 1 s sync tick and the 2 s housekeeping tick. Every decision is made by the pure
+//! 1 s sync tick, the 2 s housekeeping tick and the runtime's network turning ready (its status
+//! is read every 5 s, every second while the network is not ready). Every decision is made by the pure
 //! [`state::LoopState::step`]; this module only turns wake-ups into its inputs and carries out
 //! the commands it returns. All runtime calls happen in the pod workers or in spawned tasks, so
 //! the loop itself never waits on the runtime or the disk.
@@ -426,6 +427,27 @@ impl Kubelet {
                     if tx.send(Input::Housekeeping { pod_dirs }).await.is_err() {
                         return;
                     }
+                }
+            })
+        };
+        // The runtime's status, for its network: read at once, then every period, and every
+        // second while the network is not ready. Its return has the pods that waited for it
+        // synced now.
+        let _runtime_status = {
+            let (rm, tx) = (self.rm.clone(), internal.clone());
+            rt::spawn(async move {
+                use crate::runtime_state::{NOT_READY_PERIOD, RUNTIME_STATUS_PERIOD};
+                loop {
+                    let uids = rm.update_runtime_status().await;
+                    if !uids.is_empty() && tx.send(Input::NetworkReady(uids)).await.is_err() {
+                        return;
+                    }
+                    rt::sleep(if rm.network_ready() {
+                        RUNTIME_STATUS_PERIOD
+                    } else {
+                        NOT_READY_PERIOD
+                    })
+                    .await;
                 }
             })
         };

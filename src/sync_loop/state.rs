@@ -55,6 +55,10 @@ pub enum Input {
         )
     )]
     Resync(Vec<String>),
+    /// The runtime's network turned ready: these pods, whose syncs failed for want of it, are
+    /// synced now, and their old sandboxes (which could not be removed without the network)
+    /// collected at the next housekeeping round rather than at their next GC visit.
+    NetworkReady(Vec<String>),
 }
 
 /// What the step reads of the world besides its own state.
@@ -263,16 +267,13 @@ impl LoopState {
                     self.terminate(uid, term, &mut out);
                 }
             }
-            Input::Resync(uids) => {
-                for uid in uids {
-                    if !self.terminating.contains_key(&uid)
-                        && let Some(p) = self.pods.get(&uid).cloned()
-                    {
-                        self.due.remove(&uid);
-                        self.sync(p, now, view, &mut out);
-                    }
+            Input::NetworkReady(uids) => {
+                for uid in &uids {
+                    self.collected_at.remove(uid);
                 }
+                self.resync(uids, now, view, &mut out);
             }
+            Input::Resync(uids) => self.resync(uids, now, view, &mut out),
             Input::Probe(u) => {
                 use crate::prober::{Kind, ProbeResult};
                 // A liveness or startup failure restarts the container; a readiness or startup
@@ -536,6 +537,18 @@ impl LoopState {
                     .is_some_and(|c| same(u, &c.status.namespace, &c.status.name))
         });
         orphan.map(|u| format!("waiting for the unowned pod {u} of the same name to be removed"))
+    }
+
+    /// Syncs these pods now, not at their due time.
+    fn resync(&mut self, uids: Vec<String>, now: Instant, view: View<'_>, out: &mut Vec<Command>) {
+        for uid in uids {
+            if !self.terminating.contains_key(&uid)
+                && let Some(p) = self.pods.get(&uid).cloned()
+            {
+                self.due.remove(&uid);
+                self.sync(p, now, view, out);
+            }
+        }
     }
 
     /// Dispatches a sync, or defers it to the next tick while the pod may not start.

@@ -2206,3 +2206,100 @@ fn dead_sandboxes_are_collected_once_a_minute_not_every_housekeeping_round() {
     t = t0 + housekeeping::CONTAINER_GC_PERIOD;
     assert_eq!(collects(&step(&mut st, hk(), t, view)), 1);
 }
+
+#[test]
+fn the_network_turning_ready_syncs_its_pods_now_and_collects_them_at_the_next_round() {
+    use crate::kubecontainer::{PodRuntimeStatus, SandboxState};
+    let sb = |id: &str| crate::kubecontainer::SandboxStatus {
+        id: id.into(),
+        attempt: 0,
+        state: SandboxState::NotReady,
+        created_at: 0,
+        ip: None,
+        host_network: false,
+    };
+    let mut cache = Cache::default();
+    cache.put(
+        PodRuntimeStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            sandboxes: vec![sb("s2"), sb("s1")],
+            ..Default::default()
+        },
+        0,
+        Some(1),
+    );
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut st = new_state();
+    let t0 = std::time::Instant::now();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("u1", "web", "sleep 1")])),
+        t0,
+        view,
+    );
+    st.in_flight.clear();
+    let hk = || Input::Housekeeping { pod_dirs: vec![] };
+    let collects = |cmds: &[Command]| {
+        cmds.iter()
+            .filter(|c| matches!(c, Command::CollectGarbage(s) if &*s.uid == "u1"))
+            .count()
+    };
+    assert_eq!(collects(&step(&mut st, hk(), t0, view)), 1);
+    step(&mut st, Input::Collected("u1".into()), t0, view);
+    // Its sync failed and backs off: due a minute from now.
+    let t = t0 + Duration::from_secs(4);
+    st.due.insert("u1".into(), t + Duration::from_secs(60));
+    assert!(syncs(&step(&mut st, Input::Tick, t, view)).is_empty());
+    assert_eq!(collects(&step(&mut st, hk(), t, view)), 0, "GC waits");
+    // The network is back: synced at once, collected at the next round.
+    let cmds = step(&mut st, Input::NetworkReady(vec!["u1".into()]), t, view);
+    assert_eq!(syncs(&cmds), vec!["u1"]);
+    st.in_flight.clear();
+    let t = t + HOUSEKEEPING_PERIOD;
+    assert_eq!(collects(&step(&mut st, hk(), t, view)), 1);
+    // A pod that is not desired is not synced.
+    let cmds = step(&mut st, Input::NetworkReady(vec!["gone".into()]), t, view);
+    assert!(syncs(&cmds).is_empty());
+}
+
+/// A pod on a runtime whose network is not ready gets no sandbox, and backs off; the network's
+/// return (the runtime's status is read every second while it is not ready) runs it within
+/// that period, not at the end of its backoff.
+#[test]
+fn a_pod_waiting_for_the_network_runs_within_one_status_period_of_its_return() {
+    rt::block_on(async {
+        let h = harness("netready");
+        h.fake.set_network_ready(false);
+        h.set_pods(vec![pod("n1", "web", "sleep 3600")]).await;
+        // Backing off (2 s doubling to a minute) until its next sync is at least 30 s away.
+        let uid = "n1".to_owned();
+        let away =
+            |h: &Harness| {
+                h.kubelet.state.borrow().due.get(&uid).is_some_and(|&t| {
+                    t.saturating_duration_since(rt::now()) >= Duration::from_secs(30)
+                })
+            };
+        h.until("the sync backed off", 400, away).await;
+        assert_eq!(
+            h.fake.calls("RunPodSandbox"),
+            0,
+            "no sandbox without a network"
+        );
+        assert_eq!(h.running("n1"), 0);
+        h.fake.set_network_ready(true);
+        let took = h
+            .until("the pod running", 60, |h| h.running("n1") == 1)
+            .await;
+        // Read every second while not ready: the next read sees it.
+        assert!(
+            took <= crate::runtime_state::NOT_READY_PERIOD.as_secs() + 2,
+            "ran {took} s after the network came back"
+        );
+        assert_eq!(h.fake.calls("RunPodSandbox"), 1);
+    });
+}
