@@ -1,8 +1,10 @@
 //! Preloaded images against a real containerd with no registry: an image archive in
 //! `--image-preload-dir` (gzip compressed, as built by scripts/build-image.sh) is imported
 //! through containerd's own API at start, pinned, and a static pod runs from it; a truncated
-//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again;
-//! an archive added while picolet runs is imported and the pod waiting for it starts.
+//! archive beside it is refused by name and disturbs nothing; a restart reads no archive again
+//! (the record of archives already imported), but one whose image went from the runtime is
+//! imported again; an archive added while picolet runs is imported and the pod waiting for it
+//! starts.
 
 mod support;
 
@@ -138,14 +140,31 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         "{log}"
     );
 
-    // Again at the next start: every blob is there, the record unchanged, the pod untouched.
+    // The record of what became of each archive, under the root dir.
+    let record_path = dir.join("a/kubelet/checkpoints/preloaded-images.json");
+    let record = std::fs::read_to_string(&record_path).expect("the preload record");
+    assert!(record.contains("\"refused\": \"image archive"), "{record}");
+    assert!(
+        record.contains(&format!("\"name\": \"{PRELOADED}\"")),
+        "{record}"
+    );
+
+    // The next start reads neither archive again: the record matches the files, and the image
+    // is still in the runtime, pinned. The pod is untouched.
     let containers = c.running_containers(&support::full("preloaded"));
     assert_eq!(containers.len(), 1, "one running container");
     a.restart();
     a.wait_for("the second preload pass", T, |a| {
-        a.log_text()
-            .contains(&format!("{imported}0 blobs written, 3 present)"))
+        let log = a.log_text();
+        log.contains(&format!("{imported}imported before, not read again)"))
+            && log.contains("(refused before; not read again until the file is replaced)")
     });
+    let log = a.log_text();
+    assert!(
+        log.contains(&format!("image archive {}: truncated", broken.display()))
+            && log.contains("(refused before; not read again until the file is replaced)"),
+        "{log}"
+    );
     a.wait_for("the pod still running", T, |a| {
         a.phase("preloaded") == "Running"
     });
@@ -182,6 +201,34 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     );
     // The archives already handled are not read again.
     assert_eq!(log.matches(&imported).count(), 2, "{log}");
+
+    // An image removed from the runtime behind picolet's back: at the next start its archive
+    // is read and imported again, the other one is not.
+    c.ctr(&["images", "rm", LATE]);
+    let late_imported = format!(
+        "preloaded {}: {LATE} (pinned; ",
+        images.join("late.tar").display()
+    );
+    a.restart();
+    a.wait_for("the archive of the removed image imported again", T, |a| {
+        a.log_text().matches(&late_imported).count() == 2
+    });
+    let log = a.log_text();
+    let again = log.rsplit(&late_imported).next().unwrap_or("");
+    assert!(
+        again.contains("blobs written,"),
+        "read again, not skipped: {log}"
+    );
+    assert_eq!(
+        log.matches(&format!("{imported}imported before, not read again)"))
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(cri_images(&c).iter().any(|(t, _)| t == LATE));
+    a.wait_for("the late pod still running", T, |a| {
+        a.phase("late") == "Running"
+    });
 }
 
 /// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).

@@ -43,7 +43,8 @@ pub(super) async fn preload_images(o: &Options) -> Option<images::preload::Prelo
         }
     };
     let client = images::containerd::Client::new(&socket, o.runtime_request_timeout);
-    let mut preloader = images::preload::Preloader::new(dir, client);
+    let mut preloader =
+        images::preload::Preloader::new(dir, client, Some(o.root().preloaded_images_record()));
     preloader.pass().await;
     Some(preloader)
 }

@@ -6,4 +6,5 @@
 pub mod archive;
 pub mod containerd;
 pub mod preload;
+pub mod record;
 pub mod sha256;

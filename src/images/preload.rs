@@ -1,12 +1,15 @@
 //! The preload pass: every image archive in the directory, read and checked, imported into
 //! containerd under the names it carries, each name pinned. A damaged archive is refused with
-//! its file and reason; the others are imported; nothing running is touched.
+//! its file and reason; the others are imported; nothing running is touched. What became of
+//! each archive is kept in the record (`record`), so a restart reads again only the archives
+//! that changed or whose images went away.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::archive::{self, Archive, Platform, Source};
 use super::containerd::{self, Client};
+use super::record::{Entry, Named, Record, Version};
 use crate::rt;
 
 /// How long the pass waits for containerd to answer at all (it may start with picolet).
@@ -18,16 +21,40 @@ const LEASE_EXPIRY: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub struct Outcome {
     pub file: PathBuf,
-    /// The names imported and pinned, or why the archive was refused.
-    pub result: Result<Imported, String>,
+    /// The images imported and pinned, or why the archive was not.
+    pub result: Result<Imported, Failure>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Imported {
-    pub names: Vec<String>,
+    /// The names, each with its manifest's digest.
+    pub images: Vec<Named>,
     /// Blobs written, and blobs containerd held already.
     pub written: usize,
     pub present: usize,
+    /// Not read: the record says this version was imported, and its images are all there.
+    pub reused: bool,
+}
+
+impl Imported {
+    pub fn names(&self) -> Vec<&str> {
+        self.images.iter().map(|i| i.name.as_str()).collect()
+    }
+}
+
+/// An archive not imported: the message names the file and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    /// The archive's own fault (damaged, truncated, nothing for the node): recorded, and not
+    /// read again until it is replaced. Otherwise the runtime's: tried again.
+    pub refused: bool,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// The archives of `dir`, in name order: `.tar`, `.tar.gz`, `.tgz`, `.tar.zst`, `.tzst`
@@ -65,27 +92,54 @@ const DEBOUNCE: Duration = Duration::from_millis(200);
 /// What tells a file's version apart: device, inode, size, modification time.
 type Stamp = (u64, u64, u64, i64, i64);
 
-fn stamp(p: &Path) -> Option<Stamp> {
+fn stamp(m: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())
 }
 
 /// The preload directory and the archive versions already handled (imported or refused): an
-/// archive is read again only when it is added or replaced.
+/// archive is read again only when it is added or replaced, or (after a restart) when the
+/// images the record says it gave are no longer in the runtime.
 pub struct Preloader {
     dir: PathBuf,
     client: Client,
     seen: std::collections::HashMap<PathBuf, Stamp>,
+    /// Where the record is kept (`None`: not kept, every start reads every archive).
+    record_path: Option<PathBuf>,
+    record: Record,
 }
 
 impl Preloader {
-    pub fn new(dir: PathBuf, client: Client) -> Preloader {
+    pub fn new(dir: PathBuf, client: Client, record_path: Option<PathBuf>) -> Preloader {
+        let record = record_path.as_deref().map(Record::load).unwrap_or_default();
         Preloader {
             dir,
             client,
             seen: Default::default(),
+            record_path,
+            record,
         }
+    }
+
+    /// Whether every image of `entry` is still in the runtime, pointing at the manifest the
+    /// archive gave, and pinned. Any doubt (the runtime not answering) says no: the archive is
+    /// then read again, which writes nothing containerd has.
+    async fn still_present(&self, entry: &Entry) -> bool {
+        if entry.images.is_empty() {
+            return false;
+        }
+        for i in &entry.images {
+            match self.client.image(&i.name).await {
+                Ok(Some(img))
+                    if img.target.as_ref().is_some_and(|t| t.digest == i.digest)
+                        && img
+                            .labels
+                            .get(containerd::PINNED_LABEL)
+                            .is_some_and(|v| v == containerd::PINNED_VALUE) => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Imports every archive of the directory not handled yet in its present version; logs
@@ -96,7 +150,11 @@ impl Preloader {
             archives(&d).map(|files| {
                 files
                     .into_iter()
-                    .filter_map(|f| stamp(&f).map(|s| (f, s)))
+                    .filter_map(|f| {
+                        let meta = std::fs::metadata(&f).ok()?;
+                        let st = stamp(&meta);
+                        Some((f, st, Version::of(&meta)))
+                    })
                     .collect::<Vec<_>>()
             })
         })
@@ -110,26 +168,75 @@ impl Preloader {
         };
         let platform = Platform::node();
         let mut outcomes = Vec::new();
-        for (file, st) in files {
+        let listed: Vec<PathBuf> = files.iter().map(|(f, _, _)| f.clone()).collect();
+        let mut changed = self.record.retain_files(&listed);
+        for (file, st, version) in files {
             if self.seen.get(&file) == Some(&st) {
                 continue;
             }
-            let result = import_file(&file, &self.dir, &platform, &self.client).await;
+            let result = match self.record.matching(&file, version).cloned() {
+                Some(Entry {
+                    refused: Some(reason),
+                    ..
+                }) => Err(Failure {
+                    message: format!(
+                        "{reason} (refused before; not read again until the file is replaced)"
+                    ),
+                    refused: true,
+                }),
+                Some(e) if self.still_present(&e).await => Ok(Imported {
+                    images: e.images,
+                    reused: true,
+                    ..Imported::default()
+                }),
+                _ => {
+                    let r = import_file(&file, &self.dir, &platform, &self.client).await;
+                    let entry = match &r {
+                        Ok(i) => Some(Entry {
+                            version,
+                            images: i.images.clone(),
+                            refused: None,
+                        }),
+                        Err(f) if f.refused => Some(Entry {
+                            version,
+                            images: Vec::new(),
+                            refused: Some(f.message.clone()),
+                        }),
+                        Err(_) => None,
+                    };
+                    if let Some(entry) = entry {
+                        self.record.archives.insert(file.clone(), entry);
+                        changed = true;
+                    }
+                    r
+                }
+            };
             match &result {
+                Ok(i) if i.reused => log::info!(
+                    "preloaded {}: {} (pinned; imported before, not read again)",
+                    file.display(),
+                    i.names().join(", "),
+                ),
                 Ok(i) => log::info!(
                     "preloaded {}: {} (pinned; {} blobs written, {} present)",
                     file.display(),
-                    i.names.join(", "),
+                    i.names().join(", "),
                     i.written,
                     i.present
                 ),
                 Err(e) => log::error!("{e}"),
             }
             // A runtime that did not answer: tried again at the next pass.
-            if !result.as_ref().is_err_and(|e| e.contains(NOT_YET)) {
+            if !result.as_ref().is_err_and(|e| e.message.contains(NOT_YET)) {
                 self.seen.insert(file.clone(), st);
             }
             outcomes.push(Outcome { file, result });
+        }
+        if changed && let Some(path) = &self.record_path {
+            let (record, path) = (self.record.clone(), path.clone());
+            if let Err(e) = rt::unblock(move || record.save(&path)).await {
+                log::error!("{e}; the archives are read again at the next start");
+            }
         }
         outcomes
     }
@@ -203,7 +310,15 @@ async fn import_file(
     scratch: &Path,
     platform: &Platform,
     client: &Client,
-) -> Result<Imported, String> {
+) -> Result<Imported, Failure> {
+    let refused = |message: String| Failure {
+        message,
+        refused: true,
+    };
+    let failed = |message: String| Failure {
+        message,
+        refused: false,
+    };
     let (f, s, p) = (file.to_path_buf(), scratch.to_path_buf(), platform.clone());
     let archive = rt::unblock(move || {
         // A read-only directory (a read-only root filesystem) decompresses in the temp dir.
@@ -216,7 +331,15 @@ async fn import_file(
         })
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| {
+        // The file could not be read, or there was no room to decompress it: not the
+        // archive's fault, so not recorded (a chmod does not change the version).
+        if e.reason.starts_with("cannot ") || e.reason.contains(": cannot read") {
+            failed(e.to_string())
+        } else {
+            refused(e.to_string())
+        }
+    })?;
     let unnamed: Vec<&str> = archive
         .images
         .iter()
@@ -224,27 +347,32 @@ async fn import_file(
         .map(|i| i.target.digest.as_str())
         .collect();
     if !unnamed.is_empty() {
-        return Err(format!(
+        return Err(refused(format!(
             "image archive {}: image {} has no name (an index entry needs the \
              io.containerd.image.name or a full org.opencontainers.image.ref.name annotation; \
              a docker save archive, RepoTags)",
             file.display(),
             unnamed.join(", ")
-        ));
+        )));
     }
     let lease = format!("picolet-preload-{}-{}", std::process::id(), rt::now_nanos());
     create_lease(client, &lease).await.map_err(|e| {
-        if e.is_unavailable() {
+        failed(if e.is_unavailable() {
             format!("image archive {}{NOT_YET}{e}", file.display())
         } else {
             format!("image archive {}: not imported: {e}", file.display())
-        }
+        })
     })?;
     let result = import(&archive, client, &lease).await;
     if let Err(e) = client.delete_lease(&lease).await {
         log::warn!("deleting containerd lease {lease}: {e} (it expires by itself)");
     }
-    result.map_err(|e| format!("image archive {}: not imported: {e}", file.display()))
+    result.map_err(|e| {
+        failed(format!(
+            "image archive {}: not imported: {e}",
+            file.display()
+        ))
+    })
 }
 
 /// Creates the import's lease, waiting up to [`RUNTIME_WAIT`] for containerd to answer.
@@ -313,7 +441,10 @@ async fn import(
                     lease,
                 )
                 .await?;
-            done.names.push(name.clone());
+            done.images.push(Named {
+                name: name.clone(),
+                digest: image.target.digest.clone(),
+            });
         }
     }
     Ok(done)
