@@ -4,11 +4,15 @@
 //! archive beside it is refused by name and disturbs nothing; a restart reads no archive again
 //! (the record of archives already imported), but one whose image went from the runtime is
 //! imported again; an archive added while picolet runs is imported and the pod waiting for it
-//! starts.
+//! starts. A pull list (`*.txt`) beside them: an image the runtime has is pinned, a bad line is
+//! refused naming the file and line, a pull from an unreachable registry is logged once and
+//! retried; a change of the list is read again.
 
 mod support;
 
 use support::{IMAGE, Pod, agent, containerd};
+
+use containerd::PAUSE_IMAGE;
 
 use std::process::Command;
 use std::time::Duration;
@@ -19,6 +23,7 @@ use containerd::ScratchContainerd;
 const T: Duration = Duration::from_secs(90);
 const PRELOADED: &str = "picolet.local/preload:1";
 const LATE: &str = "picolet.local/preload-late:1";
+const ABSENT: &str = "127.0.0.1:9/picolet/absent:1";
 
 /// `(repo tag, pinned)` of every image the CRI lists.
 fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
@@ -83,6 +88,18 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         !cri_images(&c).iter().any(|(t, _)| t == PRELOADED),
         "the image must not be there before picolet imports it"
     );
+    assert!(
+        cri_images(&c).contains(&(IMAGE.to_owned(), false)),
+        "an image imported otherwise is not pinned"
+    );
+    // A pull list: an image the runtime has (pinned, not pulled), one from a registry that is
+    // not there (port 9 refuses), and a line that names no image.
+    let list = images.join("images.txt");
+    std::fs::write(
+        &list,
+        format!("# the device's images\n{IMAGE}   # already here\n\n{ABSENT}\nnot an image\n"),
+    )
+    .unwrap();
 
     let mut a = Agent::start_with(
         &dir.join("a"),
@@ -118,11 +135,49 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
             "the CRI lists the preloaded image pinned: {listed:?}"
         );
     }
+    // The listed image the runtime had is pinned by the list (as reported above).
+    a.wait_for("the listed image pinned", T, |a| {
+        a.log_text().contains(&format!(
+            "image pull list {} line 2: Image \"{IMAGE}\" already present on machine; pinned",
+            list.display()
+        ))
+    });
+    let records = c.ctr(&["images", "ls"]);
     assert!(
-        listed.contains(&(IMAGE.to_owned(), false)),
-        "an image imported otherwise is not pinned: {listed:?}"
+        records
+            .lines()
+            .any(|l| l.starts_with(IMAGE) && l.contains("io.cri-containerd.pinned=pinned")),
+        "the listed image is labelled pinned:\n{records}"
     );
+    a.wait_for("the failed pull logged", T, |a| {
+        a.log_text().contains(&format!(
+            "image pull list {} line 4: pulling \"{ABSENT}\": ",
+            list.display()
+        ))
+    });
     let log = a.log_text();
+    assert!(
+        log.contains(&format!(
+            "image pull list {} line 5: \"not an image\" is not an image reference",
+            list.display()
+        )),
+        "{log}"
+    );
+    let failed = format!(
+        "image pull list {} line 4: pulling \"{ABSENT}\": ",
+        list.display()
+    );
+    assert_eq!(
+        log.matches(&failed).count(),
+        1,
+        "logged once, then counted: {log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&failed)
+                && l.contains("(retried with backoff; repeats are counted)")),
+        "{log}"
+    );
     let broken = images.join("broken.tar");
     assert!(
         log.contains(&format!("image archive {}: truncated", broken.display())),
@@ -201,6 +256,22 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     );
     // The archives already handled are not read again.
     assert_eq!(log.matches(&imported).count(), 2, "{log}");
+
+    // A list changed while running (written beside, renamed in) is read again: its new image,
+    // present, is pinned.
+    let hidden = images.join(".images.txt.part");
+    std::fs::write(&hidden, format!("{IMAGE}\n{PAUSE_IMAGE}\n")).unwrap();
+    std::fs::rename(&hidden, &list).unwrap();
+    a.wait_for(
+        "the changed list read again",
+        Duration::from_secs(30),
+        |a| {
+            a.log_text().contains(&format!(
+            "image pull list {} line 2: Image \"{PAUSE_IMAGE}\" already present on machine; pinned",
+            list.display()
+        ))
+        },
+    );
 
     // An image removed from the runtime behind picolet's back: at the next start its archive
     // is read and imported again, the other one is not.

@@ -4,13 +4,41 @@
 //! each archive is kept in the record (`record`), so a restart reads again only the archives
 //! that changed or whose images went away.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::archive::{self, Archive, Platform, Source};
 use super::containerd::{self, Client};
+use super::pull_list::{self, Wanted};
 use super::record::{Entry, Named, Record, Version};
+use crate::events::{ObjectRef, Type};
+use crate::retry::{Failures, Report};
 use crate::rt;
+
+/// The node events' reasons, in the kubelet's style: an archive imported, and one refused (or
+/// a line of a pull list that names no image); an image of a pull list pulled (or found
+/// present) and pinned, and a pull that failed (upstream's image pull reasons).
+pub const REASON_PRELOADED: &str = "Preloaded";
+pub const REASON_FAILED_PRELOAD: &str = "FailedPreload";
+pub const REASON_PULLED: &str = "Pulled";
+pub const REASON_FAILED: &str = "Failed";
+/// A failed pull of a listed image is tried again after 10 s, doubling to 5 min (the
+/// kubelet's image pull backoff).
+const PULL_BACKOFF: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(300));
+/// Events kept while the node's event recorder is not running yet (the first pass runs before
+/// the node joins); past this the later ones are dropped (their log lines are there).
+const PENDING_MAX: usize = 64;
+
+/// Pulls the images of the pull lists: the CRI image service and the node's credentials.
+#[derive(Clone)]
+pub struct Puller {
+    pub images: Rc<dyn crate::cri::ImageService>,
+    pub root_dir: PathBuf,
+    pub providers: Option<Arc<crate::credential_provider::Providers>>,
+}
 
 /// How long the pass waits for containerd to answer at all (it may start with picolet).
 const RUNTIME_WAIT: Duration = Duration::from_secs(30);
@@ -107,6 +135,21 @@ pub struct Preloader {
     /// Where the record is kept (`None`: not kept, every start reads every archive).
     record_path: Option<PathBuf>,
     record: Record,
+    /// The node, whose events tell what became of each archive and listed image.
+    node: Option<String>,
+    /// Whether events go out as they happen (the `watch` task runs, the recorder installed if
+    /// the node joins); before that they wait in `pending`.
+    live: bool,
+    pending: Vec<(Type, &'static str, String)>,
+    puller: Option<Puller>,
+    /// The pull lists read, by version, and the references they hold, in list order.
+    lists_seen: HashMap<PathBuf, Stamp>,
+    wanted: Vec<Wanted>,
+    /// The normalized references pulled (or found present) and pinned.
+    done: HashSet<String>,
+    failures: Failures,
+    /// When each failing reference was last tried (unix nanoseconds).
+    attempted: HashMap<String, i64>,
 }
 
 impl Preloader {
@@ -118,6 +161,40 @@ impl Preloader {
             seen: Default::default(),
             record_path,
             record,
+            node: None,
+            live: false,
+            pending: Vec::new(),
+            puller: None,
+            lists_seen: HashMap::new(),
+            wanted: Vec::new(),
+            done: HashSet::new(),
+            failures: Failures::new(PULL_BACKOFF.0, PULL_BACKOFF.1),
+            attempted: HashMap::new(),
+        }
+    }
+
+    /// Events about `node` (the node's name) for each archive and listed image.
+    pub fn with_node(mut self, node: &str) -> Preloader {
+        self.node = Some(node.to_owned());
+        self
+    }
+
+    /// Pulls the images of the directory's `*.txt` lists with `puller`.
+    pub fn with_puller(mut self, puller: Puller) -> Preloader {
+        self.puller = Some(puller);
+        self
+    }
+
+    /// A node event (besides the log line the caller wrote): sent at once when live, else kept
+    /// for the `watch` task to send.
+    fn event(&mut self, t: Type, reason: &'static str, message: String) {
+        let Some(node) = &self.node else {
+            return;
+        };
+        if self.live {
+            crate::events::emit(&ObjectRef::node(node), t, reason, &message);
+        } else if self.pending.len() < PENDING_MAX {
+            self.pending.push((t, reason, message));
         }
     }
 
@@ -211,20 +288,41 @@ impl Preloader {
                     r
                 }
             };
-            match &result {
-                Ok(i) if i.reused => log::info!(
-                    "preloaded {}: {} (pinned; imported before, not read again)",
-                    file.display(),
-                    i.names().join(", "),
-                ),
-                Ok(i) => log::info!(
-                    "preloaded {}: {} (pinned; {} blobs written, {} present)",
-                    file.display(),
-                    i.names().join(", "),
-                    i.written,
-                    i.present
-                ),
-                Err(e) => log::error!("{e}"),
+            let event = match &result {
+                Ok(i) if i.reused => {
+                    log::info!(
+                        "preloaded {}: {} (pinned; imported before, not read again)",
+                        file.display(),
+                        i.names().join(", "),
+                    );
+                    None
+                }
+                Ok(i) => {
+                    log::info!(
+                        "preloaded {}: {} (pinned; {} blobs written, {} present)",
+                        file.display(),
+                        i.names().join(", "),
+                        i.written,
+                        i.present
+                    );
+                    Some((
+                        Type::Normal,
+                        REASON_PRELOADED,
+                        format!(
+                            "Imported image {} from {}; pinned",
+                            i.names().join(", "),
+                            file.display()
+                        ),
+                    ))
+                }
+                Err(e) => {
+                    log::error!("{e}");
+                    (!e.message.contains(NOT_YET))
+                        .then(|| (Type::Warning, REASON_FAILED_PRELOAD, e.message.clone()))
+                }
+            };
+            if let Some((t, reason, message)) = event {
+                self.event(t, reason, message);
             }
             // A runtime that did not answer: tried again at the next pass.
             if !result.as_ref().is_err_and(|e| e.message.contains(NOT_YET)) {
@@ -244,24 +342,185 @@ impl Preloader {
     /// Imports archives as they are added or replaced (closed after writing, or moved in),
     /// and at every [`RESCAN`]; runs until dropped.
     pub async fn watch(mut self) {
+        // The node's recorder is installed by now if it joins: the first pass's events go out.
+        self.live = true;
+        if let Some(node) = &self.node {
+            let me = ObjectRef::node(node);
+            for (t, reason, message) in std::mem::take(&mut self.pending) {
+                crate::events::emit(&me, t, reason, &message);
+            }
+        }
+        // The pulls run here, beside the pods, not before the first pod sync: a device with
+        // no registry starts its pods from what it has.
+        self.pull_pass().await;
         let mut w = None;
         loop {
             if w.is_none() {
                 w = watch(&self.dir).ok();
             }
+            let wait = self.next_retry().map_or(RESCAN, |d| d.min(RESCAN));
             match &mut w {
                 Some((inotify, ready)) => {
-                    let _ = rt::timeout(RESCAN, ready.readable()).await;
-                    rt::sleep(DEBOUNCE).await;
+                    if rt::timeout(wait, ready.readable()).await.is_ok() {
+                        rt::sleep(DEBOUNCE).await;
+                    }
                     if !drain(inotify) {
                         w = None; // the directory went away: watched again when it is back
                     }
                 }
-                None => rt::sleep(RESCAN).await,
+                None => rt::sleep(wait).await,
             }
             self.pass().await;
+            self.pull_pass().await;
         }
     }
+
+    /// When the next failed pull is due again.
+    fn next_retry(&self) -> Option<Duration> {
+        let now = rt::now_nanos();
+        self.attempted
+            .iter()
+            .filter_map(|(k, at)| {
+                let delay = self.failures.delay(k)?;
+                let due = at.saturating_add(i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX));
+                Some(Duration::from_nanos(
+                    u64::try_from(due.saturating_sub(now)).unwrap_or(0),
+                ))
+            })
+            .min()
+    }
+
+    /// Reads the pull lists that changed, and pulls (or finds present) and pins each listed
+    /// image not done yet whose retry is due.
+    pub async fn pull_pass(&mut self) {
+        let Some(puller) = self.puller.clone() else {
+            return;
+        };
+        let (d, seen) = (self.dir.clone(), self.lists_seen.clone());
+        let (present, changed) = rt::unblock(move || {
+            let mut present = Vec::new();
+            let mut changed = Vec::new();
+            for f in pull_list::lists(&d) {
+                let Ok(meta) = std::fs::metadata(&f) else {
+                    continue;
+                };
+                let st = stamp(&meta);
+                present.push(f.clone());
+                if seen.get(&f) != Some(&st) {
+                    let text = std::fs::read_to_string(&f);
+                    changed.push((f, st, text));
+                }
+            }
+            (present, changed)
+        })
+        .await;
+        self.lists_seen.retain(|f, _| present.contains(f));
+        self.wanted.retain(|w| present.contains(&w.file));
+        for (file, st, text) in changed {
+            self.wanted.retain(|w| w.file != file);
+            match text {
+                Ok(text) => {
+                    let (wanted, errors) = pull_list::parse(&file, &text);
+                    for e in errors {
+                        log::error!("{e}");
+                        self.event(Type::Warning, REASON_FAILED_PRELOAD, e);
+                    }
+                    // A changed list's images are looked at again, failing ones at once.
+                    for w in &wanted {
+                        self.done.remove(&w.normalized);
+                        self.failures.forget(&w.normalized);
+                        self.attempted.remove(&w.normalized);
+                    }
+                    log::info!(
+                        "image pull list {}: {} images",
+                        file.display(),
+                        wanted.len()
+                    );
+                    self.wanted.extend(wanted);
+                }
+                Err(e) => log::error!("image pull list {}: {e}", file.display()),
+            }
+            self.lists_seen.insert(file, st);
+        }
+        let now = rt::now_nanos();
+        let mut tried = HashSet::new();
+        for w in self.wanted.clone() {
+            let key = w.normalized.as_str();
+            if self.done.contains(key)
+                || !tried.insert(key.to_owned())
+                || !self.failures.due(key, now)
+            {
+                continue;
+            }
+            let what = format!(
+                "image pull list {} line {}: pulling {:?}",
+                w.file.display(),
+                w.line,
+                w.reference
+            );
+            match pull_and_pin(&puller, &self.client, &w).await {
+                Ok(message) => {
+                    self.failures.succeeded(key, &what);
+                    self.attempted.remove(key);
+                    self.done.insert(key.to_owned());
+                    log::info!(
+                        "image pull list {} line {}: {message}; pinned",
+                        w.file.display(),
+                        w.line
+                    );
+                    self.event(Type::Normal, REASON_PULLED, format!("{message}; pinned"));
+                }
+                Err(cause) => {
+                    let report = self.failures.failed(key, &what, &cause, now);
+                    self.attempted.insert(key.to_owned(), now);
+                    if matches!(report, Report::First | Report::Changed | Report::Summary) {
+                        self.event(
+                            Type::Warning,
+                            REASON_FAILED,
+                            format!("Failed to pull image {:?}: {cause}", w.reference),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pulls `w` unless the runtime has it, with the node's credentials, then pins it; the message
+/// of a success, in the kubelet's words, or the cause of the failure.
+async fn pull_and_pin(p: &Puller, client: &Client, w: &Wanted) -> Result<String, String> {
+    let status = p
+        .images
+        .image_status(&w.reference)
+        .await
+        .map_err(|e| format!("checking the image: {e}"))?;
+    let message = if status.is_some_and(|i| !i.id.is_empty()) {
+        format!("Image {:?} already present on machine", w.reference)
+    } else {
+        let creds = crate::kuberuntime::image::node_credentials(
+            p.root_dir.clone(),
+            p.providers.clone(),
+            &w.reference,
+        )
+        .await;
+        let t0 = rt::now();
+        crate::kuberuntime::image::pull_with(&*p.images, &w.reference, creds)
+            .await
+            .map_err(|e| e.to_string())?;
+        format!(
+            "Successfully pulled image {:?} in {}",
+            w.reference,
+            crate::api::format_duration(rt::now().saturating_duration_since(t0))
+        )
+    };
+    client
+        .label_image(
+            &w.normalized,
+            &[(containerd::PINNED_LABEL, containerd::PINNED_VALUE)],
+        )
+        .await
+        .map_err(|e| format!("pulled, but pinning {}: {e}", w.normalized))?;
+    Ok(message)
 }
 
 /// Reads the pending events; false when the watch ended (the directory removed or moved).
