@@ -204,6 +204,37 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         "{record}"
     );
 
+    // `picolet check` lists the directory, each archive and its state, and the pull list.
+    let out = agent::picolet_command()
+        .arg("check")
+        .arg(format!("--root-dir={}", dir.join("a/kubelet").display()))
+        .arg(format!("--image-preload-dir={}", images.display()))
+        .arg(format!("--container-runtime-endpoint={}", c.endpoint()))
+        .output()
+        .expect("run picolet check");
+    let check = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!(
+            "ok   image preload: {}: 2 archives, 1 pull lists; record ",
+            images.display()
+        ),
+        format!(
+            "ok   image archive: {}: imported and pinned: {PRELOADED} (sha256:",
+            images.join("app.tar.gz").display()
+        ),
+        format!(
+            "WARN image archive: {}: refused: image archive {}: truncated",
+            broken.display(),
+            broken.display()
+        ),
+        format!(
+            "WARN image pull list: 2 images; image pull list {} line 5",
+            list.display()
+        ),
+    ] {
+        assert!(check.contains(&want), "{want:?} in:\n{check}");
+    }
+
     // The next start reads neither archive again: the record matches the files, and the image
     // is still in the runtime, pinned. The pod is untouched.
     let containers = c.running_containers(&support::full("preloaded"));
