@@ -190,8 +190,8 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     assert_eq!(log.matches(&imported).count(), 1, "{log}");
     // The layer may be there already: picolet.local/busybox:1 is built from the same busybox.
     assert!(
-        log.contains(&format!("{imported}3 blobs written, 0 present)"))
-            || log.contains(&format!("{imported}2 blobs written, 1 present)")),
+        log.contains(&format!("{imported}3 blobs written, 0 present; "))
+            || log.contains(&format!("{imported}2 blobs written, 1 present; ")),
         "{log}"
     );
 
@@ -242,7 +242,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     a.restart();
     a.wait_for("the second preload pass", T, |a| {
         let log = a.log_text();
-        log.contains(&format!("{imported}imported before, not read again)"))
+        log.contains(&format!("{imported}imported before, not read again; "))
             && log.contains("(refused before; not read again until the file is replaced)")
     });
     let log = a.log_text();
@@ -280,7 +280,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     let log = a.log_text();
     assert!(
         log.contains(&format!(
-            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present)",
+            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present; ",
             images.join("late.tar").display()
         )),
         "{log}"
@@ -322,7 +322,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         "read again, not skipped: {log}"
     );
     assert_eq!(
-        log.matches(&format!("{imported}imported before, not read again)"))
+        log.matches(&format!("{imported}imported before, not read again; "))
             .count(),
         2,
         "{log}"

@@ -251,6 +251,7 @@ impl Preloader {
             if self.seen.get(&file) == Some(&st) {
                 continue;
             }
+            let t0 = rt::now();
             let result = match self.record.matching(&file, version).cloned() {
                 Some(Entry {
                     refused: Some(reason),
@@ -291,19 +292,21 @@ impl Preloader {
             let event = match &result {
                 Ok(i) if i.reused => {
                     log::info!(
-                        "preloaded {}: {} (pinned; imported before, not read again)",
+                        "preloaded {}: {} (pinned; imported before, not read again; {:.1?})",
                         file.display(),
                         i.names().join(", "),
+                        rt::now().saturating_duration_since(t0)
                     );
                     None
                 }
                 Ok(i) => {
                     log::info!(
-                        "preloaded {}: {} (pinned; {} blobs written, {} present)",
+                        "preloaded {}: {} (pinned; {} blobs written, {} present; {:.1?})",
                         file.display(),
                         i.names().join(", "),
                         i.written,
-                        i.present
+                        i.present,
+                        rt::now().saturating_duration_since(t0)
                     );
                     Some((
                         Type::Normal,
@@ -441,6 +444,18 @@ impl Preloader {
                 Err(e) => log::error!("image pull list {}: {e}", file.display()),
             }
             self.lists_seen.insert(file, st);
+        }
+        // Images no list names any more are not tried again (nor waited for).
+        let keys: HashSet<&str> = self.wanted.iter().map(|w| w.normalized.as_str()).collect();
+        let gone: Vec<String> = self
+            .attempted
+            .keys()
+            .filter(|k| !keys.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.attempted.remove(&k);
+            self.failures.forget(&k);
         }
         let now = rt::now_nanos();
         let mut tried = HashSet::new();
@@ -712,6 +727,67 @@ async fn import(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pull list's image pulled through the CRI with the node's credentials; the pin (no
+    /// containerd here) fails, so it backs off from 10 s, is not tried before it is due, is
+    /// only pinned (not pulled) the next time, and is dropped when its list no longer names it.
+    #[test]
+    fn listed_images_pull_with_the_node_credentials_and_back_off() {
+        let clock = rt::FakeClock::install();
+        let dir = std::env::temp_dir().join(format!("picolet-pull-pass-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (images, root) = (dir.join("images"), dir.join("root"));
+        std::fs::create_dir_all(&images).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(
+            root.join("config.json"),
+            br#"{"auths":{"reg.local:5000":{"username":"node","password":"pw"}}}"#,
+        )
+        .unwrap();
+        let image = "reg.local:5000/app:1";
+        std::fs::write(images.join("fleet.txt"), format!("# fleet\n{image}\n")).unwrap();
+        let fake = Rc::new(crate::cri::fake::FakeRuntime::new());
+        fake.set_pullable(image);
+        fake.require_auth(image, "node", "pw");
+        let client = Client::new(&dir.join("no-containerd.sock"), Duration::from_secs(1));
+        let mut p = Preloader::new(images.clone(), client, None).with_puller(Puller {
+            images: fake.clone(),
+            root_dir: root.clone(),
+            providers: None,
+        });
+        rt::block_on(p.pull_pass());
+        assert_eq!(fake.calls("PullImage"), 1);
+        assert!(
+            fake.images()
+                .iter()
+                .any(|i| i.repo_tags.iter().any(|t| t == image)),
+            "pulled with the node's credentials"
+        );
+        assert!(p.failures.failing(image), "the pin failed: no containerd");
+        assert_eq!(p.next_retry(), Some(Duration::from_secs(10)));
+        // Not due yet: not tried.
+        clock.advance(Duration::from_secs(9));
+        rt::block_on(p.pull_pass());
+        assert_eq!(p.failures.attempts(image), 1);
+        // Due: the image is there now, so it is not pulled again, only pinned (failing again).
+        clock.advance(Duration::from_secs(1));
+        rt::block_on(p.pull_pass());
+        assert_eq!(p.failures.attempts(image), 2);
+        assert_eq!(fake.calls("PullImage"), 1);
+        assert_eq!(p.next_retry(), Some(Duration::from_secs(20)));
+        // The list replaced by one naming another image: the first is no longer waited for.
+        std::fs::write(images.join("fleet.txt"), "reg.local:5000/other:2\n").unwrap();
+        rt::block_on(p.pull_pass());
+        assert!(!p.failures.failing(image));
+        assert!(!p.attempted.contains_key(image));
+        assert!(p.failures.failing("reg.local:5000/other:2"));
+        assert_eq!(fake.calls("PullImage"), 2);
+        // The list removed: nothing is waited for.
+        std::fs::remove_file(images.join("fleet.txt")).unwrap();
+        rt::block_on(p.pull_pass());
+        assert_eq!(p.next_retry(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn archives_in_name_order_hidden_and_others_left_alone() {
