@@ -134,6 +134,20 @@ pub fn record(obj: &ObjectRef, t: Type, reason: &str, message: &str) {
     }
 }
 
+/// Sends an event to the apiserver without a log line, for what logs in its own words (the
+/// image preload's lines, or a [`crate::retry::Failures`] keeping a repeated failure quiet).
+/// Returns false when no recorder is installed on this thread (the node is not joined).
+pub fn emit(obj: &ObjectRef, t: Type, reason: &str, message: &str) -> bool {
+    let r = RECORDER.with(|r| r.borrow().clone());
+    match r {
+        Some(r) => {
+            r.observe(obj, t, reason, message, crate::rt::now_nanos());
+            true
+        }
+        None => false,
+    }
+}
+
 /// Installs the recorder of this thread (the executor's), replacing any.
 pub fn install(r: Rc<Recorder>) {
     RECORDER.with(|x| *x.borrow_mut() = Some(r));
@@ -635,6 +649,28 @@ mod tests {
             c.observe("n", &other, Type::Normal, "NodeReady", "ready", 61 * S)
                 .is_some()
         );
+    }
+
+    #[test]
+    fn send_goes_to_the_recorder_only_when_one_is_installed() {
+        let o = ObjectRef::node("n");
+        // Each test runs on a thread of its own: none is installed on this one yet.
+        assert!(!emit(&o, Type::Normal, "Preloaded", "app.tar"));
+        let r = Rc::new(Recorder::new("n"));
+        install(r.clone());
+        assert!(emit(
+            &o,
+            Type::Warning,
+            "FailedPreload",
+            "bad.tar: truncated"
+        ));
+        let Some(Write::Create(v)) = r.pop() else {
+            panic!("one event queued")
+        };
+        assert_eq!(v["reason"], "FailedPreload");
+        assert_eq!(v["type"], "Warning");
+        assert_eq!(v["involvedObject"]["kind"], "Node");
+        RECORDER.with(|x| *x.borrow_mut() = None);
     }
 
     #[test]

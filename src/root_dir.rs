@@ -64,6 +64,12 @@ impl RootDir<'_> {
         self.0.join("images")
     }
 
+    /// `checkpoints/preloaded-images.json`: the image archives already imported or refused,
+    /// by version, so a restart does not read them again.
+    pub fn preloaded_images_record(&self) -> PathBuf {
+        self.checkpoint("preloaded-images.json")
+    }
+
     /// `config.json`: the node's registry credentials, in Docker's format.
     pub fn registry_credentials(&self) -> PathBuf {
         self.0.join("config.json")
@@ -80,6 +86,10 @@ mod tests {
         let cases = [
             (r.pki(), "/var/lib/kubelet/pki"),
             (r.images(), "/var/lib/kubelet/images"),
+            (
+                r.preloaded_images_record(),
+                "/var/lib/kubelet/checkpoints/preloaded-images.json",
+            ),
             (r.static_pods(), "/var/lib/kubelet/static-pods"),
             (
                 r.pods_checkpoint(),

@@ -1,12 +1,18 @@
 //! Preloaded images against a real containerd with no registry: an image archive in
 //! `--image-preload-dir` (gzip compressed, as built by scripts/build-image.sh) is imported
 //! through containerd's own API at start, pinned, and a static pod runs from it; a truncated
-//! archive beside it is refused by name and disturbs nothing; a restart imports nothing again;
-//! an archive added while picolet runs is imported and the pod waiting for it starts.
+//! archive beside it is refused by name and disturbs nothing; a restart reads no archive again
+//! (the record of archives already imported), but one whose image went from the runtime is
+//! imported again; an archive added while picolet runs is imported and the pod waiting for it
+//! starts. A pull list (`*.txt`) beside them: an image the runtime has is pinned, a bad line is
+//! refused naming the file and line, a pull from an unreachable registry is logged once and
+//! retried; a change of the list is read again.
 
 mod support;
 
 use support::{IMAGE, Pod, agent, containerd};
+
+use containerd::PAUSE_IMAGE;
 
 use std::process::Command;
 use std::time::Duration;
@@ -17,6 +23,7 @@ use containerd::ScratchContainerd;
 const T: Duration = Duration::from_secs(90);
 const PRELOADED: &str = "picolet.local/preload:1";
 const LATE: &str = "picolet.local/preload-late:1";
+const ABSENT: &str = "127.0.0.1:9/picolet/absent:1";
 
 /// `(repo tag, pinned)` of every image the CRI lists.
 fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
@@ -81,6 +88,18 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         !cri_images(&c).iter().any(|(t, _)| t == PRELOADED),
         "the image must not be there before picolet imports it"
     );
+    assert!(
+        cri_images(&c).contains(&(IMAGE.to_owned(), false)),
+        "an image imported otherwise is not pinned"
+    );
+    // A pull list: an image the runtime has (pinned, not pulled), one from a registry that is
+    // not there (port 9 refuses), and a line that names no image.
+    let list = images.join("images.txt");
+    std::fs::write(
+        &list,
+        format!("# the device's images\n{IMAGE}   # already here\n\n{ABSENT}\nnot an image\n"),
+    )
+    .unwrap();
 
     let mut a = Agent::start_with(
         &dir.join("a"),
@@ -116,11 +135,49 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
             "the CRI lists the preloaded image pinned: {listed:?}"
         );
     }
+    // The listed image the runtime had is pinned by the list (as reported above).
+    a.wait_for("the listed image pinned", T, |a| {
+        a.log_text().contains(&format!(
+            "image pull list {} line 2: Image \"{IMAGE}\" already present on machine; pinned",
+            list.display()
+        ))
+    });
+    let records = c.ctr(&["images", "ls"]);
     assert!(
-        listed.contains(&(IMAGE.to_owned(), false)),
-        "an image imported otherwise is not pinned: {listed:?}"
+        records
+            .lines()
+            .any(|l| l.starts_with(IMAGE) && l.contains("io.cri-containerd.pinned=pinned")),
+        "the listed image is labelled pinned:\n{records}"
     );
+    a.wait_for("the failed pull logged", T, |a| {
+        a.log_text().contains(&format!(
+            "image pull list {} line 4: pulling \"{ABSENT}\": ",
+            list.display()
+        ))
+    });
     let log = a.log_text();
+    assert!(
+        log.contains(&format!(
+            "image pull list {} line 5: \"not an image\" is not an image reference",
+            list.display()
+        )),
+        "{log}"
+    );
+    let failed = format!(
+        "image pull list {} line 4: pulling \"{ABSENT}\": ",
+        list.display()
+    );
+    assert_eq!(
+        log.matches(&failed).count(),
+        1,
+        "logged once, then counted: {log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&failed)
+                && l.contains("(retried with backoff; repeats are counted)")),
+        "{log}"
+    );
     let broken = images.join("broken.tar");
     assert!(
         log.contains(&format!("image archive {}: truncated", broken.display())),
@@ -133,19 +190,67 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     assert_eq!(log.matches(&imported).count(), 1, "{log}");
     // The layer may be there already: picolet.local/busybox:1 is built from the same busybox.
     assert!(
-        log.contains(&format!("{imported}3 blobs written, 0 present)"))
-            || log.contains(&format!("{imported}2 blobs written, 1 present)")),
+        log.contains(&format!("{imported}3 blobs written, 0 present; "))
+            || log.contains(&format!("{imported}2 blobs written, 1 present; ")),
         "{log}"
     );
 
-    // Again at the next start: every blob is there, the record unchanged, the pod untouched.
+    // The record of what became of each archive, under the root dir.
+    let record_path = dir.join("a/kubelet/checkpoints/preloaded-images.json");
+    let record = std::fs::read_to_string(&record_path).expect("the preload record");
+    assert!(record.contains("\"refused\": \"image archive"), "{record}");
+    assert!(
+        record.contains(&format!("\"name\": \"{PRELOADED}\"")),
+        "{record}"
+    );
+
+    // `picolet check` lists the directory, each archive and its state, and the pull list.
+    let out = agent::picolet_command()
+        .arg("check")
+        .arg(format!("--root-dir={}", dir.join("a/kubelet").display()))
+        .arg(format!("--image-preload-dir={}", images.display()))
+        .arg(format!("--container-runtime-endpoint={}", c.endpoint()))
+        .output()
+        .expect("run picolet check");
+    let check = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        format!(
+            "ok   image preload: {}: 2 archives, 1 pull lists; record ",
+            images.display()
+        ),
+        format!(
+            "ok   image archive: {}: imported and pinned: {PRELOADED} (sha256:",
+            images.join("app.tar.gz").display()
+        ),
+        format!(
+            "WARN image archive: {}: refused: image archive {}: truncated",
+            broken.display(),
+            broken.display()
+        ),
+        format!(
+            "WARN image pull list: 2 images; image pull list {} line 5",
+            list.display()
+        ),
+    ] {
+        assert!(check.contains(&want), "{want:?} in:\n{check}");
+    }
+
+    // The next start reads neither archive again: the record matches the files, and the image
+    // is still in the runtime, pinned. The pod is untouched.
     let containers = c.running_containers(&support::full("preloaded"));
     assert_eq!(containers.len(), 1, "one running container");
     a.restart();
     a.wait_for("the second preload pass", T, |a| {
-        a.log_text()
-            .contains(&format!("{imported}0 blobs written, 3 present)"))
+        let log = a.log_text();
+        log.contains(&format!("{imported}imported before, not read again; "))
+            && log.contains("(refused before; not read again until the file is replaced)")
     });
+    let log = a.log_text();
+    assert!(
+        log.contains(&format!("image archive {}: truncated", broken.display()))
+            && log.contains("(refused before; not read again until the file is replaced)"),
+        "{log}"
+    );
     a.wait_for("the pod still running", T, |a| {
         a.phase("preloaded") == "Running"
     });
@@ -175,13 +280,57 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
     let log = a.log_text();
     assert!(
         log.contains(&format!(
-            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present)",
+            "preloaded {}: {LATE} (pinned; 2 blobs written, 1 present; ",
             images.join("late.tar").display()
         )),
         "{log}"
     );
     // The archives already handled are not read again.
     assert_eq!(log.matches(&imported).count(), 2, "{log}");
+
+    // A list changed while running (written beside, renamed in) is read again: its new image,
+    // present, is pinned.
+    let hidden = images.join(".images.txt.part");
+    std::fs::write(&hidden, format!("{IMAGE}\n{PAUSE_IMAGE}\n")).unwrap();
+    std::fs::rename(&hidden, &list).unwrap();
+    a.wait_for(
+        "the changed list read again",
+        Duration::from_secs(30),
+        |a| {
+            a.log_text().contains(&format!(
+            "image pull list {} line 2: Image \"{PAUSE_IMAGE}\" already present on machine; pinned",
+            list.display()
+        ))
+        },
+    );
+
+    // An image removed from the runtime behind picolet's back: at the next start its archive
+    // is read and imported again, the other one is not.
+    c.ctr(&["images", "rm", LATE]);
+    let late_imported = format!(
+        "preloaded {}: {LATE} (pinned; ",
+        images.join("late.tar").display()
+    );
+    a.restart();
+    a.wait_for("the archive of the removed image imported again", T, |a| {
+        a.log_text().matches(&late_imported).count() == 2
+    });
+    let log = a.log_text();
+    let again = log.rsplit(&late_imported).next().unwrap_or("");
+    assert!(
+        again.contains("blobs written,"),
+        "read again, not skipped: {log}"
+    );
+    assert_eq!(
+        log.matches(&format!("{imported}imported before, not read again; "))
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(cri_images(&c).iter().any(|(t, _)| t == LATE));
+    a.wait_for("the late pod still running", T, |a| {
+        a.phase("late") == "Running"
+    });
 }
 
 /// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).

@@ -107,7 +107,7 @@ pub fn run(o: Options, stop: async_channel::Receiver<i32>) -> Result<(), String>
     let notifier = notifier();
     rt::block_on(async move {
         // Preloaded images before the first pod sync, so static pods start from them.
-        let preloader = runtime::preload_images(&o).await;
+        let preloader = runtime::preload_images(&o, &cri, &node.name).await;
         let kubelet::Started {
             parts,
             pleg,

@@ -25,8 +25,13 @@ pub(super) fn connect(o: &Options) -> Result<cri::Cri, String> {
 
 /// Imports and pins the image archives of `--image-preload-dir` (default `ROOT/images`)
 /// through containerd's own API on the runtime's socket; each result is logged. Returns the
-/// preloader, whose `watch` imports archives added later.
-pub(super) async fn preload_images(o: &Options) -> Option<images::preload::Preloader> {
+/// preloader, whose `watch` imports archives added later and pulls the images of the
+/// directory's `*.txt` lists through `cri` with the node's credentials.
+pub(super) async fn preload_images(
+    o: &Options,
+    cri: &cri::Cri,
+    node: &str,
+) -> Option<images::preload::Preloader> {
     let dir = o
         .image_preload_dir
         .clone()
@@ -43,7 +48,22 @@ pub(super) async fn preload_images(o: &Options) -> Option<images::preload::Prelo
         }
     };
     let client = images::containerd::Client::new(&socket, o.runtime_request_timeout);
-    let mut preloader = images::preload::Preloader::new(dir, client);
+    let providers = match credential_providers(o) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("image preload: {e}");
+            None
+        }
+    };
+    let puller = images::preload::Puller {
+        images: Rc::new(cri.clone()),
+        root_dir: o.root_dir.clone(),
+        providers,
+    };
+    let mut preloader =
+        images::preload::Preloader::new(dir, client, Some(o.root().preloaded_images_record()))
+            .with_node(node)
+            .with_puller(puller);
     preloader.pass().await;
     Some(preloader)
 }
@@ -76,6 +96,10 @@ pub(super) async fn start(
     ));
     let (cgroups, cgroup_parent) = pod_cgroups(o, &*counted, capacity).await?;
     let providers = credential_providers(o)?;
+    if let Some(p) = &providers {
+        let names: Vec<&str> = p.providers.iter().map(|p| p.name.as_str()).collect();
+        log::info!("image credential providers: {}", names.join(", "));
+    }
     let rm = Rc::new(
         kuberuntime::RuntimeManager::new(counted.clone(), counted.clone(), node_context(o, node))
             .with_objects(restored.objects.clone())
@@ -194,8 +218,6 @@ fn credential_providers(
         ),
         (Some(cfg), Some(bin)) => {
             let p = credential_provider::load(cfg, bin)?;
-            let names: Vec<&str> = p.providers.iter().map(|p| p.name.as_str()).collect();
-            log::info!("image credential providers: {}", names.join(", "));
             Ok(Some(std::sync::Arc::new(p)))
         }
     }

@@ -499,10 +499,152 @@ pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
     }
 }
 
+/// The image preload directory, each archive in it and its state by the record of the last
+/// imports (imported, refused and why, or not imported yet), and each pull list.
+fn preload(o: &Options) -> Vec<Finding> {
+    use crate::images::{preload, pull_list, record};
+    let dir = o
+        .image_preload_dir
+        .clone()
+        .unwrap_or_else(|| o.root().images());
+    let record_path = o.root().preloaded_images_record();
+    let files = match preload::archives(&dir) {
+        Ok(f) => f,
+        Err(e) => {
+            return vec![problem(
+                Level::Warn,
+                "image preload",
+                e,
+                format!(
+                    "make {} readable by picolet's user (no image is preloaded)",
+                    dir.display()
+                ),
+            )];
+        }
+    };
+    if !dir.exists() {
+        return vec![ok(
+            "image preload",
+            format!("{} does not exist: nothing to preload", dir.display()),
+        )];
+    }
+    let lists = pull_list::lists(&dir);
+    let (rec, rec_note) = match record::Record::read(&record_path) {
+        Ok(r) => (r, format!("record {}", record_path.display())),
+        Err(e) => (
+            record::Record::default(),
+            format!("{e}: dropped at the next start, every archive read again"),
+        ),
+    };
+    let mut out = vec![ok(
+        "image preload",
+        format!(
+            "{}: {} archives, {} pull lists; {rec_note}",
+            dir.display(),
+            files.len(),
+            lists.len()
+        ),
+    )];
+    for f in files {
+        let name = f.to_string_lossy();
+        let version = std::fs::metadata(&f).map(|m| record::Version::of(&m));
+        let entry = version
+            .as_ref()
+            .ok()
+            .and_then(|v| rec.matching(&f, *v).cloned());
+        out.push(match (entry, version) {
+            (_, Err(e)) => problem(
+                Level::Warn,
+                "image archive",
+                format!("{}: {e}", f.display()),
+                format!("make {} readable by picolet's user", f.display()),
+            ),
+            (
+                Some(record::Entry {
+                    refused: Some(reason),
+                    ..
+                }),
+                _,
+            ) => problem(
+                Level::Warn,
+                "image archive",
+                format!("{}: refused: {reason}", f.display()),
+                "replace it with a whole archive (docker save or an OCI image layout, a plain \
+                 or gzip-compressed tar, with an image for this node's platform)",
+            ),
+            (Some(e), _) => {
+                let images: Vec<String> = e
+                    .images
+                    .iter()
+                    .map(|i| format!("{} ({})", i.name, i.digest))
+                    .collect();
+                ok(
+                    "image archive",
+                    format!(
+                        "{}: imported and pinned: {}",
+                        f.display(),
+                        images.join(", ")
+                    ),
+                )
+            }
+            (None, _) if name.ends_with(".zst") || name.ends_with(".tzst") => problem(
+                Level::Warn,
+                "image archive",
+                format!(
+                    "{}: zstd-compressed archives are not supported: it will be refused",
+                    f.display()
+                ),
+                format!("zstd -d {} (or compress with gzip instead)", f.display()),
+            ),
+            (None, _) => ok(
+                "image archive",
+                format!(
+                    "{}: not imported yet (new, or replaced since its import): imported at the \
+                     next start, or within a minute while picolet runs",
+                    f.display()
+                ),
+            ),
+        });
+    }
+    for l in lists {
+        out.push(match std::fs::read_to_string(&l) {
+            Ok(text) => {
+                let (wanted, errors) = pull_list::parse(&l, &text);
+                if errors.is_empty() {
+                    ok(
+                        "image pull list",
+                        format!(
+                            "{}: {} images, pulled and pinned while picolet runs",
+                            l.display(),
+                            wanted.len()
+                        ),
+                    )
+                } else {
+                    problem(
+                        Level::Warn,
+                        "image pull list",
+                        format!("{} images; {}", wanted.len(), errors.join("; ")),
+                        "one image reference a line (registry/name:tag or name@sha256:<digest>); \
+                         comments start with #",
+                    )
+                }
+            }
+            Err(e) => problem(
+                Level::Warn,
+                "image pull list",
+                format!("{}: {e}", l.display()),
+                format!("make {} readable by picolet's user", l.display()),
+            ),
+        });
+    }
+    out
+}
+
 /// Every check, for `picolet check`.
 pub fn all(o: &Options) -> Vec<Finding> {
     let now = crate::rt::now_nanos().div_euclid(1_000_000_000);
     let mut out = host(o, Path::new("/"), now);
+    out.extend(preload(o));
     let deadlines = crate::cri::Deadlines {
         request: o.runtime_request_timeout,
         ..crate::cri::Deadlines::default()
@@ -664,6 +806,102 @@ mod tests {
         assert!(root_dir(&d.join("a/b")).detail.contains("will be created"));
         std::fs::write(d.join("file"), "").unwrap();
         assert_eq!(root_dir(&d.join("file")).level, Level::Fatal);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn the_preload_directory_each_archive_and_its_state() {
+        use crate::images::record::{Entry, Named, Record, Version};
+        let d = tmp("preload");
+        let o = Options {
+            root_dir: d.join("root"),
+            image_preload_dir: Some(d.join("images")),
+            ..Options::default()
+        };
+        let missing = preload(&o);
+        assert_eq!(missing.len(), 1);
+        assert!(
+            missing[0]
+                .detail
+                .ends_with("does not exist: nothing to preload"),
+            "{}",
+            missing[0]
+        );
+        let dir = d.join("images");
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["a.tar", "b.tar", "c.tar.gz", "d.tar.zst"] {
+            std::fs::write(dir.join(f), f).unwrap();
+        }
+        std::fs::write(dir.join("fleet.txt"), "# x\nreg.local/app:1\nnot one\n").unwrap();
+        let version = |f: &str| Version::of(&std::fs::metadata(dir.join(f)).unwrap());
+        let mut rec = Record::default();
+        rec.archives.insert(
+            dir.join("a.tar"),
+            Entry {
+                version: version("a.tar"),
+                images: vec![Named {
+                    name: "reg.local/app:1".into(),
+                    digest: "sha256:ab".into(),
+                }],
+                refused: None,
+            },
+        );
+        rec.archives.insert(
+            dir.join("b.tar"),
+            Entry {
+                version: version("b.tar"),
+                images: Vec::new(),
+                refused: Some("image archive b.tar: truncated".into()),
+            },
+        );
+        // c.tar.gz's entry is for an older version of it: not imported yet.
+        rec.archives.insert(
+            dir.join("c.tar.gz"),
+            Entry {
+                version: Version { size: 1, mtime: 1 },
+                images: Vec::new(),
+                refused: None,
+            },
+        );
+        rec.save(&o.root().preloaded_images_record()).unwrap();
+        let f = preload(&o);
+        let lines: Vec<String> = f.iter().map(ToString::to_string).collect();
+        assert_eq!(f.len(), 6, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "ok   image preload: {}: 4 archives, 1 pull lists; record ",
+                dir.display()
+            )),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            lines[1],
+            format!(
+                "ok   image archive: {}: imported and pinned: reg.local/app:1 (sha256:ab)",
+                dir.join("a.tar").display()
+            )
+        );
+        assert_eq!(f[2].level, Level::Warn);
+        assert!(
+            lines[2].contains("b.tar: refused: image archive b.tar: truncated; fix: replace it"),
+            "{lines:#?}"
+        );
+        assert_eq!(f[3].level, Level::Ok);
+        assert!(
+            lines[3].contains("c.tar.gz: not imported yet"),
+            "{lines:#?}"
+        );
+        assert_eq!(f[4].level, Level::Warn);
+        assert!(
+            lines[4].contains("d.tar.zst: zstd-compressed"),
+            "{lines:#?}"
+        );
+        assert_eq!(f[5].level, Level::Warn);
+        assert!(
+            lines[5].contains("image pull list: 1 images; image pull list ")
+                && lines[5].contains("line 3: \"not one\" is not an image reference"),
+            "{lines:#?}"
+        );
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -38,7 +38,8 @@ pub enum Command {
 const USAGE_HEAD: &str = "\
 usage: picolet [flags]
        picolet validate FILE...
-       picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock)
+       picolet check [flags]   (preflight: cgroups, runtime, overlayfs, directories, clock,
+                                preloaded images)
        picolet logs POD [CONTAINER] [flags]   (a container's log; picolet logs --help)
        picolet exec POD [-c C] [-it] -- CMD   (a command in a container; picolet exec --help)
 

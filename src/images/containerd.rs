@@ -298,6 +298,53 @@ impl Client {
         }
     }
 
+    /// The image record `name`, if containerd has it.
+    pub async fn image(&self, name: &str) -> Result<Option<images::Image>, Error> {
+        let mut c = self.images.clone();
+        let get = images::GetImageRequest {
+            name: name.to_owned(),
+        };
+        match call("Images.Get", self.deadline, c.get(self.request(get, None))).await {
+            Ok(r) => Ok(r.image),
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Adds `labels` to the existing image record `name` (the CRI's pin on an image it
+    /// pulled). Returns false when the record had them already; an error NotFound when there
+    /// is no such record.
+    pub async fn label_image(&self, name: &str, labels: &[(&str, &str)]) -> Result<bool, Error> {
+        let Some(mut image) = self.image(name).await? else {
+            return Err(Error::Status {
+                method: "Images.Get",
+                status: tonic::Status::not_found(format!("image {name:?} not found")),
+            });
+        };
+        if labels
+            .iter()
+            .all(|(k, v)| image.labels.get(*k).is_some_and(|x| x == v))
+        {
+            return Ok(false);
+        }
+        for (k, v) in labels {
+            image.labels.insert((*k).to_owned(), (*v).to_owned());
+        }
+        let paths = labels.iter().map(|(k, _)| format!("labels.{k}")).collect();
+        let req = images::UpdateImageRequest {
+            image: Some(image),
+            update_mask: Some(images::FieldMask { paths }),
+        };
+        let mut c = self.images.clone();
+        call(
+            "Images.Update",
+            self.deadline,
+            c.update(self.request(req, None)),
+        )
+        .await?;
+        Ok(true)
+    }
+
     /// Creates or updates the image record `name` to point at `target`, with `labels` added
     /// to those it has. Returns true when the record changed.
     pub async fn put_image(

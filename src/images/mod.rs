@@ -6,4 +6,6 @@
 pub mod archive;
 pub mod containerd;
 pub mod preload;
+pub mod pull_list;
+pub mod record;
 pub mod sha256;

@@ -216,46 +216,19 @@ impl RuntimeManager {
             drop(store);
             out.extend(pod_ring.lookup(&repo));
         }
-        // The node's: config.json and the plugins' answers in one keyring, as upstream's
-        // default keyring merges its providers.
-        let root = self.node.root_dir.clone();
-        let plugins = self.credential_providers.clone();
-        let node = crate::rt::unblock(move || {
-            let mut ring = credentials::node_keyring(&root).unwrap_or_else(|e| {
-                log::warn!("node registry credentials ignored: {e}");
-                Keyring::default()
-            });
-            if let Some(p) = plugins {
-                for cfg in p.provide(&repo) {
-                    ring.add(&cfg);
-                }
-            }
-            ring.lookup(&repo)
-        })
-        .await;
-        out.extend(node);
+        out.extend(
+            node_credentials(
+                self.node.root_dir.clone(),
+                self.credential_providers.clone(),
+                image,
+            )
+            .await,
+        );
         Ok(out)
     }
 
-    /// Pulls with each credential in turn until one works, or anonymously without any, as
-    /// the kubelet does; the last failure is the one reported.
     async fn pull_with(&self, image: &str, creds: Vec<AuthConfig>) -> Result<String, CriError> {
-        if creds.is_empty() {
-            return self.images.pull_image(image, None).await;
-        }
-        let mut last = None;
-        for c in creds {
-            let auth = crate::cri::v1::AuthConfig {
-                username: c.username,
-                password: c.password,
-                ..Default::default()
-            };
-            match self.images.pull_image(image, Some(auth)).await {
-                Ok(r) => return Ok(r),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("at least one credential was tried"))
+        pull_with(&*self.images, image, creds).await
     }
 
     /// The user an image runs as, as the kubelet reads it from ImageStatus: a numeric uid, or
@@ -277,6 +250,54 @@ impl RuntimeManager {
             .map(|i| i.id)
             .filter(|id| !id.is_empty()))
     }
+}
+
+/// The node's credentials for `image`: `<root-dir>/config.json` and the credential provider
+/// plugins' answers in one keyring, as upstream's default keyring merges its providers.
+pub async fn node_credentials(
+    root_dir: std::path::PathBuf,
+    plugins: Option<std::sync::Arc<crate::credential_provider::Providers>>,
+    image: &str,
+) -> Vec<AuthConfig> {
+    let repo = credentials::repository(image);
+    crate::rt::unblock(move || {
+        let mut ring = credentials::node_keyring(&root_dir).unwrap_or_else(|e| {
+            log::warn!("node registry credentials ignored: {e}");
+            Keyring::default()
+        });
+        if let Some(p) = plugins {
+            for cfg in p.provide(&repo) {
+                ring.add(&cfg);
+            }
+        }
+        ring.lookup(&repo)
+    })
+    .await
+}
+
+/// Pulls with each credential in turn until one works, or anonymously without any, as the
+/// kubelet does; the last failure is the one reported.
+pub async fn pull_with(
+    images: &dyn crate::cri::ImageService,
+    image: &str,
+    creds: Vec<AuthConfig>,
+) -> Result<String, CriError> {
+    if creds.is_empty() {
+        return images.pull_image(image, None).await;
+    }
+    let mut last = None;
+    for c in creds {
+        let auth = crate::cri::v1::AuthConfig {
+            username: c.username,
+            password: c.password,
+            ..Default::default()
+        };
+        match images.pull_image(image, Some(auth)).await {
+            Ok(r) => return Ok(r),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("at least one credential was tried"))
 }
 
 /// The pull backoff's key: `<pod uid>_<image>`, as the kubelet's.
