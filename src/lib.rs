@@ -3,6 +3,7 @@
 //! `ARCHITECTURE.md` at the repository root maps the modules; `run` wires them.
 
 pub mod admission;
+pub mod allocation;
 mod agent;
 pub mod api;
 #[cfg(feature = "apiserver")]

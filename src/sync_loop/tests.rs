@@ -699,6 +699,16 @@ fn harness(tag: &str) -> Harness {
 
 /// The harness with the pods of one source, their volumes and environments made from `objects`.
 fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Harness {
+    harness_full(tag, source, objects, None)
+}
+
+/// The harness, with the node's allocatable when resizes are weighed against it.
+fn harness_full(
+    tag: &str,
+    source: Source,
+    objects: crate::objects::Store,
+    allocatable: Option<crate::cm::Allocatable>,
+) -> Harness {
     let clock = FakeClock::install();
     let dir = std::env::temp_dir().join(format!("picolet-loop-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -712,9 +722,12 @@ fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Ha
         ..Default::default()
     };
     let rt_svc = Rc::new(fake.clone());
-    let rm = Rc::new(
-        crate::kuberuntime::RuntimeManager::new(rt_svc.clone(), rt_svc, node).with_objects(objects),
-    );
+    let mut rm =
+        crate::kuberuntime::RuntimeManager::new(rt_svc.clone(), rt_svc, node).with_objects(objects);
+    if let Some(a) = allocatable {
+        rm = rm.with_allocatable(a);
+    }
+    let rm = Rc::new(rm);
     let cache = Rc::new(RefCell::new(Cache::default()));
     let status = Rc::new(StatusManager::new("192.0.2.1"));
     let (src_tx, src_rx) = async_channel::unbounded();
@@ -728,6 +741,7 @@ fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Ha
         done: done_tx,
     }));
     status.set_probe_results(rm.probe_results());
+    status.set_allocation(rm.allocation().clone());
     let prober = crate::prober::ProbeManager::new(rm.clone(), cache.clone(), "192.0.2.1");
     let kubelet = Rc::new(Kubelet::new(
         rm,
@@ -2205,4 +2219,135 @@ fn dead_sandboxes_are_collected_once_a_minute_not_every_housekeeping_round() {
     }
     t = t0 + housekeeping::CONTAINER_GC_PERIOD;
     assert_eq!(collects(&step(&mut st, hk(), t, view)), 1);
+}
+
+// -------------------------------------------------------------------------------------------
+// In-place resize
+// -------------------------------------------------------------------------------------------
+
+fn resizable_pod(generation: i64, c1: (&str, &str), c2_memory: &str) -> Pod {
+    let mut p = pod_json(
+        "rs",
+        serde_json::json!({"containers": [
+            {"name": "c1", "image": IMAGE, "command": ["sleep", "3600"],
+             "resources": {"requests": {"cpu": c1.0, "memory": c1.1},
+                           "limits": {"cpu": c1.0, "memory": c1.1}},
+             "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]},
+            {"name": "c2", "image": IMAGE, "command": ["sleep", "3600"],
+             "resources": {"requests": {"cpu": "100m", "memory": c2_memory},
+                           "limits": {"cpu": "100m", "memory": c2_memory}},
+             "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]},
+        ]}),
+    );
+    p.metadata.generation = Some(generation);
+    p
+}
+
+impl Harness {
+    /// The newest instance of a container: its CPU quota and memory limit as created or updated.
+    fn limits(&self, name: &str) -> (i64, i64) {
+        let c = self.instances(name).pop().expect("an instance");
+        let r = c.config.linux.and_then(|l| l.resources).unwrap_or_default();
+        (r.cpu_quota, r.memory_limit_in_bytes)
+    }
+
+    fn container_status(&self, name: &str) -> crate::api::ContainerStatus {
+        self.status_of("rs")
+            .container_statuses
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_resize_is_applied_in_place_or_by_a_restart_as_each_resize_policy_says() {
+    rt::block_on(async {
+        let node = crate::cm::Allocatable {
+            milli_cpu: 1000,
+            memory: 1 << 30,
+            ephemeral_storage: 1 << 40,
+        };
+        let h = harness_full("resize", Source::Api, Default::default(), Some(node));
+        h.set_pods(vec![resizable_pod(1, ("200m", "64Mi"), "64Mi")])
+            .await;
+        h.until("both running", 5, |h| h.running("rs") == 2).await;
+        assert_eq!(h.limits("c1"), (20_000, 64 << 20));
+        let s = h.container_status("c1");
+        assert_eq!(
+            s.allocated_resources["cpu"],
+            crate::api::Quantity::parse("200m").unwrap()
+        );
+        assert_eq!(
+            s.resources.unwrap().limits["memory"],
+            crate::api::Quantity::parse("64Mi").unwrap()
+        );
+        assert_eq!(h.status_of("rs").observed_generation, Some(1));
+
+        // c1's CPU grows in place; c2's memory asks for a restart.
+        h.set_pods(vec![resizable_pod(2, ("400m", "64Mi"), "128Mi")])
+            .await;
+        h.until("resized", 5, |h| {
+            h.limits("c1") == (40_000, 64 << 20) && h.limits("c2").1 == 128 << 20
+        })
+        .await;
+        h.until("c2 running again", 5, |h| h.running("rs") == 2).await;
+        assert_eq!(h.instances("c1").len(), 1, "c1 was not restarted");
+        assert_eq!(h.instances("c2").len(), 2, "c2 was restarted");
+        h.run_for(1).await;
+        let st = h.status_of("rs");
+        assert_eq!(st.observed_generation, Some(2));
+        assert!(
+            !st.conditions
+                .iter()
+                .any(|c| c.type_.starts_with("PodResize")),
+            "{:?}",
+            st.conditions
+        );
+        assert_eq!(
+            h.container_status("c1").resources.unwrap().requests["cpu"],
+            crate::api::Quantity::parse("400m").unwrap()
+        );
+        assert_eq!(
+            h.container_status("c2").restart_count,
+            1,
+            "{:?}",
+            h.container_status("c2")
+        );
+
+        // More CPU than the node has free: deferred, nothing applied.
+        h.set_pods(vec![resizable_pod(3, ("950m", "64Mi"), "128Mi")])
+            .await;
+        h.run_for(2).await;
+        assert_eq!(h.limits("c1"), (40_000, 64 << 20), "not applied in part");
+        let st = h.status_of("rs");
+        let pending = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "PodResizePending")
+            .expect("pending");
+        assert_eq!(pending.reason.as_deref(), Some("Deferred"));
+        assert_eq!(
+            pending.message.as_deref(),
+            Some("Node didn't have enough resource: cpu, requested: 1050, used: 0, capacity: 1000")
+        );
+        assert_eq!(pending.observed_generation, Some(3));
+        assert_eq!(
+            h.container_status("c1").allocated_resources["cpu"],
+            crate::api::Quantity::parse("400m").unwrap(),
+            "still the allocated request"
+        );
+        // Back within what the node has: the pending resize is replaced and applied.
+        h.set_pods(vec![resizable_pod(4, ("300m", "64Mi"), "128Mi")])
+            .await;
+        h.until("shrunk", 5, |h| h.limits("c1") == (30_000, 64 << 20))
+            .await;
+        h.run_for(1).await;
+        assert!(
+            !h.status_of("rs")
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "PodResizePending")
+        );
+    });
 }
