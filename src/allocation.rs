@@ -162,12 +162,17 @@ pub fn decide(
     others: &[&Pod],
     allocatable: &crate::cm::Allocatable,
 ) -> Decision {
-    let resized = pod.spec.containers.iter().chain(&pod.spec.init_containers).any(|c| {
-        current
-            .allocated
-            .get(&c.name)
-            .is_some_and(|a| differ(a, &c.resources))
-    });
+    let resized = pod
+        .spec
+        .containers
+        .iter()
+        .chain(&pod.spec.init_containers)
+        .any(|c| {
+            current
+                .allocated
+                .get(&c.name)
+                .is_some_and(|a| differ(a, &c.resources))
+        });
     if !resized {
         return Decision::Unchanged;
     }
@@ -191,7 +196,10 @@ pub fn decide(
             ),
         });
     }
-    for (res, capacity) in [("cpu", allocatable.milli_cpu), ("memory", allocatable.memory)] {
+    for (res, capacity) in [
+        ("cpu", allocatable.milli_cpu),
+        ("memory", allocatable.memory),
+    ] {
         let want = crate::admission::pod_request(pod, res);
         let used = others
             .iter()
@@ -234,8 +242,7 @@ impl Manager {
     /// The allocations saved at `path`; a checkpoint that cannot be read is reported with
     /// its file and set aside (`.bad`), and every running pod is allocated its spec again.
     pub fn load(path: PathBuf) -> Self {
-        let pods = match crate::atomic_file::read_json::<Checkpoint>(&path, CHECKPOINT_MAX_BYTES)
-        {
+        let pods = match crate::atomic_file::read_json::<Checkpoint>(&path, CHECKPOINT_MAX_BYTES) {
             Ok(c) => c.map(|c| c.pods).unwrap_or_default(),
             Err(e) => {
                 log::error!("the allocation checkpoint is unusable, starting afresh: {e}");

@@ -3,8 +3,8 @@
 //! `ARCHITECTURE.md` at the repository root maps the modules; `run` wires them.
 
 pub mod admission;
-pub mod allocation;
 mod agent;
+pub mod allocation;
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
@@ -20,6 +20,7 @@ pub mod config;
 pub mod credential_provider;
 pub mod credentials;
 pub mod cri;
+pub mod declared_features;
 pub mod events;
 pub mod eviction;
 pub(crate) mod hash;

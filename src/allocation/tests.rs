@@ -20,7 +20,11 @@ fn one(uid: &str, req: &[(&str, &str)], lim: &[(&str, &str)]) -> Pod {
 fn an_unchanged_spec_is_no_resize_and_equivalent_quantities_are_unchanged() {
     let p = one("a", &[("cpu", "1")], &[("cpu", "1"), ("memory", "64Mi")]);
     let alloc = from_spec(&p);
-    let same = one("a", &[("cpu", "1000m")], &[("cpu", "1"), ("memory", "64Mi")]);
+    let same = one(
+        "a",
+        &[("cpu", "1000m")],
+        &[("cpu", "1"), ("memory", "64Mi")],
+    );
     assert_eq!(
         decide(&same, &alloc, &[], &node(2000, 1 << 30)),
         Decision::Unchanged
@@ -28,8 +32,7 @@ fn an_unchanged_spec_is_no_resize_and_equivalent_quantities_are_unchanged() {
 }
 
 #[test]
-fn a_resize_that_fits_is_allocated_and_one_that_does_not_is_deferred_with_the_predicate_message()
-{
+fn a_resize_that_fits_is_allocated_and_one_that_does_not_is_deferred_with_the_predicate_message() {
     let p = one("a", &[("cpu", "500m")], &[("cpu", "500m")]);
     let alloc = from_spec(&p);
     let other = one("b", &[("cpu", "1")], &[]);
@@ -49,7 +52,11 @@ fn a_resize_that_fits_is_allocated_and_one_that_does_not_is_deferred_with_the_pr
         })
     );
     // Memory is weighed in bytes.
-    let mem = one("a", &[("cpu", "500m"), ("memory", "2Gi")], &[("cpu", "500m")]);
+    let mem = one(
+        "a",
+        &[("cpu", "500m"), ("memory", "2Gi")],
+        &[("cpu", "500m")],
+    );
     match decide(&mem, &alloc, &[], &node(2000, 1 << 30)) {
         Decision::Pending(p) => assert_eq!(
             p.message,
@@ -90,13 +97,19 @@ fn the_manager_runs_the_allocated_resources_until_the_resize_fits() {
     assert_eq!(m.allocate(&p, &[], Some(&node(1000, 1 << 30))), p);
     let big = one("a", &[("cpu", "2")], &[("cpu", "2")]);
     let run = m.allocate(&big, &[], Some(&node(1000, 1 << 30)));
-    assert_eq!(run.spec.containers[0].resources, p.spec.containers[0].resources);
+    assert_eq!(
+        run.spec.containers[0].resources,
+        p.spec.containers[0].resources
+    );
     assert_eq!(m.pending("a").map(|p| p.reason), Some(DEFERRED));
     // The node grows (another pod left, or allocatable changed): the resize goes through.
     let run = m.allocate(&big, &[], Some(&node(4000, 1 << 30)));
     assert_eq!(run, big);
     assert_eq!(m.pending("a"), None);
-    assert_eq!(m.get("a").unwrap().allocated["c"], big.spec.containers[0].resources);
+    assert_eq!(
+        m.get("a").unwrap().allocated["c"],
+        big.spec.containers[0].resources
+    );
 }
 
 #[test]
@@ -104,8 +117,16 @@ fn the_checkpoint_keeps_allocated_and_actuated_resources_across_a_restart() {
     let dir = std::env::temp_dir().join(format!("picolet-alloc-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let path = dir.join("checkpoints").join("allocated_pods_state");
-    let p = one("a", &[("cpu", "500m")], &[("cpu", "500m"), ("memory", "64Mi")]);
-    let up = one("a", &[("cpu", "700m")], &[("cpu", "700m"), ("memory", "64Mi")]);
+    let p = one(
+        "a",
+        &[("cpu", "500m")],
+        &[("cpu", "500m"), ("memory", "64Mi")],
+    );
+    let up = one(
+        "a",
+        &[("cpu", "700m")],
+        &[("cpu", "700m"), ("memory", "64Mi")],
+    );
     {
         let m = Manager::load(path.clone());
         m.allocate(&p, &[], None);

@@ -424,9 +424,7 @@ impl FakeRuntime {
                 "ContainerStatus" => enc(st.container_status(decode(payload)?)),
                 "ContainerStats" => enc(st.container_stats(decode(payload)?)),
                 "ReopenContainerLog" => enc(st.reopen_container_log(decode(payload)?)),
-                "UpdateContainerResources" => {
-                    enc(st.update_container_resources(decode(payload)?))
-                }
+                "UpdateContainerResources" => enc(st.update_container_resources(decode(payload)?)),
                 "Exec" => {
                     let req: v1::ExecRequest = decode(payload)?;
                     let url = st.stream_url("exec", &req.container_id)?;

@@ -338,11 +338,7 @@ impl RuntimeService for Cri {
             linux: Some(linux),
             ..Default::default()
         };
-        Box::pin(async move {
-            Cri::update_container_resources(self, req)
-                .await
-                .map(drop)
-        })
+        Box::pin(async move { Cri::update_container_resources(self, req).await.map(drop) })
     }
     fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
         Box::pin(Cri::runtime_config(self, v1::RuntimeConfigRequest {}))

@@ -118,7 +118,10 @@ impl RuntimeManager {
                 }
             }
             if let Err(e) = pc.widen_pod(&old, pod) {
-                log::warn!("pod {} ({uid}): resizing its cgroup: {e}", pod.metadata.name);
+                log::warn!(
+                    "pod {} ({uid}): resizing its cgroup: {e}",
+                    pod.metadata.name
+                );
             }
         }
         let mut errors = Vec::new();
@@ -143,6 +146,7 @@ impl RuntimeManager {
                 }
             }
         }
-        self.allocation.set_error(uid, (!errors.is_empty()).then(|| errors.join("; ")));
+        self.allocation
+            .set_error(uid, (!errors.is_empty()).then(|| errors.join("; ")));
     }
 }

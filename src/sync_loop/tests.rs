@@ -2291,7 +2291,8 @@ fn a_resize_is_applied_in_place_or_by_a_restart_as_each_resize_policy_says() {
             h.limits("c1") == (40_000, 64 << 20) && h.limits("c2").1 == 128 << 20
         })
         .await;
-        h.until("c2 running again", 5, |h| h.running("rs") == 2).await;
+        h.until("c2 running again", 5, |h| h.running("rs") == 2)
+            .await;
         assert_eq!(h.instances("c1").len(), 1, "c1 was not restarted");
         assert_eq!(h.instances("c2").len(), 2, "c2 was restarted");
         h.run_for(1).await;
