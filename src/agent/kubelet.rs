@@ -66,6 +66,7 @@ pub(super) async fn start(
         sync_loop::LoopConfig {
             sync_frequency: o.sync_frequency,
             node: Some(admission_node(o, node)),
+            allocation: Some(rm.allocation().clone()),
         },
     ));
     let parts = Parts {

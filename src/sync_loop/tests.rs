@@ -50,6 +50,7 @@ fn new_state() -> LoopState {
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     )
 }
@@ -162,6 +163,7 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: Some(node),
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -236,6 +238,55 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert!(syncs(&cmds).is_empty(), "{cmds:?}");
     assert!(matches!(cmds[0], Command::ReportPending(_)));
     assert!(st.rejected.contains("e"));
+}
+
+#[test]
+fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pending_resize() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut node = crate::admission::NodeInfo {
+        name: "edge".into(),
+        milli_cpu: 1000,
+        memory: 1 << 30,
+        pods: 110,
+        ..Default::default()
+    };
+    node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
+    let cpu = |mut p: Pod, q: &str| {
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), q.parse().unwrap());
+        p
+    };
+    // a runs with 300m allocated; its spec asks 600m, a resize deferred because b holds 600m.
+    let a_allocated = cpu(pod("a", "resized", "x"), "300m");
+    let alloc = crate::allocation::Manager::in_memory();
+    alloc.allocate(&a_allocated, &[], None);
+    let a = cpu(pod("a", "resized", "x"), "600m");
+    let mut b = cpu(pod("b", "other", "x"), "600m");
+    b.metadata.creation_timestamp = Some("2030-01-02T00:00:00Z".into());
+    let mut st = LoopState::new(
+        Mux::new(&[Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+            node: Some(node),
+            allocation: Some(alloc),
+        },
+    );
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![a, b])),
+        std::time::Instant::now(),
+        view,
+    );
+    assert!(rejections(&cmds).is_empty(), "{cmds:?}");
+    let mut s = syncs(&cmds);
+    s.sort();
+    assert_eq!(s, vec!["a", "b"]);
 }
 
 #[test]
@@ -550,6 +601,7 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -602,6 +654,7 @@ fn new_api_pods_wake_the_objects_fetcher_once_and_arrived_objects_sync_at_once()
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -754,6 +807,7 @@ fn harness_full(
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     ));
     let tasks = vec![
