@@ -217,6 +217,54 @@ pub fn decide(
     Decision::Allocate
 }
 
+/// Upstream's resize event message: `<prefix>: ` and the pod's container resources as JSON
+/// (init containers, containers, the generation, the error if any).
+pub fn event_message(prefix: &str, pod: &Pod, error: Option<&str>) -> String {
+    #[derive(Serialize)]
+    struct Alloc<'a> {
+        name: &'a str,
+        resources: &'a ResourceRequirements,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Summary<'a> {
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        init_containers: Vec<Alloc<'a>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        containers: Vec<Alloc<'a>>,
+        generation: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
+    }
+    fn list(cs: &[Container]) -> Vec<Alloc<'_>> {
+        cs.iter()
+            .map(|c| Alloc {
+                name: &c.name,
+                resources: &c.resources,
+            })
+            .collect()
+    }
+    let summary = Summary {
+        init_containers: list(&pod.spec.init_containers),
+        containers: list(&pod.spec.containers),
+        generation: pod.metadata.generation.unwrap_or(0),
+        error,
+    };
+    match serde_json::to_string(&summary) {
+        Ok(j) => format!("{prefix}: {j}"),
+        Err(_) => prefix.to_owned(),
+    }
+}
+
+fn event(pod: &Pod, warning: bool, reason: &str, message: &str) {
+    let t = if warning {
+        crate::events::Type::Warning
+    } else {
+        crate::events::Type::Normal
+    };
+    crate::events::record(&crate::events::ObjectRef::pod(pod), t, reason, message);
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     path: Option<PathBuf>,
@@ -297,10 +345,11 @@ impl Manager {
                 with_allocation(pod, &current)
             }
             Decision::Allocate => {
-                log::info!(
-                    "pod {}/{} ({uid}): resize allocated",
-                    pod.metadata.namespace,
-                    pod.metadata.name
+                event(
+                    pod,
+                    false,
+                    "ResizeStarted",
+                    &event_message("Pod resize started", pod, None),
                 );
                 let mut next = from_spec(pod);
                 next.actuated = current.actuated;
@@ -315,12 +364,17 @@ impl Manager {
             Decision::Pending(p) => {
                 let mut inner = self.0.borrow_mut();
                 if inner.pending.get(uid) != Some(&p) {
-                    log::info!(
-                        "pod {}/{} ({uid}): resize {}: {}",
-                        pod.metadata.namespace,
-                        pod.metadata.name,
-                        p.reason,
-                        p.message
+                    let reason = if p.reason == INFEASIBLE {
+                        "ResizeInfeasible"
+                    } else {
+                        "ResizeDeferred"
+                    };
+                    let prefix = format!("Pod resize {}", p.reason);
+                    event(
+                        pod,
+                        true,
+                        reason,
+                        &event_message(&prefix, pod, Some(&p.message)),
                     );
                     inner.pending.insert(uid.to_owned(), p);
                 }

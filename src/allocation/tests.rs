@@ -160,3 +160,17 @@ fn changed_names_the_resources_a_resize_touches() {
     assert_eq!(changed(&a, &c), vec!["cpu", "memory"]);
     assert!(changed(&a, &a).is_empty());
 }
+
+#[test]
+fn resize_events_say_what_upstreams_do() {
+    let mut p = one("a", &[("cpu", "500m")], &[("cpu", "1")]);
+    p.metadata.generation = Some(2);
+    assert_eq!(
+        event_message("Pod resize started", &p, None),
+        r#"Pod resize started: {"containers":[{"name":"c","resources":{"limits":{"cpu":"1"},"requests":{"cpu":"500m"}}}],"generation":2}"#
+    );
+    assert_eq!(
+        event_message("Pod resize Deferred", &p, Some("no room")),
+        r#"Pod resize Deferred: {"containers":[{"name":"c","resources":{"limits":{"cpu":"1"},"requests":{"cpu":"500m"}}}],"generation":2,"error":"no room"}"#
+    );
+}

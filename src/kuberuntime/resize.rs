@@ -146,7 +146,17 @@ impl RuntimeManager {
                 }
             }
         }
-        self.allocation
-            .set_error(uid, (!errors.is_empty()).then(|| errors.join("; ")));
+        let error = (!errors.is_empty()).then(|| errors.join("; "));
+        if let Some(e) = &error
+            && self.allocation.error(uid).as_ref() != Some(e)
+        {
+            crate::events::record(
+                &crate::events::ObjectRef::pod(pod),
+                crate::events::Type::Warning,
+                "ResizeError",
+                &allocation::event_message("Pod resize error", pod, Some(e)),
+            );
+        }
+        self.allocation.set_error(uid, error);
     }
 }
