@@ -69,17 +69,6 @@ pub enum Decision {
     Pending(Pending),
 }
 
-/// The containers a resize may change: app containers and sidecars (restartable init
-/// containers), as upstream's `IsResizableContainer`.
-pub fn resizable(pod: &Pod) -> impl Iterator<Item = &Container> {
-    pod.spec.containers.iter().chain(
-        pod.spec
-            .init_containers
-            .iter()
-            .filter(|c| c.restart_policy.as_deref() == Some("Always")),
-    )
-}
-
 /// The resources of `c` a resize acts on (CPU and memory), as reported in a container status.
 pub fn resizable_part(r: &ResourceRequirements) -> ResourceRequirements {
     let keep = |m: &BTreeMap<String, crate::api::Quantity>| {

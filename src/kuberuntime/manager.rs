@@ -541,7 +541,7 @@ impl RuntimeManager {
         let mut sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
         // In-place resizes: the pod cgroup widened first, the containers updated, then the
         // pod cgroup set to its new limits below (so neither order of change is refused).
-        self.resize_in_place(pod, st, &resize, &mut out).await;
+        self.resize_in_place(pod, &resize, &mut out).await;
         match self.ensure_pod_cgroup(pod) {
             Ok(parent) => {
                 if let Some(l) = sandbox_cfg.linux.as_mut() {

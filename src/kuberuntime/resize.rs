@@ -92,13 +92,7 @@ impl RuntimeManager {
     /// the new limits, then each container updated by the runtime (the caller then sets the
     /// pod cgroup to the new limits). A container the runtime refuses keeps its old limits and
     /// is tried again at the next sync; the resize stays in progress with the error.
-    pub(super) async fn resize_in_place(
-        &self,
-        pod: &Pod,
-        _st: &PodRuntimeStatus,
-        plan: &Plan,
-        out: &mut SyncOutcome,
-    ) {
+    pub(super) async fn resize_in_place(&self, pod: &Pod, plan: &Plan, out: &mut SyncOutcome) {
         if plan.in_place.is_empty() {
             return;
         }
