@@ -11,8 +11,10 @@
 //! resources) is kept beside it: while the two differ the resize is in progress
 //! (`PodResizeInProgress`).
 //!
-//! Both are checkpointed in `<root-dir>/checkpoints/allocated_pods_state`, so a restarted
-//! picolet neither resizes again nor loses a resize it has allocated but not yet applied.
+//! Both are checkpointed in `<root-dir>/checkpoints/allocated_pods_state` for every pod a
+//! resize was asked of (any other runs with its spec, which a restart allocates again), so a
+//! restarted picolet neither resizes again nor loses a resize it has allocated but not yet
+//! applied, and a node that only starts pods writes nothing.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +44,11 @@ pub struct PodAllocation {
     pub allocated: BTreeMap<String, ResourceRequirements>,
     /// The resources each running container was created or last updated with.
     pub actuated: BTreeMap<String, ResourceRequirements>,
+    /// A resize has been asked of this pod: only such pods are checkpointed (any other runs
+    /// with its spec, which is what a restart allocates it again), so a node starting pods
+    /// writes nothing.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resized: bool,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -137,6 +144,7 @@ pub fn from_spec(pod: &Pod) -> PodAllocation {
             .map(|c| (c.name.clone(), c.resources.clone()))
             .collect(),
         actuated: BTreeMap::new(),
+        resized: false,
     }
 }
 
@@ -319,7 +327,6 @@ impl Manager {
                 .borrow_mut()
                 .pods
                 .insert(uid.to_owned(), from_spec(pod));
-            self.save();
             return pod.clone();
         };
         let unlimited = crate::cm::Allocatable {
@@ -342,6 +349,7 @@ impl Manager {
                 );
                 let mut next = from_spec(pod);
                 next.actuated = current.actuated;
+                next.resized = true;
                 {
                     let mut inner = self.0.borrow_mut();
                     inner.pending.remove(uid);
@@ -351,6 +359,12 @@ impl Manager {
                 pod.clone()
             }
             Decision::Pending(p) => {
+                if !current.resized {
+                    if let Some(e) = self.0.borrow_mut().pods.get_mut(uid) {
+                        e.resized = true;
+                    }
+                    self.save();
+                }
                 let mut inner = self.0.borrow_mut();
                 if inner.pending.get(uid) != Some(&p) {
                     let reason = if p.reason == INFEASIBLE {
@@ -382,6 +396,9 @@ impl Manager {
                 return;
             }
             entry.actuated.insert(container.to_owned(), r);
+            if !entry.resized {
+                return;
+            }
         }
         self.save();
     }
@@ -415,7 +432,7 @@ impl Manager {
             let mut inner = self.0.borrow_mut();
             inner.pending.remove(uid);
             inner.errors.remove(uid);
-            inner.pods.remove(uid).is_some()
+            inner.pods.remove(uid).is_some_and(|p| p.resized)
         };
         if had {
             self.save();
@@ -429,7 +446,12 @@ impl Manager {
         };
         let body = Checkpoint {
             version: 1,
-            pods: inner.pods.clone(),
+            pods: inner
+                .pods
+                .iter()
+                .filter(|(_, p)| p.resized)
+                .map(|(u, p)| (u.clone(), p.clone()))
+                .collect(),
         };
         let bytes = match serde_json::to_vec(&body) {
             Ok(b) => b,

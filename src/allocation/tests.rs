@@ -143,6 +143,12 @@ fn the_checkpoint_keeps_allocated_and_actuated_resources_across_a_restart() {
     );
     m.remove("a");
     assert_eq!(Manager::load(path.clone()).get("a"), None);
+    // A pod never resized is not written at all: starting pods costs no write.
+    let _ = std::fs::remove_file(&path);
+    let m = Manager::load(path.clone());
+    m.allocate(&p, &[], None);
+    m.set_actuated("a", "c", &p.spec.containers[0].resources);
+    assert!(!path.exists(), "nothing written for a pod never resized");
     // A damaged checkpoint is set aside and named, not trusted.
     std::fs::write(&path, b"{not json").unwrap();
     let m = Manager::load(path.clone());
