@@ -8,7 +8,8 @@
 //! NodeName and NodePorts plugins: the `kubernetes.io/os` label and `spec.os`, then resources
 //! (pods, cpu, memory, ephemeral storage), the node
 //! selector with the required node affinity, the node name, the host ports, and for pods that
-//! are not static the NoExecute taints; the first failure is the one reported.
+//! are not static the NoExecute taints; then the features the pod needs against those the node
+//! declares (`declared_features`); the first failure is the one reported.
 
 use std::collections::BTreeMap;
 
@@ -278,7 +279,8 @@ pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Reject
             "node(s) had taints that the pod didn't tolerate",
         ));
     }
-    Ok(())
+    // Last, as upstream adds its handler after the predicates.
+    crate::declared_features::admit(pod, &crate::declared_features::declared())
 }
 
 fn is_static(pod: &Pod) -> bool {

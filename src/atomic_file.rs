@@ -152,7 +152,6 @@ fn write_inner(
 /// Reads back a JSON file written by [`write`] (a checkpoint): `Ok(None)` when there is none, an
 /// error naming the file when it is unreadable, larger than `max_bytes`, beyond the apiserver
 /// limits, or not the expected JSON.
-#[cfg(feature = "apiserver")]
 pub fn read_json<T: serde::de::DeserializeOwned>(
     path: &Path,
     max_bytes: usize,

@@ -4,6 +4,7 @@
 
 pub mod admission;
 mod agent;
+pub mod allocation;
 pub mod api;
 #[cfg(feature = "apiserver")]
 pub mod apiclient;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod credential_provider;
 pub mod credentials;
 pub mod cri;
+pub mod declared_features;
 pub mod events;
 pub mod eviction;
 pub(crate) mod hash;

@@ -43,6 +43,12 @@ impl RootDir<'_> {
         self.checkpoint("objects.json")
     }
 
+    /// `checkpoints/allocated_pods_state` (upstream's name): the resources allocated to each
+    /// pod's containers and what they run with.
+    pub fn allocation_checkpoint(&self) -> PathBuf {
+        self.checkpoint("allocated_pods_state")
+    }
+
     /// `pods/` (upstream's `getPodsDir`): one directory per pod, named by its UID.
     pub fn pods(&self) -> PathBuf {
         self.0.join("pods")
@@ -102,6 +108,10 @@ mod tests {
             (
                 r.objects_checkpoint(),
                 "/var/lib/kubelet/checkpoints/objects.json",
+            ),
+            (
+                r.allocation_checkpoint(),
+                "/var/lib/kubelet/checkpoints/allocated_pods_state",
             ),
             (r.pod("u-1"), "/var/lib/kubelet/pods/u-1"),
             (r.seccomp(), "/var/lib/kubelet/seccomp"),

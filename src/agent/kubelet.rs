@@ -53,6 +53,7 @@ pub(super) async fn start(
         expected.push(Source::Api);
     }
     status.set_probe_results(rm.probe_results());
+    status.set_allocation(rm.allocation().clone());
     let prober = prober::ProbeManager::new(rm.clone(), cache.clone(), &host_ip);
     let kubelet = Rc::new(sync_loop::Kubelet::new(
         rm.clone(),
@@ -65,6 +66,7 @@ pub(super) async fn start(
         sync_loop::LoopConfig {
             sync_frequency: o.sync_frequency,
             node: Some(admission_node(o, node)),
+            allocation: Some(rm.allocation().clone()),
         },
     ));
     let parts = Parts {

@@ -106,7 +106,10 @@ pub(super) async fn start(
             .with_services(restored.services.clone())
             .with_credential_providers(providers)
             .with_cgroups(cgroups, cgroup_parent)
-            .with_allocatable(o.cgroups.allocatable(capacity)),
+            .with_allocatable(o.cgroups.allocatable(capacity))
+            .with_allocation(crate::allocation::Manager::load(
+                o.root().allocation_checkpoint(),
+            )),
     );
     let version = match rm.version().await {
         Ok(v) => {

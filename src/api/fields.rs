@@ -25,7 +25,6 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
     // The apiserver's bookkeeping.
     ("metadata.finalizers", Ignored),
     ("metadata.generateName", Ignored),
-    ("metadata.generation", Ignored),
     ("metadata.managedFields", Ignored),
     ("metadata.selfLink", Ignored),
     // The scheduler's and admission's business, done before a pod reaches a node.
@@ -41,8 +40,6 @@ const NOT_MODELLED: &[(&str, Treatment)] = &[
     ("spec.securityContext.seLinuxChangePolicy", Ignored),
     ("spec.securityContext.windowsOptions", Ignored),
     ("spec.containers[].securityContext.windowsOptions", Ignored),
-    // Only a resize reads it, and a static pod is never resized.
-    ("spec.containers[].resizePolicy", Ignored),
     (
         "spec.containers[].stdinOnce",
         Only(&["false"], "picolet keeps stdin open across attaches"),

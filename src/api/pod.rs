@@ -59,6 +59,10 @@ pub struct ObjectMeta {
     pub uid: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// The apiserver's count of spec changes (a resize raises it); the status reports the one
+    /// it reflects (`observedGeneration`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -394,6 +398,26 @@ pub struct Container {
     /// An ephemeral container's only: the container whose process namespace it joins.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_container_name: Option<String>,
+    /// Per resource, whether an in-place resize restarts the container (`RestartContainer`)
+    /// or not (`NotRequired`, the default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resize_policy: Vec<ContainerResizePolicy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ContainerResizePolicy {
+    pub resource_name: String,
+    pub restart_policy: String,
+}
+
+impl Container {
+    /// Whether resizing `resource` restarts the container (`RestartContainer`).
+    pub fn resize_restarts(&self, resource: &str) -> bool {
+        self.resize_policy
+            .iter()
+            .any(|p| p.resource_name == resource && p.restart_policy == "RestartContainer")
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -813,6 +837,9 @@ pub struct PodStatus {
     pub ephemeral_container_statuses: Vec<ContainerStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qos_class: Option<String>,
+    /// The `metadata.generation` of the spec this status reflects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -841,6 +868,8 @@ pub struct PodCondition {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -858,6 +887,13 @@ pub struct ContainerStatus {
     pub container_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started: Option<bool>,
+    /// The requests the node has allocated to the container (a resize changes them once it
+    /// fits).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated_resources: BTreeMap<String, Quantity>,
+    /// The CPU and memory requests and limits the running container has been given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

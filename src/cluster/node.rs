@@ -151,6 +151,9 @@ pub fn node_status(f: &NodeFacts, health: &Health, old: Option<&Value>, now: &st
             {"type": "Hostname", "address": node.name},
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.kubelet_port}},
+        // Always sent, empty too: the merge patch then clears what another agent declared
+        // under this node's name.
+        "declaredFeatures": crate::declared_features::declared(),
         "nodeInfo": {
             "machineID": node.machine_id,
             "systemUUID": node.machine_id,
@@ -271,6 +274,11 @@ mod tests {
         assert_eq!(s1["capacity"]["memory"], "1048576Ki");
         assert_eq!(s1["capacity"]["cpu"], "4");
         assert_eq!(s1["nodeInfo"]["kubeletVersion"], KUBELET_VERSION);
+        assert_eq!(
+            s1["declaredFeatures"],
+            json!([]),
+            "nothing of v1.37's registry yet"
+        );
         assert!(KUBELET_VERSION.starts_with("v1.37.2-picolet."));
         // Where the apiserver reaches the node API, by address type.
         assert_eq!(s1["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);

@@ -136,6 +136,17 @@ impl PodCgroups {
         Ok(path)
     }
 
+    /// Before containers are resized in place: raises each of the pod cgroup's limits to the
+    /// larger of the old and the new (`old` and `new` are the pod before and after), so that
+    /// neither a container growing nor one shrinking is refused by its parent. `ensure_pod`
+    /// sets the new limits once the containers have theirs.
+    pub fn widen_pod(&self, old: &Pod, new: &Pod) -> Result<(), CgroupError> {
+        let o = resources::for_pod(old, self.pod_pids_limit);
+        let n = resources::for_pod(new, self.pod_pids_limit);
+        self.hierarchy
+            .apply(&self.pod_path(new), &resources::widest(&o, &n))
+    }
+
     /// Weighs the burstable cgroup by the CPU requests of the Burstable pods among `pods`
     /// (every pod picolet runs), as upstream does on each pod start and removal.
     pub fn update_qos<'a>(

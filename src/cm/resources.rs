@@ -119,6 +119,30 @@ pub fn for_pod(pod: &Pod, pod_pids_limit: i64) -> ResourceConfig {
     r
 }
 
+/// Each limit of `a` and `b` at its larger (no limit is the largest; shares the larger too):
+/// what a pod cgroup holds while its containers move from one to the other. The period is
+/// the kubelet's fixed one, so quotas compare directly.
+pub fn widest(a: &ResourceConfig, b: &ResourceConfig) -> ResourceConfig {
+    let limit = |x: Option<i64>, y: Option<i64>| match (x, y) {
+        (Some(x), Some(y)) if x > 0 && y > 0 => Some(x.max(y)),
+        (None, None) => None,
+        // One side unlimited: unlimited, written explicitly.
+        _ => Some(-1),
+    };
+    ResourceConfig {
+        cpu_shares: a.cpu_shares.max(b.cpu_shares),
+        cpu_quota: limit(a.cpu_quota, b.cpu_quota),
+        cpu_period: a.cpu_period.or(b.cpu_period),
+        // memory.max takes no -1: leave an unlimited side's file as it is (already "max" for
+        // the old, or raised at the end for the new).
+        memory: match (a.memory, b.memory) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            _ => None,
+        },
+        pids: b.pids,
+    }
+}
+
 /// The pod's CPU request in millicores (for the burstable QoS cgroup's shares).
 pub fn pod_cpu_request_milli(pod: &Pod) -> i64 {
     pod_amount(pod, cpu_request)

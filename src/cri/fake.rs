@@ -130,6 +130,7 @@ fn static_name(method: &str) -> &'static str {
         "ListContainerStats",
         "ExecSync",
         "ReopenContainerLog",
+        "UpdateContainerResources",
         "ListImages",
         "ImageStatus",
         "PullImage",
@@ -428,6 +429,7 @@ impl FakeRuntime {
                     enc(Ok(st.list_container_stats()))
                 }
                 "ReopenContainerLog" => enc(st.reopen_container_log(decode(payload)?)),
+                "UpdateContainerResources" => enc(st.update_container_resources(decode(payload)?)),
                 "Exec" => {
                     let req: v1::ExecRequest = decode(payload)?;
                     let url = st.stream_url("exec", &req.container_id)?;
@@ -618,6 +620,20 @@ impl RuntimeService for FakeRuntime {
         };
         self.call("ReopenContainerLog", None, move |st| {
             st.reopen_container_log(req).map(drop)
+        })
+    }
+    fn update_container_resources(
+        &self,
+        id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Call<'_, ()> {
+        let req = v1::UpdateContainerResourcesRequest {
+            container_id: id.to_owned(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        self.call("UpdateContainerResources", None, move |st| {
+            st.update_container_resources(req).map(drop)
         })
     }
     fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
@@ -1271,13 +1287,20 @@ impl State {
         );
         let id = self.new_id("container");
         self.reserve("container", &name, &id)?;
+        // Nanoseconds apart at least, as a runtime's clock tells two creations apart even
+        // when a fake clock stands still (a container killed and replaced in one sync).
+        let created_at = self
+            .containers
+            .iter()
+            .map(|c| c.created_at.saturating_add(1))
+            .fold(rt::now_nanos(), i64::max);
         self.containers.push(FakeContainer {
             id: id.clone(),
             sandbox_id,
             config,
             image_id,
             state: ContainerState::ContainerCreated,
-            created_at: rt::now_nanos(),
+            created_at,
             started_at: 0,
             finished_at: 0,
             exit_code: 0,
@@ -1300,6 +1323,21 @@ impl State {
             return Err(err(Code::Unknown, "container is not running"));
         }
         Ok(v1::ReopenContainerLogResponse {})
+    }
+
+    /// As containerd: NOT_FOUND for an unknown id; the new limits replace the container's
+    /// (a container that exited keeps them for its record, as its spec does).
+    fn update_container_resources(
+        &mut self,
+        r: v1::UpdateContainerResourcesRequest,
+    ) -> Result<v1::UpdateContainerResourcesResponse, Status> {
+        let i = self.container_index(&r.container_id)?;
+        let linux = self.containers[i]
+            .config
+            .linux
+            .get_or_insert_with(Default::default);
+        linux.resources = r.linux;
+        Ok(v1::UpdateContainerResourcesResponse {})
     }
 
     fn start_container(

@@ -187,6 +187,7 @@ impl Cri {
     rpc!(runtime.list_containers(v1::ListContainersRequest) -> v1::ListContainersResponse, request);
     rpc!(runtime.container_status(v1::ContainerStatusRequest) -> v1::ContainerStatusResponse, request);
     rpc!(runtime.reopen_container_log(v1::ReopenContainerLogRequest) -> v1::ReopenContainerLogResponse, request);
+    rpc!(runtime.update_container_resources(v1::UpdateContainerResourcesRequest) -> v1::UpdateContainerResourcesResponse, request);
     rpc!(runtime.container_stats(v1::ContainerStatsRequest) -> v1::ContainerStatsResponse, request);
     rpc!(runtime.list_container_stats(v1::ListContainerStatsRequest) -> v1::ListContainerStatsResponse, request);
     rpc!(runtime.exec(v1::ExecRequest) -> v1::ExecResponse, request);
@@ -331,6 +332,18 @@ impl RuntimeService for Cri {
             container_id: id.to_owned(),
         };
         Box::pin(async move { Cri::reopen_container_log(self, req).await.map(drop) })
+    }
+    fn update_container_resources(
+        &self,
+        id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Call<'_, ()> {
+        let req = v1::UpdateContainerResourcesRequest {
+            container_id: id.to_owned(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        Box::pin(async move { Cri::update_container_resources(self, req).await.map(drop) })
     }
     fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
         Box::pin(Cri::runtime_config(self, v1::RuntimeConfigRequest {}))

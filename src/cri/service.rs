@@ -55,6 +55,12 @@ pub trait RuntimeService {
     ) -> Call<'_, v1::ExecSyncResponse>;
     /// Makes the runtime reopen the container's log file (after it was renamed for rotation).
     fn reopen_container_log(&self, id: &str) -> Call<'_, ()>;
+    /// New cgroup limits for a running container (an in-place resize).
+    fn update_container_resources(
+        &self,
+        id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Call<'_, ()>;
     /// The runtime's own configuration (its cgroup driver); containerd before 2.0 answers
     /// `Unimplemented`.
     fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse>;

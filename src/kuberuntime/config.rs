@@ -324,7 +324,11 @@ pub struct ContainerInputs<'a> {
     pub pid_target: Option<&'a str>,
 }
 
-fn resources(pod: &Pod, c: &Container, node: &NodeContext) -> v1::LinuxContainerResources {
+pub(super) fn resources(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+) -> v1::LinuxContainerResources {
     let r = &c.resources;
     // Requests default to limits, as the API server defaults them; a zero request counts as
     // none (the kubelet takes CPU shares from the limit then).

@@ -225,6 +225,8 @@ impl RuntimeManager {
                     "Created",
                     &format!("Created container: {}", c.name),
                 );
+                // The container runs with the pod's allocated resources from now on.
+                self.allocation.set_actuated(uid, &c.name, &c.resources);
                 r.container_id
             }
             Err(source) => {

@@ -51,6 +51,13 @@ pub enum SyncError {
         #[source]
         source: CriError,
     },
+    /// An in-place resize the runtime refused (`UpdateContainerResources`).
+    #[error("resizing container {container}: {source}")]
+    ResizeContainer {
+        container: String,
+        #[source]
+        source: CriError,
+    },
     /// The container started but its postStart hook failed; it was killed.
     #[error("{message}")]
     PostStartHook { container: String, message: String },
@@ -123,6 +130,8 @@ impl SyncError {
             SyncError::CreatePodSandbox(_) => CREATE_POD_SANDBOX_ERROR,
             SyncError::KillPod(_) => "KillPodSandboxError",
             SyncError::KillContainer { .. } => "KillContainerError",
+            // Upstream's reason in the PodResizeInProgress condition.
+            SyncError::ResizeContainer { .. } => "Error",
             SyncError::PurgeInitContainers(_) => "KillContainerError",
             SyncError::PostStartHook { .. } => "PostStartHookError",
             SyncError::NetworkNotReady(_) => "NetworkNotReady",

@@ -188,6 +188,17 @@ impl<R: RuntimeService + ?Sized, I: ?Sized> RuntimeService for Instrumented<R, I
             self.runtime.reopen_container_log(id),
         )
     }
+    fn update_container_resources(
+        &self,
+        id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Call<'_, ()> {
+        timed(
+            &self.ops,
+            "update_container_resources",
+            self.runtime.update_container_resources(id, linux),
+        )
+    }
     fn runtime_config(&self) -> Call<'_, v1::RuntimeConfigResponse> {
         timed(&self.ops, "runtime_config", self.runtime.runtime_config())
     }

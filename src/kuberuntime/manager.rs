@@ -108,8 +108,10 @@ pub struct RuntimeManager {
     pub(super) cgroups: Option<crate::cm::PodCgroups>,
     /// The runtime's cgroup parent when there is no kubepods tree (`--cgroup-root`, or empty).
     cgroup_parent: String,
-    /// What pods may use of the node (the downward API's default limits).
+    /// What pods may use of the node (the downward API's default limits; resizes).
     allocatable: Option<crate::cm::Allocatable>,
+    /// The resources allocated to each pod's containers, and what they run with.
+    pub(super) allocation: crate::allocation::Manager,
 }
 
 impl RuntimeManager {
@@ -143,7 +145,18 @@ impl RuntimeManager {
             cgroups: None,
             cgroup_parent: String::new(),
             allocatable: None,
+            allocation: crate::allocation::Manager::in_memory(),
         }
+    }
+
+    /// Keeps the pods' allocations in `m` (checkpointed, shared with the status manager).
+    pub fn with_allocation(mut self, m: crate::allocation::Manager) -> Self {
+        self.allocation = m;
+        self
+    }
+
+    pub fn allocation(&self) -> &crate::allocation::Manager {
+        &self.allocation
     }
 
     /// Places pods in the kubepods tree (set up already), or, without one, under `parent`.
@@ -161,6 +174,11 @@ impl RuntimeManager {
     pub fn with_allocatable(mut self, a: crate::cm::Allocatable) -> Self {
         self.allocatable = Some(a);
         self
+    }
+
+    /// Node allocatable, when known (resizes are weighed against it).
+    pub(super) fn allocatable_ref(&self) -> Option<&crate::cm::Allocatable> {
+        self.allocatable.as_ref()
     }
 
     pub fn pod_cgroups(&self) -> Option<&crate::cm::PodCgroups> {
@@ -442,13 +460,22 @@ impl RuntimeManager {
         out
     }
 
-    async fn sync_pod_once(&self, pod: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
+    async fn sync_pod_once(&self, desired: &Pod, st: &PodRuntimeStatus) -> SyncOutcome {
         let mut out = SyncOutcome::default();
-        let uid = pod.metadata.uid.as_str();
+        let uid = desired.metadata.uid.as_str();
+        // The pod runs with its allocated resources: a resize that does not fit (yet) is
+        // never applied in part.
+        let allocated = self.allocate(desired);
+        let pod = &allocated;
         let hashes: Vec<u64> = pod.spec.containers.iter().map(container_hash).collect();
         self.remember_spec(pod);
-        let a = actions::compute_with(pod, st, &hashes, &self.probes);
+        let mut a = actions::compute_with(pod, st, &hashes, &self.probes);
         let grace = config::grace_period(pod);
+        let resize = if a.kill_pod || a.create_sandbox {
+            super::resize::Plan::default()
+        } else {
+            self.plan_resize(pod, st, &mut a)
+        };
 
         if a.kill_pod {
             let live = st.running().next().is_some()
@@ -552,6 +579,9 @@ impl RuntimeManager {
             }
         };
         let mut sandbox_cfg = config::sandbox_config(pod, &self.node, a.attempt);
+        // In-place resizes: the pod cgroup widened first, the containers updated, then the
+        // pod cgroup set to its new limits below (so neither order of change is refused).
+        self.resize_in_place(pod, &resize, &mut out).await;
         match self.ensure_pod_cgroup(pod) {
             Ok(parent) => {
                 if let Some(l) = sandbox_cfg.linux.as_mut() {
@@ -638,6 +668,7 @@ impl RuntimeManager {
         self.network_failed.borrow_mut().remove(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
+        self.allocation.remove(uid);
         if let Some(pc) = &self.cgroups
             && let Err(e) = pc.update_qos(self.specs.borrow().values().map(|p| &**p))
         {

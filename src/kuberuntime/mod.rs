@@ -21,6 +21,7 @@ pub mod image_gc_manager;
 pub mod instrumented;
 pub mod labels;
 mod manager;
+mod resize;
 mod sandbox;
 pub mod streaming;
 mod termination;

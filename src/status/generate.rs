@@ -30,13 +30,19 @@ pub const READY: &str = "Ready";
 pub const CONTAINERS_READY: &str = "ContainersReady";
 pub const POD_SCHEDULED: &str = "PodScheduled";
 /// The condition types this module owns; any other condition in the pod's status is kept.
-const KUBELET_CONDITIONS: [&str; 5] = [
+const KUBELET_CONDITIONS: [&str; 7] = [
     POD_READY_TO_START_CONTAINERS,
     INITIALIZED,
     READY,
     CONTAINERS_READY,
     POD_SCHEDULED,
+    POD_RESIZE_PENDING,
+    POD_RESIZE_IN_PROGRESS,
 ];
+/// A resize the node has not allocated yet (reason `Deferred` or `Infeasible`).
+pub const POD_RESIZE_PENDING: &str = "PodResizePending";
+/// A resize allocated and not yet applied to every running container.
+pub const POD_RESIZE_IN_PROGRESS: &str = "PodResizeInProgress";
 
 const CONTAINER_CREATING: &str = "ContainerCreating";
 const POD_INITIALIZING: &str = "PodInitializing";
@@ -131,6 +137,7 @@ pub fn generate(
         container_statuses: app,
         ephemeral_container_statuses: ephemeral,
         qos_class: qos.or_else(|| Some(crate::qos::qos_class(pod).as_str().to_owned())),
+        observed_generation: pod.metadata.generation,
     }
 }
 
@@ -593,6 +600,95 @@ pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
 
 /// The condition a node sets on a pod it stops for good by eviction; others may set it too.
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// What the status says of a pod's resources: the allocation, a resize that waits, and the
+/// runtime's refusal of the last in-place resize.
+#[derive(Debug, Clone, Default)]
+pub struct Resources {
+    pub allocation: Option<crate::allocation::PodAllocation>,
+    pub pending: Option<crate::allocation::Pending>,
+    pub error: Option<String>,
+}
+
+/// Adds the resources to a generated status, as upstream reports them: each container's
+/// `allocatedResources` (its allocated requests) and, while it runs, `resources` (the CPU and
+/// memory requests and limits it runs with); the `PodResizePending` condition for a resize
+/// that waits and `PodResizeInProgress` for one allocated but not yet applied to every
+/// running container (reason `Error` with the runtime's message when it refused), each with
+/// the pod's generation, which the kubelet's other conditions carry too.
+pub fn set_resources(s: &mut PodStatus, pod: &Pod, r: &Resources, prev: &PodStatus, now: i64) {
+    let mut in_progress = false;
+    let specs = pod.spec.containers.iter().chain(&pod.spec.init_containers);
+    for c in specs {
+        let allocated = r
+            .allocation
+            .as_ref()
+            .and_then(|a| a.allocated.get(&c.name))
+            .unwrap_or(&c.resources);
+        let statuses = s
+            .container_statuses
+            .iter_mut()
+            .chain(s.init_container_statuses.iter_mut());
+        let Some(cs) = statuses.into_iter().find(|cs| cs.name == c.name) else {
+            continue;
+        };
+        cs.allocated_resources = allocated.requests.clone();
+        if cs.state.running.is_none() {
+            cs.resources = None;
+            continue;
+        }
+        let actuated = r
+            .allocation
+            .as_ref()
+            .and_then(|a| a.actuated.get(&c.name))
+            .unwrap_or(allocated);
+        in_progress |= crate::allocation::differ(actuated, allocated);
+        // Reported as allocated once applied: the runtime rounds (1m and 2m are the same
+        // shares, 5m and 10m the same quota) and the spec's own quantities are the answer.
+        let applied = if crate::allocation::differ(actuated, allocated) {
+            actuated
+        } else {
+            allocated
+        };
+        cs.resources = Some(crate::allocation::resizable_part(applied));
+    }
+    let at = rfc3339(now);
+    let generation = pod.metadata.generation;
+    let since = |type_: &str, status: &str| {
+        prev.conditions
+            .iter()
+            .find(|o| o.type_ == type_ && o.status == status)
+            .and_then(|o| o.last_transition_time.clone())
+            .or_else(|| Some(at.clone()))
+    };
+    s.conditions
+        .retain(|c| c.type_ != POD_RESIZE_PENDING && c.type_ != POD_RESIZE_IN_PROGRESS);
+    if let Some(p) = &r.pending {
+        s.conditions.push(PodCondition {
+            type_: POD_RESIZE_PENDING.into(),
+            status: "True".into(),
+            last_transition_time: since(POD_RESIZE_PENDING, "True"),
+            reason: Some(p.reason.into()),
+            message: Some(p.message.clone()),
+            ..Default::default()
+        });
+    }
+    if in_progress || r.error.is_some() {
+        s.conditions.push(PodCondition {
+            type_: POD_RESIZE_IN_PROGRESS.into(),
+            status: "True".into(),
+            last_transition_time: since(POD_RESIZE_IN_PROGRESS, "True"),
+            reason: r.error.as_ref().map(|_| "Error".into()),
+            message: r.error.clone(),
+            ..Default::default()
+        });
+    }
+    for c in &mut s.conditions {
+        if KUBELET_CONDITIONS.contains(&c.type_.as_str()) {
+            c.observed_generation = generation;
+        }
+    }
+}
 
 /// Conditions not owned by the kubelet first, then the kubelet's in upstream order. A condition
 /// keeps its lastTransitionTime while its status does not change.
@@ -1683,6 +1779,7 @@ fn set_condition(
         last_transition_time: keep.or_else(|| Some(at.to_owned())),
         reason: Some(reason.into()),
         message,
+        observed_generation: None,
     });
 }
 

@@ -23,6 +23,8 @@ pub struct StatusManager {
     /// Pods the node stopped for good: reason and message of their Failed status.
     evictions: RefCell<HashMap<String, (String, String)>>,
     probes: RefCell<crate::prober::Results>,
+    /// The pods' allocations (the runtime manager's): resources and resize conditions.
+    allocation: RefCell<Option<crate::allocation::Manager>>,
     /// When each pod not yet running was first given a status.
     first_seen: RefCell<HashMap<String, std::time::Instant>>,
     /// Seconds from a pod's first status to its first Running (`kubelet_pod_start_duration_seconds`).
@@ -37,6 +39,7 @@ impl StatusManager {
             statuses: RefCell::default(),
             evictions: RefCell::default(),
             probes: RefCell::default(),
+            allocation: RefCell::default(),
             first_seen: RefCell::default(),
             pod_start: RefCell::new(Histogram::new(POD_START_BUCKETS)),
         }
@@ -45,6 +48,11 @@ impl StatusManager {
     /// The probe results that decide `started` and `ready` (the prober's).
     pub fn set_probe_results(&self, r: crate::prober::Results) {
         *self.probes.borrow_mut() = r;
+    }
+
+    /// The allocations the status reports (the runtime manager's).
+    pub fn set_allocation(&self, a: crate::allocation::Manager) {
+        *self.allocation.borrow_mut() = Some(a);
     }
 
     /// Sets the runtime name reported by the runtime's Version call.
@@ -82,6 +90,16 @@ impl StatusManager {
             );
             (new, running(old.get(uid)))
         };
+        let mut new = new;
+        if let Some(a) = self.allocation.borrow().as_ref() {
+            let r = generate::Resources {
+                allocation: a.get(uid),
+                pending: a.pending(uid),
+                error: a.error(uid),
+            };
+            let prev = self.statuses.borrow().get(uid).cloned().unwrap_or_default();
+            generate::set_resources(&mut new, pod, &r, &prev, rt::now_nanos());
+        }
         let new = match self.evictions.borrow().get(uid) {
             Some((r, m)) => generate::failed_by_kubelet(&new, r, m, rt::now_nanos(), false),
             None => new,

@@ -115,6 +115,9 @@ pub struct LoopConfig {
     pub sync_frequency: Duration,
     /// The node as admission sees it; `None` admits every pod.
     pub node: Option<crate::admission::NodeInfo>,
+    /// The pods' allocations: admission weighs a pod, and those it runs beside, with their
+    /// allocated resources (a resize not yet allocated counts as before it), as upstream.
+    pub allocation: Option<crate::allocation::Manager>,
 }
 
 #[derive(Debug)]
@@ -469,7 +472,7 @@ impl LoopState {
             });
         }
         let node = self.cfg.node.as_ref()?;
-        let admitted: Vec<&Pod> = self
+        let admitted: Vec<std::borrow::Cow<'_, Pod>> = self
             .pods
             .pods()
             .filter(|p| {
@@ -480,9 +483,23 @@ impl LoopState {
                     && !self.finished.contains(u)
                     && !self.terminating.contains_key(u)
             })
-            .map(|p| &**p)
+            .map(|p| self.allocated(p))
             .collect();
-        crate::admission::admit(pod, node, &admitted).err()
+        let admitted: Vec<&Pod> = admitted.iter().map(std::borrow::Cow::as_ref).collect();
+        crate::admission::admit(&self.allocated(pod), node, &admitted).err()
+    }
+
+    /// The pod with the resources allocated to it, when a resize changed its spec since.
+    fn allocated<'a>(&self, pod: &'a Pod) -> std::borrow::Cow<'a, Pod> {
+        match self
+            .cfg
+            .allocation
+            .as_ref()
+            .and_then(|m| m.get(&pod.metadata.uid))
+        {
+            Some(a) => std::borrow::Cow::Owned(crate::allocation::with_allocation(pod, &a)),
+            None => std::borrow::Cow::Borrowed(pod),
+        }
     }
 
     /// Stops what the runtime runs of a pod that must not run (rejected, or ended before),

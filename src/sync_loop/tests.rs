@@ -50,6 +50,7 @@ fn new_state() -> LoopState {
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     )
 }
@@ -162,6 +163,7 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: Some(node),
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -236,6 +238,55 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert!(syncs(&cmds).is_empty(), "{cmds:?}");
     assert!(matches!(cmds[0], Command::ReportPending(_)));
     assert!(st.rejected.contains("e"));
+}
+
+#[test]
+fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pending_resize() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut node = crate::admission::NodeInfo {
+        name: "edge".into(),
+        milli_cpu: 1000,
+        memory: 1 << 30,
+        pods: 110,
+        ..Default::default()
+    };
+    node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
+    let cpu = |mut p: Pod, q: &str| {
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), q.parse().unwrap());
+        p
+    };
+    // a runs with 300m allocated; its spec asks 600m, a resize deferred because b holds 600m.
+    let a_allocated = cpu(pod("a", "resized", "x"), "300m");
+    let alloc = crate::allocation::Manager::in_memory();
+    alloc.allocate(&a_allocated, &[], None);
+    let a = cpu(pod("a", "resized", "x"), "600m");
+    let mut b = cpu(pod("b", "other", "x"), "600m");
+    b.metadata.creation_timestamp = Some("2030-01-02T00:00:00Z".into());
+    let mut st = LoopState::new(
+        Mux::new(&[Source::File]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+            node: Some(node),
+            allocation: Some(alloc),
+        },
+    );
+    let cmds = step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![a, b])),
+        std::time::Instant::now(),
+        view,
+    );
+    assert!(rejections(&cmds).is_empty(), "{cmds:?}");
+    let mut s = syncs(&cmds);
+    s.sort();
+    assert_eq!(s, vec!["a", "b"]);
 }
 
 #[test]
@@ -550,6 +601,7 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -602,6 +654,7 @@ fn new_api_pods_wake_the_objects_fetcher_once_and_arrived_objects_sync_at_once()
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     );
     let t0 = std::time::Instant::now();
@@ -699,6 +752,16 @@ fn harness(tag: &str) -> Harness {
 
 /// The harness with the pods of one source, their volumes and environments made from `objects`.
 fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Harness {
+    harness_full(tag, source, objects, None)
+}
+
+/// The harness, with the node's allocatable when resizes are weighed against it.
+fn harness_full(
+    tag: &str,
+    source: Source,
+    objects: crate::objects::Store,
+    allocatable: Option<crate::cm::Allocatable>,
+) -> Harness {
     let clock = FakeClock::install();
     let dir = std::env::temp_dir().join(format!("picolet-loop-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -712,9 +775,12 @@ fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Ha
         ..Default::default()
     };
     let rt_svc = Rc::new(fake.clone());
-    let rm = Rc::new(
-        crate::kuberuntime::RuntimeManager::new(rt_svc.clone(), rt_svc, node).with_objects(objects),
-    );
+    let mut rm =
+        crate::kuberuntime::RuntimeManager::new(rt_svc.clone(), rt_svc, node).with_objects(objects);
+    if let Some(a) = allocatable {
+        rm = rm.with_allocatable(a);
+    }
+    let rm = Rc::new(rm);
     let cache = Rc::new(RefCell::new(Cache::default()));
     let status = Rc::new(StatusManager::new("192.0.2.1"));
     let (src_tx, src_rx) = async_channel::unbounded();
@@ -728,6 +794,7 @@ fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Ha
         done: done_tx,
     }));
     status.set_probe_results(rm.probe_results());
+    status.set_allocation(rm.allocation().clone());
     let prober = crate::prober::ProbeManager::new(rm.clone(), cache.clone(), "192.0.2.1");
     let kubelet = Rc::new(Kubelet::new(
         rm,
@@ -740,6 +807,7 @@ fn harness_with(tag: &str, source: Source, objects: crate::objects::Store) -> Ha
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: None,
+            allocation: None,
         },
     ));
     let tasks = vec![
@@ -2301,5 +2369,137 @@ fn a_pod_waiting_for_the_network_runs_within_one_status_period_of_its_return() {
             "ran {took} s after the network came back"
         );
         assert_eq!(h.fake.calls("RunPodSandbox"), 1);
+    });
+}
+
+// -------------------------------------------------------------------------------------------
+// In-place resize
+// -------------------------------------------------------------------------------------------
+
+fn resizable_pod(generation: i64, c1: (&str, &str), c2_memory: &str) -> Pod {
+    let mut p = pod_json(
+        "rs",
+        serde_json::json!({"containers": [
+            {"name": "c1", "image": IMAGE, "command": ["sleep", "3600"],
+             "resources": {"requests": {"cpu": c1.0, "memory": c1.1},
+                           "limits": {"cpu": c1.0, "memory": c1.1}},
+             "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]},
+            {"name": "c2", "image": IMAGE, "command": ["sleep", "3600"],
+             "resources": {"requests": {"cpu": "100m", "memory": c2_memory},
+                           "limits": {"cpu": "100m", "memory": c2_memory}},
+             "resizePolicy": [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]},
+        ]}),
+    );
+    p.metadata.generation = Some(generation);
+    p
+}
+
+impl Harness {
+    /// The newest instance of a container: its CPU quota and memory limit as created or updated.
+    fn limits(&self, name: &str) -> (i64, i64) {
+        let c = self.instances(name).pop().expect("an instance");
+        let r = c.config.linux.and_then(|l| l.resources).unwrap_or_default();
+        (r.cpu_quota, r.memory_limit_in_bytes)
+    }
+
+    fn container_status(&self, name: &str) -> crate::api::ContainerStatus {
+        self.status_of("rs")
+            .container_statuses
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_resize_is_applied_in_place_or_by_a_restart_as_each_resize_policy_says() {
+    rt::block_on(async {
+        let node = crate::cm::Allocatable {
+            milli_cpu: 1000,
+            memory: 1 << 30,
+            ephemeral_storage: 1 << 40,
+        };
+        let h = harness_full("resize", Source::Api, Default::default(), Some(node));
+        h.set_pods(vec![resizable_pod(1, ("200m", "64Mi"), "64Mi")])
+            .await;
+        h.until("both running", 5, |h| h.running("rs") == 2).await;
+        assert_eq!(h.limits("c1"), (20_000, 64 << 20));
+        let s = h.container_status("c1");
+        assert_eq!(
+            s.allocated_resources["cpu"],
+            crate::api::Quantity::parse("200m").unwrap()
+        );
+        assert_eq!(
+            s.resources.unwrap().limits["memory"],
+            crate::api::Quantity::parse("64Mi").unwrap()
+        );
+        assert_eq!(h.status_of("rs").observed_generation, Some(1));
+
+        // c1's CPU grows in place; c2's memory asks for a restart.
+        h.set_pods(vec![resizable_pod(2, ("400m", "64Mi"), "128Mi")])
+            .await;
+        h.until("resized", 5, |h| {
+            h.limits("c1") == (40_000, 64 << 20) && h.limits("c2").1 == 128 << 20
+        })
+        .await;
+        h.until("c2 running again", 5, |h| h.running("rs") == 2)
+            .await;
+        assert_eq!(h.instances("c1").len(), 1, "c1 was not restarted");
+        assert_eq!(h.instances("c2").len(), 2, "c2 was restarted");
+        h.run_for(1).await;
+        let st = h.status_of("rs");
+        assert_eq!(st.observed_generation, Some(2));
+        assert!(
+            !st.conditions
+                .iter()
+                .any(|c| c.type_.starts_with("PodResize")),
+            "{:?}",
+            st.conditions
+        );
+        assert_eq!(
+            h.container_status("c1").resources.unwrap().requests["cpu"],
+            crate::api::Quantity::parse("400m").unwrap()
+        );
+        assert_eq!(
+            h.container_status("c2").restart_count,
+            1,
+            "{:?}",
+            h.container_status("c2")
+        );
+
+        // More CPU than the node has free: deferred, nothing applied.
+        h.set_pods(vec![resizable_pod(3, ("950m", "64Mi"), "128Mi")])
+            .await;
+        h.run_for(2).await;
+        assert_eq!(h.limits("c1"), (40_000, 64 << 20), "not applied in part");
+        let st = h.status_of("rs");
+        let pending = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "PodResizePending")
+            .expect("pending");
+        assert_eq!(pending.reason.as_deref(), Some("Deferred"));
+        assert_eq!(
+            pending.message.as_deref(),
+            Some("Node didn't have enough resource: cpu, requested: 1050, used: 0, capacity: 1000")
+        );
+        assert_eq!(pending.observed_generation, Some(3));
+        assert_eq!(
+            h.container_status("c1").allocated_resources["cpu"],
+            crate::api::Quantity::parse("400m").unwrap(),
+            "still the allocated request"
+        );
+        // Back within what the node has: the pending resize is replaced and applied.
+        h.set_pods(vec![resizable_pod(4, ("300m", "64Mi"), "128Mi")])
+            .await;
+        h.until("shrunk", 5, |h| h.limits("c1") == (30_000, 64 << 20))
+            .await;
+        h.run_for(1).await;
+        assert!(
+            !h.status_of("rs")
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "PodResizePending")
+        );
     });
 }
