@@ -40,6 +40,8 @@
 #                    every 5 to 10 min, so a day's bytes are best extrapolated from 600 s
 #   COMPARE_AGENTS   the agents run (default "picolet kubelet"; the side-by-side table
 #                    needs both, either alone prints its rows)
+#   COMPARE_JOIN_CONFIG  more KubeletConfiguration lines for the joined phase, as YAML
+#                    (e.g. "nodeLeaseDurationSeconds: 600" for the settings of a metered link)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
@@ -423,7 +425,8 @@ EOF
     JOIN_ARGS=(--kubeconfig "$DIR/node-relay.kubeconfig" --node-ip 127.0.0.1)
     JOIN_CONFIG="evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
+imageGCLowThresholdPercent: 99${COMPARE_JOIN_CONFIG:+
+$COMPARE_JOIN_CONFIG}"
     "start_$agent"
     JOIN_ARGS=()
     JOIN_CONFIG=
