@@ -284,12 +284,12 @@ impl ureq::unversioned::resolver::Resolver for InlineResolver {
 /// How long an idle connection is kept for the next call (ureq's default is 15 s). Every call
 /// at rest (the Lease renewal, the node status) goes over one kept-alive connection; a new one
 /// costs a TCP and TLS handshake with the client certificate, several KiB, more than the call.
-/// Two minutes holds a connection between renewals for leases of up to 8 min
+/// Five minutes holds a connection between renewals for leases of up to 20 min
 /// (`nodeLeaseDurationSeconds`: renewed every quarter of it). A connection the apiserver or
 /// the network closed meanwhile is found closed before use and replaced; one that died
 /// silently fails its call, and repeated failures close every connection
 /// ([`Client::close_connections`]).
-const IDLE_AGE: Duration = Duration::from_secs(120);
+const IDLE_AGE: Duration = Duration::from_secs(300);
 
 fn agent_config(conn: &Connection) -> Result<ureq::config::Config, TlsError> {
     Ok(ureq::Agent::config_builder()
