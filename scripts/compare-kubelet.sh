@@ -24,7 +24,9 @@
 # and each timed from the create to the apiserver showing it Running (polled
 # every 0.2 s); after 10 s of rest, the node's requests (audit events, by
 # request) and the bytes through the relay (both ways, TLS included) over the
-# window, given per minute and per day.
+# window, given per minute and per day (the window's bytes times 86400 / its
+# length: an extrapolation), with the TCP connections the relay accepted and,
+# per request kind (verb, resource), the requests a minute.
 # Binary sizes are of the files run: picolet's release build and the kubelet
 # as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
 #
@@ -33,6 +35,13 @@
 #   COMPARE_PODS     static pod counts (default "0 10 50"; empty skips those phases)
 #   COMPARE_LATENCY_PODS  manifests timed one by one (default 20; 0 skips the phase)
 #   COMPARE_JOINED_PODS   API pods in the joined phase (default 10; 0 skips the phase)
+#   COMPARE_REST_SECONDS  the joined phase's window at rest (default COMPARE_SECONDS); the
+#                    node status goes out at least every 5 min and watches are renewed
+#                    every 5 to 10 min, so a day's bytes are best extrapolated from 600 s
+#   COMPARE_AGENTS   the agents run (default "picolet kubelet"; the side-by-side table
+#                    needs both, either alone prints its rows)
+#   COMPARE_JOIN_CONFIG  more KubeletConfiguration lines for the joined phase, as YAML
+#                    (e.g. "nodeLeaseDurationSeconds: 600" for the settings of a metered link)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
@@ -55,6 +64,8 @@ WINDOW=${COMPARE_SECONDS:-60}
 read -r -a COUNTS <<<"${COMPARE_PODS-0 10 50}"
 LATENCY_PODS=${COMPARE_LATENCY_PODS:-20}
 JOINED_PODS=${COMPARE_JOINED_PODS:-10}
+REST_WINDOW=${COMPARE_REST_SECONDS:-$WINDOW}
+read -r -a AGENTS <<<"${COMPARE_AGENTS-picolet kubelet}"
 DIR=${COMPARE_DIR:-/tmp/pcmp}
 IMAGE=picolet.local/busybox:1
 NODE_NAME=compare-node
@@ -64,6 +75,9 @@ NODE_NAME=compare-node
 for n in "${COUNTS[@]}"; do [[ $n =~ ^[0-9]+$ ]] || die "COMPARE_PODS: $n is not a count"; done
 [[ $LATENCY_PODS =~ ^[0-9]+$ ]] || die "COMPARE_LATENCY_PODS must be a count"
 [[ $JOINED_PODS =~ ^[0-9]+$ ]] || die "COMPARE_JOINED_PODS must be a count"
+[[ $REST_WINDOW =~ ^[0-9]+$ && $REST_WINDOW -gt 0 ]] || die "COMPARE_REST_SECONDS must be a positive integer"
+((${#AGENTS[@]} > 0)) || die "COMPARE_AGENTS names no agent"
+for a in "${AGENTS[@]}"; do [[ $a == picolet || $a == kubelet ]] || die "COMPARE_AGENTS: $a is neither picolet nor kubelet"; done
 [[ $DIR == /* && $DIR != / ]] || die "COMPARE_DIR must be an absolute path other than /"
 for c in python3 ctr containerd unshare mount getconf; do command -v "$c" >/dev/null || die "$c not found"; done
 CLK_TCK=$(getconf CLK_TCK)
@@ -287,13 +301,14 @@ latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
 }
 
 # A TCP relay from a free loopback port to the apiserver, counting the bytes it
-# carries both ways into DIR/relay.bytes ("UP DOWN", rewritten every 0.5 s).
+# carries both ways and the connections it accepted into DIR/relay.bytes
+# ("UP DOWN CONNECTIONS", rewritten every 0.5 s).
 start_relay() { # start_relay PORT HOST:PORT
     python3 - "$1" "$2" "$DIR/relay.bytes" <<'EOF' &
 import asyncio, os, sys
 port, target, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 host, tport = target.rsplit(":", 1)
-count = [0, 0]
+count = [0, 0, 0]
 async def pipe(r, w, i):
     try:
         while data := await r.read(65536):
@@ -305,6 +320,7 @@ async def pipe(r, w, i):
     finally:
         w.close()
 async def serve(r, w):
+    count[2] += 1
     try:
         ur, uw = await asyncio.open_connection(host, int(tport))
     except OSError:
@@ -314,7 +330,7 @@ async def serve(r, w):
 async def report():
     while True:
         with open(out + ".tmp", "w") as f:
-            f.write("%d %d\n" % tuple(count))
+            f.write("%d %d %d\n" % tuple(count))
         os.replace(out + ".tmp", out)
         await asyncio.sleep(0.5)
 async def main():
@@ -327,12 +343,12 @@ EOF
     RELAY_PID=$!
 }
 
-relay_bytes() { # the relay's "UP DOWN" as one sum
-    awk '{ print $1 + $2 }' "$DIR/relay.bytes"
+relay_bytes() { # the relay's "UP DOWN CONNECTIONS"
+    cat "$DIR/relay.bytes"
 }
 
 # Distinct requests of the node (audit IDs) received in [FROM, TO) (epoch seconds);
-# their count by verb and resource goes to BREAKDOWN.
+# by verb and resource, a minute and in all, they go to BREAKDOWN.
 node_requests() { # node_requests FROM TO BREAKDOWN
     python3 - "$DIR/cp/audit.log" "system:node:$NODE_NAME" "$1" "$2" "$3" <<'EOF'
 import collections, json, sys
@@ -350,7 +366,7 @@ for line in open(path):
                                          "/" + r["subresource"] if r.get("subresource") else "")
 with open(out, "w") as f:
     for k, n in collections.Counter(ids.values()).most_common():
-        f.write("%5d %s\n" % (n, k))
+        f.write("%7.2f a minute (%d) %s\n" % (n * 60 / (t2 - t1), n, k))
 print(len(ids))
 EOF
 }
@@ -378,7 +394,7 @@ EOF
 }
 
 joined() { # joined AGENT: the joined rows, into R
-    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 b1 b2 lat=() name phase rss_mean cpu
+    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 lat=() name phase rss_mean cpu
     local -A seen=()
     mkdir -p "$DIR/cp"
     # The node's requests, one audit event per stage: (RequestReceived left out).
@@ -409,7 +425,8 @@ EOF
     JOIN_ARGS=(--kubeconfig "$DIR/node-relay.kubeconfig" --node-ip 127.0.0.1)
     JOIN_CONFIG="evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
+imageGCLowThresholdPercent: 99${COMPARE_JOIN_CONFIG:+
+$COMPARE_JOIN_CONFIG}"
     "start_$agent"
     JOIN_ARGS=()
     JOIN_CONFIG=
@@ -439,15 +456,22 @@ imageGCLowThresholdPercent: 99"
     R[$agent,jall]=$(since "$t0" 2)
     sleep 10
     t1=$(now)
-    b1=$(relay_bytes)
-    read -r rss_mean _ cpu < <(sample "$AGENT_PID" "$WINDOW")
+    read -r up1 down1 conn1 < <(relay_bytes)
+    read -r rss_mean _ cpu < <(sample "$AGENT_PID" "$REST_WINDOW")
     t2=$(now)
-    b2=$(relay_bytes)
+    read -r up2 down2 conn2 < <(relay_bytes)
     R[$agent,jrss]=$(awk -v a="$rss_mean" 'BEGIN { printf "%.1f", a / 1024 }')
     R[$agent,jcpu]=$cpu
     R[$agent,jreq]=$(node_requests "$t1" "$t2" "$DIR/$agent-requests.txt" | awk -v w="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" '{ printf "%.1f", $1 * 60 / w }')
-    R[$agent,jbytes]=$(awk -v a="$b1" -v b="$b2" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.1f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
+    # The window's bytes scaled to a day (an extrapolation from the window at rest).
+    perday() { awk -v a="$1" -v b="$2" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.2f", (b - a) * 86400 / (t2 - t1) / 1048576 }'; }
+    R[$agent,jbytes]=$(perday "$((up1 + down1))" "$((up2 + down2))")
+    R[$agent,jup]=$(perday "$up1" "$up2")
+    R[$agent,jdown]=$(perday "$down1" "$down2")
+    R[$agent,jconn]=$((conn2 - conn1))
     log "$agent joined: $JOINED_PODS API pods Running p50 ${R[$agent,j50]} s, p95 ${R[$agent,j95]} s; ${R[$agent,jreq]} requests/min, ${R[$agent,jbytes]} MiB/day, RSS ${R[$agent,jrss]} MiB, CPU $cpu %"
+    log "$agent joined at rest, $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s: $((up2 - up1)) bytes up, $((down2 - down1)) down (TLS included), extrapolated a day: ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB; ${R[$agent,jconn]} new TCP connections; requests by kind:"
+    sed 's/^/    /' "$DIR/$agent-requests.txt" >&2
     stop_agent
     stop_relay
     stop_containerd
@@ -457,7 +481,7 @@ imageGCLowThresholdPercent: 99"
 }
 
 log "machine: $(nproc) CPUs, kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-for agent in picolet kubelet; do
+for agent in "${AGENTS[@]}"; do
     PHASES=("${COUNTS[@]}")
     ((LATENCY_PODS == 0)) || PHASES+=(latency)
     for n in "${PHASES[@]}"; do
@@ -513,9 +537,25 @@ for agent in picolet kubelet; do
 done
 
 if ((JOINED_PODS > 0)); then
-    for agent in picolet kubelet; do
+    for agent in "${AGENTS[@]}"; do
         joined "$agent"
     done
+fi
+if ((${#AGENTS[@]} < 2)); then
+    agent=${AGENTS[0]}
+    say_row ""
+    say_row "$agent alone, $(date -u +%Y-%m-%d), $(nproc) CPUs, ${WINDOW} s windows (joined at rest: ${REST_WINDOW} s)"
+    say_row ""
+    for n in "${COUNTS[@]}"; do
+        say_row "$n pods: start → /healthz ok ${R[$agent,$n,healthz]} s, running ${R[$agent,$n,running]:--} s, RSS ${R[$agent,$n,rss]} MiB, CPU ${R[$agent,$n,cpu]} %"
+    done
+    if ((JOINED_PODS > 0)); then
+        say_row "joined, $JOINED_PODS API pods: created → Running p50 ${R[$agent,j50]} s, p95 ${R[$agent,j95]} s"
+        say_row "joined, $JOINED_PODS API pods, at rest: ${R[$agent,jreq]} requests a minute, ${R[$agent,jconn]} new connections, bytes a day (extrapolated) ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB"
+        say_row "requests by kind:"
+        sed 's/^/    /' "$DIR/$agent-requests.txt"
+    fi
+    exit 0
 fi
 
 ratio() { awk -v p="$1" -v k="$2" 'BEGIN { if (p > 0) printf "%.1fx", k / p; else print "-" }'; }

@@ -63,6 +63,9 @@
 # Environment: PICOLET_K8S_BIN, a directory holding etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl, instead of
 # scripts/k8s-build.sh's cache; START_TIMEOUT_S (default 180);
+# CONTROLLER_MANAGER_EXTRA_FLAGS, more kube-controller-manager flags, split on
+# whitespace (a node whose Lease lasts longer than 50 s needs a longer
+# --node-monitor-grace-period);
 # APISERVER_EXTRA_FLAGS, more kube-apiserver flags, split on whitespace (the
 # conformance run sets --kubelet-preferred-address-types).
 set -euo pipefail
@@ -385,6 +388,7 @@ start_apiserver() {
 
 start_controllers() {
     local cm_extra=()
+    read -r -a cm_extra <<<"${CONTROLLER_MANAGER_EXTRA_FLAGS:-}"
     if [[ -n $BOOTSTRAP_TOKEN ]]; then
         cm_extra+=("--controllers=*,bootstrapsigner,tokencleaner")
     fi

@@ -491,13 +491,13 @@ fn send(c: &crate::apiclient::Client, w: &Write) -> Result<(), crate::apiclient:
         Write::Create(v) => {
             let ns = v["metadata"]["namespace"].as_str().unwrap_or("default");
             let body = serde_json::to_vec(v).unwrap_or_default();
-            match c.call(
+            match c.write(
                 "POST",
                 &format!("/api/v1/namespaces/{ns}/events"),
                 Some(("application/json", body)),
             ) {
                 Err(e) if e.is_conflict() => Ok(()),
-                r => r.map(drop),
+                r => r,
             }
         }
         Write::Patch {
@@ -509,7 +509,7 @@ fn send(c: &crate::apiclient::Client, w: &Write) -> Result<(), crate::apiclient:
             ..
         } => {
             let body = json!({"count": count, "lastTimestamp": last, "message": message});
-            c.call(
+            c.write(
                 "PATCH",
                 &format!("/api/v1/namespaces/{namespace}/events/{name}"),
                 Some((
@@ -517,7 +517,6 @@ fn send(c: &crate::apiclient::Client, w: &Write) -> Result<(), crate::apiclient:
                     serde_json::to_vec(&body).unwrap_or_default(),
                 )),
             )
-            .map(drop)
         }
     }
 }

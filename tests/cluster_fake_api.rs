@@ -438,13 +438,68 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
         assert_eq!(
             api.count("GET", &lease),
             lease_reads,
-            "the Lease held was renewed with a PUT, not read again first"
+            "the Lease held was renewed at once, not read again first"
         );
     });
 }
 
 #[test]
-fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_conflict() {
+fn at_rest_the_lease_is_renewed_with_a_patch_of_its_renew_time_on_the_open_connection() {
+    run(async {
+        let (tmp, fake, api) = fakes("restlease");
+        let a = start_joined(&tmp, &fake, &api).await;
+        let lease = lease_path();
+        until(
+            &a,
+            "the lease renewed once",
+            Duration::from_secs(30),
+            async || api.count("PATCH", &lease) >= 1,
+        )
+        .await;
+        let (connections, from) = (api.connections(), api.requests().len());
+        until(
+            &a,
+            "two more renewals",
+            Duration::from_secs(40),
+            async || api.count("PATCH", &lease) >= 3,
+        )
+        .await;
+        let (reqs, bodies) = (api.requests(), api.request_bodies());
+        let renewals: Vec<_> = reqs[from..]
+            .iter()
+            .zip(&bodies[from..])
+            .filter(|((_, p), _)| *p == lease)
+            .collect();
+        assert!(renewals.len() >= 2, "{renewals:?}");
+        let held = api.get(&format!("leases/kube-node-lease/{NODE}")).unwrap();
+        for ((method, _), body) in &renewals {
+            assert_eq!(method, "PATCH", "no read, no whole write: {renewals:?}");
+            // The renew time alone, with the resourceVersion picolet holds as a precondition.
+            let keys = |v: &serde_json::Value| -> Vec<String> {
+                v.as_object().unwrap().keys().cloned().collect()
+            };
+            assert_eq!(keys(body), ["metadata", "spec"], "{body}");
+            assert_eq!(keys(&body["metadata"]), ["resourceVersion"], "{body}");
+            assert_eq!(keys(&body["spec"]), ["renewTime"], "{body}");
+        }
+        // Each patch held the resourceVersion the one before it was answered with (the fake
+        // refuses any other), and the Lease is still the node's.
+        assert_eq!(held["spec"]["holderIdentity"], NODE);
+        assert_eq!(held["spec"]["leaseDurationSeconds"], 40);
+        assert_eq!(
+            held["spec"]["renewTime"],
+            renewals.last().unwrap().1["spec"]["renewTime"]
+        );
+        assert_eq!(
+            api.connections(),
+            connections,
+            "the renewals went over a connection kept open, with no new handshake"
+        );
+    });
+}
+
+#[test]
+fn a_renewal_whose_answer_was_lost_is_read_again_and_renewed_at_once_after_the_conflict() {
     run(async {
         let (tmp, fake, api) = fakes("lostlease");
         let a = start_joined(&tmp, &fake, &api).await;
@@ -453,13 +508,13 @@ fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_confl
             &a,
             "the lease renewed once",
             Duration::from_secs(30),
-            async || api.count("PUT", &lease) >= 1,
+            async || api.count("PATCH", &lease) >= 1,
         )
         .await;
         // The next renewal lands, and its answer is lost: picolet keeps the Lease it had,
-        // whose PUT then conflicts with the one that landed.
+        // whose resourceVersion then conflicts with the renewal that landed.
         let from = api.requests().len();
-        api.lose_answers("PUT", &lease, 1);
+        api.lose_answers("PATCH", &lease, 1);
         until(
             &a,
             "the lost renewal, the conflict, a read and a renewal that lands",
@@ -482,7 +537,7 @@ fn a_renewal_whose_answer_was_lost_is_read_again_and_put_at_once_after_the_confl
             .take(4)
             .collect();
         let methods: Vec<&str> = seen.iter().map(|(m, _)| *m).collect();
-        assert_eq!(methods, ["PUT", "PUT", "GET", "PUT"], "{reqs:?}");
+        assert_eq!(methods, ["PATCH", "PATCH", "GET", "PATCH"], "{reqs:?}");
         // The conflict reads again at once, and what was read is renewed at once: not after a
         // back-off or a renewal period (about 10 s).
         let after_conflict = seen[3].1 - seen[1].1;

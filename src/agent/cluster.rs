@@ -193,12 +193,22 @@ fn start_cluster(
             .map_err(|e| format!("starting the api services thread: {e}"))?;
     }
     let kubelet = &parts.kubelet;
+    let beats = cluster::Heartbeats {
+        lease_duration_secs: o.node_lease_duration_seconds,
+        status_update: o.node_status_update_frequency,
+        status_report: o.node_status_report_frequency,
+    };
     let recorder = Rc::new(events::Recorder::new(&node_name));
     events::install(recorder.clone());
     Ok(vec![
         rt::spawn(events::run(recorder, client.clone())),
-        rt::spawn(cluster::run_node(client.clone(), facts, kubelet.clone())),
-        rt::spawn(cluster::run_lease(client.clone(), node_name.clone())),
+        rt::spawn(cluster::run_node(
+            client.clone(),
+            facts,
+            kubelet.clone(),
+            beats,
+        )),
+        rt::spawn(cluster::run_lease(client.clone(), node_name.clone(), beats)),
         rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),
         rt::spawn(cluster::objects::run_objects(
             client.clone(),

@@ -22,7 +22,7 @@ pub const MAX_BODY: u64 = 32 << 20;
 
 /// Deadlines of ordinary calls; watches set their own, heartbeats pass theirs
 /// ([`Client::json_within`]).
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A watch that carries nothing for this long is taken for dead and ended. The apiserver sends a
 /// bookmark about once a minute on a watch that asked for them while anything in the cluster
@@ -38,6 +38,16 @@ struct Deadlines {
     head: Option<Duration>,
     per_read: Option<Duration>,
 }
+
+/// The `Accept` of every call that reads the object it gets back.
+const ACCEPT_JSON: &str = "application/json";
+/// The `Accept` of a write whose caller needs only the written object's metadata (its new
+/// resourceVersion): the apiserver answers a `PartialObjectMetadata`, the object's metadata
+/// alone, instead of the whole object; a server that does not serve that form answers the
+/// object in JSON. A Node's or a Pod's status write is answered with a few hundred bytes
+/// instead of the whole object (several KiB).
+pub const ACCEPT_METADATA: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
 
 /// Each connection's input and output buffer (ureq's default is 128 KiB each, and a TLS
 /// connection has a pair at each layer). Bodies stream through them in pieces of this size; a
@@ -271,6 +281,16 @@ impl ureq::unversioned::resolver::Resolver for InlineResolver {
     }
 }
 
+/// How long an idle connection is kept for the next call (ureq's default is 15 s). Every call
+/// at rest (the Lease renewal, the node status) goes over one kept-alive connection; a new one
+/// costs a TCP and TLS handshake with the client certificate, several KiB, more than the call.
+/// Five minutes holds a connection between renewals for leases of up to 20 min
+/// (`nodeLeaseDurationSeconds`: renewed every quarter of it). A connection the apiserver or
+/// the network closed meanwhile is found closed before use and replaced; one that died
+/// silently fails its call, and repeated failures close every connection
+/// ([`Client::close_connections`]).
+const IDLE_AGE: Duration = Duration::from_secs(300);
+
 fn agent_config(conn: &Connection) -> Result<ureq::config::Config, TlsError> {
     Ok(ureq::Agent::config_builder()
         .tls_config(tls(conn)?)
@@ -278,6 +298,7 @@ fn agent_config(conn: &Connection) -> Result<ureq::config::Config, TlsError> {
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
         .max_idle_connections_per_host(2)
+        .max_idle_age(IDLE_AGE)
         .input_buffer_size(IO_BUFFER)
         .output_buffer_size(IO_BUFFER)
         .max_response_header_size(IO_BUFFER / 2)
@@ -360,6 +381,7 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
         deadlines: Deadlines,
+        accept: &str,
     ) -> Result<ureq::http::Response<ureq::Body>, ApiError> {
         let transport = |message: String| ApiError::Transport {
             method,
@@ -370,7 +392,7 @@ impl Client {
         let mut req = ureq::http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.server))
-            .header("Accept", "application/json");
+            .header("Accept", accept);
         if let Some(token) =
             kubeconfig::bearer(&credentials).map_err(|e| transport(e.to_string()))?
         {
@@ -419,23 +441,38 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Vec<u8>, ApiError> {
-        self.call_within(method, path, body, CALL_TIMEOUT)
+        self.call_within(method, path, body, CALL_TIMEOUT, ACCEPT_JSON)
     }
 
-    /// [`Client::call`] with a deadline of its own for the whole call.
+    /// A write whose answer is not needed (an Event, a status): [`Client::call`] asking for
+    /// the object's metadata alone in the answer ([`ACCEPT_METADATA`]), which is read and
+    /// dropped (the connection goes back to the pool only once its answer is read whole).
+    pub fn write(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<(), ApiError> {
+        self.call_within(method, path, body, CALL_TIMEOUT, ACCEPT_METADATA)
+            .map(drop)
+    }
+
+    /// [`Client::call`] with a deadline of its own for the whole call, asking for the answer
+    /// in the form `accept` names.
     fn call_within(
         &self,
         method: &'static str,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
         deadline: Duration,
+        accept: &str,
     ) -> Result<Vec<u8>, ApiError> {
         let deadlines = Deadlines {
             whole: deadline,
             head: None,
             per_read: None,
         };
-        let resp = self.send(method, path, body, deadlines)?;
+        let resp = self.send(method, path, body, deadlines, accept)?;
         resp.into_body()
             .with_config()
             .limit(MAX_BODY)
@@ -465,7 +502,20 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         deadline: Duration,
     ) -> Result<T, ApiError> {
-        let bytes = self.call_within(method, path, body, deadline)?;
+        self.json_accepting(method, path, body, deadline, ACCEPT_JSON)
+    }
+
+    /// [`Client::json_within`] asking for the answer in the form `accept` names
+    /// ([`ACCEPT_METADATA`]: the written object's metadata alone, where the apiserver serves it).
+    pub fn json_accepting<T: serde::de::DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        deadline: Duration,
+        accept: &str,
+    ) -> Result<T, ApiError> {
+        let bytes = self.call_within(method, path, body, deadline, accept)?;
         // The linear pre-pass bounds what the parse below may cost, whatever the server sends.
         crate::limits::check(
             &bytes,
@@ -497,7 +547,7 @@ impl Client {
         path: &str,
         deadlines: Deadlines,
     ) -> Result<impl Read + use<>, ApiError> {
-        let resp = self.send("GET", path, None, deadlines)?;
+        let resp = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
         Ok(resp.into_body().into_reader())
     }
 }

@@ -95,6 +95,14 @@ fn set<T>(slot: &mut T, v: T) -> Applied {
     Ok(())
 }
 
+/// A duration above zero.
+fn nonzero(d: std::time::Duration) -> Result<std::time::Duration, String> {
+    if d.is_zero() {
+        return Err(format!("{}: must be above zero", format_duration(d)));
+    }
+    Ok(d)
+}
+
 fn port(v: &str) -> Result<u16, String> {
     v.parse().map_err(|_| "not a port number".into())
 }
@@ -564,6 +572,39 @@ pub static SETTINGS: &[Setting] = &[
                 (!d.is_zero()).then_some(d),
             )
         },
+        ..NONE
+    },
+    Setting {
+        field: "nodeLeaseDurationSeconds",
+        read: I32(|t, n| {
+            let n = u32::try_from(n)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{n}: must be a positive number of seconds"))?;
+            set(&mut t.o.node_lease_duration_seconds, n)
+        }),
+        configz: Some(|o, _| json!(o.node_lease_duration_seconds)),
+        ..NONE
+    },
+    Setting {
+        flag: "node-status-update-frequency",
+        arg: "DUR",
+        help: "how often the node status is computed, and posted\n\
+               when it changed (default 10s)",
+        parse: |t, v| {
+            set(
+                &mut t.o.node_status_update_frequency,
+                nonzero(parse_duration(v)?)?,
+            )
+        },
+        field: "nodeStatusUpdateFrequency",
+        read: Duration(|t, d| set(&mut t.o.node_status_update_frequency, nonzero(d)?)),
+        configz: Some(|o, _| json!(format_duration(o.node_status_update_frequency))),
+    },
+    Setting {
+        field: "nodeStatusReportFrequency",
+        read: Duration(|t, d| set(&mut t.o.node_status_report_frequency, nonzero(d)?)),
+        configz: Some(|o, _| json!(format_duration(o.node_status_report_frequency))),
         ..NONE
     },
     Setting {

@@ -67,6 +67,15 @@ pub struct Options {
     pub image_preload_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
+    /// `nodeLeaseDurationSeconds`: how long the node's Lease holds (renewed every quarter of
+    /// it); default 40.
+    pub node_lease_duration_seconds: u32,
+    /// `--node-status-update-frequency`, `nodeStatusUpdateFrequency`: how often the node
+    /// status is computed, and posted when it changed; default 10 s.
+    pub node_status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency`: how often the node status is posted when nothing changed;
+    /// default 5 min.
+    pub node_status_report_frequency: Duration,
     /// Labels the Node is registered with (`--node-labels k=v,...`).
     pub node_labels: Vec<(String, String)>,
     /// Pods the node admits at most (`--max-pods`, `maxPods`).
@@ -148,6 +157,9 @@ impl Default for Options {
             bootstrap_kubeconfig: None,
             rotate_certificates: None,
             apiserver_poll_interval: None,
+            node_lease_duration_seconds: 40,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
             node_labels: Vec::new(),
             max_pods: 110,
             register_with_taints: Vec::new(),

@@ -959,6 +959,62 @@ mod tests {
     }
 
     #[test]
+    fn heartbeat_settings_from_the_file_and_the_flag_refused_at_zero() {
+        let p = write_cfg(
+            "beats",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             nodeLeaseDurationSeconds: 240\nnodeStatusUpdateFrequency: 1m\n\
+             nodeStatusReportFrequency: 1h\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        assert_eq!(o.node_lease_duration_seconds, 240);
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(60));
+        assert_eq!(o.node_status_report_frequency, Duration::from_secs(3600));
+        let k = &configz(&o, 10250)["kubeletconfig"];
+        assert_eq!(k["nodeLeaseDurationSeconds"], 240, "{k}");
+        assert_eq!(k["nodeStatusUpdateFrequency"], "1m0s", "{k}");
+        assert_eq!(k["nodeStatusReportFrequency"], "1h0m0s", "{k}");
+        // The flag over the file, as every flag.
+        let o = run(&["--config", &ps, "--node-status-update-frequency", "20s"]);
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(20));
+        // The defaults: the kubelet's.
+        let d = run(&[]);
+        assert_eq!(
+            (
+                d.node_lease_duration_seconds,
+                d.node_status_update_frequency,
+                d.node_status_report_frequency
+            ),
+            (40, Duration::from_secs(10), Duration::from_secs(300))
+        );
+        std::fs::remove_file(&p).unwrap();
+        for (field, value) in [
+            ("nodeLeaseDurationSeconds", "0"),
+            ("nodeLeaseDurationSeconds", "-5"),
+            ("nodeStatusUpdateFrequency", "0s"),
+            ("nodeStatusReportFrequency", "0s"),
+        ] {
+            let p = write_cfg(
+                "beats0",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                     {field}: {value}\n"
+                ),
+            );
+            let e = parse(&args(&["--config", &p.display().to_string()]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field) && e.contains(value), "{e}");
+            std::fs::remove_file(&p).unwrap();
+        }
+        let e = parse(&args(&["--node-status-update-frequency", "0s"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--node-status-update-frequency"), "{e}");
+    }
+
+    #[test]
     fn eviction_flags_and_config() {
         use crate::eviction::Signal;
         use crate::eviction::threshold::Amount;

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::api::time::{rfc3339, rfc3339_micro};
 use crate::api::{Pod, PodStatus};
 use crate::apiclient::backoff::{Jitter, backoff_delay};
-use crate::apiclient::{ApiError, Client};
+use crate::apiclient::{ACCEPT_METADATA, ApiError, CALL_TIMEOUT, Client};
 use crate::config::api::{MirrorPod, Mirrors};
 use crate::config::{ANNOTATION_CONFIG_HASH, ANNOTATION_CONFIG_MIRROR};
 use crate::rt;
@@ -60,12 +60,43 @@ pub trait Kubelet {
     fn set_status_unreachable(&self, unreachable: bool);
 }
 
-/// Node status: computed this often, posted when it changed or [`STATUS_REPORT`] passed.
+/// Node status: computed this often, posted when it changed or [`STATUS_REPORT`] passed (the
+/// defaults of `nodeStatusUpdateFrequency` and `nodeStatusReportFrequency`).
 pub const STATUS_UPDATE: Duration = Duration::from_secs(10);
 pub const STATUS_REPORT: Duration = Duration::from_secs(300);
-/// The node lease: how long it holds, and how often it is renewed.
+/// How long the node lease holds (the default of `nodeLeaseDurationSeconds`); it is renewed
+/// every quarter of that, as the kubelet renews it.
 pub const LEASE_DURATION_SECS: u32 = 40;
-pub const LEASE_RENEW: Duration = Duration::from_secs(10);
+
+/// How often the node tells the apiserver it is alive: the settings that trade how soon the
+/// control plane notices a node gone for the bytes a node sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeats {
+    /// `nodeLeaseDurationSeconds`.
+    pub lease_duration_secs: u32,
+    /// `nodeStatusUpdateFrequency`: the node status computed (and posted if it changed).
+    pub status_update: Duration,
+    /// `nodeStatusReportFrequency`: the node status posted at least this often.
+    pub status_report: Duration,
+}
+
+impl Default for Heartbeats {
+    fn default() -> Heartbeats {
+        Heartbeats {
+            lease_duration_secs: LEASE_DURATION_SECS,
+            status_update: STATUS_UPDATE,
+            status_report: STATUS_REPORT,
+        }
+    }
+}
+
+impl Heartbeats {
+    /// How often the Lease is renewed: a quarter of its duration (the kubelet's
+    /// `nodeLeaseRenewIntervalFraction`), 10 s by default.
+    pub fn lease_renew(&self) -> Duration {
+        Duration::from_secs(u64::from(self.lease_duration_secs)) / 4
+    }
+}
 /// How often pod statuses are compared with the apiserver's.
 pub const POD_STATUS_PERIOD: Duration = Duration::from_secs(1);
 /// Deadline of a heartbeat call (the Lease, the node status), as the kubelet's: the shorter of
@@ -117,16 +148,31 @@ async fn call_within(
             (ct, serde_json::to_vec(&b).unwrap_or_default())
         });
         let body = body.as_ref().map(|(ct, b)| (*ct, b.clone()));
-        match deadline {
-            Some(d) => c.json_within::<Value>(method, &path, body, d),
-            None => c.json::<Value>(method, &path, body),
-        }
+        // Of a status patch or a Lease renewal only the metadata (the new resourceVersion) is
+        // used: the rest of the object is not asked for.
+        let accept = if matches!(method, "PATCH" | "PUT") {
+            ACCEPT_METADATA
+        } else {
+            "application/json"
+        };
+        c.json_accepting::<Value>(
+            method,
+            &path,
+            body,
+            deadline.unwrap_or(CALL_TIMEOUT),
+            accept,
+        )
     })
     .await
 }
 
 /// Registers the Node (retrying with backoff until it succeeds), then reports its status.
-pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>) {
+pub async fn run_node(
+    client: Client,
+    facts: NodeFacts,
+    kubelet: Rc<dyn Kubelet>,
+    beats: Heartbeats,
+) {
     let mut jitter = Jitter::new(&facts.node.name);
     let mut failures = 0u32;
     loop {
@@ -170,7 +216,7 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>
     let path = format!("/api/v1/nodes/{}/status", facts.node.name);
     let mut posted: Option<Value> = None;
     let mut posted_at = rt::now();
-    let mut tick = rt::interval(STATUS_UPDATE);
+    let mut tick = rt::interval(beats.status_update);
     let changed = kubelet.node_changed();
     loop {
         let health = match (kubelet.healthz(), kubelet.not_ready_reason()) {
@@ -220,15 +266,21 @@ pub async fn run_node(client: Client, facts: NodeFacts, kubelet: Rc<dyn Kubelet>
         announced = Some(state);
         let now = rfc3339(rt::now_nanos());
         let status = node::node_status(&facts, &health, posted.as_ref(), &now);
-        let due = posted
-            .as_ref()
-            .is_none_or(|p| node::differs(p, &status) || rt::now() - posted_at >= STATUS_REPORT);
+        let due = posted.as_ref().is_none_or(|p| {
+            node::differs(p, &status) || rt::now() - posted_at >= beats.status_report
+        });
         if due {
+            // What changed since the last report, as a merge patch (the first: all of it);
+            // at rest, the conditions with their new heartbeat times.
+            let patch = match &posted {
+                Some(p) => node::merge_patch(p, &status).unwrap_or_else(|| json!({})),
+                None => status.clone(),
+            };
             match heartbeat(
                 &client,
                 "PATCH",
                 path.clone(),
-                Some(json!({ "status": status })),
+                Some(json!({ "status": patch })),
             )
             .await
             {
@@ -279,7 +331,8 @@ fn log_failure(what: &str, e: &ApiError, node: &str, failures: u32) {
 
 /// Keeps the node's Lease in `kube-node-lease` renewed: the heartbeat the node controller
 /// watches. Created when missing; a conflict reads it again.
-pub async fn run_lease(client: Client, node_name: String) {
+pub async fn run_lease(client: Client, node_name: String, beats: Heartbeats) {
+    let duration = beats.lease_duration_secs;
     let path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node_name}");
     let mut jitter = Jitter::new(&node_name);
@@ -296,7 +349,9 @@ pub async fn run_lease(client: Client, node_name: String) {
         let result = match lease.take() {
             // Read (or made, when missing), then renewed at once.
             None => match heartbeat(&client, "GET", path.clone(), None).await {
-                Ok(l) => renew_lease(&client, &path, &node_name, &now, l, &mut held).await,
+                Ok(l) => {
+                    renew_lease(&client, &path, &node_name, duration, &now, l, &mut held).await
+                }
                 Err(e) if e.is_not_found() => {
                     let mut body = json!({
                         "apiVersion": "coordination.k8s.io/v1",
@@ -304,7 +359,7 @@ pub async fn run_lease(client: Client, node_name: String) {
                         "metadata": {"name": node_name, "namespace": "kube-node-lease"},
                         "spec": {
                             "holderIdentity": node_name,
-                            "leaseDurationSeconds": LEASE_DURATION_SECS,
+                            "leaseDurationSeconds": duration,
                             "renewTime": now,
                         },
                     });
@@ -319,7 +374,7 @@ pub async fn run_lease(client: Client, node_name: String) {
                 }
                 Err(e) => Err(e),
             },
-            Some(l) => renew_lease(&client, &path, &node_name, &now, l, &mut held).await,
+            Some(l) => renew_lease(&client, &path, &node_name, duration, &now, l, &mut held).await,
         };
         if let Err(e) = &result
             && e.is_conflict()
@@ -340,9 +395,11 @@ pub async fn run_lease(client: Client, node_name: String) {
                 failures = 0;
                 unanswered = 0;
                 lease = Some(l);
-                // Renew every 10 s, a little early or late so a fleet does not beat in step.
-                let spread = jitter.below(Duration::from_secs(2));
-                rt::sleep(LEASE_RENEW - Duration::from_secs(1) + spread).await;
+                // Renew every quarter of the duration (10 s by default), up to a tenth of
+                // that early or late so a fleet does not beat in step.
+                let renew = beats.lease_renew();
+                let spread = jitter.below(renew / 5);
+                rt::sleep(renew - renew / 10 + spread).await;
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -400,29 +457,74 @@ fn node_owner(node: &Value) -> Option<Value> {
     Some(json!({"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid}))
 }
 
-/// One renewal of the Lease `l`: a PUT with the renew time `now`. When it gets no answer, or
-/// the apiserver is failing, `held` keeps the Lease: it is still the newest known, and the
-/// first renewal after the outage is one PUT, not a GET and a PUT. A conflict or any other
-/// refusal leaves `held` empty, so the Lease is read again.
+/// One renewal of the Lease `l` with the renew time `now`. A Lease that is already this node's
+/// (holder, duration and owner as they should be) is renewed with a merge patch of the renew
+/// time alone, its resourceVersion as the precondition: the same optimistic concurrency as
+/// the kubelet's update (a Lease someone else wrote is a conflict, and read again), in a
+/// fraction of the bytes; any other is written whole (PUT). Either way the answer asked for is
+/// the Lease's metadata alone, whose new resourceVersion the next renewal needs.
+///
+/// When it gets no answer, or the apiserver is failing, `held` keeps the Lease: it is still
+/// the newest known, and the first renewal after the outage is one request, not a GET and a
+/// write. A conflict or any other refusal leaves `held` empty, so the Lease is read again.
 async fn renew_lease(
     client: &Client,
     path: &str,
     node_name: &str,
+    duration: u32,
     now: &str,
     mut l: Value,
     held: &mut Option<Value>,
 ) -> Result<Value, ApiError> {
+    // Whether the Lease in the apiserver is already this node's, owner included (one added
+    // here must be written whole).
+    let ours = l["spec"]["holderIdentity"] == node_name
+        && l["spec"]["leaseDurationSeconds"] == duration
+        && l["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|o| !o.is_empty());
     set_node_owner(client, node_name, &mut l).await;
+    // The field managers' record is the apiserver's to keep: not held, not sent back.
+    if let Some(m) = l["metadata"].as_object_mut() {
+        m.remove("managedFields");
+    }
+    let rv = l["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|rv| !rv.is_empty())
+        .map(str::to_owned);
     l["spec"]["renewTime"] = json!(now);
     l["spec"]["holderIdentity"] = json!(node_name);
-    l["spec"]["leaseDurationSeconds"] = json!(LEASE_DURATION_SECS);
-    let r = heartbeat(client, "PUT", path.to_owned(), Some(l.clone())).await;
-    if r.as_ref()
-        .is_err_and(|e| e.is_transport() || e.is_server_error())
-    {
-        *held = Some(l);
+    l["spec"]["leaseDurationSeconds"] = json!(duration);
+    let r = match rv {
+        Some(rv) if ours => {
+            let patch = json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"renewTime": now},
+            });
+            heartbeat(client, "PATCH", path.to_owned(), Some(patch)).await
+        }
+        _ => heartbeat(client, "PUT", path.to_owned(), Some(l.clone())).await,
+    };
+    match r {
+        Ok(answer) => {
+            // The metadata answered (the whole Lease from a server that does not serve the
+            // metadata alone) with the spec written.
+            let mut meta = answer["metadata"].clone();
+            if let Some(m) = meta.as_object_mut() {
+                m.remove("managedFields");
+            }
+            if meta["resourceVersion"].is_string() {
+                l["metadata"] = meta;
+            }
+            Ok(l)
+        }
+        Err(e) => {
+            if e.is_transport() || e.is_server_error() {
+                *held = Some(l);
+            }
+            Err(e)
+        }
     }
-    r
 }
 
 /// Publishes the status of the pods the apiserver gave this node: whenever the status picolet

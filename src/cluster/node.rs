@@ -185,6 +185,36 @@ pub fn differs(a: &Value, b: &Value) -> bool {
     strip(a) != strip(b)
 }
 
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: objects compared member by
+/// member, a member gone from `new` set to null, anything else (arrays included: a merge patch
+/// replaces an array whole) sent whole when it differs. `None` when they are equal.
+pub fn merge_patch(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(was) => {
+                        if let Some(p) = merge_patch(was, v) {
+                            patch.insert(k.clone(), p);
+                        }
+                    }
+                    None => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            (!patch.is_empty()).then_some(Value::Object(patch))
+        }
+        // Anything else (a scalar, an array, a change of type) is sent whole when it differs.
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +290,67 @@ mod tests {
             n["spec"]["taints"],
             json!([{"key": "edge", "effect": "NoSchedule"}])
         );
+    }
+
+    #[test]
+    fn a_merge_patch_holds_what_changed_alone_and_applies_back() {
+        let old = json!({"a": 1, "b": {"c": [1, 2], "d": "x", "e": true}, "gone": {"z": 1}});
+        let new = json!({"a": 1, "b": {"c": [1, 3], "d": "x", "f": null}, "added": "y"});
+        let p = merge_patch(&old, &new).unwrap();
+        assert_eq!(
+            p,
+            json!({"b": {"c": [1, 3], "e": null, "f": null}, "gone": null, "added": "y"})
+        );
+        assert_eq!(merge_patch(&new, &new), None);
+        assert_eq!(
+            merge_patch(&json!(1), &json!({"x": 1})),
+            Some(json!({"x": 1}))
+        );
+        // Applied as RFC 7386 says (the apiserver's merge patch), it gives `new` back (a null
+        // member and a missing one are the same object there).
+        fn apply(target: &mut Value, patch: &Value) {
+            match (target.as_object_mut(), patch.as_object()) {
+                (Some(t), Some(p)) => {
+                    for (k, v) in p {
+                        if v.is_null() {
+                            t.remove(k);
+                        } else {
+                            apply(t.entry(k.clone()).or_insert(Value::Null), v);
+                        }
+                    }
+                }
+                _ => *target = patch.clone(),
+            }
+        }
+        let mut applied = old.clone();
+        apply(&mut applied, &p);
+        assert_eq!(
+            applied,
+            json!({"a": 1, "b": {"c": [1, 3], "d": "x"}, "added": "y"})
+        );
+    }
+
+    #[test]
+    fn a_report_at_rest_patches_the_conditions_alone() {
+        let f = facts();
+        let up = Health {
+            ready: true,
+            message: String::new(),
+            pressure: Default::default(),
+        };
+        let s1 = node_status(&f, &up, None, "2026-01-01T00:00:00Z");
+        let s2 = node_status(&f, &up, Some(&s1), "2026-01-01T00:05:00Z");
+        let p = merge_patch(&s1, &s2).unwrap();
+        // Only the heartbeat times moved; a merge patch replaces an array whole, so the
+        // conditions go whole, and nothing else does.
+        assert_eq!(
+            p.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["conditions"]
+        );
+        assert_eq!(p["conditions"], s2["conditions"]);
+        let whole = serde_json::to_vec(&s2).unwrap().len();
+        let patch = serde_json::to_vec(&p).unwrap().len();
+        assert!(patch * 3 < whole * 2, "{patch} bytes of {whole}");
     }
 
     #[test]

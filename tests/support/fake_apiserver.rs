@@ -5,7 +5,9 @@
 //! speaks the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=` for
 //! pods, `spec.clusterIP!=None` for services), watch
 //! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
-//! get, update, merge-patch (status subresource with a UID precondition), delete. It is not a
+//! get, update, merge-patch (status subresource with a UID precondition, a resourceVersion in
+//! the patch as a precondition), delete, and answers a write with the object's metadata alone
+//! when asked (`as=PartialObjectMetadata`). It is not a
 //! substitute for the real apiserver: the end-to-end cluster tests run one.
 
 use std::collections::BTreeMap;
@@ -32,6 +34,10 @@ struct State {
     requests: Vec<(String, String)>,
     /// When each request arrived, in order.
     times: Vec<Instant>,
+    /// The body of each request (JSON, or null), in order.
+    bodies: Vec<Value>,
+    /// TCP connections accepted.
+    connections: u64,
     /// Bytes received and sent (bodies and headers), for traffic figures.
     bytes_in: u64,
     bytes_out: u64,
@@ -152,6 +158,7 @@ impl FakeApi {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
+                a.with(|s| s.connections += 1);
                 let a = a.clone();
                 std::thread::spawn(move || a.serve(conn));
             }
@@ -235,6 +242,17 @@ impl FakeApi {
     /// When each request arrived, in the order of [`requests`](Self::requests).
     pub fn request_times(&self) -> Vec<Instant> {
         self.with(|s| s.times.clone())
+    }
+
+    /// The body of each request (null when it had none or it was not JSON), in the order of
+    /// [`requests`](Self::requests).
+    pub fn request_bodies(&self) -> Vec<Value> {
+        self.with(|s| s.bodies.clone())
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.with(|s| s.connections)
     }
 
     /// (bytes received, bytes sent) so far.
@@ -561,11 +579,14 @@ impl FakeApi {
             );
             let mut len = 0usize;
             let mut auth = String::new();
+            let mut accept = String::new();
+            let mut head_len = line.len();
             loop {
                 let mut h = String::new();
                 if r.read_line(&mut h).unwrap_or(0) == 0 {
                     return;
                 }
+                head_len += h.len();
                 if h == "\r\n" {
                     break;
                 }
@@ -579,15 +600,21 @@ impl FakeApi {
                 {
                     auth = v.trim().to_owned();
                 }
+                if let Some((k, v)) = h.split_once(':')
+                    && k.eq_ignore_ascii_case("accept")
+                {
+                    accept = v.trim().to_owned();
+                }
             }
             let mut body = vec![0; len];
             if r.read_exact(&mut body).is_err() {
                 return;
             }
-            let received = (line.len() + len) as u64;
+            let received = (head_len + len) as u64;
             let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let (down, stalled, dead) = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
+                s.bodies.push(body.clone());
                 s.auths.push(auth.clone());
                 s.times.push(Instant::now());
                 s.bytes_in += received;
@@ -627,11 +654,19 @@ impl FakeApi {
             if lost {
                 return;
             }
+            // The written object's metadata alone, when asked for (as the apiserver answers
+            // `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`); errors stay a Status.
+            let v = if accept.contains("as=PartialObjectMetadata") && (200..300).contains(&code) {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]})
+            } else {
+                v
+            };
             let text = serde_json::to_vec(&v).unwrap();
             let head = format!(
                 "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                 text.len()
             );
+            self.with(|s| s.bytes_out += (head.len() + text.len()) as u64);
             if w.write_all(head.as_bytes())
                 .and_then(|_| w.write_all(&text))
                 .is_err()
@@ -791,9 +826,16 @@ impl FakeApi {
                     {
                         return (409, status(409, "Conflict", "Precondition failed: UID in precondition does not match"));
                     }
+                    // A resourceVersion in a patch is a precondition, as the apiserver takes it.
+                    if body["metadata"]["resourceVersion"].is_string()
+                        && body["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]
+                    {
+                        return (409, status(409, "Conflict", "the object has been modified"));
+                    }
                     let mut patch = body;
                     if let Some(m) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
                         m.remove("uid");
+                        m.remove("resourceVersion");
                     }
                     merge(cur, &patch);
                     cur["metadata"]["resourceVersion"] = json!(rv.to_string());
