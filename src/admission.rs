@@ -13,7 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use crate::api::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use crate::cm::resources::pod_request;
 
 /// What admission knows of the node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -280,7 +281,26 @@ pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Reject
         ));
     }
     // Last, as upstream adds its handler after the predicates.
-    crate::declared_features::admit(pod, &crate::declared_features::declared())
+    features_declared(pod, &crate::declared_features::declared())
+}
+
+/// Upstream's declared-features admission handler: a pod needing a feature not in `declared`
+/// (what the node declares, `declared_features`) is rejected with reason `PodFeatureUnsupported`.
+fn features_declared(pod: &Pod, declared: &[&str]) -> Result<(), Rejection> {
+    let missing: Vec<&str> = crate::declared_features::required(pod)
+        .into_iter()
+        .filter(|f| !declared.contains(f))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Rejection {
+        reason: "PodFeatureUnsupported".into(),
+        message: format!(
+            "Pod requires node features that are not available: {}",
+            missing.join(", ")
+        ),
+    })
 }
 
 fn is_static(pod: &Pod) -> bool {
@@ -288,36 +308,6 @@ fn is_static(pod: &Pod) -> bool {
         .annotations
         .get(crate::config::ANNOTATION_CONFIG_SOURCE)
         .is_some_and(|s| s != "api")
-}
-
-/// A container's request of `res`, its limit when the request is absent (as the apiserver
-/// defaults it): millicores for cpu, bytes for memory.
-fn request(c: &Container, res: &str) -> i64 {
-    let r = &c.resources;
-    r.requests
-        .get(res)
-        .or_else(|| r.limits.get(res))
-        .map_or(0, |q| {
-            if res == "cpu" {
-                q.milli_value()
-            } else {
-                q.value()
-            }
-        })
-}
-
-/// The pod's request of `res` as the scheduler counts it: app containers and sidecars summed,
-/// or the largest init container with the sidecars started before it when that is more, plus
-/// the pod's overhead.
-pub fn pod_request(pod: &Pod, res: &str) -> i64 {
-    let overhead = pod.spec.overhead.get(res).map_or(0, |q| {
-        if res == "cpu" {
-            q.milli_value()
-        } else {
-            q.value()
-        }
-    });
-    crate::cm::resources::pod_amount(pod, |c| request(c, res)).saturating_add(overhead)
 }
 
 fn fits_resources(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Rejection> {
@@ -479,7 +469,8 @@ fn tolerates_no_execute(pod: &Pod, taints: &[crate::api::Taint]) -> bool {
 mod tests {
     use super::*;
     use crate::api::{
-        Affinity, ContainerPort, NodeAffinity, NodeSelector, Quantity, ResourceRequirements,
+        Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, Quantity,
+        ResourceRequirements,
     };
 
     fn node() -> NodeInfo {
@@ -951,5 +942,44 @@ mod tests {
         let mut p = pod("a", "8", "");
         p.spec.node_selector.insert("disktype".into(), "hdd".into());
         assert_eq!(admit(&p, &n, &[]).unwrap_err().reason, "OutOfcpu");
+    }
+
+    #[test]
+    fn a_pod_needing_an_undeclared_feature_is_rejected_as_upstream_rejects_it() {
+        let mut p = Pod::default();
+        p.spec.containers.push(Container {
+            name: "c".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            features_declared(&p, &crate::declared_features::declared()),
+            Ok(())
+        );
+        p.spec.containers[0]
+            .restart_policy_rules
+            .push(crate::api::ContainerRestartRule {
+                action: "RestartAllContainers".into(),
+                ..Default::default()
+            });
+        p.spec.host_network = true;
+        p.spec.host_users = Some(false);
+        let r = features_declared(&p, &crate::declared_features::declared()).unwrap_err();
+        assert_eq!(r.reason, "PodFeatureUnsupported");
+        assert_eq!(
+            r.message,
+            "Pod requires node features that are not available: \
+             RestartAllContainersOnContainerExits, UserNamespacesHostNetworkSupport"
+        );
+        // A node declaring them admits the pod.
+        assert_eq!(
+            features_declared(
+                &p,
+                &[
+                    "RestartAllContainersOnContainerExits",
+                    "UserNamespacesHostNetworkSupport"
+                ]
+            ),
+            Ok(())
+        );
     }
 }

@@ -197,10 +197,10 @@ pub fn decide(
         ("cpu", allocatable.milli_cpu),
         ("memory", allocatable.memory),
     ] {
-        let want = crate::admission::pod_request(pod, res);
+        let want = crate::cm::resources::pod_request(pod, res);
         let used = others
             .iter()
-            .map(|p| crate::admission::pod_request(p, res))
+            .map(|p| crate::cm::resources::pod_request(p, res))
             .fold(0, i64::saturating_add);
         if want > 0 && want > capacity.saturating_sub(used) {
             return Decision::Pending(Pending {

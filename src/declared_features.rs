@@ -7,7 +7,6 @@
 //! as the kubelet rejects it (`PodFeatureUnsupported`). picolet declares only what it does
 //! the kubelet's way; each entry says why it does or does not.
 
-use crate::admission::Rejection;
 use crate::api::Pod;
 
 /// One feature of the registry and picolet's answer.
@@ -94,25 +93,6 @@ pub fn required(pod: &Pod) -> Vec<&'static str> {
     out
 }
 
-/// Upstream's admission check: a pod needing a feature not in `declared` is rejected with
-/// reason `PodFeatureUnsupported`.
-pub fn admit(pod: &Pod, declared: &[&str]) -> Result<(), Rejection> {
-    let missing: Vec<&str> = required(pod)
-        .into_iter()
-        .filter(|f| !declared.contains(f))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(Rejection {
-        reason: "PodFeatureUnsupported".into(),
-        message: format!(
-            "Pod requires node features that are not available: {}",
-            missing.join(", ")
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,41 +106,5 @@ mod tests {
         assert!(names.contains(&"ExtendWebSocketsToKubelet"));
         assert!(REGISTRY.iter().all(|f| !f.why.is_empty()));
         assert_eq!(declared(), Vec::<&str>::new());
-    }
-
-    #[test]
-    fn a_pod_needing_an_undeclared_feature_is_rejected_as_upstream_rejects_it() {
-        let mut p = Pod::default();
-        p.spec.containers.push(crate::api::Container {
-            name: "c".into(),
-            ..Default::default()
-        });
-        assert_eq!(admit(&p, &declared()), Ok(()));
-        p.spec.containers[0]
-            .restart_policy_rules
-            .push(crate::api::ContainerRestartRule {
-                action: "RestartAllContainers".into(),
-                ..Default::default()
-            });
-        p.spec.host_network = true;
-        p.spec.host_users = Some(false);
-        let r = admit(&p, &declared()).unwrap_err();
-        assert_eq!(r.reason, "PodFeatureUnsupported");
-        assert_eq!(
-            r.message,
-            "Pod requires node features that are not available: \
-             RestartAllContainersOnContainerExits, UserNamespacesHostNetworkSupport"
-        );
-        // A node declaring them admits the pod.
-        assert_eq!(
-            admit(
-                &p,
-                &[
-                    "RestartAllContainersOnContainerExits",
-                    "UserNamespacesHostNetworkSupport"
-                ]
-            ),
-            Ok(())
-        );
     }
 }

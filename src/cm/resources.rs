@@ -74,6 +74,36 @@ pub fn pod_amount(pod: &Pod, get: impl Fn(&Container) -> i64) -> i64 {
     peak
 }
 
+/// A container's request of `res`, its limit when the request is absent (as the apiserver
+/// defaults it): millicores for cpu, bytes for memory.
+fn request_of(c: &Container, res: &str) -> i64 {
+    let r = &c.resources;
+    r.requests
+        .get(res)
+        .or_else(|| r.limits.get(res))
+        .map_or(0, |q| {
+            if res == "cpu" {
+                q.milli_value()
+            } else {
+                q.value()
+            }
+        })
+}
+
+/// The pod's request of `res` as the scheduler counts it: app containers and sidecars summed,
+/// or the largest init container with the sidecars started before it when that is more, plus
+/// the pod's overhead.
+pub fn pod_request(pod: &Pod, res: &str) -> i64 {
+    let overhead = pod.spec.overhead.get(res).map_or(0, |q| {
+        if res == "cpu" {
+            q.milli_value()
+        } else {
+            q.value()
+        }
+    });
+    pod_amount(pod, |c| request_of(c, res)).saturating_add(overhead)
+}
+
 fn cpu_request(c: &Container) -> i64 {
     let r = &c.resources;
     // An absent request defaults to the limit, as the apiserver defaults it.

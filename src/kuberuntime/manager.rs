@@ -472,7 +472,7 @@ impl RuntimeManager {
         let mut a = actions::compute_with(pod, st, &hashes, &self.probes);
         let grace = config::grace_period(pod);
         let resize = if a.kill_pod || a.create_sandbox {
-            super::resize::Plan::default()
+            Default::default()
         } else {
             self.plan_resize(pod, st, &mut a)
         };
