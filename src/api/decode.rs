@@ -287,6 +287,26 @@ fn drop_nulls(value: &mut serde_json::Value) {
 /// A manifest document as a JSON value, built as serde_json builds one (so its hash, the static
 /// pod's identity, is the same), except that a key given twice in one mapping is refused instead
 /// of the last one silently winning.
+/// One YAML document read whole into a JSON value (as the kubelet reads its files: YAML turned
+/// into JSON, then decoded), for a reader that decodes it field by field afterwards: the YAML
+/// parser read field by field panics on some malformed keys (an empty key with an anchor or a
+/// tag), read whole it does not. The error is the failing path and the parser's message.
+pub fn yaml_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::Value, String>
+where
+    D::Error: fmt::Display,
+{
+    serde_path_to_error::deserialize::<_, Document>(d)
+        .map(|Document(v)| v)
+        .map_err(|e| {
+            let at = e.path().to_string();
+            if at == "." {
+                e.inner().to_string()
+            } else {
+                format!("{at}: {}", e.inner())
+            }
+        })
+}
+
 struct Document(serde_json::Value);
 
 impl<'de> serde::Deserialize<'de> for Document {

@@ -72,9 +72,17 @@ fn parse_config_into(
     };
     limits::check(bytes, Syntax::Yaml, &Limits::CONFIG).map_err(|e| err(e.to_string()))?;
     let mut unknown = Vec::new();
-    let de = yaml_serde::Deserializer::from_slice(bytes);
+    // The document read whole first, then field by field from that value.
+    let mut docs = yaml_serde::Deserializer::from_slice(bytes);
+    let first = docs
+        .next()
+        .ok_or_else(|| err("the file holds no YAML document".to_owned()))?;
+    let whole = crate::api::decode::yaml_json(first).map_err(err)?;
+    if docs.next().is_some() {
+        return Err(err("more than one YAML document".to_owned()));
+    }
     let mut doc: Document =
-        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut |p| {
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(whole, &mut |p| {
             unknown.push(p.to_string())
         }))
         .map_err(|e| {
@@ -1135,6 +1143,28 @@ mod tests {
         let o = cfg(format!("{head}{many}")).unwrap();
         assert_eq!(o.config_warnings.len(), 21);
         assert!(o.config_warnings[20].ends_with("30 more fields are not used by picolet"));
+        // A key that is an empty scalar with an anchor or a tag: an error or an unknown field,
+        // never a panic (the YAML parser read field by field panicked on it).
+        for text in [
+            "&apiVersion: kubelheapiVersion:lthzPoett.",
+            "&a \"\": 1\n",
+            "!t : 1\n",
+            "x: 1\n&b : 2\n",
+            "? &a\n: y\n",
+        ] {
+            let r = parse_config(
+                text.as_bytes(),
+                Path::new("/etc/picolet/config.yaml"),
+                &mut Options::default(),
+            );
+            assert!(r.is_err(), "{text:?}: no kind, so refused");
+        }
+        let o = cfg(format!("{head}&a : 1\nx: {{&b : 2}}\n")).unwrap();
+        assert!(
+            o.config_warnings.iter().any(|w| w.contains("field \"x\"")),
+            "{:?}",
+            o.config_warnings
+        );
         // Not a regular file: refused at once, never read (a FIFO would block a plain read).
         let e = parse(&args(&["--config", "/dev/zero"]))
             .unwrap_err()
