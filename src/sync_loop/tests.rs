@@ -100,6 +100,53 @@ fn runtime_holds(uid: &str, name: &str) -> Cache {
     cache
 }
 
+/// A runtime cache holding pod `u1` (web) with two old sandboxes that are not ready, listed.
+fn runtime_holds_dead_sandboxes() -> Cache {
+    use crate::kubecontainer::{PodRuntimeStatus, SandboxState, SandboxStatus};
+    let sb = |id: &str| SandboxStatus {
+        id: id.into(),
+        attempt: 0,
+        state: SandboxState::NotReady,
+        created_at: 0,
+        ip: None,
+        host_network: false,
+    };
+    let mut cache = Cache::default();
+    cache.put(
+        PodRuntimeStatus {
+            uid: "u1".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            sandboxes: vec![sb("s2"), sb("s1")],
+            ..Default::default()
+        },
+        0,
+        Some(1),
+    );
+    cache
+}
+
+/// The loop after pod `u1` (web) was given to it at `t0`, with no sync in flight.
+fn state_with_web(view: View, t0: std::time::Instant) -> LoopState {
+    let mut st = new_state();
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![pod("u1", "web", "sleep 1")])),
+        t0,
+        view,
+    );
+    // Whatever the sync it started: the pod has no work in flight for these tests.
+    st.in_flight.clear();
+    st
+}
+
+/// How many collections of pod `u1` the commands hold.
+fn collects_u1(cmds: &[Command]) -> usize {
+    cmds.iter()
+        .filter(|c| matches!(c, Command::CollectGarbage(s) if &*s.uid == "u1"))
+        .count()
+}
+
 #[test]
 fn nothing_syncs_before_the_first_listing() {
     let cache = Cache::default();
@@ -2213,50 +2260,15 @@ fn a_shutting_down_node_refuses_new_pods_and_admits_again_when_cancelled() {
 
 #[test]
 fn dead_sandboxes_are_collected_once_a_minute_not_every_housekeeping_round() {
-    use crate::kubecontainer::{PodRuntimeStatus, SandboxState, SandboxStatus};
-    let sb = |id: &str, state| SandboxStatus {
-        id: id.into(),
-        attempt: 0,
-        state,
-        created_at: 0,
-        ip: None,
-        host_network: false,
-    };
-    let mut cache = Cache::default();
-    cache.put(
-        PodRuntimeStatus {
-            uid: "u1".into(),
-            name: "web".into(),
-            namespace: "default".into(),
-            sandboxes: vec![
-                sb("s2", SandboxState::NotReady),
-                sb("s1", SandboxState::NotReady),
-            ],
-            ..Default::default()
-        },
-        0,
-        Some(1),
-    );
+    let cache = runtime_holds_dead_sandboxes();
     let view = View {
         listed: true,
         cache: &cache,
     };
-    let mut st = new_state();
     let t0 = std::time::Instant::now();
-    step(
-        &mut st,
-        Input::Snapshot(snapshot(vec![pod("u1", "web", "sleep 1")])),
-        t0,
-        view,
-    );
-    // Whatever the sync it started: the pod has no work in flight for this test.
-    st.in_flight.clear();
+    let mut st = state_with_web(view, t0);
     let hk = || Input::Housekeeping { pod_dirs: vec![] };
-    let collects = |cmds: &[Command]| {
-        cmds.iter()
-            .filter(|c| matches!(c, Command::CollectGarbage(s) if &*s.uid == "u1"))
-            .count()
-    };
+    let collects = collects_u1;
     // The first collection is not held back.
     assert_eq!(collects(&step(&mut st, hk(), t0, view)), 1);
     step(&mut st, Input::Collected("u1".into()), t0, view);
@@ -2277,46 +2289,15 @@ fn dead_sandboxes_are_collected_once_a_minute_not_every_housekeeping_round() {
 
 #[test]
 fn the_network_turning_ready_syncs_its_pods_now_and_collects_them_at_the_next_round() {
-    use crate::kubecontainer::{PodRuntimeStatus, SandboxState};
-    let sb = |id: &str| crate::kubecontainer::SandboxStatus {
-        id: id.into(),
-        attempt: 0,
-        state: SandboxState::NotReady,
-        created_at: 0,
-        ip: None,
-        host_network: false,
-    };
-    let mut cache = Cache::default();
-    cache.put(
-        PodRuntimeStatus {
-            uid: "u1".into(),
-            name: "web".into(),
-            namespace: "default".into(),
-            sandboxes: vec![sb("s2"), sb("s1")],
-            ..Default::default()
-        },
-        0,
-        Some(1),
-    );
+    let cache = runtime_holds_dead_sandboxes();
     let view = View {
         listed: true,
         cache: &cache,
     };
-    let mut st = new_state();
     let t0 = std::time::Instant::now();
-    step(
-        &mut st,
-        Input::Snapshot(snapshot(vec![pod("u1", "web", "sleep 1")])),
-        t0,
-        view,
-    );
-    st.in_flight.clear();
+    let mut st = state_with_web(view, t0);
     let hk = || Input::Housekeeping { pod_dirs: vec![] };
-    let collects = |cmds: &[Command]| {
-        cmds.iter()
-            .filter(|c| matches!(c, Command::CollectGarbage(s) if &*s.uid == "u1"))
-            .count()
-    };
+    let collects = collects_u1;
     assert_eq!(collects(&step(&mut st, hk(), t0, view)), 1);
     step(&mut st, Input::Collected("u1".into()), t0, view);
     // Its sync failed and backs off: due a minute from now.
