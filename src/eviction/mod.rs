@@ -527,6 +527,22 @@ mod tests {
         o
     }
 
+    /// A manager with the one hard threshold `nodefs.available<10%`, able to reclaim or not.
+    fn nodefs_manager(can_reclaim: bool) -> Manager {
+        Manager::new(
+            Settings {
+                hard: Some(threshold::Given {
+                    origin: "--eviction-hard".into(),
+                    value: threshold::parse_map("nodefs.available<10%", '<').unwrap(),
+                }),
+                ..Settings::default()
+            }
+            .build()
+            .unwrap(),
+            can_reclaim,
+        )
+    }
+
     fn pods() -> Vec<Candidate> {
         vec![candidate(
             &crate::api::decode_pod(
@@ -565,18 +581,7 @@ mod tests {
                 }),
                 pressure: Box::new(move |p| p2.set(p)),
             };
-            let mut m = Manager::new(
-                Settings {
-                    hard: Some(threshold::Given {
-                        origin: "--eviction-hard".into(),
-                        value: threshold::parse_map("nodefs.available<10%", '<').unwrap(),
-                    }),
-                    ..Settings::default()
-                }
-                .build()
-                .unwrap(),
-                true,
-            );
+            let mut m = nodefs_manager(true);
             assert_eq!(round(&mut m, &seams).await, []);
             assert_eq!(reclaims.get(), 1);
             assert!(pressure.get().disk);
@@ -702,18 +707,7 @@ mod tests {
                 }),
                 pressure: Box::new(move |p| p2.set(p)),
             };
-            let mut m = Manager::new(
-                Settings {
-                    hard: Some(threshold::Given {
-                        origin: "--eviction-hard".into(),
-                        value: threshold::parse_map("nodefs.available<10%", '<').unwrap(),
-                    }),
-                    ..Settings::default()
-                }
-                .build()
-                .unwrap(),
-                false,
-            );
+            let mut m = nodefs_manager(false);
             assert_eq!(round(&mut m, &seams).await, []);
             usage.set(11);
             clock.advance(Duration::from_secs(10));
