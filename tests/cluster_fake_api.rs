@@ -17,6 +17,18 @@ use picolet::rt;
 use serde_json::json;
 
 /// picolet in `<tmp>/a` joined to the fake apiserver.
+/// Until the node's Lease has been renewed once (a patch of it).
+async fn renewed_once(a: &Arc<Agent>, api: &FakeApi) {
+    let lease = lease_path();
+    until(
+        a,
+        "the lease renewed once",
+        Duration::from_secs(30),
+        async || api.count("PATCH", &lease) >= 1,
+    )
+    .await;
+}
+
 async fn start_joined(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
     let dir = tmp.path().join("a");
     std::fs::create_dir_all(&dir).unwrap();
@@ -449,13 +461,7 @@ fn at_rest_the_lease_is_renewed_with_a_patch_of_its_renew_time_on_the_open_conne
         let (tmp, fake, api) = fakes("restlease");
         let a = start_joined(&tmp, &fake, &api).await;
         let lease = lease_path();
-        until(
-            &a,
-            "the lease renewed once",
-            Duration::from_secs(30),
-            async || api.count("PATCH", &lease) >= 1,
-        )
-        .await;
+        renewed_once(&a, &api).await;
         let (connections, from) = (api.connections(), api.requests().len());
         until(
             &a,
@@ -504,13 +510,7 @@ fn a_renewal_whose_answer_was_lost_is_read_again_and_renewed_at_once_after_the_c
         let (tmp, fake, api) = fakes("lostlease");
         let a = start_joined(&tmp, &fake, &api).await;
         let lease = lease_path();
-        until(
-            &a,
-            "the lease renewed once",
-            Duration::from_secs(30),
-            async || api.count("PATCH", &lease) >= 1,
-        )
-        .await;
+        renewed_once(&a, &api).await;
         // The next renewal lands, and its answer is lost: picolet keeps the Lease it had,
         // whose resourceVersion then conflicts with the renewal that landed.
         let from = api.requests().len();
