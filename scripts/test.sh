@@ -48,8 +48,9 @@ background_builds() {
     done
     # One cargo for both: each target's last step (LTO into one codegen unit) runs on one
     # core, so the two run side by side.
-    echo "-- release builds: aarch64 (glibc) and aarch64 (musl, static)"
-    cargo build --locked --release --target aarch64-unknown-linux-gnu --target aarch64-unknown-linux-musl
+    echo "-- release builds: aarch64 (glibc), aarch64 (musl, static) and x86_64 (for the RSS figure)"
+    cargo build --locked --release --target aarch64-unknown-linux-gnu --target aarch64-unknown-linux-musl \
+        --target x86_64-unknown-linux-gnu
     echo "-- the fuzz targets (fuzz/target)"
     (unset CARGO_TARGET_DIR && cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer none -O)
 }
@@ -122,13 +123,18 @@ fi
 trap - EXIT
 grep '^-- ' "$background_log" | sed 's/^/   /'
 rm -f "$background_log"
-# A figure, not a check: the aarch64 default build's size beside its 3 MiB budget (docs/figures.md,
+# Figures: the aarch64 default build's size beside its 3 MiB budget (docs/figures.md,
 # "Footprint"; scripts/size-report.sh measures every target and build).
 for target in aarch64-unknown-linux-gnu aarch64-unknown-linux-musl; do
     bytes=$(stat -c %s "$CROSS_TARGET_DIR/$target/release/picolet")
     printf '   %s release build: %d bytes, %d under the 3 MiB budget (negative: over)\n' \
         "$target" "$bytes" $((3 * 1048576 - bytes))
 done
+step "footprint guard: the aarch64 default release build against the size recorded in tests/size-record.txt"
+scripts/size-guard.sh "$CROSS_TARGET_DIR/aarch64-unknown-linux-gnu/release/picolet"
+step "footprint figure: the x86_64 release build's RSS with 10 static pods on containerd 2.x (scripts/footprint.sh; printed, not asserted)"
+FOOTPRINT_BIN=$CROSS_TARGET_DIR/x86_64-unknown-linux-gnu/release/picolet FOOTPRINT_SKIP_SIZES=1 \
+    FOOTPRINT_SKIP_CLUSTER=1 FOOTPRINT_PODS=10 FOOTPRINT_SECONDS=10 scripts/footprint.sh
 # The test binaries of the ARM builds run under qemu-user (cargo's runner in .cargo/config.toml);
 # the picolet they start runs under PICOLET_TEST_RUNNER (no binfmt_misc needed).
 arm_tests() { # arm_tests TARGET RUNNER...
