@@ -29,6 +29,15 @@
 # <host:port>/hosts.toml, containerd's registry host configuration: a private
 # registry's CA, say). Unset, the config has no registry section.
 #
+# Environment (start, containerd 2.x only): SCRATCH_CONTAINERD_PROFILE chooses the
+# plugin set, for measuring what a configuration costs (scripts/bench-node-memory.sh):
+#   (unset)  the test instance's: the plugins a test never needs turned off;
+#   stock    containerd's default plugins, every one on (NRI's socket and the /opt
+#            plugin's directory moved under DIR);
+#   device   the device profile the project ships: systemd/containerd/picolet-device.toml
+#            imported, and the Go settings of systemd/containerd/picolet-device.conf
+#            (its Environment= lines) in containerd's environment, which its shims inherit.
+#
 # Outside DIR, the only state is shared by all scratch instances (so that pods of
 # concurrent instances on the one bridge never get the same IP):
 #   $PICOLET_SCRATCH_RUN (default /run/picolet-scratch): lock, instance registry,
@@ -51,6 +60,8 @@ readonly SHARED=${PICOLET_SCRATCH_RUN:-/run/picolet-scratch}
 readonly START_TIMEOUT_S=${SCRATCH_CONTAINERD_TIMEOUT:-20}
 SCRIPT_DIR=$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 readonly SCRIPT_DIR
+readonly DEVICE_PROFILE=$SCRIPT_DIR/../systemd/containerd/picolet-device.toml
+readonly DEVICE_DROPIN=$SCRIPT_DIR/../systemd/containerd/picolet-device.conf
 PROG=scratch-containerd
 # shellcheck source=scripts/lib/common.sh
 . "$SCRIPT_DIR/lib/common.sh"
@@ -86,6 +97,7 @@ set_paths() {
     PIDFILE=$DIR/containerd.pid
     CNI_CONF_DIR=$DIR/cni/conf
     IMAGE_CACHE=$DIR/images
+    ENV_FILE=$DIR/containerd.env
     IPAM_DIR=$SHARED/ipam
     INSTANCE_KEY=$(printf '%s' "$DIR" | sha256sum)
     INSTANCE_KEY=${INSTANCE_KEY:0:16}
@@ -216,6 +228,18 @@ write_config() {
     chmod 0711 "$DIR/root" "$DIR/state"
     local major
     major=$(containerd_major)
+    : >"$ENV_FILE"
+    case ${SCRATCH_CONTAINERD_PROFILE:-} in
+        '' | stock) ;;
+        device)
+            # KEY=VALUE lines for launch_containerd, from the drop-in's Environment= lines.
+            sed -n 's/^Environment=\(.*\)$/\1/p' "$DEVICE_DROPIN" | tr ' ' '\n' |
+                grep -E '^[A-Z_][A-Z0-9_]*=' >"$ENV_FILE" || true ;;
+        *) die "SCRATCH_CONTAINERD_PROFILE must be stock or device, not '$SCRATCH_CONTAINERD_PROFILE'" ;;
+    esac
+    if [[ -n ${SCRATCH_CONTAINERD_PROFILE:-} && $major != 2 ]]; then
+        die "SCRATCH_CONTAINERD_PROFILE is for containerd 2.x (this is $major.x)"
+    fi
     case $major in
         1) write_config_v2 ;;
         2) write_config_v3 "$(containerd_config_version)" ;;
@@ -316,26 +340,13 @@ version = $1
 root = "$DIR/root"
 state = "$DIR/state"
 oom_score = 0
-# Nothing from /etc/containerd/conf.d (version 4 imports it unless told).
-imports = []
+$(plugin_set_v3)
 required_plugins = ["io.containerd.grpc.v1.cri"]
-# As for 1.x, and NRI (it would serve /var/run/nri/nri.sock) and the snapshotters
-# 2.x adds.
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.blockfile",
-  "io.containerd.snapshotter.v1.erofs",
-  "io.containerd.internal.v1.opt",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-  "io.containerd.nri.v1.nri",
-]
 
 $(servers_config "$1")
 
 [plugins]
+$(plugin_paths_v3)
   [plugins."io.containerd.cri.v1.images"]
     snapshotter = "overlayfs"
     disable_snapshot_annotations = true
@@ -377,6 +388,47 @@ EOF
   [plugins."io.containerd.grpc.v1.cri"]
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
+EOF
+}
+
+# imports and disabled_plugins of the chosen profile (SCRATCH_CONTAINERD_PROFILE).
+plugin_set_v3() {
+    case ${SCRATCH_CONTAINERD_PROFILE:-} in
+        stock) printf '%s\n' 'imports = []' 'disabled_plugins = []' ;;
+        device) printf 'imports = ["%s"]\ndisabled_plugins = []\n' "$DEVICE_PROFILE" ;;
+        *)
+            cat <<'EOF'
+# Nothing from /etc/containerd/conf.d (version 4 imports it unless told).
+imports = []
+# As for 1.x, and NRI (it would serve /var/run/nri/nri.sock) and the snapshotters
+# 2.x adds.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.internal.v1.opt",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.nri.v1.nri",
+]
+EOF
+            ;;
+    esac
+}
+
+# With every plugin on (stock), the two that would use paths outside DIR get paths in it.
+plugin_paths_v3() {
+    [[ ${SCRATCH_CONTAINERD_PROFILE:-} == stock ]] || return 0
+    cat <<EOF
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$DIR/opt"
+
+  [plugins."io.containerd.nri.v1.nri"]
+    socket_path = "$DIR/nri.sock"
+    plugin_path = "$DIR/nri/plugins"
+    plugin_config_path = "$DIR/nri/conf.d"
 EOF
 }
 
@@ -641,7 +693,15 @@ launch_containerd() {
     # setsid: containerd gets its own session, so a Ctrl-C meant for the test
     # does not leave it half-dead. All its fds are redirected: a caller reading
     # this script's stdout must not wait for containerd to close it.
-    setsid containerd --config "$CONFIG" </dev/null >>"$LOGFILE" 2>&1 &
+    # With the profile's Go settings (SCRATCH_CONTAINERD_PROFILE=device) in its environment,
+    # which the shims inherit; the subshell execs, so $! is containerd's pid.
+    (
+        if [[ -s $ENV_FILE ]]; then
+            mapfile -t env <"$ENV_FILE"
+            export "${env[@]}"
+        fi
+        exec setsid containerd --config "$CONFIG" </dev/null >>"$LOGFILE" 2>&1
+    ) &
     pid=$!
     printf '%s\n' "$pid" >"$PIDFILE"
     wait_ready "$pid" "$offset" "$t0"

@@ -105,6 +105,8 @@ step "cargo test --features e2e (unit, integration, end-to-end on containerd 2.x
 cargo test --locked --features e2e -- --test-threads=2
 step "legacy: the core end-to-end file against the machine's containerd 1.6 (end of life upstream since 2025)"
 env -u SCRATCH_CONTAINERD_BIN cargo test --locked --features e2e --test e2e -- --test-threads=2
+step "device profile: the core end-to-end file on containerd 2.x with systemd/containerd/ (the plugins a node never uses off, GOGC=50)"
+SCRATCH_CONTAINERD_PROFILE=device cargo test --locked --features e2e --test e2e -- --test-threads=2
 step "booted guest: picolet as its systemd unit on Debian bookworm (amd64, cgroup v2, containerd 2.x) under qemu: boot, the cgroup v2 files, upgrade in place, reboot, 2 power cuts (scripts/guest.sh; the image is cached)"
 # (the debug picolet cargo test just built; containerd 2.x from the step above)
 scripts/guest.sh scenarios --arch amd64 --cuts 2

@@ -222,6 +222,43 @@ def cmd_sample(picolet_pid, containerd_pid, scratch, seconds, clk_tck, title):
             statistics.mean(r), kb(proc_status(pp), "VmHWM"), 100.0 * c / tck / el, el))
 
 
+def rollup(pid):
+    """Pss and Rss of a process in KiB from /proc/PID/smaps_rollup, or None when it is gone."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            text = f.read()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        head = line.split()
+        if len(head) >= 2 and head[0] in ("Rss:", "Pss:", "Pss_Anon:", "Pss_File:"):
+            out[head[0][:-1]] = int(head[1])
+    return out
+
+
+def cmd_pss(picolet_pid, containerd_pid, scratch, title):
+    """The node's memory by proportional set size: picolet, containerd and every shim of the
+    scratch instance (PSS splits the pages the shims share among them, so the sum is what they
+    hold together, where RSS counts each shared page once per shim). One line per part, then a
+    RESULT line: pss_kib for picolet, containerd, the shims and the three together."""
+    pp, cp = int(picolet_pid), int(containerd_pid)
+    parts = [("picolet", [pp] if pp > 0 else []), ("containerd", [cp]), ("shims", shims(scratch))]
+    print("  %s" % title)
+    print("  %-22s %6s %12s %12s %12s %12s" % ("part", "procs", "PSS", "PSS anon", "PSS file", "RSS"))
+    totals = {}
+    for name, pids in parts:
+        rs = [r for r in (rollup(p) for p in pids) if r is not None]
+        sums = {k: sum(r.get(k, 0) for r in rs) for k in ("Pss", "Pss_Anon", "Pss_File", "Rss")}
+        totals[name] = sums["Pss"]
+        print("  %-22s %6d %12s %12s %12s %12s" % (
+            name, len(rs), mib(sums["Pss"]), mib(sums["Pss_Anon"]), mib(sums["Pss_File"]), mib(sums["Rss"])))
+    node = sum(totals.values())
+    print("  %-22s %6s %12s" % ("node (the three)", "", mib(node)))
+    print("RESULT node_pss picolet_kib=%d containerd_kib=%d shims_kib=%d node_kib=%d shims=%d" % (
+        totals["picolet"], totals["containerd"], totals["shims"], node, len(parts[2][1])))
+
+
 # ---- manifest -> running latency
 
 MANIFEST = """apiVersion: v1

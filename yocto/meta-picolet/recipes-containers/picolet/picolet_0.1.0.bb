@@ -42,6 +42,22 @@ do_install() {
     install -d ${D}${sysconfdir}/kubernetes/manifests
 }
 
+# The containerd device profile (systemd/containerd/): a conf.d file turning off the plugins a
+# node never uses, and a containerd.service drop-in with Go's GC setting. A package of its own,
+# recommended by picolet; an image that tunes containerd itself leaves it out with
+# BAD_RECOMMENDATIONS += "picolet-containerd-profile". containerd reads conf.d by default from
+# 2.3 (config version 4); an older config.toml needs imports = ["/etc/containerd/conf.d/*.toml"].
+do_install:append() {
+    install -D -m 0644 ${S}/systemd/containerd/picolet-device.toml \
+        ${D}${sysconfdir}/containerd/conf.d/picolet-device.toml
+    install -D -m 0644 ${S}/systemd/containerd/picolet-device.conf \
+        ${D}${systemd_system_unitdir}/containerd.service.d/picolet-device.conf
+}
+PACKAGES =+ "${PN}-containerd-profile"
+FILES:${PN}-containerd-profile = "${sysconfdir}/containerd/conf.d/picolet-device.toml \
+    ${systemd_system_unitdir}/containerd.service.d/picolet-device.conf"
+RRECOMMENDS:${PN} += "${PN}-containerd-profile"
+
 SYSTEMD_SERVICE:${PN} = "picolet.service"
 SYSTEMD_AUTO_ENABLE:${PN} = "enable"
 FILES:${PN} += "${systemd_system_unitdir}/picolet.service ${sysconfdir}/kubernetes/manifests"
