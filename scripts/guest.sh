@@ -109,6 +109,11 @@ containerd_bin() {
 
 build_image() {
     local bin t0 img
+    # Whether the slow part is cached is known before containerd for the guest is built.
+    if [[ $IF_CACHED == 1 ]] && ! GUEST_IMAGE_PROBE=1 bash "$GUEST_DIR/image.sh" "$ARCH" ""; then
+        log "SKIPPED: the $ARCH guest's root file system is not cached (--if-cached); scripts/guest.sh image --arch $ARCH builds it"
+        exit 0
+    fi
     bin=$(containerd_bin) || exit 1
     t0=$(now)
     local rc=0

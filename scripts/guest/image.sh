@@ -14,7 +14,8 @@
 #   info        what went into it, and the figures of its build
 #
 # With GUEST_IMAGE_IF_CACHED=1 it exits with status 3, building nothing, when the slow first
-# stage is not in the cache.
+# stage is not in the cache. With GUEST_IMAGE_PROBE=1 it only says that (status 0: cached, 3:
+# not), before looking at CONTAINERD_BIN, which may then be empty.
 #
 # Two stages, each cached under $PICOLET_GUEST_CACHE (default /var/cache/picolet-guest)
 # by a key of its inputs:
@@ -52,10 +53,6 @@ case $ARCH in
     arm64) KERNEL_PKG=linux-image-arm64 QEMU_USER=qemu-aarch64 ;;
     *) die "ARCH must be amd64 or arm64, not '$ARCH'" ;;
 esac
-for b in containerd containerd-shim-runc-v2 ctr; do
-    [[ -x $CONTAINERD_BIN/$b ]] || die "$CONTAINERD_BIN has no executable $b (scripts/k8s-build.sh --containerd builds them)"
-done
-
 SUITE=bookworm
 MIRRORS=(
     "deb http://deb.debian.org/debian $SUITE $SUITE-updates main"
@@ -104,6 +101,16 @@ rootfs_build() { # rootfs_build OUT
 ROOTFS_KEY=$({ declare -f rootfs_build; printf '%s\0' "$ARCH" "$SUITE" "${MIRRORS[@]}" "${PACKAGES[@]}" "${EXCLUDES[@]}"; mmdebstrap --version; } | sha256sum)
 ROOTFS_KEY=${ROOTFS_KEY:0:16}
 ROOTFS=$CACHE/rootfs-$ARCH-$ROOTFS_KEY.tar.zst
+
+# GUEST_IMAGE_PROBE=1: only say whether the root file system is cached (status 0) or not (3),
+# before anything is built (CONTAINERD_BIN may then be empty).
+if [[ ${GUEST_IMAGE_PROBE:-0} == 1 ]]; then
+    [[ -s $ROOTFS ]] && exit 0
+    exit 3
+fi
+for b in containerd containerd-shim-runc-v2 ctr; do
+    [[ -x $CONTAINERD_BIN/$b ]] || die "$CONTAINERD_BIN has no executable $b (scripts/k8s-build.sh --containerd builds them)"
+done
 
 check_tools() {
     local missing=() t
