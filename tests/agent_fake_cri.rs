@@ -546,6 +546,15 @@ fn an_image_volume_is_pulled_for_the_pod_and_mounted_by_the_runtime() {
         let image = m.image.as_ref().expect("the mount names an image");
         assert!(image.image.starts_with("sha256:"), "{image:?}");
         assert_eq!(image.user_specified_image, model);
+        // The pod's annotations go with it, as upstream's getImageVolumes passes them.
+        assert_eq!(
+            image
+                .annotations
+                .get("kubernetes.io/config.source")
+                .map(String::as_str),
+            Some("file"),
+            "{image:?}"
+        );
         assert_eq!(m.host_path, "");
         assert_eq!(m.image_sub_path, "weights");
         assert!(m.readonly, "image volumes are read-only");

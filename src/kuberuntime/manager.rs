@@ -181,10 +181,16 @@ impl RuntimeManager {
                 .await
                 .map(|id| {
                     ids.push(id.clone());
+                    // As upstream: the pod's annotations go with it (a runtime may read them).
                     v1::ImageSpec {
                         image: id,
                         user_specified_image: src.reference.clone(),
-                        ..Default::default()
+                        annotations: pod
+                            .metadata
+                            .annotations
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
                     }
                 });
             out.insert(v.name.clone(), r);
