@@ -363,6 +363,7 @@ async fn start_container(
             pod_ip: "",
             volumes: &volumes,
             subpaths: &HashMap::new(),
+            image_mounts: &HashMap::new(),
             termination_log: None,
             etc_hosts: None,
             pid_target: None,

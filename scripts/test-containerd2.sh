@@ -20,7 +20,7 @@ PROG=test-containerd2
 . scripts/lib/common.sh
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 
-ALL=(e2e e2e_cgroups e2e_eviction e2e_fidelity e2e_gc e2e_lifecycle e2e_logs e2e_preload e2e_storage
+ALL=(e2e e2e_cgroups e2e_eviction e2e_fidelity e2e_gc e2e_image_volume e2e_lifecycle e2e_logs e2e_preload e2e_storage
     e2e_probe_storm e2e_quiet node_api_e2e registry_e2e cluster_e2e)
 if [[ $# -gt 0 ]]; then
     TESTS=("$@")

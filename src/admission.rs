@@ -34,6 +34,9 @@ pub struct NodeInfo {
     pub pods: i64,
     /// The sysctls (and `prefix*` patterns) pods may set: [`sysctl_allowlist`].
     pub sysctls: Vec<String>,
+    /// Why the runtime cannot mount image volumes, when it cannot (found at start from its
+    /// version).
+    pub no_image_volumes: Option<String>,
 }
 
 /// The safe sysctls, each with the kernel release from which it is namespaced (upstream's
@@ -280,9 +283,29 @@ pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Reject
             "node(s) had taints that the pod didn't tolerate",
         ));
     }
+    if let Some(why) = &node.no_image_volumes
+        && let Some((name, src)) = pod
+            .spec
+            .volumes
+            .iter()
+            .find_map(|v| v.image.as_ref().map(|i| (&v.name, i)))
+    {
+        // Not upstream's (its kubelet lets the runtime fail the container): refused here so
+        // the pod says why once instead of failing at every start.
+        return Err(Rejection {
+            reason: IMAGE_VOLUME_UNSUPPORTED.into(),
+            message: format!(
+                "image volume {name:?} (image {:?}) cannot be mounted: {why}",
+                src.reference
+            ),
+        });
+    }
     // Last, as upstream adds its handler after the predicates.
     features_declared(pod, &crate::declared_features::declared())
 }
+
+/// The reason of a pod refused for an image volume the runtime cannot mount.
+pub const IMAGE_VOLUME_UNSUPPORTED: &str = "ImageVolumeUnsupported";
 
 /// Upstream's declared-features admission handler: a pod needing a feature not in `declared`
 /// (what the node declares, `declared_features`) is rejected with reason `PodFeatureUnsupported`.
@@ -485,7 +508,36 @@ mod tests {
             ephemeral_storage: 10 << 30,
             pods: 110,
             sysctls: sysctl_allowlist("6.1.0", &[]).unwrap(),
+            no_image_volumes: None,
         }
+    }
+
+    #[test]
+    fn an_image_volume_the_runtime_cannot_mount_is_refused_by_name() {
+        let mut p = Pod::default();
+        p.spec.containers = vec![container("c", "", "")];
+        p.spec.volumes = vec![crate::api::Volume {
+            name: "model".into(),
+            image: Some(crate::api::ImageVolumeSource {
+                reference: "reg.local/model:1".into(),
+                pull_policy: None,
+            }),
+            ..Default::default()
+        }];
+        let mut n = node();
+        assert_eq!(admit(&p, &n, &[]), Ok(()));
+        n.no_image_volumes =
+            Some("the container runtime containerd 1.6.20 cannot mount images".into());
+        let r = admit(&p, &n, &[]).unwrap_err();
+        assert_eq!(r.reason, IMAGE_VOLUME_UNSUPPORTED);
+        assert_eq!(
+            r.message,
+            "image volume \"model\" (image \"reg.local/model:1\") cannot be mounted: \
+             the container runtime containerd 1.6.20 cannot mount images"
+        );
+        // A pod without one is not concerned.
+        p.spec.volumes.clear();
+        assert_eq!(admit(&p, &n, &[]), Ok(()));
     }
 
     fn container(name: &str, cpu: &str, mem: &str) -> Container {

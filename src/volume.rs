@@ -36,7 +36,7 @@ pub enum VolumeError {
         errno: nix::errno::Errno,
     },
     #[error(
-        "volume {volume:?}: {kind} volumes are not supported (only hostPath, emptyDir, configMap, secret, projected and downwardAPI)"
+        "volume {volume:?}: {kind} volumes are not supported (only hostPath, emptyDir, image, configMap, secret, projected and downwardAPI)"
     )]
     Unsupported { volume: String, kind: String },
     /// Its content is not available (an object or token not read yet, a key missing).
@@ -264,6 +264,8 @@ pub fn prepare(
                 set_ownership(&path, gid).map_err(io_err(&v.name, &path))?;
             }
             out.insert(v.name.clone(), path);
+        } else if v.image.is_some() {
+            // The runtime mounts an image volume itself: nothing on the node's disk.
         } else {
             // Never run a container without a volume it asked for. (Static pods are refused at
             // validation already; pods from the apiserver get here.)
@@ -362,7 +364,7 @@ mod tests {
         let e = prepare(Path::new("/nonexistent-root"), &pod, &Store::default(), NA).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "volume \"data\": persistentVolumeClaim volumes are not supported (only hostPath, emptyDir, configMap, secret, projected and downwardAPI)"
+            "volume \"data\": persistentVolumeClaim volumes are not supported (only hostPath, emptyDir, image, configMap, secret, projected and downwardAPI)"
         );
     }
     use crate::api::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};

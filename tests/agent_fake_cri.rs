@@ -480,3 +480,111 @@ fn a_credential_provider_plugin_answers_and_is_asked_again_after_its_cache_durat
         assert!(log.contains("image credential providers: fake-provider"));
     });
 }
+
+/// A static pod mounting the image `model` at /model (its `weights` directory).
+fn image_volume_pod(model: &str) -> String {
+    let mut s = Pod::new("app")
+        .container_yaml(
+            "    volumeMounts:\n    - {name: model, mountPath: /model, subPath: weights}\n",
+        )
+        .yaml();
+    s.push_str(&format!(
+        "  volumes:\n  - name: model\n    image: {{reference: \"{model}\", pullPolicy: IfNotPresent}}\n"
+    ));
+    s
+}
+
+#[test]
+fn an_image_volume_is_pulled_for_the_pod_and_mounted_by_the_runtime() {
+    run(async {
+        let tmp = TempDir::new("imagevol");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        fake.set_runtime_version("v2.1.0");
+        let model = "registry.example:5000/models/small:1";
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        a.write_manifest("app.yaml", &image_volume_pod(model));
+
+        // The registry refuses it: the container waits with the pull's reason, naming the
+        // volume, and is not created.
+        until(
+            &a,
+            "ErrImagePull or ImagePullBackOff naming the volume",
+            Duration::from_secs(15),
+            async || {
+                let (r, m) = pod_field(&a, "app", |p| {
+                    p["status"]["containerStatuses"][0]["state"]["waiting"].clone()
+                })
+                .await
+                .as_object()
+                .map(|w| (w["reason"].clone(), w["message"].clone()))
+                .unwrap_or_default();
+                (r == "ErrImagePull" || r == "ImagePullBackOff")
+                    && m.as_str()
+                        .is_some_and(|m| m.starts_with("image volume \"model\": "))
+            },
+        )
+        .await;
+        assert!(fake.containers().is_empty(), "{:?}", fake.containers());
+
+        fake.set_pullable(model);
+        until(
+            &a,
+            "the pod running once its volume's image pulls",
+            Duration::from_secs(60),
+            async || pod_field(&a, "app", phase).await == "Running",
+        )
+        .await;
+        let c = fake.containers();
+        assert_eq!(c.len(), 1);
+        let m = c[0]
+            .config
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/model")
+            .expect("a mount at /model");
+        let image = m.image.as_ref().expect("the mount names an image");
+        assert!(image.image.starts_with("sha256:"), "{image:?}");
+        assert_eq!(image.user_specified_image, model);
+        // The pod's annotations go with it, as upstream's getImageVolumes passes them.
+        assert_eq!(
+            image
+                .annotations
+                .get("kubernetes.io/config.source")
+                .map(String::as_str),
+            Some("file"),
+            "{image:?}"
+        );
+        assert_eq!(m.host_path, "");
+        assert_eq!(m.image_sub_path, "weights");
+        assert!(m.readonly, "image volumes are read-only");
+    });
+}
+
+#[test]
+fn a_runtime_that_cannot_mount_images_refuses_the_pod_naming_the_volume() {
+    run(async {
+        let tmp = TempDir::new("imagevol-old");
+        let fake = FakeCri::start(tmp.path());
+        fake.add_image(IMAGE);
+        // The fake says it is containerd v1.7.0-fake: no image volumes before 2.1.
+        let a = start_agent(&tmp.path().join("a"), &fake.endpoint(), &[]).await;
+        a.write_manifest("app.yaml", &image_volume_pod("registry.example/m:1"));
+        until(&a, "the pod refused", Duration::from_secs(15), async || {
+            pod_field(&a, "app", phase).await == "Failed"
+        })
+        .await;
+        let st = pod_field(&a, "app", |p| p["status"].clone()).await;
+        assert_eq!(st["reason"], "ImageVolumeUnsupported", "{st}");
+        let m = st["message"].as_str().unwrap_or_default();
+        assert!(
+            m.contains(
+                "image volume \"model\" (image \"registry.example/m:1\") cannot be mounted: \
+                 the container runtime containerd v1.7.0-fake cannot mount images \
+                 (image volumes need containerd 2.1 or later)"
+            ),
+            "{m}"
+        );
+        assert!(fake.sandboxes().is_empty());
+    });
+}

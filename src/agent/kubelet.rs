@@ -65,7 +65,7 @@ pub(super) async fn start(
         Mux::new(&expected),
         sync_loop::LoopConfig {
             sync_frequency: o.sync_frequency,
-            node: Some(admission_node(o, node)),
+            node: Some(admission_node(o, node, &runtime.version)),
             allocation: Some(rm.allocation().clone()),
         },
     ));
@@ -93,7 +93,7 @@ pub(super) async fn start(
 
 /// The node as admission weighs pods against it: its name, the well-known labels and
 /// `--node-labels`, `--register-with-taints`, node allocatable and pods.
-fn admission_node(o: &Options, node: &Facts) -> admission::NodeInfo {
+fn admission_node(o: &Options, node: &Facts, runtime: &str) -> admission::NodeInfo {
     let a = node.allocatable(&o.cgroups, &o.eviction);
     admission::NodeInfo {
         name: node.name.clone(),
@@ -111,5 +111,6 @@ fn admission_node(o: &Options, node: &Facts) -> admission::NodeInfo {
         // The list was checked when the options were read.
         sysctls: admission::sysctl_allowlist(&node.kernel, &o.allowed_unsafe_sysctls)
             .unwrap_or_default(),
+        no_image_volumes: kuberuntime::image::runtime_mounts_images(runtime).err(),
     }
 }

@@ -115,7 +115,11 @@ pub(super) async fn start(
         Ok(v) => {
             log::info!("runtime {} {} (CRI {})", v.name, v.version, v.api_version);
             status.set_runtime_name(&v.name);
-            format!("{}://{}", v.name, v.version)
+            let version = format!("{}://{}", v.name, v.version);
+            if let Err(why) = kuberuntime::image::runtime_mounts_images(&version) {
+                log::info!("{why}: pods with image volumes are refused");
+            }
+            version
         }
         Err(e) => {
             log::warn!("runtime not reachable yet (picolet keeps retrying): {e}");

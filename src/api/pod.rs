@@ -738,7 +738,7 @@ impl<'de> Deserialize<'de> for IntOrString {
     }
 }
 
-/// A pod volume. `hostPath` and `emptyDir` are modelled; every other key
+/// A pod volume. `hostPath`, `emptyDir` and `image` are modelled; every other key
 /// (configMap, secret, nfs, persistentVolumeClaim, projected, ...) is kept in
 /// `other` so validation can refuse it by name.
 ///
@@ -753,6 +753,8 @@ pub struct Volume {
     pub host_path: Option<HostPathVolumeSource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub empty_dir: Option<EmptyDirVolumeSource>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageVolumeSource>,
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
 }
@@ -773,6 +775,7 @@ impl<'de> Visitor<'de> for VolumeVisitor {
                 "name" => v.name = map.next_value()?,
                 "hostPath" => v.host_path = map.next_value()?,
                 "emptyDir" => v.empty_dir = map.next_value()?,
+                "image" => v.image = map.next_value()?,
                 _ => {
                     let value = map.next_value()?;
                     v.other.insert(key, value);
@@ -795,6 +798,15 @@ pub struct HostPathVolumeSource {
     pub path: String,
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,
+}
+
+/// An image volume: an OCI image or artifact the runtime mounts read-only.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ImageVolumeSource {
+    pub reference: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<PullPolicy>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -55,7 +55,7 @@ pub const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
 const SELINUX_REFUSED: &str = "is not supported by picolet: it passes no SELinux labels to the runtime (remove it, or run the pod under a kubelet on an SELinux host)";
 const APPARMOR_REFUSED: &str = "is not supported by picolet: only type RuntimeDefault, what the runtime applies anyway, is accepted";
 
-const UNSUPPORTED_VOLUME: &str = "volume type is not supported by picolet (only hostPath, emptyDir, downwardAPI and projected downwardAPI sources are)";
+const UNSUPPORTED_VOLUME: &str = "volume type is not supported by picolet (only hostPath, emptyDir, image, downwardAPI and projected downwardAPI sources are)";
 
 /// `fieldRef` paths a downwardAPI volume item may name (besides `metadata.labels['KEY']` and
 /// `metadata.annotations['KEY']`).
@@ -906,6 +906,7 @@ impl Errors {
 
             let sources = usize::from(v.host_path.is_some())
                 + usize::from(v.empty_dir.is_some())
+                + usize::from(v.image.is_some())
                 + v.other.len();
             if sources == 0 {
                 self.add(&p, "", "must specify a volume type");
@@ -944,6 +945,18 @@ impl Errors {
                 ];
                 if let Some(t) = hp.type_.as_deref().filter(|t| !TYPES.contains(t)) {
                     self.add(&format!("{p}.hostPath.type"), t, &supported(&TYPES[1..]));
+                }
+            }
+            if let Some(im) = &v.image {
+                let path = format!("{p}.image.reference");
+                if im.reference.is_empty() {
+                    self.required(&path);
+                } else if im.reference.trim() != im.reference {
+                    self.add(
+                        &path,
+                        &im.reference,
+                        "must not have leading or trailing whitespace",
+                    );
                 }
             }
             if let Some(ed) = &v.empty_dir {
@@ -2422,6 +2435,28 @@ mod tests {
     }
 
     #[test]
+    fn image_volumes() {
+        let d = crate::api::decode_pod(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: m, mountPath: /m, subPath: w}\n  volumes:\n  - name: m\n    image: {reference: 'reg.local/model:1', pullPolicy: IfNotPresent}\n".as_bytes(),
+            crate::api::Format::Yaml,
+        )
+        .unwrap();
+        assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+        let mut p = d.pod;
+        let im = p.spec.volumes[0].image.clone().unwrap();
+        assert_eq!(im.reference, "reg.local/model:1");
+        assert_eq!(im.pull_policy, Some(crate::api::PullPolicy::IfNotPresent));
+        assert_valid(&p);
+        p.spec.volumes[0].image.as_mut().unwrap().reference = String::new();
+        assert_one(&p, "spec.volumes[0].image.reference", "", "required");
+        p.spec.volumes[0].image.as_mut().unwrap().reference = "m:1 ".into();
+        assert_one(&p, "spec.volumes[0].image.reference", "m:1 ", "whitespace");
+        p.spec.volumes[0].image.as_mut().unwrap().reference = "m:1".into();
+        p.spec.volumes[0].empty_dir = Some(Default::default());
+        assert_one(&p, "spec.volumes[0]", "", "more than 1 volume type");
+    }
+
+    #[test]
     fn volume_names() {
         let mut p = base();
         p.spec.volumes = vec![host_vol("data", "/srv/data"), host_vol("Data", "/x")];
@@ -2633,7 +2668,7 @@ mod tests {
         );
         assert_eq!(
             errs[4].to_string(),
-            "spec.volumes[3].nfs: volume type is not supported by picolet (only hostPath, emptyDir, downwardAPI and projected downwardAPI sources are): \"nfs\""
+            "spec.volumes[3].nfs: volume type is not supported by picolet (only hostPath, emptyDir, image, downwardAPI and projected downwardAPI sources are): \"nfs\""
         );
     }
 

@@ -447,6 +447,14 @@ fn tested_list() -> String {
 /// The runtime: reachable, speaking CRI v1, and of a release picolet is tested with.
 pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
     let sock = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    // What picolet refuses on this runtime, said beside it.
+    let image_volumes = |v: &crate::cri::v1::VersionResponse| {
+        let runtime = format!("{}://{}", v.runtime_name, v.runtime_version);
+        crate::kuberuntime::image::runtime_mounts_images(&runtime)
+            .err()
+            .map(|why| format!("; pods with image volumes are refused: {why}"))
+            .unwrap_or_default()
+    };
     match crate::rt::timeout(Duration::from_secs(5), cri.version()).await {
         Ok(Ok(v))
             if v.runtime_api_version == "v1"
@@ -455,8 +463,11 @@ pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
             ok(
                 "runtime",
                 format!(
-                    "{} {} at {endpoint}, CRI {}; a release picolet is tested with",
-                    v.runtime_name, v.runtime_version, v.runtime_api_version
+                    "{} {} at {endpoint}, CRI {}; a release picolet is tested with{}",
+                    v.runtime_name,
+                    v.runtime_version,
+                    v.runtime_api_version,
+                    image_volumes(&v)
                 ),
             )
         }
@@ -464,11 +475,12 @@ pub async fn runtime(cri: &dyn RuntimeService, endpoint: &str) -> Finding {
             Level::Warn,
             "runtime",
             format!(
-                "{} {} at {endpoint}, CRI {}: not a release picolet is tested with ({})",
+                "{} {} at {endpoint}, CRI {}: not a release picolet is tested with ({}){}",
                 v.runtime_name,
                 v.runtime_version,
                 v.runtime_api_version,
-                tested_list()
+                tested_list(),
+                image_volumes(&v)
             ),
             "it speaks CRI v1 and should work; for a tested setup use one of those releases",
         ),
@@ -913,6 +925,17 @@ mod tests {
         assert_eq!(f.level, Level::Warn, "{f}");
         assert!(f.detail.contains("CRI v1"), "{f}");
         assert!(f.detail.contains("containerd 1.6, containerd 2.4"), "{f}");
+        assert!(
+            f.detail.ends_with(
+                "; pods with image volumes are refused: the container runtime containerd \
+                 v1.7.0-fake cannot mount images (image volumes need containerd 2.1 or later)"
+            ),
+            "{f}"
+        );
+        fake.set_runtime_version("v2.4.2");
+        let f = crate::rt::block_on(runtime(&fake, "unix:///x.sock"));
+        assert_eq!(f.level, Level::Ok, "{f}");
+        assert!(!f.detail.contains("image volumes"), "{f}");
     }
 
     #[test]

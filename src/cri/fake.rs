@@ -175,6 +175,11 @@ impl FakeRuntime {
         st.images[i].size = size;
     }
 
+    /// The version the runtime says it is (containerd's, as `v2.1.0`).
+    pub fn set_runtime_version(&self, version: &str) {
+        self.state.borrow_mut().runtime_version = version.to_owned();
+    }
+
     /// Lets PullImage of `name` succeed (adding the image).
     pub fn set_pullable(&self, name: &str) {
         self.state.borrow_mut().pullable.insert(normalize_ref(name));
@@ -409,7 +414,7 @@ impl FakeRuntime {
                 "Version" => {
                     let req: v1::VersionRequest = decode(payload)?;
                     st.version_requests.push(req.version);
-                    enc(Ok(version()))
+                    enc(Ok(version(&st.runtime_version)))
                 }
                 "Status" => enc(Ok(st.status(decode(payload)?))),
                 "RunPodSandbox" => enc(st.run_pod_sandbox(decode(payload)?)),
@@ -493,7 +498,7 @@ async fn run_exec(
 
 impl RuntimeService for FakeRuntime {
     fn version(&self) -> Call<'_, v1::VersionResponse> {
-        self.call("Version", None, |_| Ok(version()))
+        self.call("Version", None, |st| Ok(version(&st.runtime_version)))
     }
     fn status(&self, verbose: bool) -> Call<'_, v1::StatusResponse> {
         self.call("Status", None, move |st| {
@@ -801,6 +806,8 @@ pub type ExecHandler = Rc<dyn Fn(&str, &[String]) -> Option<ExecReply>>;
 // -------------------------------------------------------------------------------------------
 
 struct State {
+    /// What Version answers as the runtime's version ([`RUNTIME_VERSION`] unless set).
+    runtime_version: String,
     sandboxes: Vec<FakeSandbox>,
     containers: Vec<FakeContainer>,
     images: Vec<FakeImage>,
@@ -883,11 +890,11 @@ fn exit(c: &mut FakeContainer, code: i32) {
     c.reason = if code == 0 { "Completed" } else { "Error" }.to_owned();
 }
 
-fn version() -> v1::VersionResponse {
+fn version(runtime_version: &str) -> v1::VersionResponse {
     v1::VersionResponse {
         version: "0.1.0".into(),
         runtime_name: RUNTIME_NAME.into(),
-        runtime_version: RUNTIME_VERSION.into(),
+        runtime_version: runtime_version.into(),
         runtime_api_version: "v1".into(),
     }
 }
@@ -946,6 +953,7 @@ pub fn normalize_ref(r: &str) -> String {
 impl State {
     fn new() -> State {
         State {
+            runtime_version: RUNTIME_VERSION.into(),
             sandboxes: Vec::new(),
             containers: Vec::new(),
             images: Vec::new(),

@@ -89,6 +89,6 @@ pub trait ImageService {
 pub(crate) fn image_spec(image: &str) -> Option<v1::ImageSpec> {
     Some(v1::ImageSpec {
         image: image.to_owned(),
-        annotations: Default::default(),
+        ..Default::default()
     })
 }

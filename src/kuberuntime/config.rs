@@ -312,6 +312,9 @@ pub struct ContainerInputs<'a> {
     pub volumes: &'a HashMap<String, PathBuf>,
     /// Resolved host paths of the mounts with a `subPath`, by mount path.
     pub subpaths: &'a HashMap<String, PathBuf>,
+    /// The mounts of image volumes, by mount path: the image, and the path inside it (empty:
+    /// its root).
+    pub image_mounts: &'a HashMap<String, (v1::ImageSpec, String)>,
     /// Host file backing the termination message.
     pub termination_log: Option<&'a Path>,
     /// The pod's managed hosts file, mounted at /etc/hosts unless the container mounts a
@@ -460,6 +463,16 @@ pub fn container_config(
         .volume_mounts
         .iter()
         .filter_map(|vm| {
+            if let Some((image, sub)) = i.image_mounts.get(&vm.mount_path) {
+                // Read-only whatever the mount says, as upstream's image volume plugin is.
+                return Some(v1::Mount {
+                    container_path: vm.mount_path.clone(),
+                    readonly: true,
+                    image: Some(image.clone()),
+                    image_sub_path: sub.clone(),
+                    ..Default::default()
+                });
+            }
             let host = i.volumes.get(&vm.name)?;
             // subPath or subPathExpr, resolved by the caller
             let host = match i.subpaths.get(&vm.mount_path) {
@@ -481,6 +494,7 @@ pub fn container_config(
                 readonly: vm.read_only || crate::projection::is_api_data(pod, &vm.name),
                 selinux_relabel: false,
                 propagation: propagation as i32,
+                ..Default::default()
             })
         })
         .collect();
@@ -562,7 +576,7 @@ pub fn container_config(
         }),
         image: Some(v1::ImageSpec {
             image: i.image_ref.to_owned(),
-            annotations: HashMap::new(),
+            ..Default::default()
         }),
         command,
         args,
@@ -837,6 +851,7 @@ mod tests {
                 pod_ip: "10.0.0.2",
                 volumes: &HashMap::new(),
                 subpaths: &HashMap::new(),
+                image_mounts: &HashMap::new(),
                 termination_log: None,
                 etc_hosts: None,
                 pid_target: None,
@@ -882,6 +897,7 @@ mod tests {
                 pod_ip: "10.0.0.9",
                 volumes: &vols,
                 subpaths: &HashMap::new(),
+                image_mounts: &HashMap::new(),
                 termination_log: Some(&log),
                 etc_hosts: None,
                 pid_target: None,
@@ -1099,6 +1115,7 @@ mod tests {
                     pod_ip: "10.0.0.9",
                     volumes: &vols,
                     subpaths: &HashMap::new(),
+                    image_mounts: &HashMap::new(),
                     termination_log: None,
                     etc_hosts: Some(&hosts),
                     pid_target: None,

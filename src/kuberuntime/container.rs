@@ -94,6 +94,18 @@ impl RuntimeManager {
                 return;
             }
         };
+        // The image volumes it mounts (upstream's toKubeContainerImageVolumes): a volume whose
+        // image is not there keeps the container waiting with the pull's reason.
+        for vm in &c.volume_mounts {
+            if let Some(Err(f)) = ctx.image_volumes.get(&vm.name) {
+                let e = f.for_container(&c.name);
+                failed_event(pod, c, &e.to_string());
+                self.wait_on(uid, &e);
+                out.fail(e);
+                out.retry(f.retry_after);
+                return;
+            }
+        }
         let config_error = |message: String| SyncError::CreateContainerConfig {
             container: c.name.to_string(),
             message,
@@ -137,6 +149,7 @@ impl RuntimeManager {
         }
         let env = config::container_env(pod, &self.node, c, ctx.pod_ip, &object_env);
         let mut subpaths = HashMap::new();
+        let mut image_mounts = HashMap::new();
         for vm in &c.volume_mounts {
             let sub = match config::mount_sub_path(vm, &env) {
                 Ok(s) => s,
@@ -145,6 +158,14 @@ impl RuntimeManager {
                     return refuse(e, out);
                 }
             };
+            if let Some(Ok(spec)) = ctx.image_volumes.get(&vm.name) {
+                // The runtime resolves a subPath inside the image (and fails without it).
+                image_mounts.insert(
+                    vm.mount_path.clone(),
+                    (spec.clone(), sub.unwrap_or_default()),
+                );
+                continue;
+            }
             let (Some(sub), Some(base)) = (sub, ctx.volumes.get(&vm.name)) else {
                 continue;
             };
@@ -206,6 +227,7 @@ impl RuntimeManager {
                 pod_ip: ctx.pod_ip,
                 volumes: ctx.volumes,
                 subpaths: &subpaths,
+                image_mounts: &image_mounts,
                 termination_log: Some(&tlog),
                 etc_hosts: etc_hosts.as_deref(),
                 pid_target: pid_target.as_deref(),

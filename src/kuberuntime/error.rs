@@ -11,12 +11,24 @@ pub enum SyncError {
     /// The image could not be pulled (or checked).
     #[error("{message}")]
     ImagePull { container: String, message: String },
-    /// A pull failed recently and its backoff has not run out.
-    #[error("back-off pulling image {image:?}")]
-    ImagePullBackOff { container: String, image: String },
+    /// A pull failed recently and its backoff has not run out. `volume`: the image volume
+    /// whose image it is, named first.
+    #[error("{}back-off pulling image {image:?}", of_volume(.volume))]
+    ImagePullBackOff {
+        container: String,
+        image: String,
+        volume: Option<String>,
+    },
     /// The image is missing and the pull policy is Never.
-    #[error("container image {image:?} is not present with pull policy of Never")]
-    ImageNeverPull { container: String, image: String },
+    #[error(
+        "{}container image {image:?} is not present with pull policy of Never",
+        of_volume(.volume)
+    )]
+    ImageNeverPull {
+        container: String,
+        image: String,
+        volume: Option<String>,
+    },
     /// The container's configuration cannot be built (a bad subPath, its log or termination
     /// message file cannot be made).
     #[error("container {container}: {message}")]
@@ -69,6 +81,14 @@ pub enum SyncError {
     /// records it as its waiting reason (the status shows ContainerCreating).
     #[error("network is not ready: {0}")]
     NetworkNotReady(String),
+}
+
+/// `image volume "NAME": ` before a message about an image volume's image.
+pub(super) fn of_volume(volume: &Option<String>) -> String {
+    volume
+        .as_deref()
+        .map(|v| format!("image volume {v:?}: "))
+        .unwrap_or_default()
 }
 
 /// Why a pod's sandbox could not be made.
@@ -160,6 +180,30 @@ pub(crate) struct ImageFailure {
     pub retry_after: Duration,
 }
 
+impl ImageFailure {
+    /// The same failure of an image volume's pull, as the waiting reason of a container that
+    /// mounts the volume (every container mounting it waits on the one pull).
+    pub fn for_container(&self, container: &str) -> SyncError {
+        let container = container.to_owned();
+        match &self.error {
+            SyncError::ImagePullBackOff { image, volume, .. } => SyncError::ImagePullBackOff {
+                container,
+                image: image.clone(),
+                volume: volume.clone(),
+            },
+            SyncError::ImageNeverPull { image, volume, .. } => SyncError::ImageNeverPull {
+                container,
+                image: image.clone(),
+                volume: volume.clone(),
+            },
+            other => SyncError::ImagePull {
+                container,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +223,7 @@ mod tests {
                 SyncError::ImagePullBackOff {
                     container: c(),
                     image: "i".into(),
+                    volume: None,
                 },
                 "ImagePullBackOff",
             ),
@@ -186,6 +231,7 @@ mod tests {
                 SyncError::ImageNeverPull {
                     container: c(),
                     image: "i".into(),
+                    volume: None,
                 },
                 "ErrImageNeverPull",
             ),
@@ -209,11 +255,43 @@ mod tests {
         let e = SyncError::ImageNeverPull {
             container: c(),
             image: "busybox".into(),
+            volume: None,
         };
         assert_eq!(e.container(), Some("app"));
         assert_eq!(
             e.to_string(),
             "container image \"busybox\" is not present with pull policy of Never"
+        );
+        // An image volume's failure, named, as the waiting reason of each container mounting it.
+        let f = ImageFailure {
+            error: SyncError::ImagePullBackOff {
+                container: String::new(),
+                image: "registry.local/model:1".into(),
+                volume: Some("model".into()),
+            },
+            retry_after: Duration::from_secs(10),
+        };
+        let e = f.for_container("app");
+        assert_eq!(
+            (e.reason(), e.container()),
+            ("ImagePullBackOff", Some("app"))
+        );
+        assert_eq!(
+            e.to_string(),
+            "image volume \"model\": back-off pulling image \"registry.local/model:1\""
+        );
+        let f = ImageFailure {
+            error: SyncError::ImagePull {
+                container: String::new(),
+                message: "image volume \"model\": failed to pull image \"x\": denied".into(),
+            },
+            retry_after: Duration::from_secs(10),
+        };
+        let e = f.for_container("side");
+        assert_eq!((e.reason(), e.container()), ("ErrImagePull", Some("side")));
+        assert_eq!(
+            e.to_string(),
+            "image volume \"model\": failed to pull image \"x\": denied"
         );
         assert_eq!(SyncError::Volumes("x".into()).container(), None);
         assert_eq!(SyncError::NetworkNotReady("x".into()).container(), None);

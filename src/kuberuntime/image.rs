@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::api::{Container, Pod, PullPolicy};
+use crate::api::{Container, ImageVolumeSource, Pod, PullPolicy};
 use crate::credentials::{self, AuthConfig, Keyring};
 use crate::cri::CriError;
 
@@ -41,13 +41,69 @@ pub fn effective_policy(c: &Container) -> PullPolicy {
         })
 }
 
+/// An image volume's policy: its own, else defaulted from its reference as a container's.
+pub fn volume_policy(v: &ImageVolumeSource) -> PullPolicy {
+    v.pull_policy
+        .unwrap_or(if latest_or_untagged(&v.reference) {
+            PullPolicy::Always
+        } else {
+            PullPolicy::IfNotPresent
+        })
+}
+
+/// Whether the runtime mounts image volumes (the CRI `Mount.image` field), from what its CRI
+/// Version call said at start (`name://version`): containerd does from 2.1, CRI-O from 1.31,
+/// and an older one ignores the field and fails the container or mounts nothing. No CRI call
+/// or status feature tells, so the version decides; another runtime, or one that did not
+/// answer, is trusted. `Err` says why not.
+pub fn runtime_mounts_images(runtime: &str) -> Result<(), String> {
+    let Some((name, version)) = runtime.split_once("://") else {
+        return Ok(());
+    };
+    let need = match name {
+        "containerd" => (2, 1),
+        "cri-o" => (1, 31),
+        _ => return Ok(()),
+    };
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    if (major, minor) >= need {
+        return Ok(());
+    }
+    Err(format!(
+        "the container runtime {name} {version} cannot mount images (image volumes need {name} {}.{} or later)",
+        need.0, need.1
+    ))
+}
+
 pub fn decide(c: &Container, present: bool) -> Decision {
-    match (effective_policy(c), present) {
+    decide_policy(effective_policy(c), present)
+}
+
+fn decide_policy(policy: PullPolicy, present: bool) -> Decision {
+    match (policy, present) {
         (PullPolicy::Always, _) => Decision::Pull,
         (PullPolicy::IfNotPresent, true) | (PullPolicy::Never, true) => Decision::Use,
         (PullPolicy::IfNotPresent, false) => Decision::Pull,
         (PullPolicy::Never, false) => Decision::NeverPull,
     }
+}
+
+/// One image to make sure of: a container's, or an image volume's.
+struct Wanted<'a> {
+    image: &'a str,
+    policy: PullPolicy,
+    /// What the events are about: the container, or the pod for a volume (as upstream).
+    at: crate::events::ObjectRef,
+    /// The container that waits on a failure; empty for a volume (each container mounting it
+    /// is named when it is started: [`ImageFailure::for_container`]).
+    container: &'a str,
+    volume: Option<&'a str>,
 }
 
 impl RuntimeManager {
@@ -58,23 +114,62 @@ impl RuntimeManager {
         c: &Container,
         now: i64,
     ) -> Result<String, ImageFailure> {
-        use crate::events::{ObjectRef, Type, record};
+        let w = Wanted {
+            image: &c.image,
+            policy: effective_policy(c),
+            at: crate::events::ObjectRef::container(pod, &c.name),
+            container: &c.name,
+            volume: None,
+        };
+        self.ensure_image_exists(pod, &w, now).await
+    }
+
+    /// Makes sure an image volume's image is present, by the volume's pull policy and with
+    /// the pod's credentials, as a container's image; returns the image id the runtime
+    /// mounts. A failure names the volume.
+    pub(super) async fn ensure_volume_image(
+        &self,
+        pod: &Pod,
+        volume: &str,
+        src: &ImageVolumeSource,
+        now: i64,
+    ) -> Result<String, ImageFailure> {
+        let w = Wanted {
+            image: &src.reference,
+            policy: volume_policy(src),
+            at: crate::events::ObjectRef::pod(pod),
+            container: "",
+            volume: Some(volume),
+        };
+        self.ensure_image_exists(pod, &w, now).await
+    }
+
+    /// The kubelet's EnsureImageExists: present and allowed, pulled, or why not.
+    async fn ensure_image_exists(
+        &self,
+        pod: &Pod,
+        w: &Wanted<'_>,
+        now: i64,
+    ) -> Result<String, ImageFailure> {
+        use crate::events::{Type, record};
         let uid = pod.metadata.uid.as_str();
-        let image = c.image.as_str();
-        let at = || ObjectRef::container(pod, &c.name);
+        let image = w.image;
+        let at = || w.at.clone();
         // Backoff per pod and image, as the kubelet keys it: one pod's failing pulls do not
         // hold back another pod using the same image.
         let key = pull_backoff_key(uid, image);
         let key = key.as_str();
-        let container = || c.name.to_string();
+        let container = || w.container.to_owned();
+        let volume = || w.volume.map(str::to_owned);
+        let of_volume = super::error::of_volume(&volume());
         let present = self.image_id(image).await.map_err(|e| ImageFailure {
             error: SyncError::ImagePull {
                 container: container(),
-                message: format!("checking image {image:?}: {e}"),
+                message: format!("{of_volume}checking image {image:?}: {e}"),
             },
             retry_after: ERROR_RETRY,
         })?;
-        match decide(c, present.is_some()) {
+        match decide_policy(w.policy, present.is_some()) {
             Decision::Use => {
                 record(
                     &at(),
@@ -89,12 +184,15 @@ impl RuntimeManager {
                     &at(),
                     Type::Warning,
                     "ErrImageNeverPull",
-                    &format!("Container image {image:?} is not present with pull policy of Never"),
+                    &format!(
+                        "{of_volume}Container image {image:?} is not present with pull policy of Never"
+                    ),
                 );
                 return Err(ImageFailure {
                     error: SyncError::ImageNeverPull {
                         container: container(),
                         image: image.to_owned(),
+                        volume: volume(),
                     },
                     retry_after: Duration::from_secs(10),
                 });
@@ -112,6 +210,7 @@ impl RuntimeManager {
                 error: SyncError::ImagePullBackOff {
                     container: container(),
                     image: image.to_owned(),
+                    volume: volume(),
                 },
                 retry_after: rem,
             });
@@ -126,7 +225,7 @@ impl RuntimeManager {
             ImageFailure {
                 error: SyncError::ImagePull {
                     container: container(),
-                    message,
+                    message: format!("{of_volume}{message}"),
                 },
                 retry_after: ERROR_RETRY,
             }
@@ -167,7 +266,7 @@ impl RuntimeManager {
                 Err(ImageFailure {
                     error: SyncError::ImagePull {
                         container: container(),
-                        message: format!("failed to pull image {image:?}: {e}"),
+                        message: format!("{of_volume}failed to pull image {image:?}: {e}"),
                     },
                     retry_after: b.delay(key).unwrap_or(Duration::from_secs(10)),
                 })
@@ -447,6 +546,46 @@ mod tests {
             effective_policy(&c("nginx:latest", Some(PullPolicy::Never))),
             PullPolicy::Never
         );
+    }
+
+    #[test]
+    fn image_volume_policies_default_as_containers() {
+        let v = |r: &str, p| ImageVolumeSource {
+            reference: r.into(),
+            pull_policy: p,
+        };
+        assert_eq!(volume_policy(&v("m", None)), PullPolicy::Always);
+        assert_eq!(volume_policy(&v("m:1", None)), PullPolicy::IfNotPresent);
+        assert_eq!(
+            volume_policy(&v("m", Some(PullPolicy::Never))),
+            PullPolicy::Never
+        );
+    }
+
+    #[test]
+    fn which_runtimes_mount_images() {
+        for ok in [
+            "containerd://v2.1.0",
+            "containerd://v2.4.2",
+            "containerd://3.0.0",
+            "cri-o://1.31.2",
+            "other://0.1",
+            "containerd://unparsable",
+            "",
+        ] {
+            assert_eq!(runtime_mounts_images(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(
+            runtime_mounts_images("containerd://1.6.20~ds1"),
+            Err("the container runtime containerd 1.6.20~ds1 cannot mount images (image volumes need containerd 2.1 or later)".into())
+        );
+        for no in [
+            "containerd://v2.0.5",
+            "containerd://v1.7.27",
+            "cri-o://1.30.4",
+        ] {
+            assert!(runtime_mounts_images(no).is_err(), "{no}");
+        }
     }
 
     #[test]

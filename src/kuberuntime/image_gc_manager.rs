@@ -424,6 +424,8 @@ impl ImageGcManager {
                 in_use.insert(i.image);
             }
         }
+        // The runtime's containers do not name the images their image volumes mount.
+        in_use.extend(self.rm.volume_images());
         let listed: Vec<ListedImage> = images.iter().map(ListedImage::from_cri).collect();
         detect(&mut self.records.borrow_mut(), &listed, &in_use, rt::now());
         Ok(in_use)
@@ -604,13 +606,19 @@ impl ImageGcManager {
     }
 }
 
-/// The image references a pod's containers name.
+/// The image references a pod's containers and image volumes name.
 pub fn pod_images(pod: &crate::api::Pod) -> impl Iterator<Item = &str> {
     pod.spec
         .init_containers
         .iter()
         .chain(&pod.spec.containers)
         .map(|c| c.image.as_str())
+        .chain(
+            pod.spec
+                .volumes
+                .iter()
+                .filter_map(|v| v.image.as_ref().map(|i| i.reference.as_str())),
+        )
         .filter(|i| !i.is_empty())
 }
 

@@ -39,6 +39,8 @@ pub(super) struct StartContext<'a> {
     pub sandbox_cfg: &'a v1::PodSandboxConfig,
     pub pod_ip: &'a str,
     pub volumes: &'a HashMap<String, PathBuf>,
+    /// The pod's image volumes: the image the runtime mounts, or why it is not there.
+    pub image_volumes: &'a HashMap<String, Result<v1::ImageSpec, super::error::ImageFailure>>,
 }
 
 /// The result of one pod sync.
@@ -112,6 +114,9 @@ pub struct RuntimeManager {
     allocatable: Option<crate::cm::Allocatable>,
     /// The resources allocated to each pod's containers, and what they run with.
     pub(super) allocation: crate::allocation::Manager,
+    /// The image ids of each pod's image volumes, as last pulled for it, until the pod is gone
+    /// from the runtime: image GC counts them in use.
+    volume_images: RefCell<HashMap<String, Vec<String>>>,
 }
 
 impl RuntimeManager {
@@ -146,7 +151,56 @@ impl RuntimeManager {
             cgroup_parent: String::new(),
             allocatable: None,
             allocation: crate::allocation::Manager::in_memory(),
+            volume_images: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// The images the pods' image volumes mount (image GC keeps them as in use).
+    pub fn volume_images(&self) -> Vec<String> {
+        self.volume_images
+            .borrow()
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
+    /// Pulls the pod's image volumes (the kubelet's getImageVolumes): each volume's image by
+    /// its pull policy with the pod's credentials, or the failure the containers mounting it
+    /// then wait on.
+    async fn pull_image_volumes(
+        &self,
+        pod: &Pod,
+    ) -> HashMap<String, Result<v1::ImageSpec, super::error::ImageFailure>> {
+        let mut out = HashMap::new();
+        let mut ids = Vec::new();
+        for v in &pod.spec.volumes {
+            let Some(src) = &v.image else { continue };
+            let r = self
+                .ensure_volume_image(pod, &v.name, src, rt::now_nanos())
+                .await
+                .map(|id| {
+                    ids.push(id.clone());
+                    // As upstream: the pod's annotations go with it (a runtime may read them).
+                    v1::ImageSpec {
+                        image: id,
+                        user_specified_image: src.reference.clone(),
+                        annotations: pod
+                            .metadata
+                            .annotations
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    }
+                });
+            out.insert(v.name.clone(), r);
+        }
+        if !ids.is_empty() {
+            self.volume_images
+                .borrow_mut()
+                .insert(pod.metadata.uid.clone(), ids);
+        }
+        out
     }
 
     /// Keeps the pods' allocations in `m` (checkpointed, shared with the status manager).
@@ -624,6 +678,15 @@ impl RuntimeManager {
             pod_ip
         };
 
+        let starts = !a.ephemeral_to_start.is_empty()
+            || a.next_init_container.is_some()
+            || !a.sidecars_to_start.is_empty()
+            || !a.containers_to_start.is_empty();
+        let image_volumes = if starts {
+            self.pull_image_volumes(pod).await
+        } else {
+            HashMap::new()
+        };
         let ctx = StartContext {
             pod,
             st,
@@ -631,6 +694,7 @@ impl RuntimeManager {
             sandbox_cfg: &sandbox_cfg,
             pod_ip: &pod_ip,
             volumes: &volumes,
+            image_volumes: &image_volumes,
         };
         // Ephemeral containers first, so that a failing init container does not keep them
         // from running.
@@ -668,6 +732,7 @@ impl RuntimeManager {
         self.network_failed.borrow_mut().remove(uid);
         self.waiting.borrow_mut().retain(|(u, _), _| u != uid);
         self.specs.borrow_mut().remove(uid);
+        self.volume_images.borrow_mut().remove(uid);
         self.allocation.remove(uid);
         if let Some(pc) = &self.cgroups
             && let Err(e) = pc.update_qos(self.specs.borrow().values().map(|p| &**p))

@@ -674,3 +674,67 @@ fn under_disk_pressure_every_unused_image_old_enough_goes_whatever_the_usage() {
         "never used before used, the image in use and the one younger than the minimum age kept"
     );
 }
+
+#[test]
+fn a_running_pods_image_volume_is_in_use_until_the_pod_is_gone() {
+    let clock = FakeClock::install();
+    rt::block_on(async {
+        let fake = FakeRuntime::new();
+        fake.add_image("example.org/app:1");
+        let model = fake.add_image("example.org/model:1");
+        fake.add_image("example.org/unused:1");
+        let svc = Rc::new(fake.clone());
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("volume")));
+        let mut pod = crate::api::Pod::default();
+        pod.metadata.name = "web".into();
+        pod.metadata.uid = "u-vol".into();
+        pod.spec.containers = vec![crate::api::Container {
+            name: "app".into(),
+            image: "example.org/app:1".into(),
+            volume_mounts: vec![crate::api::VolumeMount {
+                name: "model".into(),
+                mount_path: "/model".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }];
+        pod.spec.volumes = vec![crate::api::Volume {
+            name: "model".into(),
+            image: Some(crate::api::ImageVolumeSource {
+                reference: "example.org/model:1".into(),
+                pull_policy: None,
+            }),
+            ..Default::default()
+        }];
+        let st = crate::kubecontainer::PodRuntimeStatus {
+            uid: "u-vol".into(),
+            ..Default::default()
+        };
+        let out = rm.sync_pod(&pod, &st).await;
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(rm.volume_images(), vec![model.clone()]);
+        let gc =
+            ImageGcManager::new(rm.clone(), policy(100, 80, MIN), None).with_fs_stat(fs_of(&fake));
+        // First seen now; collectable once older than the minimum age.
+        gc.detect_images().await.unwrap();
+        clock.advance(2 * MIN);
+        // Disk pressure: every unused image goes, but not the one the pod's volume mounts,
+        // which no container of the runtime names.
+        gc.delete_unused_images(&[]).await.unwrap();
+        assert_eq!(
+            names(&fake),
+            vec!["example.org/app:1", "example.org/model:1"]
+        );
+        assert!(gc.records()[&model].last_used.is_some());
+        // Once the pod is gone from the runtime, its volume's image is not used any more.
+        for c in fake.containers() {
+            fake.stop_container(&c.id, 0).await.unwrap();
+            fake.remove_container(&c.id).await.unwrap();
+        }
+        rm.forget("u-vol", "web", "default").await;
+        assert!(rm.volume_images().is_empty());
+        clock.advance(2 * MIN);
+        gc.delete_unused_images(&[]).await.unwrap();
+        assert_eq!(names(&fake), Vec::<String>::new());
+    });
+}
