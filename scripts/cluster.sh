@@ -41,9 +41,8 @@
 # registers (no controller allocates CIDRs here).
 #
 # CoreDNS (Deployment coredns, Service kube-dns 10.96.0.10 in kube-system) runs
-# from an image built here around `scripts/k8s-build.sh --cluster`'s binary.
-# picolet has no clusterDNS setting yet, so the check's DNS pod names the
-# Service's address itself (dnsPolicy None).
+# from an image built here around `scripts/k8s-build.sh --cluster`'s binary;
+# each node has clusterDNS 10.96.0.10 and clusterDomain cluster.local.
 #
 # Environment:
 #   NODES           2 (default) or 3
@@ -304,6 +303,8 @@ start_picolet() {
     n=$(node_name "$i")
     kubelet_config containerRuntimeEndpoint="unix://$(<"$d/containerd.sock.path")" podLogsDir="$d/pod-logs" \
         cgroupRoot="/picolet-cluster-n$i" address="$(node_ip "$i")" port="$KUBELET_PORT" \
+        clusterDomain=cluster.local "clusterDNS:
+- $DNS_IP" \
         tlsCertFile="$DIR/pki/node-$n-serving.crt" tlsPrivateKeyFile="$DIR/pki/node-$n-serving.key" "authentication:
   x509:
     clientCAFile: $CP/pki/ca.crt" "$DISK_CONFIG" >"$d/config.yaml"
@@ -557,7 +558,8 @@ cmd_down() {
 
 # ---------------------------------------------------------------- check
 
-# check_pod NAME NODE_I LABEL COMMAND: a busybox pod pinned to node NODE_I.
+# check_pod NAME NODE_I LABEL COMMAND: a busybox pod pinned to node NODE_I
+# (dnsPolicy ClusterFirst, the default).
 check_pod() {
     local name=$1 i=$2 label=$3 cmd=$4
     kube apply -f - >/dev/null <<EOF
@@ -570,11 +572,6 @@ metadata:
 spec:
   nodeName: $(node_name "$i")
   terminationGracePeriodSeconds: 1
-  dnsPolicy: None
-  dnsConfig:
-    nameservers: [$DNS_IP]
-    searches: [cluster-check.svc.cluster.local, svc.cluster.local, cluster.local]
-    options: [{name: ndots, value: "5"}]
   containers:
   - name: main
     image: picolet.local/busybox:1
@@ -628,7 +625,7 @@ cmd_check() {
     probe "Service web through kube-proxy to $(node_name 1): $cluster_ip:80" served-by-web-1 wget -qO- -T 5 "http://$cluster_ip/"
     probe "the Service's name through CoreDNS at $DNS_IP: web.cluster-check.svc.cluster.local" "$cluster_ip" \
         nslookup web.cluster-check.svc.cluster.local "$DNS_IP"
-    probe "the Service by its short name (search path, CoreDNS, kube-proxy): http://web/" served-by-web-1 wget -qO- -T 5 http://web/
+    probe "the Service by its short name (ClusterFirst's search path, CoreDNS, kube-proxy): http://web/" served-by-web-1 wget -qO- -T 5 http://web/
     kube delete namespace cluster-check --wait=false >/dev/null
     [[ $CHECK_FAILED == 0 ]] || die "$CHECK_FAILED checks failed"
     log "all checks passed"
