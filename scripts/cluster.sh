@@ -582,13 +582,20 @@ EOF
 
 pod_running() { [[ $(kube -n cluster-check get pod "$1" -o 'jsonpath={.status.phase}') == Running ]]; }
 
-# probe WHAT EXPECTED COMMAND...: runs COMMAND in the client pod; prints ok or
-# FAILED with WHAT, counts the failures.
+# http_get HOST PORT: the words that run GET / on HOST:PORT in the client pod.
+http_get() { printf '%s\n' sh -c "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 5 $1 $2"; }
+
+# probe WHAT EXPECTED COMMAND...: runs COMMAND (http_get's words in its place) in
+# the client pod; prints ok or FAILED with WHAT, counts the failures.
 CHECK_FAILED=0
 probe() {
-    local what=$1 want=$2 out t0
+    local what=$1 want=$2 out t0 argv=()
     shift 2
     t0=$(now)
+    if [[ $1 == http_get ]]; then
+        mapfile -t argv < <(http_get "$2" "$3")
+        set -- "${argv[@]}"
+    fi
     out=$(kube -n cluster-check exec client -- "$@" 2>&1) || true
     if [[ $out == *"$want"* ]]; then
         say "ok      $what ($(since "$t0") s)"
@@ -620,12 +627,14 @@ cmd_check() {
     ip2=$(kube -n cluster-check get pod web-2 -o 'jsonpath={.status.podIP}')
     cluster_ip=$(kube -n cluster-check get service web -o 'jsonpath={.spec.clusterIP}')
     section "from pod client on $(node_name 2)"
-    probe "pod to pod across nodes: web-1 on $(node_name 1) at $ip1:8080" served-by-web-1 wget -qO- -T 5 "http://$ip1:8080/"
-    probe "pod to pod on one node: web-2 at $ip2:8080" served-by-web-2 wget -qO- -T 5 "http://$ip2:8080/"
-    probe "Service web through kube-proxy to $(node_name 1): $cluster_ip:80" served-by-web-1 wget -qO- -T 5 "http://$cluster_ip/"
-    probe "the Service's name through CoreDNS at $DNS_IP: web.cluster-check.svc.cluster.local" "$cluster_ip" \
-        nslookup web.cluster-check.svc.cluster.local "$DNS_IP"
-    probe "the Service by its short name (ClusterFirst's search path, CoreDNS, kube-proxy): http://web/" served-by-web-1 wget -qO- -T 5 http://web/
+    # (HTTP by busybox nc: the machine's static busybox wget crashes, even on loopback)
+    probe "pod to pod across nodes: web-1 on $(node_name 1) at $ip1:8080" served-by-web-1 http_get "$ip1" 8080
+    probe "pod to pod on one node: web-2 at $ip2:8080" served-by-web-2 http_get "$ip2" 8080
+    probe "Service web through kube-proxy to $(node_name 1): $cluster_ip:80" served-by-web-1 http_get "$cluster_ip" 80
+    probe "the Service's name through CoreDNS (the pod's resolv.conf): web.cluster-check.svc.cluster.local" \
+        "Address: $cluster_ip" busybox nslookup web.cluster-check.svc.cluster.local
+    probe "the Service by its short name (ClusterFirst's search path, CoreDNS, kube-proxy): web:80" served-by-web-1 \
+        http_get web 80
     kube delete namespace cluster-check --wait=false >/dev/null
     [[ $CHECK_FAILED == 0 ]] || die "$CHECK_FAILED checks failed"
     log "all checks passed"
