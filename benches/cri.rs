@@ -101,6 +101,7 @@ fn main() -> ExitCode {
             dns: std::fs::read_to_string("/etc/resolv.conf")
                 .ok()
                 .map(|t| config::parse_resolv_conf(&t)),
+            cluster_dns: config::ClusterDns::default(),
             pod_logs_dir: work.join("logs"),
             root_dir: work.join("root"),
             memory_oom_group: false,

@@ -67,7 +67,10 @@
 # whitespace (a node whose Lease lasts longer than 50 s needs a longer
 # --node-monitor-grace-period);
 # APISERVER_EXTRA_FLAGS, more kube-apiserver flags, split on whitespace (the
-# conformance run sets --kubelet-preferred-address-types).
+# conformance run sets --kubelet-preferred-address-types);
+# APISERVER_EXTRA_SANS, more subjectAltName entries of the apiserver's serving
+# certificate, as openssl writes them ("IP:10.250.0.1,DNS:name": the cluster
+# harness reaches the apiserver at an address of its own bridge).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -243,7 +246,7 @@ make_pki() {
     ec_key apiserver
     sign apiserver "/CN=kube-apiserver" "keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, IP:10.96.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local"
+subjectAltName = IP:127.0.0.1, IP:10.96.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local${APISERVER_EXTRA_SANS:+, $APISERVER_EXTRA_SANS}"
     ec_key admin
     sign admin "/O=system:masters/CN=$CLUSTER-admin" "$CLIENT_EXT"
     ec_key kube-scheduler

@@ -37,6 +37,14 @@
 #                                   to the module's; scratch-containerd.sh runs
 #                                   them when SCRATCH_CONTAINERD_BIN names that
 #                                   bin directory
+#   scripts/k8s-build.sh --cluster [--key]
+#                                   the same for the node components of the
+#                                   cluster harness (scripts/cluster.sh):
+#                                   kube-proxy (cmd/kube-proxy of the same
+#                                   Kubernetes release, from the Go module in
+#                                   tests/k8s-cluster, refused otherwise) and
+#                                   CoreDNS (tests/coredns/main.go, its own
+#                                   module: the plugins a cluster DNS uses)
 #   scripts/k8s-build.sh --containerd --arch arm64 [--key]
 #                                   the same containerd cross-built for arm64
 #                                   (GOARCH=arm64), for the arm64 guest of
@@ -62,6 +70,8 @@ MOD=$ROOT/tests/k8s
 E2E_MOD=$ROOT/tests/k8s-e2e
 TOOLS_MOD=$ROOT/tests/k8s-tools
 CONTAINERD_MOD=$ROOT/tests/containerd2
+CLUSTER_MOD=$ROOT/tests/k8s-cluster
+COREDNS_MOD=$ROOT/tests/coredns
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
 
 PROG=k8s-build
@@ -89,6 +99,11 @@ TOOLS_TARGETS=(
     "metrics-server|sigs.k8s.io/metrics-server/cmd/metrics-server"
     "registry|github.com/distribution/distribution/v3/cmd/registry"
     "konnectivity-server|sigs.k8s.io/apiserver-network-proxy/cmd/server"
+)
+# name|package|module directory (default: the build's one module)
+CLUSTER_TARGETS=(
+    "kube-proxy|k8s.io/kubernetes/cmd/kube-proxy"
+    "coredns|picolet.local/tests/coredns|$COREDNS_MOD"
 )
 CONTAINERD_TARGETS=(
     "containerd|github.com/containerd/containerd/v2/cmd/containerd"
@@ -121,6 +136,7 @@ module_version() {
 E2E=false
 TOOLS=false
 CONTAINERD=false
+CLUSTER=false
 KEY_ONLY=false
 GOARCH_WANT=
 builds=0
@@ -129,13 +145,14 @@ while [[ $# -gt 0 ]]; do
         --e2e) E2E=true builds=$((builds + 1)) ;;
         --tools) TOOLS=true builds=$((builds + 1)) ;;
         --containerd) CONTAINERD=true builds=$((builds + 1)) ;;
+        --cluster) CLUSTER=true builds=$((builds + 1)) ;;
         --key) KEY_ONLY=true ;;
         --arch) [[ $# -ge 2 ]] || die "--arch needs amd64 or arm64"; GOARCH_WANT=$2; shift ;;
-        *) die "usage: $0 [--e2e | --tools | --containerd [--arch amd64|arm64]] [--key]" ;;
+        *) die "usage: $0 [--e2e | --tools | --cluster | --containerd [--arch amd64|arm64]] [--key]" ;;
     esac
     shift
 done
-[[ $builds -le 1 ]] || die "--e2e, --tools and --containerd are separate builds: ask for one at a time"
+[[ $builds -le 1 ]] || die "--e2e, --tools, --cluster and --containerd are separate builds: ask for one at a time"
 case $GOARCH_WANT in
     '' | amd64) GOARCH_WANT= ;;
     arm64) $CONTAINERD || die "--arch arm64 is for --containerd only" ;;
@@ -190,6 +207,23 @@ elif $TOOLS; then
     TARGETS=("${TOOLS_TARGETS[@]}")
     KEY_HASH=$({ grep -v '^[[:space:]]*//' "$MOD/go.mod"; cat "$MOD/go.sum"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]}"; } | sha256sum)
     KEY=k8s-tools-metrics-server-$METRICS_SERVER_VERSION-$GO_VERSION-${KEY_HASH:0:12}
+elif $CLUSTER; then
+    for m in "$CLUSTER_MOD" "$COREDNS_MOD"; do
+        [[ -f $m/go.mod && -f $m/go.sum ]] || die "$m/go.mod or go.sum is missing"
+    done
+    CLUSTER_K8S_VERSION=$(module_version k8s.io/kubernetes "$CLUSTER_MOD")
+    [[ $CLUSTER_K8S_VERSION == "$K8S_VERSION" ]] ||
+        die "tests/k8s-cluster/go.mod pins k8s.io/kubernetes $CLUSTER_K8S_VERSION, tests/k8s/go.mod $K8S_VERSION: they must be the same release"
+    COREDNS_VERSION=$(module_version github.com/coredns/coredns "$COREDNS_MOD")
+    GO_VERSION=$(cd "$CLUSTER_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $CLUSTER_MOD"
+    COREDNS_GO_VERSION=$(cd "$COREDNS_MOD" && "$GO" env GOVERSION) || die "$GO env GOVERSION failed in $COREDNS_MOD"
+    [[ $COREDNS_GO_VERSION == "$GO_VERSION" ]] ||
+        die "tests/coredns selects $COREDNS_GO_VERSION, tests/k8s-cluster $GO_VERSION: one key holds one toolchain"
+    MOD=$CLUSTER_MOD
+    TARGETS=("${CLUSTER_TARGETS[@]}")
+    KEY_HASH=$({ for m in "$CLUSTER_MOD" "$COREDNS_MOD"; do grep -v '^[[:space:]]*//' "$m/go.mod"; cat "$m/go.sum"; done
+        grep -v '^[[:space:]]*//' "$COREDNS_MOD/main.go"; printf '%s\0' CGO_ENABLED=0 "${BUILD_FLAGS[@]}" "${TARGETS[@]#*$ROOT/}"; } | sha256sum)
+    KEY=k8s-cluster-$K8S_VERSION-coredns-$COREDNS_VERSION-$GO_VERSION-${KEY_HASH:0:12}
 elif $CONTAINERD; then
     [[ -f $CONTAINERD_MOD/go.mod && -f $CONTAINERD_MOD/go.sum ]] || die "$CONTAINERD_MOD/go.mod or go.sum is missing"
     CONTAINERD_VERSION=$(module_version github.com/containerd/containerd/v2 "$CONTAINERD_MOD")
@@ -239,6 +273,7 @@ binary_ok() {
         nnp) out=$("$BIN/$1" 2>/dev/null) ;;
         containerd-shim-runc-v2) out=$("$BIN/$1" -v 2>/dev/null) ;;
         konnectivity-server) out=$("$GO" version -m "$BIN/$1" 2>/dev/null) ;;
+        coredns) out=$("$BIN/$1" -version 2>/dev/null) ;;
         *) out=$("$BIN/$1" --version 2>/dev/null) ;;
     esac || return 1
     case $1 in
@@ -248,6 +283,7 @@ binary_ok() {
         metrics-server) want=$METRICS_SERVER_VERSION ;;
         registry) want=" github.com/distribution/distribution/v3 $REGISTRY_VERSION" ;;
         containerd | ctr) want=" $CONTAINERD_VERSION" ;;
+        coredns) want="CoreDNS-${COREDNS_VERSION#v}" ;;
         containerd-shim-runc-v2) want="Version:  $CONTAINERD_VERSION" ;;
         konnectivity-server) want="sigs.k8s.io/apiserver-network-proxy	$KONNECTIVITY_VERSION" ;;
         nnp) want="Effective uid: " ;;
@@ -257,14 +293,17 @@ binary_ok() {
 }
 
 build_missing() {
-    local t name pkg t0 t_all before after tmp built=0
+    local t name pkg dir t0 t_all before after tmp built=0
     local flags=() build=()
     t_all=$(now)
     exec 8>"$CACHE_ROOT/.gocache.lock"
     flock -s 8
     before=$(du -sk "$GOMODCACHE/cache/download" 2>/dev/null | cut -f1) || before=0
     for t in "${TARGETS[@]}"; do
-        name=${t%%|*} pkg=${t#*|}
+        name=${t%%|*} pkg=${t#*|} dir=$MOD
+        if [[ $pkg == *'|'* ]]; then
+            dir=${pkg#*|} pkg=${pkg%%|*}
+        fi
         if binary_ok "$name"; then
             continue
         fi
@@ -288,7 +327,7 @@ build_missing() {
         else
             build=(build)
         fi
-        if ! (cd "$MOD" && nice -n 19 "$GO" "${build[@]}" "${flags[@]}" -o "$tmp" "$pkg"); then
+        if ! (cd "$dir" && nice -n 19 "$GO" "${build[@]}" "${flags[@]}" -o "$tmp" "$pkg"); then
             rm -f -- "$tmp"
             die "go build $pkg failed"
         fi
@@ -305,6 +344,8 @@ build_missing() {
                 printf 'kubernetes %s\nginkgo %s\nagnhost %s\ngo %s\n' "$K8S_VERSION" "$GINKGO_VERSION" "$AGNHOST_VERSION" "$GO_VERSION"
             elif $TOOLS; then
                 printf 'metrics-server %s\nregistry %s\ngo %s\n' "$METRICS_SERVER_VERSION" "$REGISTRY_VERSION" "$GO_VERSION"
+            elif $CLUSTER; then
+                printf 'kubernetes %s\ncoredns %s\ngo %s\n' "$K8S_VERSION" "$COREDNS_VERSION" "$GO_VERSION"
             elif $CONTAINERD; then
                 printf 'containerd %s\ngo %s\ngoarch %s\n' "$CONTAINERD_VERSION" "$GO_VERSION" "${GOARCH_WANT:-$("$GO" env GOARCH)}"
             else
@@ -331,7 +372,9 @@ exec 9>"$CACHE_ROOT/$KEY/.lock"
 flock 9
 build_missing
 flock -u 9
-if $CONTAINERD; then
+if $CLUSTER; then
+    log "kube-proxy $K8S_VERSION, coredns $COREDNS_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
+elif $CONTAINERD; then
     log "containerd $CONTAINERD_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"
 elif $TOOLS; then
     log "metrics-server $METRICS_SERVER_VERSION, registry $REGISTRY_VERSION, $GO_VERSION: binaries ready in $BIN ($(since "$t0") s)"

@@ -38,6 +38,12 @@
 #            imported, and the Go settings of systemd/containerd/picolet-device.conf
 #            (its Environment= lines) in containerd's environment, which its shims inherit.
 #
+# Environment (start and stop): SCRATCH_CONTAINERD_SUBNET=A.B.C.0/24 gives the
+# pods that subnet (gateway A.B.C.1 on the bridge) instead of 10.244.77.0/24:
+# scripts/cluster.sh runs one instance in each node's network namespace (where
+# the bridge is that namespace's own), each with a pod CIDR and a
+# PICOLET_SCRATCH_RUN of its own.
+#
 # Outside DIR, the only state is shared by all scratch instances (so that pods of
 # concurrent instances on the one bridge never get the same IP):
 #   $PICOLET_SCRATCH_RUN (default /run/picolet-scratch): lock, instance registry,
@@ -51,8 +57,10 @@ set -euo pipefail
 
 readonly NETWORK_NAME=picolet-scratch
 readonly BRIDGE=picolet0
-readonly SUBNET=10.244.77.0/24
-readonly GATEWAY=10.244.77.1
+SUBNET=${SCRATCH_CONTAINERD_SUBNET:-10.244.77.0/24}
+[[ $SUBNET =~ ^(([0-9]{1,3}\.){2}[0-9]{1,3})\.0/24$ ]] ||
+    { printf 'scratch-containerd: error: SCRATCH_CONTAINERD_SUBNET=%s: expected A.B.C.0/24\n' "$SUBNET" >&2; exit 1; }
+readonly SUBNET GATEWAY=${BASH_REMATCH[1]}.1
 readonly PAUSE_IMAGE=picolet.local/pause:1
 readonly BUSYBOX_IMAGE=picolet.local/busybox:1
 readonly CNI_BIN_DIR=/usr/lib/cni

@@ -92,6 +92,8 @@ step "control plane binaries (scripts/k8s-build.sh)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh >/dev/null
 step "the conformance tooling (scripts/k8s-build.sh --e2e: e2e.test, ginkgo, ...)"
 PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh --e2e >/dev/null
+step "the cluster's node components (scripts/k8s-build.sh --cluster: kube-proxy, CoreDNS)"
+PICOLET_K8S_KEEP_GOCACHE=1 scripts/k8s-build.sh --cluster >/dev/null
 step "the other upstream programs the tests run (scripts/k8s-build.sh --tools: metrics-server, the registry, konnectivity-server)"
 scripts/k8s-build.sh --tools >/dev/null
 step "containerd 2.x, the runtime of the end-to-end tests (scripts/k8s-build.sh --containerd; cached)"

@@ -141,6 +141,10 @@ fn node_context(o: &Options, node: &Facts) -> kuberuntime::NodeContext {
         node_ip: node.ip.clone(),
         memory_bytes: node.memory_bytes,
         dns: node.dns.clone(),
+        cluster_dns: kuberuntime::config::ClusterDns {
+            servers: o.cluster_dns.iter().map(ToString::to_string).collect(),
+            domain: o.cluster_domain.clone(),
+        },
         pod_logs_dir: o.pod_logs_dir.clone(),
         root_dir: o.root_dir.clone(),
         memory_oom_group: false,

@@ -215,6 +215,41 @@ pub static SETTINGS: &[Setting] = &[
         ..NONE
     },
     Setting {
+        flag: "cluster-dns",
+        arg: "IP,...",
+        help: "the cluster DNS servers, the nameservers of pods with\n\
+               dnsPolicy ClusterFirst (default none: the node's resolv.conf)",
+        parse: |t, v| {
+            let ips = list(v).iter().map(|a| ip(a)).collect::<Result<_, _>>()?;
+            set(&mut t.o.cluster_dns, ips)
+        },
+        field: "clusterDNS",
+        read: List(|t, v| {
+            let ips = v
+                .iter()
+                .map(|a| ip(a).map_err(|e| format!("{a:?}: {e}")))
+                .collect::<Result<_, _>>()?;
+            set(&mut t.o.cluster_dns, ips)
+        }),
+        configz: Some(|o, _| {
+            json!(
+                o.cluster_dns
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+            )
+        }),
+    },
+    Setting {
+        flag: "cluster-domain",
+        arg: "DOMAIN",
+        help: "the cluster's DNS domain, in the search paths of those pods",
+        parse: |t, v| set(&mut t.o.cluster_domain, v.to_owned()),
+        field: "clusterDomain",
+        read: Text(|t, v| set(&mut t.o.cluster_domain, v)),
+        configz: Some(|o, _| json!(o.cluster_domain)),
+    },
+    Setting {
         flag: "healthz-port",
         arg: "PORT",
         help: "local API port, 0 disables (default 10248)",

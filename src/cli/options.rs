@@ -44,6 +44,10 @@ pub struct Options {
     pub pod_logs_dir: PathBuf,
     pub hostname_override: Option<String>,
     pub node_ip: Option<IpAddr>,
+    /// `clusterDNS`: the nameservers of `ClusterFirst` pods (none: the node's resolv.conf).
+    pub cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain`: the DNS domain of the cluster, in those pods' search paths.
+    pub cluster_domain: String,
     pub healthz_port: u16,
     pub healthz_bind_address: IpAddr,
     pub sync_frequency: Duration,
@@ -144,6 +148,8 @@ impl Default for Options {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             hostname_override: None,
             node_ip: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
             healthz_port: 10248,
             healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
             sync_frequency: Duration::from_secs(60),

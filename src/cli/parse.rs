@@ -812,6 +812,49 @@ mod tests {
         assert!(e.contains("--kube-reserved") && e.contains("gpu"), "{e}");
     }
 
+    #[test]
+    fn cluster_dns_from_flags_and_file() {
+        let o = run(&[
+            "--cluster-dns=10.96.0.10,10.96.0.11",
+            "--cluster-domain=cluster.local",
+        ]);
+        let want: Vec<std::net::IpAddr> =
+            vec!["10.96.0.10".parse().unwrap(), "10.96.0.11".parse().unwrap()];
+        assert_eq!(o.cluster_dns, want);
+        assert_eq!(o.cluster_domain, "cluster.local");
+        let none = run(&[]);
+        assert!(none.cluster_dns.is_empty() && none.cluster_domain.is_empty());
+        let e = parse(&args(&["--cluster-dns=10.96.0.10,dns"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--cluster-dns") && e.contains("not an IP address"),
+            "{e}"
+        );
+        let cfg = write_cfg(
+            "dns",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n",
+        );
+        let o = run(&["--config", cfg.to_str().unwrap()]);
+        assert_eq!(o.cluster_dns, want[..1]);
+        assert_eq!(o.cluster_domain, "cluster.local");
+        std::fs::remove_file(&cfg).unwrap();
+        let cfg = write_cfg(
+            "dns-bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.96.0.10, kube-dns]\n",
+        );
+        let e = parse(&args(&["--config", cfg.to_str().unwrap()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("dns-bad") && e.contains("clusterDNS") && e.contains("\"kube-dns\""),
+            "{e}"
+        );
+        std::fs::remove_file(&cfg).unwrap();
+    }
+
     fn write_cfg(name: &str, body: &str) -> PathBuf {
         let p =
             std::env::temp_dir().join(format!("picolet-cfg-{name}-{}.yaml", std::process::id()));

@@ -48,12 +48,25 @@ pub struct NodeContext {
     pub node_ip: String,
     pub memory_bytes: i64,
     pub dns: Option<v1::DnsConfig>,
+    /// The cluster's DNS (`clusterDNS`, `clusterDomain`), for `ClusterFirst` pods.
+    pub cluster_dns: ClusterDns,
     pub pod_logs_dir: PathBuf,
     pub root_dir: PathBuf,
     /// cgroup v2 with `memory.oom.group`: an OOM kill takes the whole container, as upstream
     /// asks for through `LinuxContainerResources.unified`.
     pub memory_oom_group: bool,
 }
+
+/// The cluster's DNS as the node is told it: the servers `ClusterFirst` pods ask
+/// (`clusterDNS`) and the domain their search paths are made of (`clusterDomain`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterDns {
+    pub servers: Vec<String>,
+    pub domain: String,
+}
+
+/// The options a pod that asks the cluster's DNS gets (upstream's `defaultDNSOptions`).
+const CLUSTER_DNS_OPTIONS: &[&str] = &["ndots:5"];
 
 /// A container's CRI log: `<pod log dir>/<container>/<restart count>.log`, as the kubelet
 /// names it (the runtime writes it; rotation renames it; `/containerLogs` reads it).
@@ -258,7 +271,7 @@ pub fn sandbox_config(pod: &Pod, node: &NodeContext, attempt: u32) -> v1::PodSan
             hostname(pod)
         },
         log_directory: pod_log_dir(&node.pod_logs_dir, pod).display().to_string(),
-        dns_config: pod_dns(pod, node.dns.as_ref()),
+        dns_config: pod_dns(pod, node.dns.as_ref(), &node.cluster_dns),
         port_mappings,
         labels: labels::sandbox_labels(&m.labels, &m.name, ns, &m.uid, &node.node_name),
         annotations: m
@@ -414,10 +427,15 @@ pub fn mount_sub_path(
 pub const ETC_HOSTS: &str = "/etc/hosts";
 
 /// The pod's managed /etc/hosts, as the kubelet writes it: localhost lines, the pod's IP with
-/// its hostname (and `<hostname>.<subdomain>.<namespace>.svc` with a subdomain, picolet
-/// having no cluster domain), then the hostAliases; for a host-network pod, the node's own
-/// file with the hostAliases after it.
-pub fn hosts_file(pod: &Pod, pod_ip: &str, node_hosts: Option<&str>) -> String {
+/// its hostname (and `<hostname>.<subdomain>.<namespace>.svc.<cluster domain>` with a
+/// subdomain; without a `clusterDomain`, the name ends at `svc`), then the hostAliases; for a
+/// host-network pod, the node's own file with the hostAliases after it.
+pub fn hosts_file(
+    pod: &Pod,
+    pod_ip: &str,
+    node_hosts: Option<&str>,
+    cluster_domain: &str,
+) -> String {
     let mut out = String::new();
     if pod.spec.host_network {
         out.push_str("# Kubernetes-managed hosts file (host network).\n");
@@ -432,8 +450,12 @@ pub fn hosts_file(pod: &Pod, pod_ip: &str, node_hosts: Option<&str>) -> String {
         out.push_str("fe00::2\tip6-allrouters\n");
         let host = hostname(pod);
         match pod.spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) => out.push_str(&format!(
+            Some(sub) if cluster_domain.is_empty() => out.push_str(&format!(
                 "{pod_ip}\t{host}.{sub}.{}.svc\t{host}\n",
+                namespace(pod)
+            )),
+            Some(sub) => out.push_str(&format!(
+                "{pod_ip}\t{host}.{sub}.{}.svc.{cluster_domain}\t{host}\n",
                 namespace(pod)
             )),
             None => out.push_str(&format!("{pod_ip}\t{host}\n")),
@@ -640,18 +662,52 @@ pub fn container_config(
     }
 }
 
-/// The pod's resolv.conf, as the kubelet forms it: the node's (picolet has no cluster DNS, so
-/// ClusterFirst falls back to it, as the kubelet's does without `clusterDNS`), or nothing with
-/// `dnsPolicy: None`; then `dnsConfig` appended (duplicates dropped, options by name
-/// overridden); then cut to 3 nameservers and to 32 search domains of at most 253 characters
-/// within 2048 characters in all. `None` leaves the runtime's default (the node's file).
-pub fn pod_dns(pod: &Pod, node: Option<&v1::DnsConfig>) -> Option<v1::DnsConfig> {
+/// The pod's resolv.conf, as the kubelet forms it: the cluster's DNS for `ClusterFirst` (not
+/// on the host network) and `ClusterFirstWithHostNet` when the node has `clusterDNS` (its
+/// servers; the search paths `<namespace>.svc.<domain>`, `svc.<domain>`, `<domain>` before the
+/// node's; `ndots:5`), otherwise the node's (`Default`, and `ClusterFirst` without `clusterDNS`,
+/// as the kubelet falls back), or nothing with `dnsPolicy: None`; then `dnsConfig` appended
+/// (duplicates dropped, options by name overridden); then cut to 3 nameservers and to 32 search
+/// domains of at most 253 characters within 2048 characters in all. `None` leaves the
+/// runtime's default (the node's file).
+pub fn pod_dns(
+    pod: &Pod,
+    node: Option<&v1::DnsConfig>,
+    cluster: &ClusterDns,
+) -> Option<v1::DnsConfig> {
     use crate::api::validation::{
         MAX_DNS_NAMESERVERS, MAX_DNS_SEARCH_LIST_CHARS, MAX_DNS_SEARCH_PATHS,
     };
-    let none = pod.spec.dns_policy.as_deref() == Some("None");
+    let policy = pod.spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let none = policy == "None";
+    let cluster_first = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !pod.spec.host_network,
+        _ => false,
+    };
     let mut d = if none {
         v1::DnsConfig::default()
+    } else if cluster_first && !cluster.servers.is_empty() {
+        let mut searches = Vec::new();
+        if !cluster.domain.is_empty() {
+            let domain = &cluster.domain;
+            searches.push(format!("{}.svc.{domain}", namespace(pod)));
+            searches.push(format!("svc.{domain}"));
+            searches.push(domain.clone());
+        }
+        for s in node.map(|n| n.searches.as_slice()).unwrap_or_default() {
+            if !searches.contains(s) {
+                searches.push(s.clone());
+            }
+        }
+        v1::DnsConfig {
+            servers: cluster.servers.clone(),
+            searches,
+            options: CLUSTER_DNS_OPTIONS
+                .iter()
+                .map(|o| (*o).to_owned())
+                .collect(),
+        }
     } else {
         match (node, &pod.spec.dns_config) {
             (Some(n), _) => n.clone(),
@@ -759,6 +815,7 @@ mod tests {
             pod_logs_dir: "/var/log/pods".into(),
             root_dir: "/var/lib/picolet".into(),
             dns: None,
+            cluster_dns: ClusterDns::default(),
             memory_oom_group: false,
         }
     }
@@ -1006,10 +1063,11 @@ mod tests {
         let host = parse_resolv_conf(
             "nameserver 1.1.1.1\nnameserver 9.9.9.9\nsearch lan\noptions ndots:2 edns0\n",
         );
+        let no_cluster = ClusterDns::default();
         let mut p = pod();
         // no dnsConfig: the node's, as it is
-        assert_eq!(pod_dns(&p, Some(&host)), Some(host.clone()));
-        assert_eq!(pod_dns(&p, None), None);
+        assert_eq!(pod_dns(&p, Some(&host), &no_cluster), Some(host.clone()));
+        assert_eq!(pod_dns(&p, None, &no_cluster), None);
         p.spec.dns_config = Some(PodDnsConfig {
             nameservers: vec!["10.0.0.10".into(), "1.1.1.1".into(), "10.0.0.11".into()],
             searches: vec!["svc.example".into(), "lan".into()],
@@ -1024,27 +1082,80 @@ mod tests {
                 },
             ],
         });
-        let d = pod_dns(&p, Some(&host)).unwrap();
+        let d = pod_dns(&p, Some(&host), &no_cluster).unwrap();
         // duplicates dropped, then cut to three nameservers
         assert_eq!(d.servers, ["1.1.1.1", "9.9.9.9", "10.0.0.10"]);
         assert_eq!(d.searches, ["lan", "svc.example"]);
         assert_eq!(d.options, ["ndots:5", "edns0", "single-request"]);
         // dnsPolicy None: only the pod's own
         p.spec.dns_policy = Some("None".into());
-        let d = pod_dns(&p, Some(&host)).unwrap();
+        let d = pod_dns(&p, Some(&host), &no_cluster).unwrap();
         assert_eq!(d.servers, ["10.0.0.10", "1.1.1.1", "10.0.0.11"]);
         assert_eq!(d.searches, ["svc.example", "lan"]);
         // search limits: 32 paths, each at most 253 characters, 2048 in all
         let dc = p.spec.dns_config.as_mut().unwrap();
         dc.searches = (0..40).map(|i| format!("d{i}.example")).collect();
-        assert_eq!(pod_dns(&p, None).unwrap().searches.len(), 32);
+        assert_eq!(pod_dns(&p, None, &no_cluster).unwrap().searches.len(), 32);
         let dc = p.spec.dns_config.as_mut().unwrap();
         dc.searches = vec!["a".repeat(254), "b".repeat(200)];
-        assert_eq!(pod_dns(&p, None).unwrap().searches, ["b".repeat(200)]);
+        assert_eq!(
+            pod_dns(&p, None, &no_cluster).unwrap().searches,
+            ["b".repeat(200)]
+        );
         let dc = p.spec.dns_config.as_mut().unwrap();
         dc.searches = (0..12).map(|i| format!("{i:0>200}")).collect();
-        let s = pod_dns(&p, None).unwrap().searches;
+        let s = pod_dns(&p, None, &no_cluster).unwrap().searches;
         assert_eq!(s.len(), 10, "10 x 200 + 9 spaces fit in 2048, 11 do not");
+    }
+
+    #[test]
+    fn pod_dns_asks_the_clusters_dns_for_cluster_first() {
+        let host =
+            parse_resolv_conf("nameserver 1.1.1.1\nsearch lan cluster.local\noptions edns0\n");
+        let cluster = ClusterDns {
+            servers: vec!["10.96.0.10".into()],
+            domain: "cluster.local".into(),
+        };
+        let mut p = pod();
+        p.metadata.namespace = "web".into();
+        // ClusterFirst (the default): the cluster's servers, its search paths before the
+        // node's (a duplicate dropped), ndots:5 and none of the node's options
+        let want = v1::DnsConfig {
+            servers: vec!["10.96.0.10".into()],
+            searches: vec![
+                "web.svc.cluster.local".into(),
+                "svc.cluster.local".into(),
+                "cluster.local".into(),
+                "lan".into(),
+            ],
+            options: vec!["ndots:5".into()],
+        };
+        assert_eq!(pod_dns(&p, Some(&host), &cluster), Some(want.clone()));
+        p.spec.dns_policy = Some("ClusterFirst".into());
+        assert_eq!(pod_dns(&p, Some(&host), &cluster), Some(want.clone()));
+        // on the host network, ClusterFirst is the node's; ClusterFirstWithHostNet the cluster's
+        p.spec.host_network = true;
+        assert_eq!(pod_dns(&p, Some(&host), &cluster), Some(host.clone()));
+        p.spec.dns_policy = Some("ClusterFirstWithHostNet".into());
+        assert_eq!(pod_dns(&p, Some(&host), &cluster), Some(want.clone()));
+        // Default: the node's
+        p.spec.host_network = false;
+        p.spec.dns_policy = Some("Default".into());
+        assert_eq!(pod_dns(&p, Some(&host), &cluster), Some(host.clone()));
+        // no clusterDNS: ClusterFirst falls back to the node's
+        p.spec.dns_policy = None;
+        assert_eq!(
+            pod_dns(&p, Some(&host), &ClusterDns::default()),
+            Some(host.clone())
+        );
+        // no clusterDomain: the node's search paths alone
+        let no_domain = ClusterDns {
+            servers: vec!["10.96.0.10".into()],
+            domain: String::new(),
+        };
+        let d = pod_dns(&p, Some(&host), &no_domain).unwrap();
+        assert_eq!(d.searches, ["lan", "cluster.local"]);
+        assert_eq!(d.servers, ["10.96.0.10"]);
     }
 
     #[test]
@@ -1062,7 +1173,7 @@ mod tests {
             },
         ];
         assert_eq!(
-            hosts_file(&p, "10.88.0.7", None),
+            hosts_file(&p, "10.88.0.7", None, ""),
             "# Kubernetes-managed hosts file.\n\
              127.0.0.1\tlocalhost\n\
              ::1\tlocalhost ip6-localhost ip6-loopback\n\
@@ -1079,9 +1190,15 @@ mod tests {
         p.spec.hostname = Some("web".into());
         p.spec.subdomain = Some("front".into());
         p.spec.host_aliases.clear();
-        let t = hosts_file(&p, "10.88.0.7", None);
+        let t = hosts_file(&p, "10.88.0.7", None, "");
         assert!(
             t.ends_with("fe00::2\tip6-allrouters\n10.88.0.7\tweb.front.default.svc\tweb\n"),
+            "{t}"
+        );
+        // with a cluster domain, the name the cluster's DNS gives the pod
+        let t = hosts_file(&p, "10.88.0.7", None, "cluster.local");
+        assert!(
+            t.ends_with("10.88.0.7\tweb.front.default.svc.cluster.local\tweb\n"),
             "{t}"
         );
         // host network: the node's file, then the aliases
@@ -1091,7 +1208,12 @@ mod tests {
             hostnames: vec!["foo".into()],
         }];
         assert_eq!(
-            hosts_file(&p, "192.0.2.1", Some("127.0.0.1 localhost\n")),
+            hosts_file(
+                &p,
+                "192.0.2.1",
+                Some("127.0.0.1 localhost\n"),
+                "cluster.local"
+            ),
             "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n\n# Entries added by HostAliases.\n10.1.2.3\tfoo\n"
         );
     }

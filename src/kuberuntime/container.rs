@@ -200,12 +200,15 @@ impl RuntimeManager {
                     volume::pod_dir(&self.node.root_dir, uid).join("etc-hosts"),
                     pod.clone(),
                     ctx.pod_ip.to_owned(),
+                    self.node.cluster_dns.domain.clone(),
                 )
             });
             rt::unblock(move || {
                 let tlog = prepare_files(&tdir, &logs, restart_count)?;
                 let hosts = hosts
-                    .map(|(path, pod, ip)| write_hosts_file(&path, &pod, &ip).map(|()| path))
+                    .map(|(path, pod, ip, domain)| {
+                        write_hosts_file(&path, &pod, &ip, &domain).map(|()| path)
+                    })
                     .transpose()?;
                 Ok::<_, FileError>((tlog, hosts))
             })
@@ -470,7 +473,12 @@ fn prepare_files(
 
 /// Writes the pod's hosts file in place (mode 0644), as the kubelet does before each container
 /// starts: containers already running see the new content through their bind mount.
-fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(), FileError> {
+fn write_hosts_file(
+    path: &std::path::Path,
+    pod: &Pod,
+    pod_ip: &str,
+    cluster_domain: &str,
+) -> Result<(), FileError> {
     let node_hosts = if pod.spec.host_network {
         Some(fs::read_to_string(config::ETC_HOSTS).map_err(FileError::at(
             "reading the node's",
@@ -479,7 +487,7 @@ fn write_hosts_file(path: &std::path::Path, pod: &Pod, pod_ip: &str) -> Result<(
     } else {
         None
     };
-    let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref());
+    let text = config::hosts_file(pod, pod_ip, node_hosts.as_deref(), cluster_domain);
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(FileError::at("creating", dir))?;
     }

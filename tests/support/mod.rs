@@ -17,6 +17,7 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 pub mod agent;
+pub mod cluster;
 pub mod containerd;
 pub mod control_plane;
 pub mod fake_apiserver;

@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# The test images of upstream's e2e suite, built offline under the names
+# test/utils/image/manifest.go of the pinned module gives them: busybox, nonroot
+# and nonewprivs from the machine's busybox-static, agnhost from its Go source,
+# pause. Sourced by scripts/conformance.sh and scripts/cluster.sh.
+#
+#   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
+#   . "$REPO/scripts/lib/test-images.sh"
+#   build_images      # DIR/images/*.tar; IMAGES holds their names
+#
+# The caller sources scripts/lib/common.sh first (log, die, now, since).
+
+# image_ref ID: registry/name:tag of the image manifest.go calls ID.
+image_ref() {
+    python3 - "$MANIFEST" "$1" <<'EOF'
+import re, sys
+src = open(sys.argv[1], encoding="utf-8").read()
+registries = dict(re.findall(r'^\s*(\w+Registry):\s*"([^"]+)"', src, re.M))
+m = re.search(r'configs\[%s\]\s*=\s*Config\{list\.(\w+),\s*"([^"]+)",\s*"([^"]+)"\}' % re.escape(sys.argv[2]), src)
+if not m or m.group(1) not in registries:
+    sys.exit("manifest.go gives no image for %s" % sys.argv[2])
+print("%s/%s:%s" % (registries[m.group(1)], m.group(2), m.group(3)))
+EOF
+}
+
+IMAGES=()
+
+build_images() {
+    local t0 busybox nonroot nonewprivs agnhost pause root
+    t0=$(now)
+    if ! { busybox=$(image_ref BusyBox) && nonroot=$(image_ref NonRoot) && nonewprivs=$(image_ref Nonewprivs) &&
+        agnhost=$(image_ref Agnhost) && pause=$(image_ref Pause); }; then
+        die "cannot read the image names from $MANIFEST"
+    fi
+    root=$DIR/images/root
+    # The users and groups upstream's images have that specs rely on: busybox's
+    # nobody, agnhost's user-defined-in-image (1000) and group-defined-in-image
+    # (50000).
+    mkdir -p "$root/busybox/etc" "$root/agnhost/etc" "$root/agnhost/uploads" "$root/nonewprivs/usr/local/bin"
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'daemon:x:1:1:daemon:/usr/sbin:/bin/false' \
+        'bin:x:2:2:bin:/bin:/bin/false' 'sys:x:3:3:sys:/dev:/bin/false' \
+        'nobody:x:65534:65534:nobody:/home:/bin/false' >"$root/busybox/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'daemon:x:1:' 'bin:x:2:' 'sys:x:3:' 'nogroup:x:65534:' >"$root/busybox/etc/group"
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/:/bin/false' \
+        'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >"$root/agnhost/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'user-defined-in-image:x:1000:' \
+        'group-defined-in-image:x:50000:user-defined-in-image' >"$root/agnhost/etc/group"
+    cp -- "$E2E_BIN/agnhost" "$root/agnhost/agnhost"
+    ln -s agnhost "$root/agnhost/agnhost-2"
+    cp -- "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/agnhost/"
+    chmod 0755 "$root/agnhost/agnhost"
+    chmod 0644 "$root/agnhost/localhost.crt" "$root/agnhost/localhost.key"
+    cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
+    chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
+    local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/busybox" \
+        "$DIR/images/busybox.tar" "$busybox" sh || die "building $busybox failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/busybox" --user 1234 \
+        "$DIR/images/nonroot.tar" "$nonroot" sh || die "building $nonroot failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nonewprivs" --path "$full_path" \
+        "$DIR/images/nonewprivs.tar" "$nonewprivs" nnp || die "building $nonewprivs failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/agnhost" --path "$full_path" --entrypoint /agnhost \
+        "$DIR/images/agnhost.tar" "$agnhost" pause || die "building $agnhost failed"
+    # upstream's pause exits on SIGTERM; PID 1 ignores a signal it has no
+    # handler for, so the stand-in traps it.
+    bash "$REPO/scripts/build-image.sh" "$DIR/images/pause.tar" "$pause" \
+        sh -c 'trap "exit 0" TERM INT; while :; do sleep 1; done' || die "building $pause failed"
+    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$pause")
+    log "built ${#IMAGES[@]} images in $(since "$t0") s: ${IMAGES[*]}"
+}
+

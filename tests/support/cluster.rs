@@ -1,0 +1,81 @@
+//! A cluster of picolet nodes on this machine, for the cross-node tests: `scripts/cluster.sh`
+//! (the control plane, two picolet nodes each in a network namespace of its own with its own
+//! containerd 2.x, pod CIDR and kube-proxy, and CoreDNS; see docs/testing.md, "The cluster"),
+//! run with this build's picolet. std only.
+//!
+//! `up` panics with the script's output when the cluster does not come up (a missing
+//! prerequisite included: the test fails, it never skips); `Drop` runs `down`, which stops every
+//! process by the PID `up` recorded and removes the namespaces, links, routes and the nat rule it
+//! made. The node network's addresses are fixed, so one cluster runs on a machine at a time: a
+//! second `up` is refused by the script while the first one's bridge exists.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A cluster that is up; `down` when dropped.
+pub struct Cluster {
+    /// The script's directory for it (logs, kubeconfigs, reports).
+    pub dir: PathBuf,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster.sh")
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    Command::new("bash")
+        .arg(script())
+        .args(args)
+        .arg(dir)
+        .env("PICOLET_BIN", env!("CARGO_BIN_EXE_picolet"))
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script().display()))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+impl Cluster {
+    /// `scripts/cluster.sh up` in a directory of this process's own under /tmp (short: unix
+    /// sockets live under it).
+    pub fn up() -> Cluster {
+        let dir = PathBuf::from(format!("/tmp/pcl-test-{}", std::process::id()));
+        let o = run(&["up"], &dir);
+        let c = Cluster { dir };
+        assert!(
+            o.status.success(),
+            "scripts/cluster.sh up failed: {}",
+            text(&o)
+        );
+        c
+    }
+
+    /// The admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("cp/admin.kubeconfig")
+    }
+
+    /// `scripts/cluster.sh check`: its output, whatever its exit status.
+    pub fn check(&self) -> Output {
+        run(&["check"], &self.dir)
+    }
+
+    /// The output as one text, for assertion messages.
+    pub fn describe(o: &Output) -> String {
+        text(o)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let o = run(&["down"], &self.dir);
+        if !o.status.success() {
+            eprintln!("scripts/cluster.sh down failed: {}", text(&o));
+        }
+    }
+}
