@@ -56,7 +56,8 @@ PY
 
 agent() {
     [[ $(id -u) == 0 ]] || die "the agent part runs as root (containerd, runc)"
-    local dir=/tmp/pbench-storage-agent
+    # Global: the EXIT trap runs after this function has returned.
+    dir=/tmp/pbench-storage-agent
     cleanup() {
         [[ -n ${PICOLET_PID:-} ]] && kill "$PICOLET_PID" 2>/dev/null
         wait 2>/dev/null || true
