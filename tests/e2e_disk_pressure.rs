@@ -136,6 +136,19 @@ impl LoopDisk {
 
 impl Drop for LoopDisk {
     fn drop(&mut self) {
+        // After a failure, picolet's log and containerd's outlive the disk, beside its image.
+        if std::thread::panicking() {
+            let keep = self.image.with_file_name("failed");
+            let _ = std::fs::create_dir_all(&keep);
+            for (from, to) in [
+                ("a/picolet.log", "picolet.log"),
+                ("c/containerd.log", "containerd.log"),
+            ] {
+                if std::fs::copy(self.mount.join(from), keep.join(to)).is_ok() {
+                    eprintln!("kept {}", keep.join(to).display());
+                }
+            }
+        }
         // Whatever the agent or containerd left mounted on the disk (deepest first), then the
         // disk itself: a plain unmount, and a lazy one when something still holds it.
         for m in picolet::volume::mounts_under(&self.mount) {
