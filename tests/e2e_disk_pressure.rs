@@ -5,8 +5,9 @@
 //! filling its writable layer brings the node to disk pressure; picolet first reclaims at node
 //! level (an unused image goes), reads again, and evicts the filler, ranked as upstream ranks
 //! (usage above requests before priority: the filler has the higher priority, the quiet pod
-//! the lower one but stays within its request), with upstream's message. The pod within its
-//! limits keeps its container; the disk's space comes back. Fails (never skips) without
+//! the lower one but stays within its request), with upstream's message, and waits for its
+//! containers to be gone before the next round. The pod within its limits keeps its container;
+//! the disk's space comes back. Fails (never skips) without
 //! containerd, runc, busybox, losetup and mkfs.ext4.
 //!
 //! The loop device and every mount on it go on every exit, a failed assertion too: [`LoopDisk`]
@@ -313,6 +314,13 @@ fn disk_pressure_reclaims_then_evicts_the_pod_filling_the_disk_and_spares_the_on
         Duration::from_secs(30),
         |_| disk.available() > threshold,
     );
+    // The round after the eviction waited for the filler's containers to be gone.
+    a.wait_for("the eviction's wait for the cleanup", T, |a| {
+        a.log_text().contains(&format!(
+            "eviction: pods successfully cleaned up: default/{}",
+            full("a-filler")
+        ))
+    });
     eprintln!(
         "available: {} MiB before the filler, {} MiB after its eviction",
         before / MIB,
