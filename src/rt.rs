@@ -400,6 +400,14 @@ impl Interval {
             self.next = now + self.period;
         }
     }
+
+    /// [`Interval::tick`], and how late it ran: from when it was due to when its task ran
+    /// again (zero on time; more while the executor was busy with something else).
+    pub async fn tick_late(&mut self) -> Duration {
+        let due = self.next;
+        self.tick().await;
+        now().saturating_duration_since(due)
+    }
 }
 
 struct FakeState {
@@ -707,6 +715,23 @@ mod tests {
             clock.advance(Duration::from_secs(11));
             settle().await;
             assert_eq!(ticks.get(), 3);
+
+            // How late a tick ran: nothing on time, what the clock jumped past its due time.
+            let late = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            let l = late.clone();
+            let _t = spawn(async move {
+                let mut iv = interval(Duration::from_secs(1));
+                loop {
+                    let d = iv.tick_late().await;
+                    l.borrow_mut().push(d);
+                }
+            });
+            settle().await;
+            clock.advance(Duration::from_secs(1));
+            settle().await;
+            clock.advance(Duration::from_millis(1300));
+            settle().await;
+            assert_eq!(*late.borrow(), [Duration::ZERO, Duration::from_millis(300)]);
         });
     }
 

@@ -82,7 +82,7 @@ async fn run_eviction(
         reclaimers: vec![
             Box::new(eviction::ContainerGc {
                 rm: parts.rm,
-                cache: parts.cache,
+                cache: parts.cache.clone(),
             }),
             Box::new(eviction::ImageGc {
                 gc: parts.image_gc,
@@ -94,6 +94,17 @@ async fn run_eviction(
         ],
         evict: Box::new(move |e| k2.evict(&e.uid, e.grace, &e.message)),
         pressure: Box::new(move |p| k3.set_pressure(p)),
+        // Its containers gone from the runtime (as the PLEG last listed it): their writable
+        // layers and logs with them.
+        cleaned_up: {
+            let cache = parts.cache;
+            Box::new(move |uid| {
+                cache
+                    .borrow()
+                    .get(uid)
+                    .is_none_or(|c| c.status.containers.is_empty())
+            })
+        },
     };
     eviction::run(cfg, seams).await;
 }

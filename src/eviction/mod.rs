@@ -52,6 +52,45 @@ pub struct Seams {
     pub evict: Box<dyn Fn(&Eviction) -> bool>,
     /// Where the pressure conditions go (the Node status).
     pub pressure: Box<dyn Fn(Pressure)>,
+    /// Whether an evicted pod's resources are reclaimed (its containers removed, so their
+    /// writable layers and logs with them): upstream's `podResourcesAreReclaimed`.
+    pub cleaned_up: Box<dyn Fn(&str) -> bool>,
+}
+
+/// After an eviction, how long the next round waits at most for the evicted pods to be cleaned
+/// up, and how often it looks (upstream's `podCleanupTimeout` and `podCleanupPollFreq`): a round
+/// that read the disk before the evicted pod's layer was removed would evict another pod.
+pub const POD_CLEANUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const POD_CLEANUP_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits until every evicted pod is cleaned up, or [`POD_CLEANUP_TIMEOUT`] (upstream's
+/// `waitForPodsCleanup`). Returns whether they all were.
+pub async fn wait_for_cleanup(seams: &Seams, evicted: &[Eviction]) -> bool {
+    if evicted.is_empty() {
+        return true;
+    }
+    let names = || {
+        evicted
+            .iter()
+            .map(|e| format!("{}/{}", e.namespace, e.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let deadline = rt::now() + POD_CLEANUP_TIMEOUT;
+    loop {
+        if evicted.iter().all(|e| (seams.cleaned_up)(&e.uid)) {
+            log::info!("eviction: pods successfully cleaned up: {}", names());
+            return true;
+        }
+        if rt::now() >= deadline {
+            log::info!(
+                "eviction: timed out waiting for pods to be cleaned up: {}",
+                names()
+            );
+            return false;
+        }
+        rt::sleep(POD_CLEANUP_POLL).await;
+    }
 }
 
 async fn read(signals: &Arc<dyn SignalSource>) -> Observations {
@@ -123,7 +162,8 @@ pub async fn run(cfg: Config, seams: Seams) {
     let mut tick = rt::interval(PERIOD);
     loop {
         tick.tick().await;
-        round(&mut m, &seams).await;
+        let evicted = round(&mut m, &seams).await;
+        wait_for_cleanup(&seams, &evicted).await;
     }
 }
 
@@ -580,6 +620,7 @@ mod tests {
                     true
                 }),
                 pressure: Box::new(move |p| p2.set(p)),
+                cleaned_up: Box::new(|_| true),
             };
             let mut m = nodefs_manager(true);
             assert_eq!(round(&mut m, &seams).await, []);
@@ -590,6 +631,58 @@ mod tests {
             assert_eq!(e.name, "a");
             assert_eq!(reclaims.get(), 2);
             assert_eq!(*evicted.borrow(), ["a"]);
+        });
+    }
+
+    /// After an eviction the task waits, looking every second, until the pod is cleaned up,
+    /// and no longer than 30 s.
+    #[test]
+    fn an_eviction_waits_for_the_pod_to_be_cleaned_up() {
+        let clock = rt::FakeClock::install();
+        rt::block_on(async {
+            let gone = Rc::new(Cell::new(false));
+            let looks = Rc::new(Cell::new(0u32));
+            let (g2, l2) = (gone.clone(), looks.clone());
+            let seams = Rc::new(Seams {
+                signals: Arc::new(Fixed(std::sync::Mutex::new(vec![disk(5)]))),
+                candidates: Box::new(|| Box::pin(async { pods() })),
+                reclaimers: Vec::new(),
+                evict: Box::new(|_| true),
+                pressure: Box::new(|_| {}),
+                cleaned_up: Box::new(move |uid| {
+                    assert_eq!(uid, "u-a");
+                    l2.set(l2.get() + 1);
+                    g2.get()
+                }),
+            });
+            let mut m = nodefs_manager(false);
+            let evicted = round(&mut m, &seams).await;
+            assert_eq!(evicted.len(), 1);
+            assert!(wait_for_cleanup(&seams, &[]).await, "nothing to wait for");
+
+            let (s2, e2) = (seams.clone(), evicted.clone());
+            let t0 = rt::now();
+            let waiting = rt::spawn(async move { wait_for_cleanup(&s2, &e2).await });
+            for _ in 0..3 {
+                rt::settle().await;
+                clock.advance(POD_CLEANUP_POLL);
+            }
+            gone.set(true);
+            rt::settle().await;
+            assert!(waiting.await);
+            assert_eq!(rt::now() - t0, 3 * POD_CLEANUP_POLL);
+            assert_eq!(looks.get(), 4);
+
+            gone.set(false);
+            let (s2, e2) = (seams.clone(), evicted.clone());
+            let t0 = rt::now();
+            let waiting = rt::spawn(async move { wait_for_cleanup(&s2, &e2).await });
+            for _ in 0..40 {
+                rt::settle().await;
+                clock.advance(POD_CLEANUP_POLL);
+            }
+            assert!(!waiting.await, "gives up");
+            assert!(rt::now() - t0 >= POD_CLEANUP_TIMEOUT);
         });
     }
 
@@ -706,6 +799,7 @@ mod tests {
                     true
                 }),
                 pressure: Box::new(move |p| p2.set(p)),
+                cleaned_up: Box::new(|_| true),
             };
             let mut m = nodefs_manager(false);
             assert_eq!(round(&mut m, &seams).await, []);

@@ -33,6 +33,42 @@ pub use state::{Command, Input, LoopConfig, LoopState, View};
 
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How often the loop says, at debug level, how late its tick ran.
+pub const LATENESS_WINDOW: Duration = Duration::from_secs(60);
+
+/// The sync loop's tick against its schedule. A tick runs late when the executor was busy
+/// with something else when it was due (work that belongs on the blocking pool, say a long
+/// directory walk, shows here); each [`LATENESS_WINDOW`] the loop logs how many ticks ran and
+/// the worst lateness among them.
+#[derive(Debug)]
+pub struct TickLateness {
+    since: Instant,
+    ticks: u32,
+    worst: Duration,
+}
+
+impl TickLateness {
+    pub fn new(now: Instant) -> Self {
+        TickLateness {
+            since: now,
+            ticks: 0,
+            worst: Duration::ZERO,
+        }
+    }
+
+    /// Counts a tick `late` past its due time; once a window has passed, its ticks and the
+    /// worst lateness, and a new window begins.
+    pub fn record(&mut self, late: Duration, now: Instant) -> Option<(u32, Duration)> {
+        self.ticks += 1;
+        self.worst = self.worst.max(late);
+        if now.saturating_duration_since(self.since) < LATENESS_WINDOW {
+            return None;
+        }
+        let out = (self.ticks, self.worst);
+        *self = TickLateness::new(now);
+        Some(out)
+    }
+}
 
 /// The node agent's state as the loop and the local API see it.
 pub struct Kubelet {
@@ -452,6 +488,8 @@ impl Kubelet {
             })
         };
         let mut sync_tick = rt::interval(SYNC_TICK);
+        let late = std::cell::Cell::new(Duration::ZERO);
+        let mut lateness = TickLateness::new(rt::now());
         let probes = self.prober.updates();
         loop {
             *self.last_loop.borrow_mut() = rt::now();
@@ -471,7 +509,7 @@ impl Kubelet {
                         or(
                             async { events.recv().await.ok().map(Input::Pleg) },
                             or(async { internal_rx.recv().await.ok() }, async {
-                                sync_tick.tick().await;
+                                late.set(sync_tick.tick_late().await);
                                 Some(Input::Tick)
                             }),
                         ),
@@ -480,6 +518,13 @@ impl Kubelet {
             )
             .await;
             if matches!(input, Some(Input::Tick)) {
+                if let Some((ticks, worst)) = lateness.record(late.get(), rt::now()) {
+                    log::debug!(
+                        "sync loop: {ticks} ticks in the last {} s, the worst {:.1} ms late",
+                        LATENESS_WINDOW.as_secs(),
+                        worst.as_secs_f64() * 1000.0
+                    );
+                }
                 self.enforce_active_deadlines();
             }
             match input {

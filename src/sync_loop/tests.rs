@@ -2484,3 +2484,17 @@ fn a_resize_is_applied_in_place_or_by_a_restart_as_each_resize_policy_says() {
         );
     });
 }
+
+#[test]
+fn tick_lateness_is_told_once_a_window_with_the_worst_tick() {
+    use super::{LATENESS_WINDOW, TickLateness};
+    let t0 = std::time::Instant::now();
+    let ms = Duration::from_millis;
+    let mut l = TickLateness::new(t0);
+    assert_eq!(l.record(ms(1), t0 + Duration::from_secs(1)), None);
+    assert_eq!(l.record(ms(40), t0 + Duration::from_secs(2)), None);
+    assert_eq!(l.record(ms(3), t0 + LATENESS_WINDOW), Some((3, ms(40))));
+    // A new window: the earlier worst is forgotten.
+    assert_eq!(l.record(ms(2), t0 + LATENESS_WINDOW * 2 - ms(1)), None);
+    assert_eq!(l.record(ms(0), t0 + LATENESS_WINDOW * 2), Some((2, ms(2))));
+}
