@@ -296,10 +296,13 @@ struct OneObject {
     resource_version: String,
     /// What the last list or event said; none before the first list.
     current: Option<Object>,
+    /// The object is immutable: it cannot change, so its watch ends (as the kubelet's does).
+    immutable: bool,
 }
 
 impl OneObject {
-    fn decode(&self, v: &Value) -> Result<Object, ObjectError> {
+    fn decode(&mut self, v: &Value) -> Result<Object, ObjectError> {
+        self.immutable = v["immutable"] == true;
         decode_object(self.key.0, v)
             .map(|d| Object::Present(Arc::new(d)))
             .map_err(|e| ObjectError::Decode {
@@ -338,7 +341,10 @@ impl Watched for OneObject {
         let name = &self.key.2;
         let o = match items.iter().find(|i| i["metadata"]["name"] == **name) {
             Some(v) => self.decode(v)?,
-            None => Object::Missing,
+            None => {
+                self.immutable = false;
+                Object::Missing
+            }
         };
         self.resource_version = watch::list_resource_version(&list);
         self.take(o);
@@ -350,7 +356,10 @@ impl Watched for OneObject {
             return Ok(false);
         }
         let o = match event {
-            Event::Deleted => Object::Missing,
+            Event::Deleted => {
+                self.immutable = false;
+                Object::Missing
+            }
             Event::Added | Event::Modified => self.decode(&object)?,
         };
         Ok(self.take(o))
@@ -378,6 +387,7 @@ fn watch_object(
         key: key.clone(),
         resource_version: String::new(),
         current: None,
+        immutable: false,
     };
     let mut jitter = Jitter::new(&format!("{}:{ns}/{name}", kind.as_str()));
     let opts = watch::Options {
@@ -396,7 +406,8 @@ fn watch_object(
         {
             return false;
         }
-        running()
+        // An immutable object is read once: its watch ends here, and is not started again.
+        !set.immutable && running()
     };
     watch::run(client, &mut set, &opts, &mut jitter, &running, &mut emit);
 }
@@ -785,6 +796,55 @@ mod tests {
                 .starts_with("data.pw: not base64")
         );
         assert!(decode_object(Kind::Secret, &json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn one_object_is_listed_and_watched_by_name() {
+        let mut o = OneObject {
+            key: (Kind::ConfigMap, "ns".into(), "kube-root-ca.crt".into()),
+            resource_version: String::new(),
+            current: None,
+            immutable: false,
+        };
+        assert_eq!(
+            o.path("&watch=true"),
+            "/api/v1/namespaces/ns/configmaps?fieldSelector=metadata.name%3Dkube-root-ca.crt&watch=true"
+        );
+        // Listed: there, or not.
+        o.replace(json!({"metadata": {"resourceVersion": "7"}, "items": []}))
+            .unwrap();
+        assert!(o.current == Some(Object::Missing));
+        assert_eq!(o.resource_version, "7");
+        let cm = |v: &str| {
+            json!({"metadata": {"name": "kube-root-ca.crt", "resourceVersion": "9"},
+                   "data": {"ca.crt": v}})
+        };
+        o.replace(json!({"metadata": {"resourceVersion": "9"}, "items": [cm("A")]}))
+            .unwrap();
+        let a = |v: &str| {
+            let d: Data = [("ca.crt".to_owned(), v.as_bytes().to_vec())]
+                .into_iter()
+                .collect();
+            Some(Object::Present(Arc::new(d)))
+        };
+        assert!(o.current == a("A"));
+        // Events: the same content is no change, new content is, deletion is Missing.
+        assert!(!o.apply_object(Event::Modified, cm("A")).unwrap());
+        assert!(o.apply_object(Event::Modified, cm("B")).unwrap());
+        assert!(o.current == a("B"));
+        let other = json!({"metadata": {"name": "other"}, "data": {"x": "y"}});
+        assert!(!o.apply_object(Event::Modified, other).unwrap());
+        assert!(o.apply_object(Event::Deleted, cm("B")).unwrap());
+        assert!(o.current == Some(Object::Missing));
+        // Bad data is refused by name.
+        let bad = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"k": 1}});
+        let e = o.apply_object(Event::Added, bad).unwrap_err().to_string();
+        assert_eq!(e, "configmap: data.k: not a string");
+        // An immutable object says so.
+        let mut fixed = cm("C");
+        fixed["immutable"] = json!(true);
+        assert!(o.apply_object(Event::Added, fixed).unwrap());
+        assert!(o.immutable);
     }
 
     #[test]
