@@ -44,6 +44,9 @@
 #   COMPARE_JOIN_CONFIG  more KubeletConfiguration lines for the joined phase, as YAML
 #                    (e.g. "nodeLeaseDurationSeconds: 600" for the settings of a metered link)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
+#   COMPARE_CGROUP_ROOT  the agents' cgroup root (default /picolet-compare; another one lets
+#                    two runs share the machine, with another node API port in
+#                    COMPARE_JOIN_CONFIG, e.g. "port: 10251")
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
 # The kubelet runs as scripts/conformance.sh runs it (scripts/lib/upstream-kubelet.sh:
@@ -104,7 +107,7 @@ CP_STARTED=0
 RELAY_PID=
 JOIN_CONFIG=
 JOIN_ARGS=()
-CGROUP_ROOT=/picolet-compare
+CGROUP_ROOT=${COMPARE_CGROUP_ROOT:-/picolet-compare}
 
 stop_agent() {
     stop_pid "$AGENT_PID"
