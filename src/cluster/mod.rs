@@ -541,7 +541,8 @@ async fn renew_lease(
 /// A round starts as soon as a status changed (the status manager's signal, as upstream's
 /// `podStatusChannel`), not at a period: the changes made together (pods whose workers finished
 /// in the same turn of the executor) go out together, [`STATUS_PARALLEL`] patches at a time,
-/// and a change made while a round is out starts the next round as soon as it ends. A round
+/// each batch with the statuses as they are when it is sent, so a status that changed while a
+/// batch was out is not held back behind statuses taken before it. A round
 /// also runs every [`POD_STATUS_PERIOD`] without a signal, so a failed patch is tried again and
 /// nothing is lost to an outage.
 pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
@@ -618,17 +619,29 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                 }
             }
         }
-        let pending = kubelet.api_pod_statuses();
-        sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
-        let due: Vec<PodStatusView> = pending
-            .into_iter()
-            .filter(|p| {
-                !same_but_times(&p.current, &p.in_api)
-                    && sent.get(&p.uid) != Some(&p.current)
-                    && refused.due(&format!("status/{}", p.uid), now)
-            })
-            .collect();
-        for batch in due.chunks(STATUS_PARALLEL) {
+        // Each batch takes the statuses as they are when it is sent, so a pod that changed
+        // while the previous batch was out goes with its newest status, and a status that
+        // changed again after it was sent goes again; one that failed waits for the next
+        // round (the period), so an apiserver that is away is not asked in a loop.
+        let mut tried: HashMap<String, PodStatus> = HashMap::new();
+        loop {
+            let mut pending = kubelet.api_pod_statuses();
+            sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
+            // A new phase (Running, Succeeded, Failed) first, ahead of changes within one.
+            pending.sort_by_key(|p| p.current.phase == p.in_api.phase);
+            let batch: Vec<PodStatusView> = pending
+                .into_iter()
+                .filter(|p| {
+                    !same_but_times(&p.current, &p.in_api)
+                        && sent.get(&p.uid) != Some(&p.current)
+                        && tried.get(&p.uid) != Some(&p.current)
+                        && refused.due(&format!("status/{}", p.uid), now)
+                })
+                .take(STATUS_PARALLEL)
+                .collect();
+            if batch.is_empty() {
+                break;
+            }
             let answers = crate::kuberuntime::join_all(batch.iter().map(|p| {
                 let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
                 let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
@@ -636,6 +649,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             }))
             .await;
             for (p, answer) in batch.iter().zip(answers) {
+                tried.insert(p.uid.clone(), p.current.clone());
                 let key = format!("status/{}", p.uid);
                 let what = format!("patching the status of pod {}/{}", p.namespace, p.name);
                 match answer {
