@@ -39,10 +39,14 @@
 #                    node status goes out at least every 5 min and watches are renewed
 #                    every 5 to 10 min, so a day's bytes are best extrapolated from 600 s
 #   COMPARE_AGENTS   the agents run (default "picolet kubelet"; the side-by-side table
-#                    needs both, either alone prints its rows)
+#                    needs both, either alone prints its rows; picolet alone needs no
+#                    kubelet built)
 #   COMPARE_JOIN_CONFIG  more KubeletConfiguration lines for the joined phase, as YAML
 #                    (e.g. "nodeLeaseDurationSeconds: 600" for the settings of a metered link)
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
+#   COMPARE_CGROUP_ROOT  the agents' cgroup root (default /picolet-compare; another one lets
+#                    two runs share the machine, with another node API port in
+#                    COMPARE_JOIN_CONFIG, e.g. "port: 10251")
 #   PICOLET_BIN      the picolet to run (default: cargo build --release)
 #
 # The kubelet runs as scripts/conformance.sh runs it (scripts/lib/upstream-kubelet.sh:
@@ -82,8 +86,12 @@ for a in "${AGENTS[@]}"; do [[ $a == picolet || $a == kubelet ]] || die "COMPARE
 for c in python3 ctr containerd unshare mount getconf; do command -v "$c" >/dev/null || die "$c not found"; done
 CLK_TCK=$(getconf CLK_TCK)
 
-KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
-KUBELET=$KBIN/kubelet
+# The kubelet only when it runs: picolet alone needs no --e2e build.
+KUBELET=
+if [[ " ${AGENTS[*]} " == *" kubelet "* ]]; then
+    KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
+    KUBELET=$KBIN/kubelet
+fi
 if ((JOINED_PODS > 0)); then
     CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
 fi
@@ -99,7 +107,7 @@ CP_STARTED=0
 RELAY_PID=
 JOIN_CONFIG=
 JOIN_ARGS=()
-CGROUP_ROOT=/picolet-compare
+CGROUP_ROOT=${COMPARE_CGROUP_ROOT:-/picolet-compare}
 
 stop_agent() {
     stop_pid "$AGENT_PID"

@@ -82,6 +82,39 @@ impl Kind {
     }
 }
 
+/// How changes of the ConfigMaps and Secrets the pods use are seen: the kubelet's
+/// `configMapAndSecretChangeDetectionStrategy`, with its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChangeDetection {
+    /// A list and a watch of each object (the kubelet's default).
+    #[default]
+    Watch,
+    /// A GET of each object when a pod first needs it, then every `OBJECT_TTL` (2 min).
+    Cache,
+    /// A GET of each object when a pod first needs it, then every `syncFrequency` (the
+    /// kubelet reads it at each sync of a pod that uses it).
+    Get,
+}
+
+impl ChangeDetection {
+    pub fn parse(s: &str) -> Result<ChangeDetection, String> {
+        match s {
+            "Watch" => Ok(ChangeDetection::Watch),
+            "Cache" => Ok(ChangeDetection::Cache),
+            "Get" => Ok(ChangeDetection::Get),
+            other => Err(format!("{other:?}: not one of Watch, Cache, Get")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeDetection::Watch => "Watch",
+            ChangeDetection::Cache => "Cache",
+            ChangeDetection::Get => "Get",
+        }
+    }
+}
+
 /// A token as a pod asks for it; `key()` identifies it in the store.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TokenSpec {

@@ -1011,16 +1011,93 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
 }
 
 #[test]
+fn a_configmap_change_reaches_the_files_through_its_watch_and_at_rest_nothing_is_read_again() {
+    run(async {
+        let (tmp, fake, api) = fakes("apiwatch");
+        api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
+        api.put_object(
+            "secrets",
+            "default",
+            "creds",
+            json!({"password": "czNjcmV0"}),
+        );
+        api.put_object(
+            "configmaps",
+            "default",
+            "kube-root-ca.crt",
+            json!({"ca.crt": "CA PEM"}),
+        );
+        api.create_pod(pod_with_api_volumes("vols"));
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "the pod running", Duration::from_secs(15), async || {
+            fake.running_container_of("vols").is_some()
+        })
+        .await;
+        let c = fake.running_container_of("vols").unwrap();
+        assert_eq!(file_in(&c, "/etc/cfg", "greeting"), "hello");
+        // Each object listed by name, then watched: nothing read with a GET of its own.
+        let reads = || -> Vec<String> {
+            api.requests()
+                .into_iter()
+                .filter(|(_, p)| p.contains("/configmaps") || p.contains("/secrets"))
+                .map(|(m, p)| format!("{m} {p}"))
+                .collect()
+        };
+        let first = reads();
+        for name in ["app", "kube-root-ca.crt"] {
+            let by_name = format!(
+                "GET /api/v1/namespaces/default/configmaps?fieldSelector=metadata.name%3D{name}"
+            );
+            assert!(first.contains(&by_name), "{name} listed: {first:?}");
+            assert!(
+                first
+                    .iter()
+                    .any(|r| r.starts_with(&format!("{by_name}&watch=true"))),
+                "{name} watched: {first:?}"
+            );
+        }
+        assert!(
+            !first
+                .iter()
+                .any(|r| r.contains("/configmaps/") || r.contains("/secrets/")),
+            "{first:?}"
+        );
+        // At rest: no request for them at all.
+        rt::sleep(Duration::from_secs(5)).await;
+        assert_eq!(reads(), first, "nothing read again at rest");
+        // A change reaches the file through the watch, long before any re-read would.
+        api.put_object(
+            "configmaps",
+            "default",
+            "app",
+            json!({"greeting": "bonjour"}),
+        );
+        until(
+            &a,
+            "the change in the file",
+            Duration::from_secs(10),
+            async || file_in(&c, "/etc/cfg", "greeting") == "bonjour",
+        )
+        .await;
+        assert_eq!(reads(), first, "the change came on the open watch");
+    });
+}
+
+#[test]
 fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
     run(async {
         let (tmp, fake, api) = fakes("apivol403");
-        api.forbid("/api/v1/namespaces/default/secrets/");
+        api.forbid("/api/v1/namespaces/default/secrets");
         let mut p = api_pod("needs-secret");
         p["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": "locked"}}]);
         p["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "s", "mountPath": "/s"}]);
         api.create_pod(p);
         let a = start_joined(&tmp, &fake, &api).await;
-        let told = "reading secret default/locked: GET /api/v1/namespaces/default/secrets/locked: 403 Forbidden";
+        // Listed and watched by name (`configMapAndSecretChangeDetectionStrategy: Watch`).
+        let by_name = "/api/v1/namespaces/default/secrets?fieldSelector=metadata.name%3Dlocked";
+        let told =
+            format!("the apiserver refuses this node's secrets (GET {by_name}: 403 Forbidden");
+        let told = told.as_str();
         until(
             &a,
             "the refusal reported",
@@ -1031,11 +1108,11 @@ fn a_secret_the_apiserver_refuses_is_reported_once_and_the_pod_waits() {
         rt::sleep(Duration::from_secs(4)).await;
         let log = a.log_text();
         assert_eq!(log.matches(told).count(), 1, "said once, not per retry");
-        assert!(log.contains("a node may read only what the pods bound to it use"));
-        assert!(
-            api.count("GET", "/api/v1/namespaces/default/secrets/locked") >= 2,
-            "retried"
-        );
+        assert!(log.contains(
+            "secret default/locked: the pods using it wait; a node may read only what the pods \
+             bound to it use"
+        ));
+        assert!(api.count("GET", by_name) >= 2, "retried");
         assert_eq!(
             running(&fake, "needs-secret"),
             0,

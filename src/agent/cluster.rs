@@ -215,6 +215,8 @@ fn start_cluster(
             kubelet.clone(),
             restored.objects,
             Some(o.root().objects_checkpoint()),
+            o.config_map_and_secret_change_detection_strategy,
+            o.sync_frequency,
         )),
         rt::spawn(cluster::run_mirrors(
             client,

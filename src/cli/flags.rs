@@ -610,6 +610,15 @@ pub static SETTINGS: &[Setting] = &[
         ..NONE
     },
     Setting {
+        field: "configMapAndSecretChangeDetectionStrategy",
+        read: Text(|t, v| {
+            let d = crate::objects::ChangeDetection::parse(&v)?;
+            set(&mut t.o.config_map_and_secret_change_detection_strategy, d)
+        }),
+        configz: Some(|o, _| json!(o.config_map_and_secret_change_detection_strategy.as_str())),
+        ..NONE
+    },
+    Setting {
         field: "nodeLeaseDurationSeconds",
         read: I32(|t, n| {
             let n = u32::try_from(n)

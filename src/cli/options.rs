@@ -71,6 +71,9 @@ pub struct Options {
     pub image_preload_dir: Option<PathBuf>,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
+    /// `configMapAndSecretChangeDetectionStrategy`: how changes of the ConfigMaps and Secrets
+    /// the pods use are seen; default `Watch`.
+    pub config_map_and_secret_change_detection_strategy: crate::objects::ChangeDetection,
     /// `nodeLeaseDurationSeconds`: how long the node's Lease holds (renewed every quarter of
     /// it); default 40.
     pub node_lease_duration_seconds: u32,
@@ -163,6 +166,7 @@ impl Default for Options {
             bootstrap_kubeconfig: None,
             rotate_certificates: None,
             apiserver_poll_interval: None,
+            config_map_and_secret_change_detection_strategy: Default::default(),
             node_lease_duration_seconds: 40,
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),

@@ -4,8 +4,8 @@
 //! Each runs as a task on the executor; every call goes to the blocking pool (`rt::unblock`),
 //! so an apiserver that hangs or is gone never stalls the loop, and pods keep running through
 //! any outage. What could not be sent is sent again once the apiserver answers: node status is
-//! recomputed every 10 s and posted when it changed or every 5 min; pod statuses are compared
-//! with what the apiserver holds and patched until they match.
+//! recomputed every 10 s and posted when it changed or every 5 min; a pod status is patched as
+//! soon as it changed, and compared with what the apiserver holds every second until they match.
 
 pub mod node;
 pub mod objects;
@@ -42,6 +42,9 @@ pub trait Kubelet {
     fn api_pods(&self) -> Vec<Rc<Pod>>;
     /// Told when the pods from the apiserver change.
     fn api_pods_changed(&self) -> async_channel::Receiver<()>;
+    /// Told when pod statuses changed (several changes, one signal), and when a deleted pod's
+    /// final status is ready to be posted.
+    fn pod_statuses_changed(&self) -> async_channel::Receiver<()>;
     /// The static pods.
     fn static_pods(&self) -> Vec<Rc<Pod>>;
     /// Syncs these pods now (their objects have arrived).
@@ -97,8 +100,12 @@ impl Heartbeats {
         Duration::from_secs(u64::from(self.lease_duration_secs)) / 4
     }
 }
-/// How often pod statuses are compared with the apiserver's.
+/// How often pod statuses are compared with the apiserver's when nothing signalled a change:
+/// the retry of a patch that failed. A change is published at once.
 pub const POD_STATUS_PERIOD: Duration = Duration::from_secs(1);
+/// The most pod status patches in flight at once: the connections the client keeps idle
+/// between calls, so a burst of changes goes out on open connections instead of opening more.
+pub const STATUS_PARALLEL: usize = 2;
 /// Deadline of a heartbeat call (the Lease, the node status), as the kubelet's: the shorter of
 /// the status update period and the lease duration, so a renewal that hangs leaves time to try
 /// again before the Lease runs out.
@@ -529,7 +536,15 @@ async fn renew_lease(
 
 /// Publishes the status of the pods the apiserver gave this node: whenever the status picolet
 /// generates differs from the one the apiserver holds, it is patched (with the pod's UID as a
-/// precondition); a failed patch is tried again next round, so nothing is lost to an outage.
+/// precondition).
+///
+/// A round starts as soon as a status changed (the status manager's signal, as upstream's
+/// `podStatusChannel`), not at a period: the changes made together (pods whose workers finished
+/// in the same turn of the executor) go out together, [`STATUS_PARALLEL`] patches at a time,
+/// each batch with the statuses as they are when it is sent, so a status that changed while a
+/// batch was out is not held back behind statuses taken before it. A round
+/// also runs every [`POD_STATUS_PERIOD`] without a signal, so a failed patch is tried again and
+/// nothing is lost to an outage.
 pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
     let mut sent: HashMap<String, PodStatus> = HashMap::new();
     // Writes the apiserver refuses, per pod: retried with backoff, logged by state change. A
@@ -537,8 +552,17 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
     // it is tried again each period, so statuses follow at once when it is back.
     let mut refused = crate::retry::Failures::cleanups();
     let mut tick = rt::interval(POD_STATUS_PERIOD);
+    let changed = kubelet.pod_statuses_changed();
     loop {
-        tick.tick().await;
+        futures_lite::future::or(tick.tick(), async {
+            if changed.recv().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+        .await;
+        // The tasks already woken run first (other pods' workers ending their syncs in this
+        // turn): their changes join this round instead of starting another.
+        futures_lite::future::yield_now().await;
         let now = rt::now_nanos();
         refused.gc(now);
         for (uid, ns, name) in kubelet.take_finalizable() {
@@ -595,39 +619,62 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                 }
             }
         }
-        let pending = kubelet.api_pod_statuses();
-        sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
-        for p in pending {
-            let key = format!("status/{}", p.uid);
-            if same_but_times(&p.current, &p.in_api)
-                || sent.get(&p.uid) == Some(&p.current)
-                || !refused.due(&key, now)
-            {
-                continue;
+        // Each batch takes the statuses as they are when it is sent, so a pod that changed
+        // while the previous batch was out goes with its newest status, and a status that
+        // changed again after it was sent goes again; one that failed waits for the next
+        // round (the period), so an apiserver that is away is not asked in a loop.
+        let mut tried: HashMap<String, PodStatus> = HashMap::new();
+        loop {
+            let mut pending = kubelet.api_pod_statuses();
+            sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
+            // A new phase (Running, Succeeded, Failed) first, ahead of changes within one.
+            pending.sort_by_key(|p| p.current.phase == p.in_api.phase);
+            let batch: Vec<PodStatusView> = pending
+                .into_iter()
+                .filter(|p| {
+                    !same_but_times(&p.current, &p.in_api)
+                        && sent.get(&p.uid) != Some(&p.current)
+                        && tried.get(&p.uid) != Some(&p.current)
+                        && refused.due(&format!("status/{}", p.uid), now)
+                })
+                .take(STATUS_PARALLEL)
+                .collect();
+            if batch.is_empty() {
+                break;
             }
-            let what = format!("patching the status of pod {}/{}", p.namespace, p.name);
-            let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
-            let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
-            match call(&client, "PATCH", path, Some(body)).await {
-                // Gone from the apiserver: the source will tell the loop; no point in retrying.
-                Ok(_) => {
-                    kubelet.set_status_unreachable(false);
-                    refused.succeeded(&key, &what);
-                    sent.insert(p.uid, p.current);
-                }
-                Err(e) if e.is_not_found() => {
-                    kubelet.set_status_unreachable(false);
-                    refused.forget(&key);
-                    sent.insert(p.uid, p.current);
-                }
-                Err(e) => {
-                    // An answer (a refusal) says the apiserver is there; none says it is not.
-                    kubelet.set_status_unreachable(e.is_transport());
-                    sent.remove(&p.uid);
-                    if e.is_transport() {
-                        log::debug!("{what}: {e}");
-                    } else {
-                        refused.failed(&key, &what, &e.to_string(), now);
+            let answers = crate::kuberuntime::join_all(batch.iter().map(|p| {
+                let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
+                let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
+                call(&client, "PATCH", path, Some(body))
+            }))
+            .await;
+            for (p, answer) in batch.iter().zip(answers) {
+                tried.insert(p.uid.clone(), p.current.clone());
+                let key = format!("status/{}", p.uid);
+                let what = format!("patching the status of pod {}/{}", p.namespace, p.name);
+                match answer {
+                    Ok(_) => {
+                        kubelet.set_status_unreachable(false);
+                        refused.succeeded(&key, &what);
+                        sent.insert(p.uid.clone(), p.current.clone());
+                    }
+                    // Gone from the apiserver: the source will tell the loop; no point in
+                    // retrying.
+                    Err(e) if e.is_not_found() => {
+                        kubelet.set_status_unreachable(false);
+                        refused.forget(&key);
+                        sent.insert(p.uid.clone(), p.current.clone());
+                    }
+                    Err(e) => {
+                        // An answer (a refusal) says the apiserver is there; none says it is
+                        // not.
+                        kubelet.set_status_unreachable(e.is_transport());
+                        sent.remove(&p.uid);
+                        if e.is_transport() {
+                            log::debug!("{what}: {e}");
+                        } else {
+                            refused.failed(&key, &what, &e.to_string(), now);
+                        }
                     }
                 }
             }

@@ -1,10 +1,16 @@
 //! Fills the object store (`crate::objects`) with the ConfigMaps, Secrets and service-account
 //! tokens the node's API pods use, and checkpoints it so the pods start without the apiserver.
 //!
-//! The Node authorizer lets a node read only the objects of pods bound to it, one by one: each
-//! object is read with a GET of its own (a list would be refused), when a pod first needs it
-//! (the loop wakes the task as soon as it has a new or updated API pod) and then every
-//! [`OBJECT_TTL`]. Tokens come from the TokenRequest API, bound to their pod,
+//! The Node authorizer lets a node read only the objects of pods bound to it, one by one. How a
+//! change of one is seen is the kubelet's `configMapAndSecretChangeDetectionStrategy`
+//! ([`ChangeDetection`]): by default (`Watch`) each object a pod uses is listed and watched on
+//! its own (a list and a watch with `fieldSelector=metadata.name=<name>`, which the Node
+//! authorizer allows as it allows the GET), on a thread of its own, from when a pod first needs
+//! it until no pod has used it for [`UNUSED_GRACE`]: an object that does not change then costs
+//! the watch's bookmarks and its renewal every 5 to 10 minutes, and a change arrives at once.
+//! With `Cache` each object is read with a GET of its own when a pod first needs it (the loop
+//! wakes the task as soon as it has a new or updated API pod) and then every [`OBJECT_TTL`];
+//! with `Get`, every `syncFrequency`. Tokens come from the TokenRequest API, bound to their pod,
 //! and are requested again at 80 % of their lifetime (or after 24 h). A changed object makes
 //! the pods using it sync at once, which rewrites their volumes. Every call runs on the
 //! blocking pool; an apiserver that is away leaves the store as it was, so pods keep the
@@ -14,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -22,15 +29,18 @@ use serde_json::{Value, json};
 
 use super::Kubelet;
 use crate::apiclient::backoff::{Jitter, backoff_delay};
+use crate::apiclient::watch::{self, Event, ObjectError, Watched};
 use crate::apiclient::{ApiError, Client};
 use crate::kuberuntime::join_all;
-use crate::objects::{Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec};
+use crate::objects::{
+    ChangeDetection, Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec,
+};
 use crate::rt;
 
-/// How often an object in use is read again. A change reaches the files within this (the pods
-/// are synced at once), as fast as the kubelet's TTL cache and sync period make it in the worst
-/// case (1 min + 1 min); a shorter period would cost a node with 10 pods its budget of 7
-/// requests a minute, of which the Lease takes 6.
+/// How often an object in use is read again under the `Cache` strategy. A change reaches the
+/// files within this (the pods are synced at once), as fast as the kubelet's TTL cache and sync
+/// period make it in the worst case (1 min + 1 min); a shorter period would cost a node with 10
+/// pods its budget of 7 requests a minute, of which the Lease takes 6.
 pub const OBJECT_TTL: Duration = Duration::from_secs(120);
 /// How often the pods' needs are looked at (in memory; a call only when something is due).
 /// A new or changed API pod is looked at as soon as the loop has it, not at the next round.
@@ -280,10 +290,138 @@ fn save_checkpoint(path: &Path, bytes: Vec<u8>, last: &mut Vec<u8>) {
 
 type ObjKey = (Kind, String, String);
 
+/// One ConfigMap or Secret, listed and watched on its own (`fieldSelector=metadata.name=`).
+struct OneObject {
+    key: ObjKey,
+    resource_version: String,
+    /// What the last list or event said; none before the first list.
+    current: Option<Object>,
+    /// The object is immutable: it cannot change, so its watch ends (as the kubelet's does).
+    immutable: bool,
+}
+
+impl OneObject {
+    fn decode(&mut self, v: &Value) -> Result<Object, ObjectError> {
+        self.immutable = v["immutable"] == true;
+        decode_object(self.key.0, v)
+            .map(|d| Object::Present(Arc::new(d)))
+            .map_err(|e| ObjectError::Decode {
+                what: Some(self.key.0.as_str()),
+                source: e.into(),
+            })
+    }
+
+    /// Takes what a list or an event says; true when it changed.
+    fn take(&mut self, o: Object) -> bool {
+        let changed = self.current.as_ref() != Some(&o);
+        self.current = Some(o);
+        changed
+    }
+}
+
+impl Watched for OneObject {
+    fn what(&self) -> &'static str {
+        self.key.0.resource()
+    }
+
+    fn path(&self, query: &str) -> String {
+        let (kind, ns, name) = &self.key;
+        format!(
+            "/api/v1/namespaces/{ns}/{}?fieldSelector=metadata.name%3D{name}{query}",
+            kind.resource()
+        )
+    }
+
+    fn replace(&mut self, list: Value) -> Result<(), ObjectError> {
+        let items = match list.get("items") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(items)) => &items[..],
+            Some(_) => return Err(ObjectError::NotAnArray("items")),
+        };
+        let name = &self.key.2;
+        let o = match items.iter().find(|i| i["metadata"]["name"] == **name) {
+            Some(v) => self.decode(v)?,
+            None => {
+                self.immutable = false;
+                Object::Missing
+            }
+        };
+        self.resource_version = watch::list_resource_version(&list);
+        self.take(o);
+        Ok(())
+    }
+
+    fn apply_object(&mut self, event: Event, object: Value) -> Result<bool, ObjectError> {
+        if object["metadata"]["name"] != *self.key.2 {
+            return Ok(false);
+        }
+        let o = match event {
+            Event::Deleted => {
+                self.immutable = false;
+                Object::Missing
+            }
+            Event::Added | Event::Modified => self.decode(&object)?,
+        };
+        Ok(self.take(o))
+    }
+
+    fn resource_version(&mut self) -> &mut String {
+        &mut self.resource_version
+    }
+
+    fn count(&self) -> usize {
+        usize::from(matches!(self.current, Some(Object::Present(_))))
+    }
+}
+
+/// Lists and watches one object on the calling thread, sending what it holds after the list
+/// and after each change, until `alive` is cleared or the task is gone.
+fn watch_object(
+    client: &Client,
+    key: ObjKey,
+    alive: &AtomicBool,
+    seen: &async_channel::Sender<(ObjKey, Object)>,
+) {
+    let (kind, ns, name) = key.clone();
+    let mut set = OneObject {
+        key: key.clone(),
+        resource_version: String::new(),
+        current: None,
+        immutable: false,
+    };
+    let mut jitter = Jitter::new(&format!("{}:{ns}/{name}", kind.as_str()));
+    let opts = watch::Options {
+        poll_interval: None,
+        log_prefix: "api objects",
+        forbidden_hint: format!(
+            "{} {ns}/{name}: the pods using it wait; a node may read only what the pods bound \
+             to it use",
+            kind.as_str()
+        ),
+    };
+    let running = || alive.load(Ordering::Relaxed) && !seen.is_closed();
+    let mut emit = |set: &OneObject| {
+        if let Some(o) = &set.current
+            && seen.send_blocking((key.clone(), o.clone())).is_err()
+        {
+            return false;
+        }
+        // An immutable object is read once: its watch ends here, and is not started again.
+        !set.immutable && running()
+    };
+    watch::run(client, &mut set, &opts, &mut jitter, &running, &mut emit);
+}
+
 struct Fetcher {
     client: Client,
     store: Store,
     jitter: Jitter,
+    /// How often an object is read again; none: each is watched.
+    ttl: Option<Duration>,
+    /// The objects watched, each with the flag that ends its watch.
+    watches: HashMap<ObjKey, Arc<AtomicBool>>,
+    /// Where the watches send what they see.
+    seen: async_channel::Sender<(ObjKey, Object)>,
     /// When each object is next read; absent: read it now.
     next: HashMap<ObjKey, Instant>,
     /// Consecutive failures per object or token key, for the backoff.
@@ -361,8 +499,15 @@ impl Fetcher {
         };
         self.failures.remove(&id);
         self.told.remove(&id);
-        let spread = self.jitter.below(OBJECT_TTL / 10);
-        self.next.insert(k.clone(), rt::now() + OBJECT_TTL + spread);
+        let ttl = self.ttl.unwrap_or(OBJECT_TTL);
+        let spread = self.jitter.below(ttl / 10);
+        self.next.insert(k.clone(), rt::now() + ttl + spread);
+        self.put(k, got)
+    }
+
+    /// Stores what an object holds; returns whether the store changed.
+    fn put(&self, k: &ObjKey, got: Object) -> bool {
+        let (kind, ns, name) = k;
         let mut store = self.store.lock();
         let slot = (*kind, format!("{ns}/{name}"));
         if store.objects.get(&slot) == Some(&got) {
@@ -370,6 +515,35 @@ impl Fetcher {
         }
         store.objects.insert(slot, got);
         true
+    }
+
+    /// Starts the watch of an object that has none.
+    fn watch(&mut self, k: &ObjKey) {
+        if self.watches.contains_key(k) {
+            return;
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        let (client, key, flag, seen) = (
+            self.client.clone(),
+            k.clone(),
+            alive.clone(),
+            self.seen.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("api-object".into())
+            .spawn(move || watch_object(&client, key, &flag, &seen));
+        match spawned {
+            Ok(_) => {
+                self.watches.insert(k.clone(), alive);
+            }
+            // Tried again next round.
+            Err(e) => log::warn!(
+                "starting the watch of {} {}/{}: {e}",
+                k.0.as_str(),
+                k.1,
+                k.2
+            ),
+        }
     }
 
     /// Requests one token.
@@ -422,10 +596,15 @@ impl Fetcher {
         let now = rt::now();
         let mut pods = BTreeSet::new();
         let mut changed = false;
+        if self.ttl.is_none() {
+            for k in needs.objects.keys() {
+                self.watch(k);
+            }
+        }
         let due: Vec<(ObjKey, BTreeSet<String>)> = needs
             .objects
             .iter()
-            .filter(|(k, _)| self.next.get(*k).is_none_or(|t| *t <= now))
+            .filter(|(k, _)| self.ttl.is_some() && self.next.get(*k).is_none_or(|t| *t <= now))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for chunk in due.chunks(PARALLEL) {
@@ -494,7 +673,12 @@ impl Fetcher {
                 };
                 store.objects.remove(&(kind, key.to_owned()));
                 if let Some((ns, name)) = key.split_once('/') {
-                    self.next.remove(&(kind, ns.to_owned(), name.to_owned()));
+                    let k = (kind, ns.to_owned(), name.to_owned());
+                    self.next.remove(&k);
+                    // Its watch ends at its next event or renewal.
+                    if let Some(alive) = self.watches.remove(&k) {
+                        alive.store(false, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -502,17 +686,28 @@ impl Fetcher {
     }
 }
 
-/// Keeps the store filled for the node's API pods, and its checkpoint written.
+/// Keeps the store filled for the node's API pods, and its checkpoint written. `detection` says
+/// how changes are seen; `sync_frequency` is how often `Get` reads an object again.
 pub async fn run_objects(
     client: Client,
     kubelet: Rc<dyn Kubelet>,
     store: Store,
     checkpoint: Option<PathBuf>,
+    detection: ChangeDetection,
+    sync_frequency: Duration,
 ) {
+    let (seen, seen_rx) = async_channel::unbounded();
     let mut f = Fetcher {
         client,
         store: store.clone(),
         jitter: Jitter::new("objects"),
+        ttl: match detection {
+            ChangeDetection::Watch => None,
+            ChangeDetection::Cache => Some(OBJECT_TTL),
+            ChangeDetection::Get => Some(sync_frequency),
+        },
+        watches: HashMap::new(),
+        seen,
         next: HashMap::new(),
         failures: HashMap::new(),
         token_wait: HashMap::new(),
@@ -525,12 +720,27 @@ pub async fn run_objects(
         .unwrap_or_default();
     let mut tick = rt::interval(ROUND);
     let pods_changed = kubelet.api_pods_changed();
+    // What a watch said while the task waited.
+    let mut heard: Option<(ObjKey, Object)> = None;
     loop {
         let mut needs = Needs::default();
         for p in kubelet.api_pods() {
             needs.add_pod(&p);
         }
-        let (pods, changed) = f.round(&needs).await;
+        let (mut pods, mut changed) = f.round(&needs).await;
+        // What the watches saw: the pods using a changed object sync at once.
+        let mut take = |k: ObjKey, o: Object| {
+            if f.watches.contains_key(&k) && f.put(&k, o) {
+                changed = true;
+                pods.extend(needs.objects.get(&k).into_iter().flatten().cloned());
+            }
+        };
+        if let Some((k, o)) = heard.take() {
+            take(k, o);
+        }
+        while let Ok((k, o)) = seen_rx.try_recv() {
+            take(k, o);
+        }
         if !pods.is_empty() {
             kubelet.sync_now(&pods);
         }
@@ -545,12 +755,24 @@ pub async fn run_objects(
             })
             .await;
         }
-        // The next round: at the tick, or as soon as the loop has new or changed API pods.
-        futures_lite::future::or(tick.tick(), async {
-            if pods_changed.recv().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        })
+        // The next round: at the tick, as soon as the loop has new or changed API pods, or
+        // as soon as a watch saw an object.
+        use futures_lite::future::or;
+        heard = or(
+            async {
+                tick.tick().await;
+                None
+            },
+            or(
+                async {
+                    if pods_changed.recv().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    None
+                },
+                async { seen_rx.recv().await.ok() },
+            ),
+        )
         .await;
     }
 }
@@ -574,6 +796,55 @@ mod tests {
                 .starts_with("data.pw: not base64")
         );
         assert!(decode_object(Kind::Secret, &json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn one_object_is_listed_and_watched_by_name() {
+        let mut o = OneObject {
+            key: (Kind::ConfigMap, "ns".into(), "kube-root-ca.crt".into()),
+            resource_version: String::new(),
+            current: None,
+            immutable: false,
+        };
+        assert_eq!(
+            o.path("&watch=true"),
+            "/api/v1/namespaces/ns/configmaps?fieldSelector=metadata.name%3Dkube-root-ca.crt&watch=true"
+        );
+        // Listed: there, or not.
+        o.replace(json!({"metadata": {"resourceVersion": "7"}, "items": []}))
+            .unwrap();
+        assert!(o.current == Some(Object::Missing));
+        assert_eq!(o.resource_version, "7");
+        let cm = |v: &str| {
+            json!({"metadata": {"name": "kube-root-ca.crt", "resourceVersion": "9"},
+                   "data": {"ca.crt": v}})
+        };
+        o.replace(json!({"metadata": {"resourceVersion": "9"}, "items": [cm("A")]}))
+            .unwrap();
+        let a = |v: &str| {
+            let d: Data = [("ca.crt".to_owned(), v.as_bytes().to_vec())]
+                .into_iter()
+                .collect();
+            Some(Object::Present(Arc::new(d)))
+        };
+        assert!(o.current == a("A"));
+        // Events: the same content is no change, new content is, deletion is Missing.
+        assert!(!o.apply_object(Event::Modified, cm("A")).unwrap());
+        assert!(o.apply_object(Event::Modified, cm("B")).unwrap());
+        assert!(o.current == a("B"));
+        let other = json!({"metadata": {"name": "other"}, "data": {"x": "y"}});
+        assert!(!o.apply_object(Event::Modified, other).unwrap());
+        assert!(o.apply_object(Event::Deleted, cm("B")).unwrap());
+        assert!(o.current == Some(Object::Missing));
+        // Bad data is refused by name.
+        let bad = json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"k": 1}});
+        let e = o.apply_object(Event::Added, bad).unwrap_err().to_string();
+        assert_eq!(e, "configmap: data.k: not a string");
+        // An immutable object says so.
+        let mut fixed = cm("C");
+        fixed["immutable"] = json!(true);
+        assert!(o.apply_object(Event::Added, fixed).unwrap());
+        assert!(o.immutable);
     }
 
     #[test]

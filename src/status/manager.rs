@@ -1,5 +1,8 @@
 //! The status manager: the latest API status of every pod, regenerated after each sync from the
-//! runtime's view. The local API serves it now; the apiserver side will publish it.
+//! runtime's view. The local API serves it, and the apiserver side publishes it: each change
+//! signals [`StatusManager::changes`] (one slot, so changes made together give one signal), as
+//! upstream's status manager signals its `podStatusChannel`, and the publisher sends what
+//! changed at once instead of waiting for its period.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,6 +32,8 @@ pub struct StatusManager {
     first_seen: RefCell<HashMap<String, std::time::Instant>>,
     /// Seconds from a pod's first status to its first Running (`kubelet_pod_start_duration_seconds`).
     pub pod_start: RefCell<Histogram>,
+    /// Signalled when a status changed (one slot: signals coalesce until taken).
+    changed: (async_channel::Sender<()>, async_channel::Receiver<()>),
 }
 
 impl StatusManager {
@@ -42,6 +47,28 @@ impl StatusManager {
             allocation: RefCell::default(),
             first_seen: RefCell::default(),
             pod_start: RefCell::new(Histogram::new(POD_START_BUCKETS)),
+            changed: async_channel::bounded(1),
+        }
+    }
+
+    /// Receives a signal after statuses changed: one for every change made since the last one
+    /// was taken, however many.
+    pub fn changes(&self) -> async_channel::Receiver<()> {
+        self.changed.1.clone()
+    }
+
+    /// Signals a change to whoever publishes the statuses.
+    pub fn notify(&self) {
+        // Full: a signal is already waiting, which says the same.
+        let _ = self.changed.0.try_send(());
+    }
+
+    /// Stores a pod's status, signalling when it differs from the one held.
+    fn store(&self, uid: &str, new: PodStatus) {
+        let differs = self.statuses.borrow().get(uid) != Some(&new);
+        self.statuses.borrow_mut().insert(uid.to_owned(), new);
+        if differs {
+            self.notify();
         }
     }
 
@@ -111,7 +138,7 @@ impl StatusManager {
             let secs = now.saturating_duration_since(t0).as_secs_f64();
             self.pod_start.borrow_mut().observe(secs);
         }
-        self.statuses.borrow_mut().insert(uid.to_owned(), new);
+        self.store(uid, new);
     }
 
     /// Marks a pod admission refused: Failed, with the reason and `Pod was rejected: <message>`,
@@ -125,9 +152,7 @@ impl StatusManager {
             ..Default::default()
         };
         self.first_seen.borrow_mut().remove(&pod.metadata.uid);
-        self.statuses
-            .borrow_mut()
-            .insert(pod.metadata.uid.clone(), status);
+        self.store(&pod.metadata.uid, status);
     }
 
     /// Marks a pod evicted: Failed, reason Evicted, with the eviction manager's message.
@@ -144,7 +169,7 @@ impl StatusManager {
             .insert(uid.to_owned(), (reason.to_owned(), message.to_owned()));
         let prev = self.get(uid).unwrap_or_else(|| pod.status.clone());
         let new = generate::failed_by_kubelet(&prev, reason, message, rt::now_nanos(), false);
-        self.statuses.borrow_mut().insert(uid.to_owned(), new);
+        self.store(uid, new);
     }
 
     pub fn is_evicted(&self, uid: &str) -> bool {
@@ -156,11 +181,11 @@ impl StatusManager {
         let Some((r, m)) = self.evictions.borrow().get(uid).cloned() else {
             return;
         };
-        let mut st = self.statuses.borrow_mut();
-        if let Some(prev) = st.get(uid) {
-            let new = generate::failed_by_kubelet(prev, &r, &m, now, true);
-            st.insert(uid.to_owned(), new);
-        }
+        let Some(prev) = self.get(uid) else {
+            return;
+        };
+        let new = generate::failed_by_kubelet(&prev, &r, &m, now, true);
+        self.store(uid, new);
     }
 
     /// A deleted pod's containers were stopped: each still shown running or waiting shows
@@ -168,10 +193,10 @@ impl StatusManager {
     /// looked at before removal), or, when it has none, killed (137) at `now`; the pod is then
     /// terminal (Succeeded when every app container exited 0, else Failed) and not ready.
     pub fn stopped(&self, uid: &str, rt: &PodRuntimeStatus, now: i64) {
-        let mut st = self.statuses.borrow_mut();
-        let Some(s) = st.get_mut(uid) else {
+        let Some(mut status) = self.get(uid) else {
             return;
         };
+        let s = &mut status;
         generate::terminate_unfinished(s, |c, started| {
             let id = c
                 .container_id
@@ -215,6 +240,7 @@ impl StatusManager {
             }
         });
         generate::terminal_after_deletion(s, now);
+        self.store(uid, status);
     }
 
     /// Takes a status from elsewhere (the apiserver's) as the pod's, unless it has one.
@@ -300,6 +326,63 @@ mod tests {
         let h = m.pod_start.borrow();
         assert_eq!(h.count(), 1, "observed once");
         assert!((h.sum() - 3.0).abs() < 1e-9, "{}", h.sum());
+    }
+
+    #[test]
+    fn changes_signal_once_together_and_an_unchanged_status_does_not_signal() {
+        let _clock = rt::FakeClock::install();
+        let m = StatusManager::new("10.0.0.1");
+        let changes = m.changes();
+        let pods: Vec<Pod> = ["u1", "u2", "u3"]
+            .iter()
+            .map(|u| {
+                let mut p = Pod::default();
+                p.metadata.uid = (*u).into();
+                p.metadata.name = format!("web-{u}");
+                p.spec.containers = vec![Container {
+                    name: "app".into(),
+                    image: "img".into(),
+                    ..Default::default()
+                }];
+                p
+            })
+            .collect();
+        let empty = |uid: &str| PodRuntimeStatus {
+            uid: uid.into(),
+            ..Default::default()
+        };
+        assert!(changes.try_recv().is_err(), "nothing yet");
+        // Three pods given their first status together: one signal for the three.
+        for p in &pods {
+            m.update(p, &empty(&p.metadata.uid), |_| None);
+        }
+        assert!(changes.try_recv().is_ok());
+        assert!(changes.try_recv().is_err(), "coalesced");
+        // The same status again: no signal.
+        for p in &pods {
+            m.update(p, &empty(&p.metadata.uid), |_| None);
+        }
+        assert!(changes.try_recv().is_err(), "unchanged, unsignalled");
+        // A waiting reason appears: a change.
+        m.update(&pods[1], &empty("u2"), |_| {
+            Some(("ErrImagePull".into(), "no such image".into()))
+        });
+        assert!(changes.try_recv().is_ok());
+        assert_eq!(
+            m.get("u2").unwrap().container_statuses[0]
+                .state
+                .waiting
+                .as_ref()
+                .and_then(|w| w.reason.as_deref()),
+            Some("ErrImagePull")
+        );
+        // Failed by the node, rejected: changes too; failing it twice the same way is not.
+        m.fail(&pods[0], "Evicted", "low on memory");
+        assert!(changes.try_recv().is_ok());
+        m.fail(&pods[0], "Evicted", "low on memory");
+        assert!(changes.try_recv().is_err());
+        m.reject(&pods[2], "OutOfcpu", "no room");
+        assert!(changes.try_recv().is_ok());
     }
 
     #[test]

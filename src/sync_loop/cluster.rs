@@ -32,6 +32,10 @@ impl crate::cluster::Kubelet for Kubelet {
         Kubelet::api_pods_changed(self)
     }
 
+    fn pod_statuses_changed(&self) -> async_channel::Receiver<()> {
+        Kubelet::pod_statuses_changed(self)
+    }
+
     fn static_pods(&self) -> Vec<Rc<Pod>> {
         Kubelet::static_pods(self)
     }

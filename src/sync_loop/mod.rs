@@ -323,6 +323,7 @@ impl Kubelet {
                 .collect();
             st.finished = finished;
         }
+        let finalizable = self.state.borrow().finalizable.len();
         let commands = {
             let cache = self.cache.borrow();
             let view = View {
@@ -331,6 +332,10 @@ impl Kubelet {
             };
             self.state.borrow_mut().step(input, rt::now(), view)
         };
+        if self.state.borrow().finalizable.len() > finalizable {
+            // A deleted pod stopped: its final status is to be posted now, not at a period.
+            self.status.notify();
+        }
         for c in commands {
             self.execute(c, internal);
         }
@@ -630,6 +635,12 @@ impl Kubelet {
             .internal
             .0
             .try_send(Input::Resync(uids.iter().cloned().collect()));
+    }
+
+    /// Receives a signal after pod statuses changed (several changes give one signal).
+    #[cfg(feature = "apiserver")]
+    pub fn pod_statuses_changed(&self) -> async_channel::Receiver<()> {
+        self.status.changes()
     }
 
     /// Receives a signal each time API pods were added or updated since the last one was taken

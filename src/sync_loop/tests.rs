@@ -2147,6 +2147,10 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
             h.kubelet.clone(),
             store,
             None,
+            // Read with a GET of its own, which this apiserver serves (the watches are the
+            // fake apiserver's, tests/cluster_fake_api.rs).
+            crate::objects::ChangeDetection::Cache,
+            Duration::from_secs(60),
         ));
         // Its first round finds no pod; the next one is a second away.
         rt::settle().await;
@@ -2199,6 +2203,255 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         let posts = seen.iter().filter(|l| l.starts_with("POST ")).count();
         let gets = seen.iter().filter(|l| l.starts_with("GET ")).count();
         assert_eq!((posts, gets), (3, 1), "{seen:?}");
+    });
+}
+
+/// A loopback apiserver for the pod status publisher alone (plain HTTP/1.1, keep-alive): a
+/// PATCH of a pod's status is answered 200 with empty metadata, the first `refuse` of them 500;
+/// anything else 404. Hands back the URL and each request's line and JSON body.
+#[cfg(feature = "apiserver")]
+#[allow(clippy::type_complexity, reason = "a test's shared log")]
+fn serve_statuses(
+    refuse: usize,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut first = String::new();
+                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let line = first.trim_end().to_owned();
+                    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                    let patches = {
+                        let mut l = log.lock().unwrap();
+                        l.push((line.clone(), body));
+                        l.iter().filter(|(l, _)| l.starts_with("PATCH ")).count()
+                    };
+                    let status = line.starts_with("PATCH ") && line.contains("/status ");
+                    let (code, answer) = if status && patches > refuse {
+                        ("200 OK", serde_json::json!({"metadata": {}}))
+                    } else {
+                        let (code, reason) = if status {
+                            (500, "InternalError")
+                        } else {
+                            (404, "NotFound")
+                        };
+                        let v = serde_json::json!({
+                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": reason, "code": code,
+                        });
+                        (
+                            if status {
+                                "500 Internal Server Error"
+                            } else {
+                                "404 Not Found"
+                            },
+                            v,
+                        )
+                    };
+                    let answer = serde_json::to_vec(&answer).unwrap();
+                    let mut w = &stream;
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 {code}\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    let _ = w.write_all(&answer);
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[cfg(feature = "apiserver")]
+fn plain_client(url: String) -> crate::apiclient::Client {
+    crate::apiclient::Client::new(&crate::apiclient::kubeconfig::Connection {
+        server: url,
+        ca: None,
+        insecure_skip_tls_verify: false,
+        tls_server_name: None,
+        credentials: crate::apiclient::kubeconfig::Credentials::None,
+        namespace: String::new(),
+    })
+    .unwrap()
+}
+
+/// The phase of the last status patch each pod got, by pod name.
+#[cfg(feature = "apiserver")]
+fn patched_phases(
+    seen: &std::sync::Mutex<Vec<(String, serde_json::Value)>>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for (line, body) in seen.lock().unwrap().iter() {
+        let Some(rest) = line.strip_prefix("PATCH /api/v1/namespaces/default/pods/") else {
+            continue;
+        };
+        let name = rest.split('/').next().unwrap_or_default().to_owned();
+        let phase = body["status"]["phase"].as_str().unwrap_or_default();
+        out.insert(name, phase.to_owned());
+    }
+    out
+}
+
+#[cfg(feature = "apiserver")]
+fn api_pod_named(uid: &str, name: &str) -> Pod {
+    let mut p = pod(uid, name, "sleep 3600");
+    p.metadata.annotations.insert(
+        crate::config::ANNOTATION_CONFIG_SOURCE.into(),
+        Source::Api.as_str().into(),
+    );
+    p
+}
+
+#[cfg(feature = "apiserver")]
+#[test]
+fn api_pod_statuses_are_patched_as_they_change_not_at_the_next_period() {
+    rt::block_on(async {
+        let (url, seen) = serve_statuses(0);
+        let h = harness_with("publish", Source::Api, crate::objects::Store::default());
+        let _publisher = rt::spawn(crate::cluster::run_pod_status(
+            plain_client(url),
+            h.kubelet.clone(),
+        ));
+        rt::settle().await;
+        assert!(seen.lock().unwrap().is_empty(), "no pod, no patch");
+
+        let pods: Vec<Pod> = (1..=4)
+            .map(|i| api_pod_named(&format!("u{i}"), &format!("p{i}")))
+            .collect();
+        h.src
+            .send(Snapshot {
+                source: Source::Api,
+                pods,
+            })
+            .await
+            .unwrap();
+        rt::settle().await;
+        rt::settle().await;
+        // Every pod runs, and the apiserver has its Running status, with no time gone by: the
+        // statuses went out as they changed, not at the publisher's period.
+        assert!((1..=4).all(|i| h.running(&format!("u{i}")) == 1));
+        let phases = patched_phases(&seen);
+        let want: std::collections::BTreeMap<String, String> = (1..=4)
+            .map(|i| (format!("p{i}"), "Running".to_owned()))
+            .collect();
+        assert_eq!(phases, want, "{:?}", seen.lock().unwrap());
+        assert_eq!(h.clock.elapsed(), Duration::ZERO);
+        // Each patch carries the pod's UID as its precondition.
+        for (line, body) in seen.lock().unwrap().iter() {
+            let name = line.split('/').nth(6).unwrap_or_default();
+            assert_eq!(
+                body["metadata"]["uid"],
+                format!("u{}", name.trim_start_matches('p')),
+                "{line}"
+            );
+        }
+
+        // Nothing changes: nothing is sent, period after period.
+        let before = seen.lock().unwrap().len();
+        h.run_for(5).await;
+        assert_eq!(seen.lock().unwrap().len(), before, "no patch at rest");
+
+        // A container exits and is restarted: the change goes out at once, alone. It is in the
+        // apiserver in the same fake second the status changed in.
+        let id = h
+            .fake
+            .containers_of_pod("u2")
+            .into_iter()
+            .find(|c| c.state == ContainerState::ContainerRunning)
+            .unwrap()
+            .id;
+        h.fake.exit_container(&id, 1);
+        h.until("the restart in the status", 5, |h| {
+            h.status_of("u2").container_statuses[0].restart_count == 1
+        })
+        .await;
+        let after: Vec<(String, serde_json::Value)> = seen.lock().unwrap()[before..].to_vec();
+        assert!(
+            !after.is_empty()
+                && after
+                    .iter()
+                    .all(|(l, _)| l.starts_with("PATCH /api/v1/namespaces/default/pods/p2/status ")),
+            "{after:?}"
+        );
+        let last = &after.last().unwrap().1;
+        assert_eq!(
+            last["status"]["containerStatuses"][0]["restartCount"], 1,
+            "{last}"
+        );
+    });
+}
+
+#[cfg(feature = "apiserver")]
+#[test]
+fn a_refused_status_patch_is_tried_again_after_its_backoff_with_no_change_to_signal_it() {
+    rt::block_on(async {
+        let (url, seen) = serve_statuses(1);
+        let h = harness_with("republish", Source::Api, crate::objects::Store::default());
+        let _publisher = rt::spawn(crate::cluster::run_pod_status(
+            plain_client(url),
+            h.kubelet.clone(),
+        ));
+        h.src
+            .send(Snapshot {
+                source: Source::Api,
+                pods: vec![api_pod_named("u1", "p1")],
+            })
+            .await
+            .unwrap();
+        rt::settle().await;
+        rt::settle().await;
+        assert_eq!(h.running("u1"), 1);
+        let patches = |seen: &std::sync::Mutex<Vec<(String, serde_json::Value)>>| {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|(l, _)| l.starts_with("PATCH "))
+                .count()
+        };
+        assert!(patches(&seen) >= 1);
+        // The refusal is retried at the first period past its backoff (2 s), with no new change
+        // to signal it; not in a loop meanwhile.
+        let t = h
+            .until("the status in the apiserver", 30, |_| {
+                patched_phases(&seen).get("p1").map(String::as_str) == Some("Running")
+                    && patches(&seen) >= 2
+            })
+            .await;
+        assert!((2..=3).contains(&t), "retried {t} s after");
+        let n = patches(&seen);
+        h.run_for(3).await;
+        assert_eq!(patches(&seen), n, "once accepted, not sent again");
     });
 }
 

@@ -28,6 +28,8 @@ struct State {
     pod_events: Vec<(u64, &'static str, Value)>,
     /// The same for Services.
     service_events: Vec<(u64, &'static str, Value)>,
+    /// The same for ConfigMaps and Secrets, each with its key ("configmaps/ns/name").
+    object_events: Vec<(u64, &'static str, Value)>,
     /// Watches asking for a resourceVersion below this get 410 Gone.
     compacted_below: u64,
     /// Every request: (method, path with query).
@@ -340,7 +342,15 @@ impl FakeApi {
                 "metadata": {"name": name, "namespace": ns, "resourceVersion": s.rv.to_string()},
                 "data": data,
             });
-            s.objects.insert(format!("{kind}/{ns}/{name}"), o);
+            let key = format!("{kind}/{ns}/{name}");
+            let t = if s.objects.contains_key(&key) {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            s.objects.insert(key, o.clone());
+            let rv = s.rv;
+            s.object_events.push((rv, t, o));
         });
     }
 
@@ -697,6 +707,13 @@ impl FakeApi {
                 ["api", "v1", "pods"] => "pods".to_owned(),
                 ["api", "v1", "services"] => "services".to_owned(),
                 ["api", "v1", "namespaces", ns, kind @ ("configmaps" | "secrets"), n] => format!("{kind}/{ns}/{n}"),
+                // A node lists one object at a time, by name (the Node authorizer's rule).
+                ["api", "v1", "namespaces", ns, kind @ ("configmaps" | "secrets")] => {
+                    match q.get("fieldSelector").and_then(|f| f.strip_prefix("metadata.name=")) {
+                        Some(n) if method == "GET" => format!("list/{kind}/{ns}/{n}"),
+                        _ => return (403, status(403, "Forbidden", "a node lists objects only by name")),
+                    }
+                }
                 ["api", "v1", "namespaces", ns, "serviceaccounts", sa, "token"] => format!("token/{ns}/{sa}"),
                 ["api", "v1", "namespaces", ns, "pods"] => format!("newpod/{ns}"),
                 ["api", "v1", "namespaces", ns, "events"] => format!("newevent/{ns}"),
@@ -718,6 +735,11 @@ impl FakeApi {
                         .map(|(_, v)| v.clone())
                         .collect();
                     (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("GET", k) if k.starts_with("list/") => {
+                    let key = &k["list/".len()..];
+                    let items: Vec<Value> = s.objects.get(key).cloned().into_iter().collect();
+                    (200, json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
                 }
                 ("GET", "services") => {
                     let items: Vec<Value> = s
@@ -872,6 +894,39 @@ impl FakeApi {
 
     fn watch(&self, w: &mut TcpStream, p: &str, q: &BTreeMap<String, String>, cuts: u64) {
         let services = p == "/api/v1/services";
+        // One ConfigMap or Secret by name: "configmaps/ns/name".
+        let object = match p
+            .trim_start_matches('/')
+            .split('/')
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [
+                "api",
+                "v1",
+                "namespaces",
+                ns,
+                kind @ ("configmaps" | "secrets"),
+            ] => {
+                let name = q
+                    .get("fieldSelector")
+                    .and_then(|f| f.strip_prefix("metadata.name="));
+                Some(format!("{kind}/{ns}/{}", name.unwrap_or("")))
+            }
+            _ => None,
+        };
+        if self.with(|s| s.forbidden.iter().any(|f| p.starts_with(f.as_str()))) {
+            let text =
+                serde_json::to_vec(&status(403, "Forbidden", "forbidden by the fake")).unwrap();
+            let head = format!(
+                "HTTP/1.1 403 X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                text.len()
+            );
+            let _ = w
+                .write_all(head.as_bytes())
+                .and_then(|_| w.write_all(&text));
+            return;
+        }
         let from: u64 = q
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
@@ -927,7 +982,9 @@ impl FakeApi {
                 let _ = w.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            let news: Vec<(u64, &str, Value)> = if services {
+            let news: Vec<(u64, &str, Value)> = if object.is_some() {
+                &g.object_events
+            } else if services {
                 &g.service_events
             } else {
                 &g.pod_events
@@ -935,7 +992,19 @@ impl FakeApi {
             .iter()
             .filter(|(rv, _, o)| {
                 *rv > sent
-                    && if services {
+                    && if let Some(key) = &object {
+                        let kind = if o["kind"] == "Secret" {
+                            "secrets"
+                        } else {
+                            "configmaps"
+                        };
+                        let m = &o["metadata"];
+                        *key == format!(
+                            "{kind}/{}/{}",
+                            m["namespace"].as_str().unwrap_or(""),
+                            m["name"].as_str().unwrap_or("")
+                        )
+                    } else if services {
                         service_selected(q, o)
                     } else {
                         o["spec"]["nodeName"] == node.as_str()
@@ -960,7 +1029,7 @@ impl FakeApi {
                 // watcher current.
                 if !send(
                     w,
-                    &json!({"type": "BOOKMARK", "object": {"kind": if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
+                    &json!({"type": "BOOKMARK", "object": {"kind": if object.is_some() { "ConfigMap" } else if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
                 ) {
                     return;
                 }
