@@ -1234,9 +1234,13 @@ fn an_api_pod_pulls_with_its_image_pull_secret_also_offline_from_the_checkpoint(
             Some(("registry.example:5000/app:2", Some("pod-user"))),
             "{auths:?}"
         );
+        // Listed and watched by name (`configMapAndSecretChangeDetectionStrategy: Watch`).
         assert!(
-            api.count("GET", "/api/v1/namespaces/default/secrets/regcred") >= 1,
-            "read with a GET of its own"
+            api.count(
+                "GET",
+                "/api/v1/namespaces/default/secrets?fieldSelector=metadata.name%3Dregcred"
+            ) >= 1,
+            "read by a list of its own name"
         );
         // Kept in the checkpoint (0600) for a restart without the apiserver; never logged.
         let ckpt = tmp.path().join("a/kubelet/checkpoints/objects.json");
