@@ -82,8 +82,12 @@ for a in "${AGENTS[@]}"; do [[ $a == picolet || $a == kubelet ]] || die "COMPARE
 for c in python3 ctr containerd unshare mount getconf; do command -v "$c" >/dev/null || die "$c not found"; done
 CLK_TCK=$(getconf CLK_TCK)
 
-KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
-KUBELET=$KBIN/kubelet
+# The upstream programs only when the kubelet runs (picolet alone needs none of them).
+KUBELET=
+if [[ " ${AGENTS[*]} " == *" kubelet "* ]]; then
+    KBIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
+    KUBELET=$KBIN/kubelet
+fi
 if ((JOINED_PODS > 0)); then
     CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
 fi
