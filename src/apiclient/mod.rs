@@ -1,6 +1,8 @@
-//! The apiserver client (feature `apiserver`): blocking HTTP/1.1 over rustls (ring), always
-//! called off the executor thread (`rt::unblock`, or a thread of its own for a watch), so a slow
-//! or vanished apiserver never stalls the loop.
+//! The apiserver client (feature `apiserver`): one long-lived HTTP/2 connection over rustls
+//! (ring) for every request and watch, HTTP/1.1 where the server does not offer HTTP/2
+//! ([`link`]). Its interface is blocking, always called off the executor thread (`rt::unblock`,
+//! or a thread of its own for a watch), so a slow or vanished apiserver never stalls the loop.
+//! Bodies are JSON.
 //!
 //! Identity is what the kubeconfig gives: a client certificate (`system:node:<name>` in group
 //! `system:nodes` for a node) or a bearer token. Responses are read with a size cap; an error
@@ -9,12 +11,16 @@
 
 pub mod backoff;
 pub mod kubeconfig;
+mod link;
 pub mod watch;
 
 use std::io::Read;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures_rustls::rustls;
+use http_body_util::Full;
 use kubeconfig::{Connection, Credentials};
 
 /// Largest response body read into memory (a list of one node's pods is far smaller).
@@ -32,8 +38,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const WATCH_SILENCE: Duration = Duration::from_secs(150);
 
 /// How long a request may take: in all, for the answer's head, and for each read.
-#[derive(Clone, Copy)]
-struct Deadlines {
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
     whole: Duration,
     head: Option<Duration>,
     per_read: Option<Duration>,
@@ -49,12 +55,8 @@ const ACCEPT_JSON: &str = "application/json";
 pub const ACCEPT_METADATA: &str =
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
 
-/// Each connection's input and output buffer (ureq's default is 128 KiB each, and a TLS
-/// connection has a pair at each layer). Bodies stream through them in pieces of this size; a
-/// response's head must fit, and is refused by name past half of it (the apiserver's is under
-/// 1 KiB). A call in flight, an open watch and an idle pooled connection each hold their
-/// buffers, so this is the largest share of what a joined node holds for its apiserver, and of
-/// what calls stuck behind a silent one hold.
+/// The largest read buffer of an HTTP/1.1 connection: a response's head must fit in it; over
+/// HTTP/2 a head is refused past half of it (the apiserver's is under 1 KiB).
 const IO_BUFFER: usize = 16 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -124,7 +126,7 @@ struct StatusBody {
     message: String,
 }
 
-/// A connection to one apiserver; cheap to clone (the clones share one connection pool and one
+/// A connection to one apiserver; cheap to clone (the clones share one connection and one
 /// identity).
 #[derive(Clone)]
 pub struct Client {
@@ -132,25 +134,12 @@ pub struct Client {
     server: String,
 }
 
-/// What every clone uses: the connection it was made from, and the agent and credentials of
-/// now, swapped for new ones by [`Client::close_connections`] and [`Client::set_credentials`].
+/// What every clone uses: the connection it was made from, the credentials of now (swapped by
+/// [`Client::set_credentials`]), and the connection thread's queue.
 struct Pool {
     conn: Connection,
-    now: Mutex<Identity>,
-}
-
-struct Identity {
-    config: ureq::config::Config,
-    agent: ureq::Agent,
-    credentials: Credentials,
-}
-
-fn agent(config: &ureq::config::Config) -> ureq::Agent {
-    ureq::Agent::with_parts(
-        config.clone(),
-        ureq::unversioned::transport::DefaultConnector::new(),
-        InlineResolver,
-    )
+    credentials: Mutex<Credentials>,
+    link: async_channel::Sender<link::Msg>,
 }
 
 impl std::fmt::Debug for Client {
@@ -162,28 +151,34 @@ impl std::fmt::Debug for Client {
 }
 
 /// Why a connection's TLS material cannot be used; `what` names the kubeconfig field
-/// (`certificate-authority`, `client-certificate`).
+/// (`certificate-authority`, `client-certificate`, `client-key`).
 #[derive(Debug)]
 pub enum TlsError {
-    /// A PEM block does not parse.
-    Pem {
-        what: &'static str,
-        source: ureq::Error,
-    },
+    /// A PEM block does not parse, or its certificate is refused.
+    Pem { what: &'static str, message: String },
     /// No certificate among the PEM blocks.
     NoCertificate { what: &'static str },
     /// No private key among the client key's PEM blocks.
     NoPrivateKey,
+    /// The client key does not go with the certificate, or is of a kind not supported.
+    ClientKey(String),
+    /// The server URL has no host, or a scheme other than https or http.
+    Server(String),
+    /// The connection's thread could not be started.
+    Thread(std::io::Error),
 }
 
 impl std::fmt::Display for TlsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TlsError::Pem { what, source } => write!(f, "{what}: {source}"),
+            TlsError::Pem { what, message } => write!(f, "{what}: {message}"),
             TlsError::NoCertificate { what } => write!(f, "{what}: no PEM certificate found"),
             TlsError::NoPrivateKey => {
                 f.write_str("client-key: no PEM private key (EC, RSA or PKCS#8) found")
             }
+            TlsError::ClientKey(m) => write!(f, "client-key: {m}"),
+            TlsError::Server(m) => write!(f, "server: {m}"),
+            TlsError::Thread(e) => write!(f, "starting the apiserver connection's thread: {e}"),
         }
     }
 }
@@ -191,131 +186,175 @@ impl std::fmt::Display for TlsError {
 impl std::error::Error for TlsError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TlsError::Pem { source, .. } => Some(source),
-            TlsError::NoCertificate { .. } | TlsError::NoPrivateKey => None,
+            TlsError::Thread(e) => Some(e),
+            _ => None,
         }
     }
 }
 
-fn tls(conn: &Connection) -> Result<ureq::tls::TlsConfig, TlsError> {
-    use ureq::tls::{ClientCert, PemItem, RootCerts, TlsConfig, TlsProvider, parse_pem};
-    let certs_of = |pem: &[u8], what: &'static str| -> Result<Vec<_>, TlsError> {
-        let certs: Vec<_> = parse_pem(pem)
-            .filter_map(|i| match i {
-                Ok(PemItem::Certificate(c)) => Some(Ok(c)),
-                Ok(_) => None,
-                Err(source) => Some(Err(TlsError::Pem { what, source })),
-            })
-            .collect::<Result<_, _>>()?;
-        if certs.is_empty() {
-            return Err(TlsError::NoCertificate { what });
-        }
-        Ok(certs)
-    };
-    let mut b = TlsConfig::builder().provider(TlsProvider::Rustls);
-    if let Some(ca) = &conn.ca {
-        b = b.root_certs(RootCerts::new_with_certs(&certs_of(
-            &ca.0,
-            "certificate-authority",
-        )?));
-    }
-    if conn.insecure_skip_tls_verify {
+/// The TLS settings of a connection: the kubeconfig's CA (or no verification at all, with
+/// `insecure-skip-tls-verify`), its client certificate, and ALPN offering HTTP/2 first.
+fn tls(conn: &Connection) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    use rustls::pki_types::pem::{self, PemObject};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs_of =
+        |pem: &[u8], what: &'static str| -> Result<Vec<CertificateDer<'static>>, TlsError> {
+            let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| TlsError::Pem {
+                    what,
+                    message: e.to_string(),
+                })?;
+            if certs.is_empty() {
+                return Err(TlsError::NoCertificate { what });
+            }
+            Ok(certs)
+        };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let b = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::ClientKey(e.to_string()))?;
+    let b = if conn.insecure_skip_tls_verify {
         log::warn!(
             "insecure-skip-tls-verify is set: the apiserver at {} is not verified",
             conn.server
         );
-        b = b.disable_verification(true);
-    }
-    if let Some(name) = &conn.tls_server_name {
-        log::warn!("tls-server-name {name:?} is not supported; the server URL's host is checked");
-    }
-    if let Credentials::ClientCert { cert, key } = &conn.credentials {
-        let chain = certs_of(&cert.0, "client-certificate")?;
-        let key = parse_pem(&key.0)
-            .find_map(|i| match i {
-                Ok(PemItem::PrivateKey(k)) => Some(k),
-                _ => None,
-            })
-            .ok_or(TlsError::NoPrivateKey)?;
-        b = b.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
-    }
-    Ok(b.build())
-}
-
-/// Resolves the apiserver's address on the calling thread. ureq's own resolver starts a thread
-/// for every request that has a deadline, to time the lookup out: one thread started and ended
-/// per apiserver call. Calls already run on the blocking pool, so a lookup may block there: an
-/// IP address needs none, a name is looked up with the system resolver, whose own timeouts
-/// (resolv.conf) bound it.
-#[derive(Debug)]
-struct InlineResolver;
-
-impl ureq::unversioned::resolver::Resolver for InlineResolver {
-    fn resolve(
-        &self,
-        uri: &ureq::http::Uri,
-        config: &ureq::config::Config,
-        _timeout: ureq::unversioned::transport::NextTimeout,
-    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
-        use std::net::{SocketAddr, ToSocketAddrs};
-        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
-            return Err(ureq::Error::BadUri(uri.to_string()));
-        };
-        let host_port =
-            ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
-                .ok_or_else(|| ureq::Error::BadUri(uri.to_string()))?;
-        let found: Vec<SocketAddr> = match host_port.parse::<SocketAddr>() {
-            Ok(a) => vec![a],
-            Err(_) => host_port.to_socket_addrs()?.collect(),
-        };
-        let mut out = self.empty();
-        for a in config.ip_family().keep_wanted(found.into_iter()) {
-            if out.try_push(a).is_err() {
-                break;
+        b.dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &conn.ca {
+            Some(ca) => {
+                for c in certs_of(&ca.0, "certificate-authority")? {
+                    roots.add(c).map_err(|e| TlsError::Pem {
+                        what: "certificate-authority",
+                        message: e.to_string(),
+                    })?;
+                }
             }
+            None => log::warn!(
+                "no certificate-authority for the apiserver at {}: its certificate cannot be \
+                 verified, so connections to it fail",
+                conn.server
+            ),
         }
-        if out.is_empty() {
-            return Err(ureq::Error::HostNotFound);
+        b.with_root_certificates(roots)
+    };
+    let mut cfg = match &conn.credentials {
+        Credentials::ClientCert { cert, key } => {
+            let chain = certs_of(&cert.0, "client-certificate")?;
+            let key = PrivateKeyDer::from_pem_slice(&key.0).map_err(|e| match e {
+                pem::Error::NoItemsFound => TlsError::NoPrivateKey,
+                e => TlsError::Pem {
+                    what: "client-key",
+                    message: e.to_string(),
+                },
+            })?;
+            b.with_client_auth_cert(chain, key)
+                .map_err(|e| TlsError::ClientKey(e.to_string()))?
         }
-        Ok(out)
+        _ => b.with_no_client_auth(),
+    };
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
+}
+
+/// Accepts any server certificate (`insecure-skip-tls-verify`); the handshake's signatures are
+/// still checked.
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
-/// How long an idle connection is kept for the next call (ureq's default is 15 s). Every call
-/// at rest (the Lease renewal, the node status) goes over one kept-alive connection; a new one
-/// costs a TCP and TLS handshake with the client certificate, several KiB, more than the call.
-/// Five minutes holds a connection between renewals for leases of up to 20 min
-/// (`nodeLeaseDurationSeconds`: renewed every quarter of it). A connection the apiserver or
-/// the network closed meanwhile is found closed before use and replaced; one that died
-/// silently fails its call, and repeated failures close every connection
-/// ([`Client::close_connections`]).
+/// How long an idle HTTP/1.1 connection is kept for the next call. Every call at rest (the
+/// Lease renewal, the node status) goes over a kept connection; a new one costs a TCP and TLS
+/// handshake with the client certificate, several KiB, more than the call. Five minutes holds
+/// one between renewals for leases of up to 20 min (`nodeLeaseDurationSeconds`: renewed every
+/// quarter of it). The HTTP/2 connection is kept for as long as it answers its PINGs.
 const IDLE_AGE: Duration = Duration::from_secs(300);
 
-fn agent_config(conn: &Connection) -> Result<ureq::config::Config, TlsError> {
-    Ok(ureq::Agent::config_builder()
-        .tls_config(tls(conn)?)
-        .http_status_as_error(false)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .user_agent(concat!("picolet/", env!("CARGO_PKG_VERSION")))
-        .max_idle_connections_per_host(2)
-        .max_idle_age(IDLE_AGE)
-        .input_buffer_size(IO_BUFFER)
-        .output_buffer_size(IO_BUFFER)
-        .max_response_header_size(IO_BUFFER / 2)
-        .build())
+/// Where a connection to `conn` dials.
+fn target(conn: &Connection, tls: Arc<rustls::ClientConfig>) -> Result<link::Target, TlsError> {
+    let uri: http::Uri = conn
+        .server
+        .parse()
+        .map_err(|e| TlsError::Server(format!("{:?}: {e}", conn.server)))?;
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => {
+            return Err(TlsError::Server(format!(
+                "{:?}: the scheme is not https or http",
+                conn.server
+            )));
+        }
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| TlsError::Server(format!("{:?}: no host", conn.server)))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok(link::Target {
+        port: uri.port_u16().unwrap_or(if https { 443 } else { 80 }),
+        server_name: conn.tls_server_name.clone().unwrap_or_else(|| host.clone()),
+        host,
+        tls: https.then_some(tls),
+        ping: (link::READ_IDLE, link::PING_TIMEOUT),
+    })
 }
 
 impl Client {
     pub fn new(conn: &Connection) -> Result<Client, TlsError> {
-        let config = agent_config(conn)?;
+        Client::with_target(conn, target(conn, tls(conn)?)?)
+    }
+
+    fn with_target(conn: &Connection, target: link::Target) -> Result<Client, TlsError> {
         Ok(Client {
             pool: Arc::new(Pool {
-                now: Mutex::new(Identity {
-                    agent: agent(&config),
-                    config,
-                    credentials: conn.credentials.clone(),
-                }),
+                credentials: Mutex::new(conn.credentials.clone()),
                 conn: conn.clone(),
+                link: link::start(target).map_err(TlsError::Thread)?,
             }),
             server: conn.server.clone(),
         })
@@ -324,55 +363,47 @@ impl Client {
     /// The connection the client was made from, with the credentials of now.
     pub fn connection(&self) -> Connection {
         Connection {
-            credentials: self.lock().credentials.clone(),
+            credentials: self.credentials(),
             ..self.pool.conn.clone()
         }
     }
 
     /// Authenticates every later request, from every clone, with `credentials` (a renewed
-    /// client certificate): the TLS settings are built anew and every connection made with the
-    /// old ones is closed, idle or in use, so a watch resumes on a new connection at once.
+    /// client certificate): the TLS settings are built anew and the connection made with the
+    /// old ones is closed, so every call and watch on it fails at once and a watch resumes on a
+    /// new connection.
     pub fn set_credentials(&self, credentials: Credentials) -> Result<(), TlsError> {
         let conn = Connection {
             credentials: credentials.clone(),
             ..self.pool.conn.clone()
         };
-        let config = agent_config(&conn)?;
-        let fresh = Identity {
-            agent: agent(&config),
-            config,
-            credentials,
-        };
-        let old = std::mem::replace(&mut *self.lock(), fresh);
-        old.agent.shutdown();
+        let tls = target(&conn, tls(&conn)?)?.tls;
+        *self.lock() = credentials;
+        let _ = self.pool.link.send_blocking(link::Msg::Tls(tls));
         Ok(())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Identity> {
-        self.pool.now.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Credentials> {
+        self.pool
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn credentials(&self) -> Credentials {
+        self.lock().clone()
     }
 
     pub fn server(&self) -> &str {
         &self.server
     }
 
-    fn agent(&self) -> (ureq::Agent, Credentials) {
-        let now = self.lock();
-        (now.agent.clone(), now.credentials.clone())
-    }
-
-    /// Closes every connection to the apiserver, idle or in use, as the kubelet does when its
-    /// heartbeat fails again and again: a call or a watch blocked on a connection whose far end
-    /// is gone (a NAT mapping lost, a link that came back while its connections did not) fails
-    /// at once instead of waiting out its deadline, up to 10 minutes for a watch. Later calls,
-    /// from every clone, open new connections.
+    /// Closes the connection to the apiserver, as the kubelet does when its heartbeat fails
+    /// again and again: a call or a watch blocked on a connection whose far end is gone (a NAT
+    /// mapping lost, a link that came back while its connections did not) fails at once instead
+    /// of waiting out its deadline or the PING's. Later calls, from every clone, dial anew.
     pub fn close_connections(&self) {
-        let old = {
-            let mut now = self.lock();
-            let fresh = agent(&now.config);
-            std::mem::replace(&mut now.agent, fresh)
-        };
-        old.shutdown();
+        let _ = self.pool.link.send_blocking(link::Msg::Close);
     }
 
     fn send(
@@ -382,44 +413,53 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         deadlines: Deadlines,
         accept: &str,
-    ) -> Result<ureq::http::Response<ureq::Body>, ApiError> {
+    ) -> Result<(u16, link::Body), ApiError> {
         let transport = |message: String| ApiError::Transport {
             method,
             path: path.to_owned(),
             message,
         };
-        let (agent, credentials) = self.agent();
-        let mut req = ureq::http::Request::builder()
+        let credentials = self.credentials();
+        let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.server))
-            .header("Accept", accept);
+            .header(http::header::ACCEPT, accept)
+            .header(
+                http::header::USER_AGENT,
+                concat!("picolet/", env!("CARGO_PKG_VERSION")),
+            );
         if let Some(token) =
             kubeconfig::bearer(&credentials).map_err(|e| transport(e.to_string()))?
         {
-            req = req.header("Authorization", format!("Bearer {token}"));
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let (ct, bytes) = body.unwrap_or(("application/json", Vec::new()));
         if method != "GET" {
-            req = req.header("Content-Type", ct);
+            req = req.header(http::header::CONTENT_TYPE, ct);
         }
-        let req = req.body(bytes).map_err(|e| transport(e.to_string()))?;
-        let req = agent
-            .configure_request(req)
-            .timeout_global(Some(deadlines.whole))
-            .timeout_recv_response(deadlines.head)
-            .timeout_per_read(deadlines.per_read)
-            .build();
-        let resp = agent.run(req).map_err(|e| transport(e.to_string()))?;
-        let code = resp.status().as_u16();
+        let req = req
+            .body(Full::new(Bytes::from(bytes)))
+            .map_err(|e| transport(e.to_string()))?;
+        let (reply, events) = async_channel::bounded(link::QUEUE);
+        self.pool
+            .link
+            .send_blocking(link::Msg::Job(Box::new(link::Job {
+                req,
+                deadlines,
+                reply,
+            })))
+            .map_err(|_| transport("the apiserver connection's thread has ended".into()))?;
+        let code = match events.recv_blocking() {
+            Ok(link::Event::Head(code)) => code,
+            Ok(link::Event::Error(e)) => return Err(transport(e)),
+            Ok(_) | Err(_) => return Err(transport("the connection was closed".into())),
+        };
+        let body = link::Body::new(events);
         if (200..300).contains(&code) {
-            return Ok(resp);
+            return Ok((code, body));
         }
-        let text = resp
-            .into_body()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_vec()
-            .unwrap_or_default();
+        let mut text = Vec::new();
+        let _ = body.take(1 << 20).read_to_end(&mut text);
         let st: StatusBody = serde_json::from_slice(&text).unwrap_or_default();
         Err(ApiError::Status {
             method,
@@ -446,7 +486,7 @@ impl Client {
 
     /// A write whose answer is not needed (an Event, a status): [`Client::call`] asking for
     /// the object's metadata alone in the answer ([`ACCEPT_METADATA`]), which is read and
-    /// dropped (the connection goes back to the pool only once its answer is read whole).
+    /// dropped.
     pub fn write(
         &self,
         method: &'static str,
@@ -472,16 +512,19 @@ impl Client {
             head: None,
             per_read: None,
         };
-        let resp = self.send(method, path, body, deadlines, accept)?;
-        resp.into_body()
-            .with_config()
-            .limit(MAX_BODY)
-            .read_to_vec()
-            .map_err(|e| ApiError::Transport {
-                method,
-                path: path.to_owned(),
-                message: format!("reading the response: {e}"),
-            })
+        let (_, body) = self.send(method, path, body, deadlines, accept)?;
+        let mut bytes = Vec::new();
+        let read = body.take(MAX_BODY + 1).read_to_end(&mut bytes);
+        let message = match read {
+            Err(e) => e.to_string(),
+            Ok(_) if bytes.len() as u64 > MAX_BODY => format!("larger than {MAX_BODY} bytes"),
+            Ok(_) => return Ok(bytes),
+        };
+        Err(ApiError::Transport {
+            method,
+            path: path.to_owned(),
+            message: format!("reading the response: {message}"),
+        })
     }
 
     /// `call` with a JSON body, decoding a JSON answer.
@@ -547,26 +590,14 @@ impl Client {
         path: &str,
         deadlines: Deadlines,
     ) -> Result<impl Read + use<>, ApiError> {
-        let resp = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
-        Ok(resp.into_body().into_reader())
+        let (_, body) = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
+        Ok(body)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ureq::unversioned::resolver::Resolver;
-    use ureq::unversioned::transport::NextTimeout;
-
-    fn resolve(url: &str, family: ureq::config::IpFamily) -> Result<Vec<String>, ureq::Error> {
-        let uri: ureq::http::Uri = url.parse().unwrap();
-        let config = ureq::Agent::config_builder().ip_family(family).build();
-        Ok(InlineResolver
-            .resolve(&uri, &config, NextTimeout::default())?
-            .iter()
-            .map(|a| a.to_string())
-            .collect())
-    }
 
     /// The head and the body of the request a test server read.
     type Seen = std::thread::JoinHandle<(Vec<u8>, Vec<u8>)>;
@@ -807,29 +838,353 @@ mod tests {
         assert!(text.contains("header"), "{text}");
     }
 
+    /// An HTTPS server on loopback, on a thread of its own, offering HTTP/2 in ALPN (or, with
+    /// `h2` false, HTTP/1.1 alone). `/watch` answers one bookmark and then holds the stream
+    /// open; `/silent` never answers; `/big` answers 1 MiB; anything else answers
+    /// `{"version":..,"method":..,"path":..,"body":<bytes read>}`. Counts the connections it
+    /// accepted.
+    struct TlsServer {
+        addr: std::net::SocketAddr,
+        ca: Vec<u8>,
+        accepts: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    fn big() -> Vec<u8> {
+        (0..1 << 20).map(|i: u32| (i % 241) as u8).collect()
+    }
+
+    fn tls_server(h2: bool) -> TlsServer {
+        use futures_lite::StreamExt;
+        use futures_rustls::rustls::pki_types::pem::PemObject;
+        use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use http_body_util::BodyExt;
+        use hyper::body::Frame;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        type Chunks = std::pin::Pin<
+            Box<dyn futures_lite::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>>>,
+        >;
+
+        let now = crate::rt::now_nanos().div_euclid(1_000_000_000);
+        let s = crate::pki::self_signed(
+            "apiserver",
+            &["localhost".into()],
+            &["127.0.0.1".parse().unwrap()],
+            now,
+        )
+        .unwrap();
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(s.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let ca = crate::pki::pem("CERTIFICATE", &certs[1]).into_bytes();
+        let key = PrivateKeyDer::from_pem_slice(s.key_pem.as_bytes()).unwrap();
+        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        cfg.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
+        let acceptor = futures_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepts = Arc::new(AtomicUsize::new(0));
+        let counted = accepts.clone();
+        std::thread::spawn(move || {
+            crate::rt::block_on(async move {
+                let listener = smol::Async::new(listener).unwrap();
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let acceptor = acceptor.clone();
+                    crate::rt::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let svc = hyper::service::service_fn(
+                            |req: http::Request<hyper::body::Incoming>| async move {
+                                let version = format!("{:?}", req.version());
+                                let (method, path) =
+                                    (req.method().to_string(), req.uri().path().to_owned());
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                let one = |b: Vec<u8>| Ok(Frame::data(Bytes::from(b)));
+                                let chunks: Chunks = match path.as_str() {
+                                    "/watch" => Box::pin(
+                                        futures_lite::stream::once(one(
+                                            b"{\"type\":\"BOOKMARK\"}\n".to_vec(),
+                                        ))
+                                        .chain(futures_lite::stream::pending()),
+                                    ),
+                                    "/silent" => std::future::pending().await,
+                                    "/big" => Box::pin(futures_lite::stream::once(one(big()))),
+                                    _ => Box::pin(futures_lite::stream::once(one(
+                                        serde_json::to_vec(&serde_json::json!({
+                                            "version": version, "method": method,
+                                            "path": path, "body": body.len(),
+                                        }))
+                                        .unwrap(),
+                                    ))),
+                                };
+                                Ok::<_, std::convert::Infallible>(http::Response::new(
+                                    http_body_util::StreamBody::new(chunks),
+                                ))
+                            },
+                        );
+                        let io = crate::rt::HyperIo(tls);
+                        if h2 {
+                            let _ =
+                                hyper::server::conn::http2::Builder::new(crate::rt::HyperExecutor)
+                                    .timer(crate::rt::HyperTimer)
+                                    .serve_connection(io, svc)
+                                    .await;
+                        } else {
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(io, svc)
+                                .await;
+                        }
+                    })
+                    .detach();
+                }
+            })
+        });
+        TlsServer { addr, ca, accepts }
+    }
+
+    impl TlsServer {
+        fn connection(&self, addr: std::net::SocketAddr) -> Connection {
+            Connection {
+                server: format!("https://{addr}"),
+                ca: Some(kubeconfig::Pem(self.ca.clone())),
+                insecure_skip_tls_verify: false,
+                tls_server_name: None,
+                credentials: Credentials::None,
+                namespace: String::new(),
+            }
+        }
+        fn client(&self) -> Client {
+            Client::new(&self.connection(self.addr)).unwrap()
+        }
+        fn accepts(&self) -> usize {
+            self.accepts.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// What the server said it read: (HTTP version, method, path, body length).
+    fn echo(c: &Client, method: &'static str, path: &str, body: Option<Vec<u8>>) -> String {
+        let v: serde_json::Value = c
+            .json(method, path, body.map(|b| ("application/json", b)))
+            .unwrap();
+        format!(
+            "{} {} {} {}",
+            v["version"], v["method"], v["path"], v["body"]
+        )
+        .replace('"', "")
+    }
+
+    /// Starts a watch on a thread of its own; sends its first line, then how it ended.
+    fn watch(c: &Client) -> std::sync::mpsc::Receiver<String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let mut body =
+                std::io::BufReader::new(c.stream("/watch", Duration::from_secs(600)).unwrap());
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut body, &mut line).unwrap();
+            let _ = tx.send(line);
+            let mut rest = Vec::new();
+            let r = body.read_to_end(&mut rest);
+            let _ = tx.send(format!("{r:?}"));
+        });
+        rx
+    }
+
     #[test]
-    fn addresses_resolve_without_a_lookup_and_names_on_this_thread() {
-        use ureq::config::IpFamily::*;
+    fn every_call_and_watch_go_over_one_http2_connection() {
+        let server = tls_server(true);
+        let c = server.client();
+        let events = watch(&c);
         assert_eq!(
-            resolve("https://10.0.0.7:6443/api", Any).unwrap(),
-            ["10.0.0.7:6443"]
+            events.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "{\"type\":\"BOOKMARK\"}\n"
         );
+        // Calls from several threads while the watch is open.
+        let calls: Vec<_> = (0..4)
+            .map(|i| {
+                let c = c.clone();
+                std::thread::spawn(move || echo(&c, "GET", &format!("/call/{i}"), None))
+            })
+            .collect();
+        for (i, t) in calls.into_iter().enumerate() {
+            assert_eq!(t.join().unwrap(), format!("HTTP/2.0 GET /call/{i} 0"));
+        }
+        let up = vec![b' '; 300 << 10];
         assert_eq!(
-            resolve("https://[fd00::7]/api", Any).unwrap(),
-            ["[fd00::7]:443"]
+            echo(&c, "PUT", "/lease", Some(up)),
+            "HTTP/2.0 PUT /lease 307200"
         );
+        // An answer far larger than the flow-control windows, byte for byte.
+        let got = c.call("GET", "/big", None).unwrap();
+        assert!(got == big(), "the answer changed on the way");
+        assert_eq!(server.accepts(), 1, "one connection for all");
+        assert!(
+            events.try_recv().is_err(),
+            "the watch is still open after the calls"
+        );
+    }
+
+    #[test]
+    fn a_server_without_http2_is_spoken_to_in_http1_over_kept_connections() {
+        let server = tls_server(false);
+        let c = server.client();
+        assert_eq!(echo(&c, "GET", "/a", None), "HTTP/1.1 GET /a 0");
         assert_eq!(
-            resolve("http://127.0.0.1/x", Any).unwrap(),
-            ["127.0.0.1:80"]
+            echo(&c, "POST", "/b", Some(b"{}".to_vec())),
+            "HTTP/1.1 POST /b 2"
         );
-        // The agent's address family applies to literals too.
-        assert!(matches!(
-            resolve("https://[fd00::7]:6443/", Ipv4Only),
-            Err(ureq::Error::HostNotFound)
-        ));
-        // A name goes to the system resolver (/etc/hosts has localhost everywhere).
-        let local = resolve("https://localhost:6443/", Any).unwrap();
-        assert!(local.iter().all(|a| a.ends_with(":6443")), "{local:?}");
-        assert!(!local.is_empty());
+        assert_eq!(server.accepts(), 1, "the second call reuses the connection");
+        // A watch holds a connection of its own; calls meanwhile go over another.
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(echo(&c, "GET", "/c", None), "HTTP/1.1 GET /c 0");
+        assert_eq!(server.accepts(), 2);
+    }
+
+    #[test]
+    fn closing_the_http2_connection_ends_its_watch_and_calls_at_once_and_calls_go_on() {
+        let server = tls_server(true);
+        let c = server.client();
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (tx, call) = std::sync::mpsc::channel();
+        let k = c.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(format!("{:?}", k.call("GET", "/silent", None)));
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(call.try_recv().is_err(), "the call waits for its answer");
+        c.close_connections();
+        let ended = call
+            .recv_timeout(Duration::from_secs(5))
+            .expect("ended by the close");
+        assert!(ended.starts_with("Err(Transport"), "{ended}");
+        let ended = events
+            .recv_timeout(Duration::from_secs(5))
+            .expect("ended by the close");
+        assert!(
+            ended.starts_with("Err("),
+            "the watch ends in an error: {ended}"
+        );
+        assert_eq!(echo(&c, "GET", "/after", None), "HTTP/2.0 GET /after 0");
+        assert_eq!(server.accepts(), 2, "a new connection after the close");
+    }
+
+    #[test]
+    fn new_credentials_move_every_call_and_watch_to_a_new_connection() {
+        let server = tls_server(true);
+        let c = server.client();
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        c.set_credentials(Credentials::Token("renewed".into()))
+            .unwrap();
+        let ended = events
+            .recv_timeout(Duration::from_secs(5))
+            .expect("ended by the swap");
+        assert!(ended.starts_with("Err("), "{ended}");
+        assert_eq!(echo(&c, "GET", "/after", None), "HTTP/2.0 GET /after 0");
+        assert_eq!(server.accepts(), 2);
+        assert!(matches!(c.connection().credentials, Credentials::Token(t) if t == "renewed"));
+    }
+
+    /// A TCP relay to `to` whose connections opened before [`Relay::freeze`] stop carrying
+    /// anything, both ways, while staying open: a connection that died on the way.
+    struct Relay {
+        addr: std::net::SocketAddr,
+        frozen_below: Arc<std::sync::atomic::AtomicUsize>,
+        accepted: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Relay {
+        fn start(to: std::net::SocketAddr) -> Relay {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let (frozen_below, accepted) =
+                (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+            let (f, n) = (frozen_below.clone(), accepted.clone());
+            std::thread::spawn(move || {
+                for down in listener.incoming() {
+                    let Ok(down) = down else { return };
+                    let id = n.fetch_add(1, Ordering::SeqCst);
+                    let up = std::net::TcpStream::connect(to).unwrap();
+                    for (mut from, mut to) in [
+                        (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                        (up, down),
+                    ] {
+                        let f = f.clone();
+                        std::thread::spawn(move || {
+                            let mut buf = [0u8; 16 << 10];
+                            while let Ok(k) = from.read(&mut buf) {
+                                if k == 0 {
+                                    break;
+                                }
+                                if id >= f.load(Ordering::SeqCst) {
+                                    let _ = std::io::Write::write_all(&mut to, &buf[..k]);
+                                }
+                            }
+                        });
+                    }
+                }
+            });
+            Relay {
+                addr,
+                frozen_below,
+                accepted,
+            }
+        }
+
+        fn freeze(&self) {
+            let n = self.accepted.load(std::sync::atomic::Ordering::SeqCst);
+            self.frozen_below
+                .store(n, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_connection_that_stops_answering_is_found_dead_by_ping_and_dialled_again() {
+        let server = tls_server(true);
+        let relay = Relay::start(server.addr);
+        let conn = server.connection(relay.addr);
+        let mut target = target(&conn, tls(&conn).unwrap()).unwrap();
+        target.ping = (Duration::from_millis(300), Duration::from_millis(300));
+        let c = Client::with_target(&conn, target).unwrap();
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        // PINGs answered: the idle connection stays.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            events.try_recv().is_err(),
+            "a connection that answers its PINGs stays"
+        );
+        relay.freeze();
+        let started = std::time::Instant::now();
+        let ended = events
+            .recv_timeout(Duration::from_secs(10))
+            .expect("found dead");
+        assert!(ended.starts_with("Err("), "{ended}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "found by the PING, not the watch's silence deadline ({:?})",
+            started.elapsed()
+        );
+        assert_eq!(echo(&c, "GET", "/after", None), "HTTP/2.0 GET /after 0");
+        assert_eq!(server.accepts(), 2, "dialled again");
     }
 }
