@@ -373,7 +373,15 @@ pub fn repository(image: &str) -> String {
 /// Credentials by registry key, looked up by an image's repository.
 #[derive(Default, Clone)]
 pub struct Keyring {
-    creds: BTreeMap<String, Vec<AuthConfig>>,
+    creds: BTreeMap<String, Vec<Tracked>>,
+}
+
+/// A credential and the image pull secret it came from (`namespace`, `name`); `None` for the
+/// node's own (its `config.json`, a credential provider plugin).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    pub auth: AuthConfig,
+    pub secret: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -384,11 +392,19 @@ impl std::fmt::Debug for Keyring {
 
 impl Keyring {
     pub fn add(&mut self, config: &DockerConfig) {
+        self.add_from(config, None);
+    }
+
+    /// Adds the entries of an image pull secret (`namespace`, `name`), or the node's (`None`).
+    pub fn add_from(&mut self, config: &DockerConfig, secret: Option<(String, String)>) {
         for (registry, cred) in config {
             self.creds
                 .entry(index_key(registry))
                 .or_default()
-                .push(cred.clone());
+                .push(Tracked {
+                    auth: cred.clone(),
+                    secret: secret.clone(),
+                });
         }
     }
 
@@ -398,7 +414,15 @@ impl Keyring {
 
     /// The credentials for a repository (see [`repository`]), most specific key first.
     pub fn lookup(&self, repo: &str) -> Vec<AuthConfig> {
-        let mut out: Vec<AuthConfig> = self
+        self.lookup_tracked(repo)
+            .into_iter()
+            .map(|t| t.auth)
+            .collect()
+    }
+
+    /// As [`Keyring::lookup`], each with where it came from.
+    pub fn lookup_tracked(&self, repo: &str) -> Vec<Tracked> {
+        let mut out: Vec<Tracked> = self
             .creds
             .iter()
             .rev()

@@ -57,6 +57,7 @@ pub(crate) mod server {
     pub mod settings;
 }
 pub mod services;
+pub mod sha256;
 pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;

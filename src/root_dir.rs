@@ -76,6 +76,12 @@ impl RootDir<'_> {
         self.checkpoint("preloaded-images.json")
     }
 
+    /// `image_manager/`: which credentials pulled which image (`pulling/`, `pulled/`), as
+    /// upstream's pull manager keeps them.
+    pub fn image_manager(&self) -> PathBuf {
+        self.0.join("image_manager")
+    }
+
     /// `config.json`: the node's registry credentials, in Docker's format.
     pub fn registry_credentials(&self) -> PathBuf {
         self.0.join("config.json")

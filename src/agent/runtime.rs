@@ -105,6 +105,7 @@ pub(super) async fn start(
             .with_objects(restored.objects.clone())
             .with_services(restored.services.clone())
             .with_credential_providers(providers)
+            .with_pull_verification(o.image_pull_verification.clone())
             .with_cgroups(cgroups, cgroup_parent)
             .with_allocatable(o.cgroups.allocatable(capacity))
             .with_allocation(crate::allocation::Manager::load(

@@ -597,6 +597,27 @@ pub static SETTINGS: &[Setting] = &[
         ..NONE
     },
     Setting {
+        field: "imagePullCredentialsVerificationPolicy",
+        read: Text(|t, v| {
+            let p = crate::kuberuntime::pullmanager::VerificationPolicy::parse(&v)
+                .map_err(|e| format!("{v:?}: {e}"))?;
+            set(&mut t.o.image_pull_verification.policy, p)
+        }),
+        configz: Some(|o, _| json!(o.image_pull_verification.policy.as_str())),
+        ..NONE
+    },
+    Setting {
+        field: "preloadedImagesVerificationAllowlist",
+        read: List(|t, v| {
+            for p in &v {
+                crate::kuberuntime::pullmanager::check_allowlist_pattern(p)?;
+            }
+            set(&mut t.o.image_pull_verification.allowlist, v)
+        }),
+        configz: Some(|o, _| json!(o.image_pull_verification.allowlist)),
+        ..NONE
+    },
+    Setting {
         flag: "apiserver-poll-interval",
         arg: "DUR",
         help: "list the node's pods this often instead of watching",

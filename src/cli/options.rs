@@ -69,6 +69,9 @@ pub struct Options {
     /// `--image-preload-dir`, `imagePreloadDir`: image archives imported at start and when
     /// added; `None`: `images/` under the root dir.
     pub image_preload_dir: Option<PathBuf>,
+    /// `imagePullCredentialsVerificationPolicy` and `preloadedImagesVerificationAllowlist`:
+    /// which images already on the node a pod must show credentials for (KEP-2535).
+    pub image_pull_verification: crate::kuberuntime::pullmanager::Policy,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
     /// `configMapAndSecretChangeDetectionStrategy`: how changes of the ConfigMaps and Secrets
@@ -162,6 +165,7 @@ impl Default for Options {
             image_credential_provider_config: None,
             image_credential_provider_bin_dir: None,
             image_preload_dir: None,
+            image_pull_verification: Default::default(),
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             rotate_certificates: None,

@@ -437,6 +437,25 @@ fn check(
         return Err(bad("--file-check-frequency", "0", "must be positive"));
     }
     validate_image_gc(&o)?;
+    {
+        use crate::kuberuntime::pullmanager::VerificationPolicy;
+        let v = &o.image_pull_verification;
+        if !v.allowlist.is_empty() && v.policy != VerificationPolicy::NeverVerifyAllowlistedImages {
+            let reason = format!(
+                "preloadedImagesVerificationAllowlist {:?}: can only be set when \
+                 imagePullCredentialsVerificationPolicy is NeverVerifyAllowlistedImages, not {}",
+                v.allowlist,
+                v.policy.as_str()
+            );
+            return Err(match cfg_path {
+                Some(path) => OptionsError::Config {
+                    path: path.to_owned(),
+                    reason,
+                },
+                None => OptionsError::Invalid(reason),
+            });
+        }
+    }
     if o.serving.tls_cert_file.is_some() != o.serving.tls_private_key_file.is_some() {
         return Err(OptionsError::Invalid(
             "--tls-cert-file and --tls-private-key-file (tlsCertFile, tlsPrivateKeyFile) go \
@@ -971,6 +990,69 @@ mod tests {
                 && e.contains("containerLogMaxFiles: invalid value 0: must be greater than 1"),
             "{e}"
         );
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn image_pull_credentials_verification_settings() {
+        use crate::kuberuntime::pullmanager::VerificationPolicy;
+        let o = run(&[]);
+        assert_eq!(
+            o.image_pull_verification.policy,
+            VerificationPolicy::NeverVerifyPreloadedImages,
+            "upstream's default"
+        );
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let p = write_cfg(
+            "pullverify",
+            &format!(
+                "{head}imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
+                 preloadedImagesVerificationAllowlist: [\"registry.local/fleet/*\"]\n"
+            ),
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        assert_eq!(
+            o.image_pull_verification.policy,
+            VerificationPolicy::NeverVerifyAllowlistedImages
+        );
+        assert_eq!(
+            o.image_pull_verification.allowlist,
+            ["registry.local/fleet/*"]
+        );
+        let k = configz(&o, 10250);
+        assert_eq!(
+            k["kubeletconfig"]["imagePullCredentialsVerificationPolicy"],
+            "NeverVerifyAllowlistedImages"
+        );
+        for (name, body, says) in [
+            (
+                "pullverify-value",
+                "imagePullCredentialsVerificationPolicy: Sometimes\n",
+                "imagePullCredentialsVerificationPolicy: \"Sometimes\": unknown image pull credentials verification policy",
+            ),
+            (
+                "pullverify-pattern",
+                "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n\
+                 preloadedImagesVerificationAllowlist: [\"reg/*/x\"]\n",
+                "preloadedImagesVerificationAllowlist",
+            ),
+            (
+                "pullverify-both",
+                "preloadedImagesVerificationAllowlist: [\"docker.io/library/nginx\"]\n",
+                "can only be set when imagePullCredentialsVerificationPolicy is NeverVerifyAllowlistedImages, not NeverVerifyPreloadedImages",
+            ),
+        ] {
+            let p = write_cfg(name, &format!("{head}{body}"));
+            let e = parse(&args(&["--config", &p.display().to_string()]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&p.display().to_string()) && e.contains(says),
+                "{name}: {e}"
+            );
+            std::fs::remove_file(&p).unwrap();
+        }
         std::fs::remove_file(&p).unwrap();
     }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::sha256::Sha256;
+use crate::sha256::Sha256;
 
 pub const MEDIA_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const MEDIA_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -691,7 +691,7 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
             let at = format!("manifest.json: [{i}]");
             let ce = self.entry(&clean(&m.config), &format!("config ({at}.Config)"))?;
             let config_bytes = self.read_entry(ce, &m.config)?;
-            let config_digest = super::sha256::digest(&config_bytes);
+            let config_digest = crate::sha256::digest(&config_bytes);
             let mut blobs = vec![Blob {
                 desc: Descriptor {
                     media_type: MEDIA_OCI_CONFIG.into(),
@@ -742,7 +742,7 @@ impl<F: Fn(String) -> ArchiveError> Reader<'_, F> {
             let bytes = serde_json::to_vec(&manifest).map_err(|e| (self.bad)(e.to_string()))?;
             let target = Descriptor {
                 media_type: MEDIA_OCI_MANIFEST.into(),
-                digest: super::sha256::digest(&bytes),
+                digest: crate::sha256::digest(&bytes),
                 size: bytes.len() as u64,
             };
             blobs.push(Blob {

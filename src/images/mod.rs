@@ -8,4 +8,3 @@ pub mod containerd;
 pub mod preload;
 pub mod pull_list;
 pub mod record;
-pub mod sha256;

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use crate::api::{Container, ImageVolumeSource, Pod, PullPolicy};
-use crate::credentials::{self, AuthConfig, Keyring};
+use crate::credentials::{self, AuthConfig, Keyring, Tracked};
 use crate::cri::CriError;
 
 use super::error::{ImageFailure, SyncError};
 use super::manager::{ERROR_RETRY, RuntimeManager};
+use super::pullmanager::{self, PullSecret, PulledWith, Verify};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -169,16 +170,50 @@ impl RuntimeManager {
             },
             retry_after: ERROR_RETRY,
         })?;
-        match decide_policy(w.policy, present.is_some()) {
-            Decision::Use => {
+        let credentials_failed = |message: String| {
+            record(
+                &at(),
+                Type::Warning,
+                "Failed",
+                &format!("Failed to pull image {image:?}: {message}"),
+            );
+            ImageFailure {
+                error: SyncError::ImagePull {
+                    container: container(),
+                    message: format!("{of_volume}{message}"),
+                },
+                retry_after: ERROR_RETRY,
+            }
+        };
+        let mut decision = decide_policy(w.policy, present.is_some());
+        if decision == Decision::Use {
+            // KEP-2535: a pod uses an image already on the node only when the policy exempts
+            // it or the pod shows credentials that pulled it; otherwise it pulls it again with
+            // its own (and with a pull policy of Never, it cannot).
+            let id = present.clone().unwrap_or_default();
+            if self
+                .may_use_present(pod, image, &id)
+                .await
+                .map_err(credentials_failed)?
+            {
                 record(
                     &at(),
                     Type::Normal,
                     "Pulled",
-                    &format!("Container image {image:?} already present on machine"),
+                    &format!(
+                        "Container image {image:?} already present on machine and can be accessed by the pod"
+                    ),
                 );
-                return Ok(present.unwrap_or_default());
+                return Ok(id);
             }
+            decision = if w.policy == PullPolicy::Never {
+                Decision::NeverPull
+            } else {
+                Decision::Pull
+            };
+        }
+        match decision {
+            Decision::Use => unreachable!("decided above"),
             Decision::NeverPull => {
                 record(
                     &at(),
@@ -215,21 +250,21 @@ impl RuntimeManager {
                 retry_after: rem,
             });
         }
-        let creds = self.pull_credentials(pod, image).await.map_err(|message| {
-            record(
-                &at(),
-                Type::Warning,
-                "Failed",
-                &format!("Failed to pull image {image:?}: {message}"),
-            );
-            ImageFailure {
+        let creds = self
+            .pull_credentials(pod, image)
+            .await
+            .map_err(credentials_failed)?;
+        if let Err(e) = self.pull_records.record_pull_intent(image) {
+            let message =
+                format!("Failed to record image pull intent for container image {image:?}: {e}");
+            return Err(ImageFailure {
                 error: SyncError::ImagePull {
                     container: container(),
                     message: format!("{of_volume}{message}"),
                 },
                 retry_after: ERROR_RETRY,
-            }
-        })?;
+            });
+        }
         record(
             &at(),
             Type::Normal,
@@ -237,9 +272,31 @@ impl RuntimeManager {
             &format!("Pulling image {image:?}"),
         );
         let t0 = crate::rt::now();
-        match self.pull_with(image, creds).await {
-            Ok(image_ref) => {
+        let sources: Vec<Option<(String, String)>> =
+            creds.iter().map(|t| t.secret.clone()).collect();
+        let hashes: Vec<String> = creds
+            .iter()
+            .map(|t| pullmanager::credential_hash(&t.auth))
+            .collect();
+        let auths = creds.into_iter().map(|t| t.auth).collect();
+        match pull_with_tracked(&*self.images, image, auths).await {
+            Ok((image_ref, used)) => {
                 self.pull_backoff.borrow_mut().forget(key);
+                let id = match self.image_id(image).await {
+                    Ok(Some(id)) => id,
+                    _ => image_ref,
+                };
+                let with = match used.and_then(|i| Some((sources[i].clone()?, i))) {
+                    Some(((namespace, name), i)) => PulledWith::Secret(PullSecret {
+                        uid: String::new(),
+                        namespace,
+                        name,
+                        credential_hash: hashes[i].clone(),
+                    }),
+                    None => PulledWith::Node,
+                };
+                self.pull_records
+                    .record_image_pulled(image, &id, with, crate::rt::now_nanos());
                 record(
                     &at(),
                     Type::Normal,
@@ -249,12 +306,10 @@ impl RuntimeManager {
                         crate::api::format_duration(crate::rt::now().saturating_duration_since(t0))
                     ),
                 );
-                Ok(match self.image_id(image).await {
-                    Ok(Some(id)) => id,
-                    _ => image_ref,
-                })
+                Ok(id)
             }
             Err(e) => {
+                self.pull_records.record_image_pull_failed(image);
                 record(
                     &at(),
                     Type::Warning,
@@ -279,7 +334,7 @@ impl RuntimeManager {
     /// credential provider plugins serving the image. A secret the apiserver
     /// says is missing is left out (the pull may still work anonymously); one not read yet
     /// makes the pull wait for it; one that does not parse fails the pull, naming it.
-    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Result<Vec<AuthConfig>, String> {
+    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Result<Vec<Tracked>, String> {
         use crate::objects::{Kind, Object};
         let repo = credentials::repository(image);
         let mut out = Vec::new();
@@ -297,7 +352,7 @@ impl RuntimeManager {
                     Some(Object::Present(d)) => {
                         let cfg = credentials::secret_config(d)
                             .map_err(|e| format!("image pull secret {ns}/{}: {e}", s.name))?;
-                        pod_ring.add(&cfg);
+                        pod_ring.add_from(&cfg, Some((ns.to_owned(), s.name.clone())));
                     }
                     Some(Object::Missing) => log::warn!(
                         "pod {ns}/{}: image pull secret {ns}/{} not found; the pull of {image:?} goes on without it",
@@ -313,7 +368,7 @@ impl RuntimeManager {
                 }
             }
             drop(store);
-            out.extend(pod_ring.lookup(&repo));
+            out.extend(pod_ring.lookup_tracked(&repo));
         }
         out.extend(
             node_credentials(
@@ -321,13 +376,49 @@ impl RuntimeManager {
                 self.credential_providers.clone(),
                 image,
             )
-            .await,
+            .await
+            .into_iter()
+            .map(|auth| Tracked { auth, secret: None }),
         );
         Ok(out)
     }
 
-    async fn pull_with(&self, image: &str, creds: Vec<AuthConfig>) -> Result<String, CriError> {
-        pull_with(&*self.images, image, creds).await
+    /// The pod's image pull secrets' credentials for `image`, as the pull records name them.
+    fn pod_secrets(creds: &[Tracked]) -> Vec<PullSecret> {
+        creds
+            .iter()
+            .filter_map(|t| {
+                let (namespace, name) = t.secret.clone()?;
+                Some(PullSecret {
+                    uid: String::new(),
+                    namespace,
+                    name,
+                    credential_hash: pullmanager::credential_hash(&t.auth),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the pod may use `image`, present as `image_ref`, without pulling it again
+    /// (upstream's `MustAttemptImagePull`): the verification policy exempts it, any pod may
+    /// use it, or one of the pod's image pull secrets carries a credential that pulled it.
+    async fn may_use_present(
+        &self,
+        pod: &Pod,
+        image: &str,
+        image_ref: &str,
+    ) -> Result<bool, String> {
+        match self.pull_records.verification(image, image_ref) {
+            Verify::NotNeeded => Ok(true),
+            Verify::Pull => Ok(false),
+            Verify::IfSecretMatches(recorded) => {
+                let creds = self.pull_credentials(pod, image).await?;
+                Ok(pullmanager::secrets_match(
+                    &recorded,
+                    &Self::pod_secrets(&creds),
+                ))
+            }
+        }
     }
 
     /// The user an image runs as, as the kubelet reads it from ImageStatus: a numeric uid, or
@@ -381,18 +472,27 @@ pub async fn pull_with(
     image: &str,
     creds: Vec<AuthConfig>,
 ) -> Result<String, CriError> {
+    Ok(pull_with_tracked(images, image, creds).await?.0)
+}
+
+/// As [`pull_with`], also saying which credential worked (its index; `None`: anonymously).
+pub async fn pull_with_tracked(
+    images: &dyn crate::cri::ImageService,
+    image: &str,
+    creds: Vec<AuthConfig>,
+) -> Result<(String, Option<usize>), CriError> {
     if creds.is_empty() {
-        return images.pull_image(image, None).await;
+        return Ok((images.pull_image(image, None).await?, None));
     }
     let mut last = None;
-    for c in creds {
+    for (i, c) in creds.into_iter().enumerate() {
         let auth = crate::cri::v1::AuthConfig {
             username: c.username,
             password: c.password,
             ..Default::default()
         };
         match images.pull_image(image, Some(auth)).await {
-            Ok(r) => return Ok(r),
+            Ok(r) => return Ok((r, Some(i))),
             Err(e) => last = Some(e),
         }
     }

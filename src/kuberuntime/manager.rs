@@ -117,6 +117,8 @@ pub struct RuntimeManager {
     /// The image ids of each pod's image volumes, as last pulled for it, until the pod is gone
     /// from the runtime: image GC counts them in use.
     volume_images: RefCell<HashMap<String, Vec<String>>>,
+    /// Which credentials pulled which image, and the verification policy (KEP-2535).
+    pub(super) pull_records: super::pullmanager::PullRecords,
 }
 
 impl RuntimeManager {
@@ -126,6 +128,10 @@ impl RuntimeManager {
         node: NodeContext,
     ) -> Self {
         RuntimeManager {
+            pull_records: super::pullmanager::PullRecords::new(
+                &node.root_dir,
+                super::pullmanager::Policy::default(),
+            ),
             runtime,
             images,
             node,
@@ -248,6 +254,12 @@ impl RuntimeManager {
         let specs = self.specs.borrow();
         pc.ensure_pod(pod, specs.values().map(|p| &**p))
             .map_err(SandboxError::Cgroup)
+    }
+
+    /// `imagePullCredentialsVerificationPolicy` and its allowlist.
+    pub fn with_pull_verification(mut self, policy: super::pullmanager::Policy) -> Self {
+        self.pull_records.policy = policy;
+        self
     }
 
     /// Image credential provider plugins asked for the credentials of the images they serve.

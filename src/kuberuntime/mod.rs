@@ -1,6 +1,7 @@
 //! The runtime manager and what it needs, split as the kubelet splits its kuberuntime package:
 //! `manager` (inspect, sync, forget), `sandbox`, `container`, `image`, `gc`, `image_gc_manager`
-//! (unused images removed by disk usage and age), and `convert`, the
+//! (unused images removed by disk usage and age), `pullmanager` (which credentials pulled which
+//! image, and whether a pod must show them: KEP-2535), and `convert`, the
 //! edge where CRI messages become `kubecontainer` types. The pure parts beside them: `actions`
 //! (desired vs observed → actions), `config` (CRI sandbox and container configs), `env`,
 //! `backoff`, `labels`, `error` (typed sync failures with the kubelet's reasons); and
@@ -21,6 +22,7 @@ pub mod image_gc_manager;
 pub mod instrumented;
 pub mod labels;
 mod manager;
+pub mod pullmanager;
 mod resize;
 mod sandbox;
 pub mod streaming;

@@ -1,7 +1,7 @@
 use std::io::Write;
 
 use super::*;
-use crate::images::sha256::digest;
+use crate::sha256::digest;
 
 /// A ustar archive of regular files and symbolic links (`->` in the name gives the target).
 fn tar(entries: &[(&str, &[u8])]) -> Vec<u8> {

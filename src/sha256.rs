@@ -1,6 +1,7 @@
-//! SHA-256 (FIPS 180-4), for checking the blobs of an image archive against their digests in
-//! every build: the static-pod-only build links no crypto library, and an air-gapped device is
-//! exactly where a preloaded archive must be checked.
+//! SHA-256 (FIPS 180-4) in every build (the static-pod-only build links no crypto library):
+//! for checking the blobs of an image archive against their digests (an air-gapped device is
+//! exactly where a preloaded archive must be checked) and for the image pull records' file
+//! names and credential hashes.
 
 const K: [u32; 64] = [
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
