@@ -517,7 +517,11 @@ fn an_image_volume_is_pulled_for_the_pod_and_mounted_by_the_runtime() {
                 })
                 .await
                 .as_object()
-                .map(|w| (w["reason"].clone(), w["message"].clone()))
+                // A waiting state may carry no message (ContainerCreating).
+                .map(|w| {
+                    let field = |k: &str| w.get(k).cloned().unwrap_or_default();
+                    (field("reason"), field("message"))
+                })
                 .unwrap_or_default();
                 (r == "ErrImagePull" || r == "ImagePullBackOff")
                     && m.as_str()
