@@ -1,10 +1,12 @@
-// Compiles the CRI subset, the konnectivity agent protocol and the containerd subset in pure Rust (protox), so neither
+// Compiles the CRI subset, the konnectivity agent protocol, the containerd subset and the
+// apimachinery messages of the Kubernetes protobuf encoding in pure Rust (protox), so neither
 // the build machine, cross builds nor Yocto need protoc. Client code only: picolet never serves
 // CRI, and is the agent, not the server, of the konnectivity tunnel.
 fn main() {
     println!("cargo:rerun-if-changed=proto/runtime.proto");
     println!("cargo:rerun-if-changed=proto/konnectivity.proto");
     println!("cargo:rerun-if-changed=proto/containerd");
+    println!("cargo:rerun-if-changed=proto/k8s");
     // A lower bound for the wall clock (preflight flags a board that booted in 1970);
     // SOURCE_DATE_EPOCH keeps reproducible builds reproducible.
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
@@ -47,4 +49,13 @@ fn main() {
         .build_transport(false)
         .compile_fds(fds)
         .expect("generate the containerd client");
+    // The apimachinery envelope, metadata and Status of the Kubernetes protobuf encoding
+    // (feature apiserver): messages only.
+    let fds = protox::compile(["proto/k8s/meta.proto"], ["proto"]).expect("compile proto/k8s");
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(false)
+        .build_transport(false)
+        .compile_fds(fds)
+        .expect("generate the apimachinery messages");
 }

@@ -45,9 +45,10 @@ pub const QUEUE: usize = 4;
 /// Idle HTTP/1.1 connections kept for the next call.
 const MAX_IDLE_H1: usize = 2;
 
-/// What the caller hears back: the answer's head, then its body in pieces.
+/// What the caller hears back: the answer's head (status code and `Content-Type`), then its
+/// body in pieces.
 pub enum Event {
-    Head(u16),
+    Head(u16, Option<String>),
     Data(Bytes),
     End,
     Error(String),
@@ -188,8 +189,13 @@ async fn exchange(
     .map_err(|_| format!("timeout: no response header within {head:?}"))??;
     let resp = resp.map_err(|e| format!("no response header: {e}"))?;
     let gone = |_| "the caller stopped reading".to_owned();
+    let content_type = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     reply
-        .send(Event::Head(resp.status().as_u16()))
+        .send(Event::Head(resp.status().as_u16(), content_type))
         .await
         .map_err(gone)?;
     let mut body = resp.into_body();
@@ -412,7 +418,7 @@ impl std::io::Read for Body {
                 Ok(Event::Data(b)) => self.piece = b,
                 Ok(Event::End) => self.ended = true,
                 Ok(Event::Error(e)) => return Err(std::io::Error::other(e)),
-                Ok(Event::Head(_)) => return Err(std::io::Error::other("a second response head")),
+                Ok(Event::Head(..)) => return Err(std::io::Error::other("a second response head")),
                 Err(_) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::ConnectionAborted,

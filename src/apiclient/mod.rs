@@ -2,7 +2,9 @@
 //! (ring) for every request and watch, HTTP/1.1 where the server does not offer HTTP/2
 //! ([`link`]). Its interface is blocking, always called off the executor thread (`rt::unblock`,
 //! or a thread of its own for a watch), so a slow or vanished apiserver never stalls the loop.
-//! Bodies are JSON.
+//! Bodies are JSON, except the answers to writes, which come in the Kubernetes protobuf
+//! encoding when [`ContentType::Protobuf`] is set (the kubelet's `contentType`, its default)
+//! and the apiserver serves it ([`protobuf`]).
 //!
 //! Identity is what the kubeconfig gives: a client certificate (`system:node:<name>` in group
 //! `system:nodes` for a node) or a bearer token. Responses are read with a size cap; an error
@@ -12,9 +14,11 @@
 pub mod backoff;
 pub mod kubeconfig;
 mod link;
+pub mod protobuf;
 pub mod watch;
 
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -54,6 +58,11 @@ const ACCEPT_JSON: &str = "application/json";
 /// instead of the whole object (several KiB).
 pub const ACCEPT_METADATA: &str =
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
+/// [`ACCEPT_METADATA`] with the protobuf encoding first: the metadata of a Lease renewal's
+/// answer is about half its JSON. A server that does not serve it answers in JSON.
+const ACCEPT_METADATA_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
+
+pub use crate::cli::options::ContentType;
 
 /// The largest read buffer of an HTTP/1.1 connection: a response's head must fit in it; over
 /// HTTP/2 a head is refused past half of it (the apiserver's is under 1 KiB).
@@ -140,6 +149,8 @@ struct Pool {
     conn: Connection,
     credentials: Mutex<Credentials>,
     link: async_channel::Sender<link::Msg>,
+    /// [`ContentType::Protobuf`] when set.
+    protobuf: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -355,9 +366,26 @@ impl Client {
                 credentials: Mutex::new(conn.credentials.clone()),
                 conn: conn.clone(),
                 link: link::start(target).map_err(TlsError::Thread)?,
+                protobuf: AtomicBool::new(false),
             }),
             server: conn.server.clone(),
         })
+    }
+
+    /// The encoding of the answers to writes, for every clone (JSON until set).
+    pub fn set_content_type(&self, ct: ContentType) {
+        self.pool
+            .protobuf
+            .store(ct == ContentType::Protobuf, Ordering::Relaxed);
+    }
+
+    /// What `accept` becomes under the encoding set: the metadata answer in protobuf first.
+    fn negotiate<'a>(&self, accept: &'a str) -> &'a str {
+        if accept == ACCEPT_METADATA && self.pool.protobuf.load(Ordering::Relaxed) {
+            ACCEPT_METADATA_PROTOBUF
+        } else {
+            accept
+        }
     }
 
     /// The connection the client was made from, with the credentials of now.
@@ -413,7 +441,7 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         deadlines: Deadlines,
         accept: &str,
-    ) -> Result<(u16, link::Body), ApiError> {
+    ) -> Result<(u16, Option<String>, link::Body), ApiError> {
         let transport = |message: String| ApiError::Transport {
             method,
             path: path.to_owned(),
@@ -423,7 +451,7 @@ impl Client {
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.server))
-            .header(http::header::ACCEPT, accept)
+            .header(http::header::ACCEPT, self.negotiate(accept))
             .header(
                 http::header::USER_AGENT,
                 concat!("picolet/", env!("CARGO_PKG_VERSION")),
@@ -449,18 +477,24 @@ impl Client {
                 reply,
             })))
             .map_err(|_| transport("the apiserver connection's thread has ended".into()))?;
-        let code = match events.recv_blocking() {
-            Ok(link::Event::Head(code)) => code,
+        let (code, content_type) = match events.recv_blocking() {
+            Ok(link::Event::Head(code, ct)) => (code, ct),
             Ok(link::Event::Error(e)) => return Err(transport(e)),
             Ok(_) | Err(_) => return Err(transport("the connection was closed".into())),
         };
         let body = link::Body::new(events);
         if (200..300).contains(&code) {
-            return Ok((code, body));
+            return Ok((code, content_type, body));
         }
         let mut text = Vec::new();
         let _ = body.take(1 << 20).read_to_end(&mut text);
-        let st: StatusBody = serde_json::from_slice(&text).unwrap_or_default();
+        let st = if protobuf::is_protobuf(content_type.as_deref()) {
+            protobuf::status(&text)
+                .map(|(reason, message)| StatusBody { reason, message })
+                .unwrap_or_default()
+        } else {
+            serde_json::from_slice(&text).unwrap_or_default()
+        };
         Err(ApiError::Status {
             method,
             path: path.to_owned(),
@@ -482,6 +516,7 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Vec<u8>, ApiError> {
         self.call_within(method, path, body, CALL_TIMEOUT, ACCEPT_JSON)
+            .map(|(_, bytes)| bytes)
     }
 
     /// A write whose answer is not needed (an Event, a status): [`Client::call`] asking for
@@ -498,7 +533,7 @@ impl Client {
     }
 
     /// [`Client::call`] with a deadline of its own for the whole call, asking for the answer
-    /// in the form `accept` names.
+    /// in the form `accept` names; returns the answer's `Content-Type` with its body.
     fn call_within(
         &self,
         method: &'static str,
@@ -506,19 +541,19 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         deadline: Duration,
         accept: &str,
-    ) -> Result<Vec<u8>, ApiError> {
+    ) -> Result<(Option<String>, Vec<u8>), ApiError> {
         let deadlines = Deadlines {
             whole: deadline,
             head: None,
             per_read: None,
         };
-        let (_, body) = self.send(method, path, body, deadlines, accept)?;
+        let (_, content_type, body) = self.send(method, path, body, deadlines, accept)?;
         let mut bytes = Vec::new();
         let read = body.take(MAX_BODY + 1).read_to_end(&mut bytes);
         let message = match read {
             Err(e) => e.to_string(),
             Ok(_) if bytes.len() as u64 > MAX_BODY => format!("larger than {MAX_BODY} bytes"),
-            Ok(_) => return Ok(bytes),
+            Ok(_) => return Ok((content_type, bytes)),
         };
         Err(ApiError::Transport {
             method,
@@ -549,7 +584,8 @@ impl Client {
     }
 
     /// [`Client::json_within`] asking for the answer in the form `accept` names
-    /// ([`ACCEPT_METADATA`]: the written object's metadata alone, where the apiserver serves it).
+    /// ([`ACCEPT_METADATA`]: the written object's metadata alone, where the apiserver serves it;
+    /// in protobuf under [`ContentType::Protobuf`], read into the JSON it stands for).
     pub fn json_accepting<T: serde::de::DeserializeOwned>(
         &self,
         method: &'static str,
@@ -558,7 +594,12 @@ impl Client {
         deadline: Duration,
         accept: &str,
     ) -> Result<T, ApiError> {
-        let bytes = self.call_within(method, path, body, deadline, accept)?;
+        let (content_type, bytes) = self.call_within(method, path, body, deadline, accept)?;
+        if protobuf::is_protobuf(content_type.as_deref()) {
+            let what = || format!("{method} {path}");
+            let v = protobuf::metadata_json(&bytes).map_err(|e| ApiError::decode(what(), e))?;
+            return serde_json::from_value(v).map_err(|e| ApiError::decode(what(), e));
+        }
         // The linear pre-pass bounds what the parse below may cost, whatever the server sends.
         crate::limits::check(
             &bytes,
@@ -590,7 +631,7 @@ impl Client {
         path: &str,
         deadlines: Deadlines,
     ) -> Result<impl Read + use<>, ApiError> {
-        let (_, body) = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
+        let (_, _, body) = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
         Ok(body)
     }
 }
@@ -665,6 +706,107 @@ mod tests {
         assert!(body == up, "request body changed on the way");
         assert_eq!(got.len(), down.len());
         assert!(got == down, "response body changed on the way");
+    }
+
+    fn reply(content_type: &str, status: &str, body: &[u8]) -> Vec<u8> {
+        let mut r = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r
+    }
+
+    #[test]
+    fn a_write_asks_for_its_metadata_in_protobuf_and_reads_the_answer() {
+        let body = protobuf::encode_metadata("n1", "kube-node-lease", "817");
+        let (url, server) = serve_once(reply(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            "200 OK",
+            &body,
+        ));
+        let c = client(url);
+        c.set_content_type(ContentType::Protobuf);
+        let v: serde_json::Value = c
+            .json_accepting(
+                "PATCH",
+                "/lease",
+                Some(("application/merge-patch+json", b"{}".to_vec())),
+                CALL_TIMEOUT,
+                ACCEPT_METADATA,
+            )
+            .unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "817");
+        let (head, _) = server.join().unwrap();
+        let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+        assert!(
+            head.contains(
+                "\r\naccept: application/vnd.kubernetes.protobuf;as=partialobjectmetadata;"
+            ),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn under_json_the_metadata_is_asked_for_in_json_and_a_json_answer_is_read_either_way() {
+        for ct in [ContentType::Json, ContentType::Protobuf] {
+            let (url, server) = serve_once(reply(
+                "application/json",
+                "200 OK",
+                br#"{"kind":"PartialObjectMetadata","metadata":{"resourceVersion":"5"}}"#,
+            ));
+            let c = client(url);
+            c.set_content_type(ct);
+            let v: serde_json::Value = c
+                .json_accepting("PUT", "/x", None, CALL_TIMEOUT, ACCEPT_METADATA)
+                .unwrap();
+            assert_eq!(v["metadata"]["resourceVersion"], "5");
+            let (head, _) = server.join().unwrap();
+            let head = String::from_utf8(head).unwrap();
+            assert_eq!(
+                head.contains("vnd.kubernetes.protobuf"),
+                ct == ContentType::Protobuf,
+                "{head}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_protobuf_error_status_gives_its_reason_and_message() {
+        let body = protobuf::encode_status(409, "Conflict", "the object has been modified");
+        let (url, server) = serve_once(reply(
+            "application/vnd.kubernetes.protobuf",
+            "409 Conflict",
+            &body,
+        ));
+        let c = client(url);
+        c.set_content_type(ContentType::Protobuf);
+        let e = c
+            .json_accepting::<serde_json::Value>("PUT", "/x", None, CALL_TIMEOUT, ACCEPT_METADATA)
+            .unwrap_err();
+        server.join().unwrap();
+        assert!(e.is_conflict());
+        assert_eq!(
+            e.to_string(),
+            "PUT /x: 409 Conflict: the object has been modified"
+        );
+    }
+
+    #[test]
+    fn a_broken_protobuf_answer_is_a_decode_error_naming_the_call() {
+        let (url, server) = serve_once(reply(
+            "application/vnd.kubernetes.protobuf",
+            "200 OK",
+            b"k8s\0\x0a\xff",
+        ));
+        let c = client(url);
+        c.set_content_type(ContentType::Protobuf);
+        let e = c
+            .json_accepting::<serde_json::Value>("PUT", "/x", None, CALL_TIMEOUT, ACCEPT_METADATA)
+            .unwrap_err();
+        server.join().unwrap();
+        assert!(e.to_string().starts_with("PUT /x: the envelope:"), "{e}");
     }
 
     /// A server that reads each request and, per connection in order of arrival, starts a watch

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::options::{Options, parse_labels, parse_log_max_size, parse_taints};
+use super::options::{ContentType, Options, parse_labels, parse_log_max_size, parse_taints};
 use crate::api::{format_duration, parse_duration};
 use crate::eviction::threshold::{Given, Pairs, parse_map};
 use crate::nodeshutdown::ByPriority;
@@ -629,6 +629,17 @@ pub static SETTINGS: &[Setting] = &[
             )
         },
         ..NONE
+    },
+    Setting {
+        flag: "kube-api-content-type",
+        arg: "TYPE",
+        help: "the encoding asked of the apiserver for the answers to the\n\
+               node's writes: application/vnd.kubernetes.protobuf (default)\n\
+               or application/json",
+        parse: |t, v| set(&mut t.o.kube_api_content_type, ContentType::parse(v)?),
+        field: "contentType",
+        read: Text(|t, v| set(&mut t.o.kube_api_content_type, ContentType::parse(&v)?)),
+        configz: Some(|o, _| json!(o.kube_api_content_type.as_str())),
     },
     Setting {
         field: "configMapAndSecretChangeDetectionStrategy",

@@ -34,6 +34,36 @@ pub enum OptionsError {
     Invalid(String),
 }
 
+/// The encoding asked of the apiserver: the kubelet's `contentType` (`--kube-api-content-type`).
+/// picolet writes JSON (the apiserver takes patches in JSON only) and reads whole objects in
+/// JSON; with `Protobuf` the answers to its writes, read for their metadata alone, come in
+/// protobuf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContentType {
+    Json,
+    #[default]
+    Protobuf,
+}
+
+impl ContentType {
+    pub fn parse(s: &str) -> Result<ContentType, String> {
+        match s {
+            "application/json" => Ok(ContentType::Json),
+            "application/vnd.kubernetes.protobuf" => Ok(ContentType::Protobuf),
+            other => Err(format!(
+                "{other:?}: not one of application/vnd.kubernetes.protobuf, application/json"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentType::Json => "application/json",
+            ContentType::Protobuf => "application/vnd.kubernetes.protobuf",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub pod_manifest_path: Option<PathBuf>,
@@ -77,6 +107,9 @@ pub struct Options {
     /// `configMapAndSecretChangeDetectionStrategy`: how changes of the ConfigMaps and Secrets
     /// the pods use are seen; default `Watch`.
     pub config_map_and_secret_change_detection_strategy: crate::objects::ChangeDetection,
+    /// `--kube-api-content-type`, `contentType`: the encoding asked of the apiserver for the
+    /// answers to the node's writes; default protobuf.
+    pub kube_api_content_type: ContentType,
     /// `nodeLeaseDurationSeconds`: how long the node's Lease holds (renewed every quarter of
     /// it); default 40.
     pub node_lease_duration_seconds: u32,
@@ -171,6 +204,7 @@ impl Default for Options {
             rotate_certificates: None,
             apiserver_poll_interval: None,
             config_map_and_secret_change_detection_strategy: Default::default(),
+            kube_api_content_type: ContentType::default(),
             node_lease_duration_seconds: 40,
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),

@@ -1092,6 +1092,49 @@ mod tests {
     }
 
     #[test]
+    fn the_api_content_type_from_the_file_and_the_flag_with_the_kubelets_default() {
+        use crate::cli::options::ContentType;
+        assert_eq!(run(&[]).kube_api_content_type, ContentType::Protobuf);
+        let p = write_cfg(
+            "ctype",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             contentType: application/json\n",
+        );
+        let ps = p.display().to_string();
+        let o = run(&["--config", &ps]);
+        assert_eq!(o.kube_api_content_type, ContentType::Json);
+        assert_eq!(
+            configz(&o, 10250)["kubeletconfig"]["contentType"],
+            "application/json"
+        );
+        let o = run(&[
+            "--config",
+            &ps,
+            "--kube-api-content-type",
+            "application/vnd.kubernetes.protobuf",
+        ]);
+        assert_eq!(o.kube_api_content_type, ContentType::Protobuf);
+        std::fs::remove_file(&p).unwrap();
+        let e = parse(&args(&["--kube-api-content-type", "application/yaml"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--kube-api-content-type") && e.contains("\"application/yaml\""),
+            "{e}"
+        );
+        let p = write_cfg(
+            "ctype-bad",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             contentType: text/plain\n",
+        );
+        let e = parse(&args(&["--config", &p.display().to_string()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("contentType") && e.contains("text/plain"), "{e}");
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
     fn heartbeat_settings_from_the_file_and_the_flag_refused_at_zero() {
         let p = write_cfg(
             "beats",

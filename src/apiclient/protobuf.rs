@@ -1,0 +1,209 @@
+//! The Kubernetes protobuf encoding (`application/vnd.kubernetes.protobuf`) of the answers
+//! picolet reads in it: the metadata of an object it wrote (asked for as a
+//! `PartialObjectMetadata`) and an error `Status`.
+//!
+//! Every object travels in an envelope: the 4 bytes `k8s\0`, then a `runtime.Unknown` holding
+//! the object's apiVersion and kind and the object's own bytes. Every top-level API object has
+//! its `ObjectMeta` as field 1, so the metadata of any object decodes the same way; the fields
+//! picolet does not read are skipped. A written object's metadata in protobuf is about half of
+//! its JSON (no field names, no quoting, timestamps as two varints); the objects picolet reads
+//! whole stay JSON.
+
+use prost::Message;
+use serde_json::{Map, Value, json};
+
+mod pb {
+    tonic::include_proto!("k8s.meta");
+}
+
+/// The media type of the encoding.
+pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// What starts every encoded object.
+const MAGIC: &[u8; 4] = b"k8s\0";
+
+/// Whether a `Content-Type` names the protobuf encoding (parameters aside).
+pub fn is_protobuf(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case(MEDIA_TYPE))
+    })
+}
+
+/// The envelope's kind and the object's bytes.
+fn open(bytes: &[u8]) -> Result<(pb::TypeMeta, Vec<u8>), String> {
+    let rest = bytes
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| "not a Kubernetes protobuf object: no k8s\\0 prefix".to_owned())?;
+    let unknown = pb::Unknown::decode(rest).map_err(|e| format!("the envelope: {e}"))?;
+    if !unknown.content_encoding().is_empty() {
+        return Err(format!(
+            "content encoding {:?} not supported",
+            unknown.content_encoding()
+        ));
+    }
+    Ok((
+        unknown.type_meta.unwrap_or_default(),
+        unknown.raw.unwrap_or_default(),
+    ))
+}
+
+/// An object's metadata, as the JSON the callers read from a `PartialObjectMetadata`
+/// (`{"apiVersion", "kind", "metadata": {name, namespace, uid, resourceVersion, generation}}`;
+/// fields the answer leaves out are left out).
+pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
+    let (type_meta, raw) = open(bytes)?;
+    let object = pb::PartialObjectMetadata::decode(raw.as_slice())
+        .map_err(|e| format!("{}: {e}", type_meta.kind()))?;
+    let mut meta = Map::new();
+    if let Some(m) = object.metadata {
+        let strings = [
+            ("name", m.name),
+            ("namespace", m.namespace),
+            ("uid", m.uid),
+            ("resourceVersion", m.resource_version),
+        ];
+        for (k, v) in strings {
+            if let Some(v) = v {
+                meta.insert(k.into(), Value::String(v));
+            }
+        }
+        if let Some(g) = m.generation {
+            meta.insert("generation".into(), json!(g));
+        }
+    }
+    Ok(json!({
+        "apiVersion": type_meta.api_version(),
+        "kind": type_meta.kind(),
+        "metadata": meta,
+    }))
+}
+
+/// An error answer's reason and message, if it is a `Status`.
+pub fn status(bytes: &[u8]) -> Option<(String, String)> {
+    let (type_meta, raw) = open(bytes).ok()?;
+    if type_meta.kind() != "Status" {
+        return None;
+    }
+    let s = pb::Status::decode(raw.as_slice()).ok()?;
+    Some((s.reason.unwrap_or_default(), s.message.unwrap_or_default()))
+}
+
+/// An object in the envelope (the test servers' answers).
+#[cfg(any(test, feature = "e2e"))]
+pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    let unknown = pb::Unknown {
+        type_meta: Some(pb::TypeMeta {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+        }),
+        raw: Some(raw),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    };
+    let mut out = MAGIC.to_vec();
+    unknown.encode(&mut out).expect("a Vec grows");
+    out
+}
+
+/// A `PartialObjectMetadata` in the envelope, as the apiserver answers one.
+#[cfg(any(test, feature = "e2e"))]
+pub fn encode_metadata(name: &str, namespace: &str, resource_version: &str) -> Vec<u8> {
+    let object = pb::PartialObjectMetadata {
+        metadata: Some(pb::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: None,
+            resource_version: Some(resource_version.into()),
+            generation: None,
+        }),
+    };
+    envelope(
+        "meta.k8s.io/v1",
+        "PartialObjectMetadata",
+        object.encode_to_vec(),
+    )
+}
+
+/// An error `Status` in the envelope.
+#[cfg(any(test, feature = "e2e"))]
+pub fn encode_status(code: i32, reason: &str, message: &str) -> Vec<u8> {
+    let s = pb::Status {
+        metadata: Some(pb::ListMeta::default()),
+        status: Some("Failure".into()),
+        message: Some(message.into()),
+        reason: Some(reason.into()),
+        code: Some(code),
+    };
+    envelope("v1", "Status", s.encode_to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_type_is_recognised_with_parameters_and_case() {
+        assert!(is_protobuf(Some("application/vnd.kubernetes.protobuf")));
+        assert!(is_protobuf(Some(
+            "Application/Vnd.Kubernetes.Protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+        )));
+        assert!(!is_protobuf(Some("application/json")));
+        assert!(!is_protobuf(Some(
+            "application/vnd.kubernetes.protobuf.watch"
+        )));
+        assert!(!is_protobuf(None));
+    }
+
+    #[test]
+    fn metadata_is_read_from_the_envelope() {
+        let v = metadata_json(&encode_metadata("n1", "kube-node-lease", "4711")).unwrap();
+        assert_eq!(v["kind"], "PartialObjectMetadata");
+        assert_eq!(v["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(v["metadata"]["resourceVersion"], "4711");
+        assert_eq!(v["metadata"]["name"], "n1");
+        assert_eq!(v["metadata"]["namespace"], "kube-node-lease");
+        assert!(v["metadata"].get("uid").is_none());
+    }
+
+    #[test]
+    fn fields_not_read_are_skipped() {
+        // ObjectMeta with labels (11) and managedFields (17) before resourceVersion (6): the
+        // order on the wire does not matter, and unknown fields are skipped.
+        let mut meta = Vec::new();
+        meta.extend_from_slice(&[0x5a, 0x06]); // 11: a 6-byte map entry
+        meta.extend_from_slice(&[0x0a, 0x01, b'a', 0x12, 0x01, b'b']);
+        meta.extend_from_slice(&[0x8a, 0x01, 0x02, 0x0a, 0x00]); // 17: 2 bytes
+        meta.extend_from_slice(&[0x32, 0x02, b'4', b'2']); // 6: "42"
+        let mut object = vec![0x0a, u8::try_from(meta.len()).unwrap()];
+        object.extend_from_slice(&meta);
+        object.extend_from_slice(&[0x12, 0x00]); // spec (2), empty
+        let v = metadata_json(&envelope("coordination.k8s.io/v1", "Lease", object)).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(v["kind"], "Lease");
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_reason() {
+        let e = metadata_json(b"{\"kind\":\"Status\"}").unwrap_err();
+        assert!(e.contains("no k8s\\0 prefix"), "{e}");
+        let e = metadata_json(b"k8s\0\x0a\xff").unwrap_err();
+        assert!(e.starts_with("the envelope:"), "{e}");
+        let mut gz = encode_metadata("n", "ns", "1");
+        // contentEncoding (3) = "gzip", appended: the last value of a field wins.
+        gz.extend_from_slice(&[0x1a, 0x04, b'g', b'z', b'i', b'p']);
+        let e = metadata_json(&gz).unwrap_err();
+        assert!(e.contains("\"gzip\" not supported"), "{e}");
+    }
+
+    #[test]
+    fn a_status_gives_reason_and_message() {
+        let b = encode_status(409, "Conflict", "the object has been modified");
+        assert_eq!(
+            status(&b),
+            Some(("Conflict".into(), "the object has been modified".into()))
+        );
+        assert_eq!(status(&encode_metadata("n", "ns", "1")), None);
+        assert_eq!(status(b"not protobuf"), None);
+    }
+}
