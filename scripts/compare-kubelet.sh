@@ -26,7 +26,9 @@
 # request) and the bytes through the relay (both ways, TLS included) over the
 # window, given per minute and per day (the window's bytes times 86400 / its
 # length: an extrapolation), with the TCP connections the relay accepted and,
-# per request kind (verb, resource), the requests a minute.
+# per request kind (verb, resource), the requests a minute. Then, with
+# COMPARE_CHURN_SECONDS, the same figures over a window of churn: a pod created
+# every minute and the one before it deleted.
 # Binary sizes are of the files run: picolet's release build and the kubelet
 # as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
 #
@@ -38,6 +40,8 @@
 #   COMPARE_REST_SECONDS  the joined phase's window at rest (default COMPARE_SECONDS); the
 #                    node status goes out at least every 5 min and watches are renewed
 #                    every 5 to 10 min, so a day's bytes are best extrapolated from 600 s
+#   COMPARE_CHURN_SECONDS the joined phase's window of churn after the one at rest
+#                    (default 0: none; 600 gives ten pods created and deleted)
 #   COMPARE_AGENTS   the agents run (default "picolet kubelet"; the side-by-side table
 #                    needs both, either alone prints its rows; picolet alone needs no
 #                    kubelet built)
@@ -69,6 +73,7 @@ read -r -a COUNTS <<<"${COMPARE_PODS-0 10 50}"
 LATENCY_PODS=${COMPARE_LATENCY_PODS:-20}
 JOINED_PODS=${COMPARE_JOINED_PODS:-10}
 REST_WINDOW=${COMPARE_REST_SECONDS:-$WINDOW}
+CHURN_WINDOW=${COMPARE_CHURN_SECONDS:-0}
 read -r -a AGENTS <<<"${COMPARE_AGENTS-picolet kubelet}"
 DIR=${COMPARE_DIR:-/tmp/pcmp}
 IMAGE=picolet.local/busybox:1
@@ -80,6 +85,7 @@ for n in "${COUNTS[@]}"; do [[ $n =~ ^[0-9]+$ ]] || die "COMPARE_PODS: $n is not
 [[ $LATENCY_PODS =~ ^[0-9]+$ ]] || die "COMPARE_LATENCY_PODS must be a count"
 [[ $JOINED_PODS =~ ^[0-9]+$ ]] || die "COMPARE_JOINED_PODS must be a count"
 [[ $REST_WINDOW =~ ^[0-9]+$ && $REST_WINDOW -gt 0 ]] || die "COMPARE_REST_SECONDS must be a positive integer"
+[[ $CHURN_WINDOW =~ ^[0-9]+$ ]] || die "COMPARE_CHURN_SECONDS must be a number of seconds"
 ((${#AGENTS[@]} > 0)) || die "COMPARE_AGENTS names no agent"
 for a in "${AGENTS[@]}"; do [[ $a == picolet || $a == kubelet ]] || die "COMPARE_AGENTS: $a is neither picolet nor kubelet"; done
 [[ $DIR == /* && $DIR != / ]] || die "COMPARE_DIR must be an absolute path other than /"
@@ -401,6 +407,52 @@ EOF
     done
 }
 
+churn_pod_yaml() { # churn_pod_yaml K: the K-th pod of the churn window
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: churn-$1
+  namespace: default
+spec:
+  nodeName: $NODE_NAME
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: sleep
+    image: $IMAGE
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+EOF
+}
+
+# The window of churn (CHURN_WINDOW s): each minute a pod is created and the one
+# made the minute before deleted; the bytes and requests over it, into R.
+churn() { # churn AGENT KUBECTL...
+    local agent=$1 t1 t2 up1 down1 conn1 up2 down2 conn2 k=0 end next
+    shift
+    t1=$(now)
+    read -r up1 down1 conn1 < <(relay_bytes)
+    end=$((SECONDS + CHURN_WINDOW))
+    while ((SECONDS < end)); do
+        next=$((SECONDS + 60))
+        churn_pod_yaml "$k" | "$@" create -f - >/dev/null || die "creating pod churn-$k failed"
+        if ((k > 0)); then
+            "$@" delete pod -n default "churn-$((k - 1))" --wait=false >/dev/null || die "deleting pod churn-$((k - 1)) failed"
+        fi
+        k=$((k + 1))
+        alive "$AGENT_PID" || die "$agent exited"
+        while ((SECONDS < next && SECONDS < end)); do sleep 1; done
+    done
+    t2=$(now)
+    read -r up2 down2 conn2 < <(relay_bytes)
+    R[$agent,creq]=$(node_requests "$t1" "$t2" "$DIR/$agent-churn-requests.txt" | awk -v w="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" '{ printf "%.1f", $1 * 60 / w }')
+    R[$agent,cbytes]=$(awk -v a="$((up1 + down1))" -v b="$((up2 + down2))" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.2f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
+    R[$agent,cpods]=$k
+    log "$agent joined in churn, $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s, $k pods created, $((conn2 - conn1)) new connections: $((up2 - up1)) bytes up, $((down2 - down1)) down, extrapolated a day ${R[$agent,cbytes]} MiB; ${R[$agent,creq]} requests a minute; by kind:"
+    sed 's/^/    /' "$DIR/$agent-churn-requests.txt" >&2
+    "$@" delete pod -n default "churn-$((k - 1))" --wait=false >/dev/null || true
+}
+
 joined() { # joined AGENT: the joined rows, into R
     local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 lat=() name phase rss_mean cpu
     local -A seen=()
@@ -480,6 +532,7 @@ $COMPARE_JOIN_CONFIG}"
     log "$agent joined: $JOINED_PODS API pods Running p50 ${R[$agent,j50]} s, p95 ${R[$agent,j95]} s; ${R[$agent,jreq]} requests/min, ${R[$agent,jbytes]} MiB/day, RSS ${R[$agent,jrss]} MiB, CPU $cpu %"
     log "$agent joined at rest, $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s: $((up2 - up1)) bytes up, $((down2 - down1)) down (TLS included), extrapolated a day: ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB; ${R[$agent,jconn]} new TCP connections; requests by kind:"
     sed 's/^/    /' "$DIR/$agent-requests.txt" >&2
+    ((CHURN_WINDOW == 0)) || churn "$agent" "${kubectl[@]}"
     stop_agent
     stop_relay
     stop_containerd
@@ -562,6 +615,10 @@ if ((${#AGENTS[@]} < 2)); then
         say_row "joined, $JOINED_PODS API pods, at rest: ${R[$agent,jreq]} requests a minute, ${R[$agent,jconn]} new connections, bytes a day (extrapolated) ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB"
         say_row "requests by kind:"
         sed 's/^/    /' "$DIR/$agent-requests.txt"
+        if ((CHURN_WINDOW > 0)); then
+            say_row "joined, in churn (${R[$agent,cpods]} pods created and deleted, one a minute): ${R[$agent,creq]} requests a minute, bytes a day (extrapolated) ${R[$agent,cbytes]} MiB"
+            sed 's/^/    /' "$DIR/$agent-churn-requests.txt"
+        fi
     fi
     exit 0
 fi
@@ -594,6 +651,10 @@ if ((JOINED_PODS > 0)); then
     say_row "| joined, $JOINED_PODS API pods: created → Running, p95 | ${R[picolet,j95]} s | ${R[kubelet,j95]} s | $(ratio "${R[picolet,j95]}" "${R[kubelet,j95]}") |"
     say_row "| joined, $JOINED_PODS API pods: requests to the apiserver a minute | ${R[picolet,jreq]} | ${R[kubelet,jreq]} | $(ratio "${R[picolet,jreq]}" "${R[kubelet,jreq]}") |"
     say_row "| joined, $JOINED_PODS API pods: bytes to and from the apiserver a day | ${R[picolet,jbytes]} MiB | ${R[kubelet,jbytes]} MiB | $(ratio "${R[picolet,jbytes]}" "${R[kubelet,jbytes]}") |"
+    if ((CHURN_WINDOW > 0)); then
+        say_row "| joined, a pod created and one deleted a minute: requests a minute | ${R[picolet,creq]} | ${R[kubelet,creq]} | $(ratio "${R[picolet,creq]}" "${R[kubelet,creq]}") |"
+        say_row "| joined, a pod created and one deleted a minute: bytes a day | ${R[picolet,cbytes]} MiB | ${R[kubelet,cbytes]} MiB | $(ratio "${R[picolet,cbytes]}" "${R[kubelet,cbytes]}") |"
+    fi
     say_row "| joined, $JOINED_PODS API pods: RSS mean | ${R[picolet,jrss]} MiB | ${R[kubelet,jrss]} MiB | $(ratio "${R[picolet,jrss]}" "${R[kubelet,jrss]}") |"
     say_row "| joined, $JOINED_PODS API pods: CPU, % of one core | ${R[picolet,jcpu]} | ${R[kubelet,jcpu]} | $(ratio "${R[picolet,jcpu]}" "${R[kubelet,jcpu]}") |"
 fi
