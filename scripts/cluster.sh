@@ -62,8 +62,6 @@ PROG=cluster
 . "$REPO/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/kubelet-config.sh
 . "$REPO/scripts/lib/kubelet-config.sh"
-# shellcheck source=scripts/lib/e2e.sh
-. "$REPO/scripts/lib/e2e.sh"
 
 readonly BRIDGE=pcl0
 readonly HOST_IP=10.250.0.1
@@ -245,16 +243,6 @@ extendedKeyUsage = clientAuth"
 
 # ---------------------------------------------------------------- nodes
 
-DISK_CONFIG="# The machine's shared disk, not the node, is what these settings answer (as in
-# scripts/conformance.sh): no disk pressure taint, no GC of the images imported offline.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
-
 start_containerd() {
     local i=$1 d=$DIR/n$i sock
     mkdir -p "$d"
@@ -293,7 +281,7 @@ start_picolet() {
 - $DNS_IP" \
         tlsCertFile="$DIR/pki/node-$n-serving.crt" tlsPrivateKeyFile="$DIR/pki/node-$n-serving.key" "authentication:
   x509:
-    clientCAFile: $CP/pki/ca.crt" "$DISK_CONFIG" >"$d/config.yaml"
+    clientCAFile: $CP/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$d/config.yaml"
     launch "$i" "picolet-$i" "$PICOLET_BIN" --config "$d/config.yaml" --root-dir "$d/root" \
         --kubeconfig "$DIR/node-$n.kubeconfig" --hostname-override "$n" --node-ip "$(node_ip "$i")"
 }
@@ -627,6 +615,9 @@ cmd_check() {
 }
 
 # ---------------------------------------------------------------- e2e
+
+# shellcheck source=scripts/lib/e2e.sh
+. "$REPO/scripts/lib/e2e.sh"
 
 DEFAULT_FOCUS='Networking Granular Checks: Pods .*\[Conformance\]|\[sig-network\] DNS .*\[Conformance\]|\[sig-network\] Services should serve a basic endpoint from pods .*\[Conformance\]'
 DEFAULT_SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]'

@@ -194,19 +194,6 @@ mkdir -p "$DIR/node" "$DIR/images" "$REPORT"
 
 # ---------------------------------------------------------------- the node
 
-# What both nodes are told about the machine's disk (the comment goes into their files).
-DISK_CONFIG="# The machine's disk, not the node, is what these settings answer: a shared development
-# disk with some 10 % free puts either node under disk pressure at upstream's defaults
-# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
-# would remove the test images imported offline. Both nodes get the same.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
-
 start_picolet() {
     HEALTHZ_PORT=$(free_port)
     KUBELET_PORT=$(free_port)
@@ -219,7 +206,7 @@ start_picolet() {
         tlsCertFile="$DIR/cp/pki/node-$NODE_NAME-serving.crt" \
         tlsPrivateKeyFile="$DIR/cp/pki/node-$NODE_NAME-serving.key" "authentication:
   x509:
-    clientCAFile: $DIR/cp/pki/ca.crt" "$DISK_CONFIG" >"$DIR/node/config.yaml"
+    clientCAFile: $DIR/cp/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$DIR/node/config.yaml"
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
         --node-ip 127.0.0.1 \
@@ -234,7 +221,7 @@ start_kubelet() {
     kubelet_config failCgroupV1=false cgroupDriver=cgroupfs cgroupRoot="$CGROUP_ROOT" failSwapOn=false \
         containerRuntimeEndpoint="unix://$SOCK" podLogsDir="$DIR/node/pod-logs" \
         volumePluginDir="$DIR/node/volume-plugins" makeIPTablesUtilChains=false address=127.0.0.1 \
-        port="$KUBELET_PORT" readOnlyPort=0 "$DISK_CONFIG" healthzBindAddress=127.0.0.1 \
+        port="$KUBELET_PORT" readOnlyPort=0 "$SHARED_DISK_CONFIG" healthzBindAddress=127.0.0.1 \
         healthzPort="$HEALTHZ_PORT" clusterDomain=cluster.local resolvConf=/etc/resolv.conf \
         "# The serving certificate the cluster CA signed for the node (the apiserver
 # checks it). The node API, on loopback only, lets requests in unauthenticated." \

@@ -877,6 +877,19 @@ impl Harness {
         rt::settle().await;
     }
 
+    /// The apiserver source's pods are now `pods`.
+    #[cfg(feature = "apiserver")]
+    async fn set_api_pods(&self, pods: Vec<Pod>) {
+        self.src
+            .send(Snapshot {
+                source: Source::Api,
+                pods,
+            })
+            .await
+            .unwrap();
+        rt::settle().await;
+    }
+
     /// Moves the clock a second at a time, letting everything run after each step.
     async fn run_for(&self, secs: u64) {
         for _ in 0..secs {
@@ -2163,6 +2176,12 @@ fn api_pod_with_token(uid: &str, name: &str) -> Pod {
         }),
     );
     p.metadata.name = name.into();
+    from_the_api(p)
+}
+
+/// `p` as the apiserver source hands it over: annotated with its source.
+#[cfg(feature = "apiserver")]
+fn from_the_api(mut p: Pod) -> Pod {
     p.metadata.annotations.insert(
         crate::config::ANNOTATION_CONFIG_SOURCE.into(),
         Source::Api.as_str().into(),
@@ -2194,14 +2213,7 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         let pods: Vec<Pod> = (1..=3)
             .map(|i| api_pod_with_token(&format!("u{i}"), &format!("p{i}")))
             .collect();
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods,
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        h.set_api_pods(pods).await;
         // Every pod runs with no fake time gone by: the tokens were requested as the pods came,
         // and the pods synced as the tokens came, neither at a tick.
         let t = h
@@ -2277,38 +2289,34 @@ fn patched_phases(
 
 #[cfg(feature = "apiserver")]
 fn api_pod_named(uid: &str, name: &str) -> Pod {
-    let mut p = pod(uid, name, "sleep 3600");
-    p.metadata.annotations.insert(
-        crate::config::ANNOTATION_CONFIG_SOURCE.into(),
-        Source::Api.as_str().into(),
-    );
-    p
+    from_the_api(pod(uid, name, "sleep 3600"))
+}
+
+/// A harness of API pods whose statuses the publisher sends to `serve_statuses(refuse)`; the
+/// publisher's task and what that apiserver received.
+#[cfg(feature = "apiserver")]
+fn publishing(tag: &str, refuse: usize) -> (Harness, Requests, rt::Task<()>) {
+    let (url, seen) = serve_statuses(refuse);
+    let h = harness_with(tag, Source::Api, crate::objects::Store::default());
+    let publisher = rt::spawn(crate::cluster::run_pod_status(
+        plain_client(url),
+        h.kubelet.clone(),
+    ));
+    (h, seen, publisher)
 }
 
 #[cfg(feature = "apiserver")]
 #[test]
 fn api_pod_statuses_are_patched_as_they_change_not_at_the_next_period() {
     rt::block_on(async {
-        let (url, seen) = serve_statuses(0);
-        let h = harness_with("publish", Source::Api, crate::objects::Store::default());
-        let _publisher = rt::spawn(crate::cluster::run_pod_status(
-            plain_client(url),
-            h.kubelet.clone(),
-        ));
+        let (h, seen, _publisher) = publishing("publish", 0);
         rt::settle().await;
         assert!(seen.lock().unwrap().is_empty(), "no pod, no patch");
 
         let pods: Vec<Pod> = (1..=4)
             .map(|i| api_pod_named(&format!("u{i}"), &format!("p{i}")))
             .collect();
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods,
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        h.set_api_pods(pods).await;
         rt::settle().await;
         // Every pod runs, and the apiserver has its Running status, with no time gone by: the
         // statuses went out as they changed, not at the publisher's period.
@@ -2368,20 +2376,8 @@ fn api_pod_statuses_are_patched_as_they_change_not_at_the_next_period() {
 #[test]
 fn a_refused_status_patch_is_tried_again_after_its_backoff_with_no_change_to_signal_it() {
     rt::block_on(async {
-        let (url, seen) = serve_statuses(1);
-        let h = harness_with("republish", Source::Api, crate::objects::Store::default());
-        let _publisher = rt::spawn(crate::cluster::run_pod_status(
-            plain_client(url),
-            h.kubelet.clone(),
-        ));
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods: vec![api_pod_named("u1", "p1")],
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        let (h, seen, _publisher) = publishing("republish", 1);
+        h.set_api_pods(vec![api_pod_named("u1", "p1")]).await;
         rt::settle().await;
         assert_eq!(h.running("u1"), 1);
         let patches = |seen: &std::sync::Mutex<Vec<(String, serde_json::Value)>>| {
