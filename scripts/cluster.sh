@@ -91,22 +91,6 @@ in_ns() { # in_ns I COMMAND...: COMMAND in node I's network namespace (the machi
 
 # ---------------------------------------------------------------- processes
 
-# pid_of NAME: its PID if it runs and its command line names DIR.
-pid_of() {
-    local f=$DIR/run/$1.pid pid a
-    local args=()
-    [[ -f $f ]] || return 0
-    pid=$(<"$f")
-    [[ $pid =~ ^[0-9]+$ ]] || return 0
-    mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || return 0
-    for a in "${args[@]}"; do
-        if [[ $a == *"$DIR/"* ]]; then
-            alive "$pid" && printf '%s' "$pid"
-            return 0
-        fi
-    done
-}
-
 # launch I NAME COMMAND...: COMMAND in node I's namespace, in a session of its
 # own, output to DIR/logs/NAME.log, PID to DIR/run/NAME.pid.
 launch() {
@@ -118,7 +102,7 @@ launch() {
 
 stop_named() {
     local pid
-    pid=$(pid_of "$1")
+    pid=$(pid_of "$DIR" "$1")
     if [[ -n $pid ]]; then
         stop_pid "$pid" "$1"
         wait_gone "$pid" 50 || log "warning: $1 (pid $pid) still runs"
@@ -259,16 +243,6 @@ extendedKeyUsage = clientAuth"
 
 # ---------------------------------------------------------------- nodes
 
-DISK_CONFIG="# The machine's shared disk, not the node, is what these settings answer (as in
-# scripts/conformance.sh): no disk pressure taint, no GC of the images imported offline.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
-
 start_containerd() {
     local i=$1 d=$DIR/n$i sock
     mkdir -p "$d"
@@ -307,7 +281,7 @@ start_picolet() {
 - $DNS_IP" \
         tlsCertFile="$DIR/pki/node-$n-serving.crt" tlsPrivateKeyFile="$DIR/pki/node-$n-serving.key" "authentication:
   x509:
-    clientCAFile: $CP/pki/ca.crt" "$DISK_CONFIG" >"$d/config.yaml"
+    clientCAFile: $CP/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$d/config.yaml"
     launch "$i" "picolet-$i" "$PICOLET_BIN" --config "$d/config.yaml" --root-dir "$d/root" \
         --kubeconfig "$DIR/node-$n.kubeconfig" --hostname-override "$n" --node-ip "$(node_ip "$i")"
 }
@@ -509,7 +483,7 @@ cmd_up() {
     done
     for ((i = 1; i <= NODE_COUNT; i++)); do
         n=$(node_name "$i")
-        alive "$(pid_of "picolet-$i")" || die_with_log "$DIR/logs/picolet-$i.log" 30 "picolet of $n exited"
+        alive "$(pid_of "$DIR" "picolet-$i")" || die_with_log "$DIR/logs/picolet-$i.log" 30 "picolet of $n exited"
         wait_until "Node $n Ready" node_ready "$n"
         wait_until "kube-proxy of $n healthy (127.0.0.1:10256 in its namespace)" proxy_healthy "$i"
     done
@@ -642,6 +616,9 @@ cmd_check() {
 
 # ---------------------------------------------------------------- e2e
 
+# shellcheck source=scripts/lib/e2e.sh
+. "$REPO/scripts/lib/e2e.sh"
+
 DEFAULT_FOCUS='Networking Granular Checks: Pods .*\[Conformance\]|\[sig-network\] DNS .*\[Conformance\]|\[sig-network\] Services should serve a basic endpoint from pods .*\[Conformance\]'
 DEFAULT_SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]'
 
@@ -651,11 +628,7 @@ cmd_e2e() {
     # shellcheck disable=SC1091
     . "$DIR/cluster.env"
     E2E_BIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
-    local go
-    go=$(command -v go || printf '%s' /usr/local/go/bin/go)
-    K8S_SRC=$(cd "$REPO/tests/k8s-e2e" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod "$go" list -m -f '{{.Dir}}' k8s.io/kubernetes) ||
-        die "cannot locate the k8s.io/kubernetes module source (scripts/k8s-build.sh --e2e downloads it)"
-    MANIFEST=$K8S_SRC/test/utils/image/manifest.go
+    e2e_sources
     # shellcheck source=scripts/lib/test-images.sh
     . "$REPO/scripts/lib/test-images.sh"
     rm -rf -- "$DIR/images/root" "$report"
@@ -672,14 +645,7 @@ cmd_e2e() {
     [[ -z ${SKIP-$DEFAULT_SKIP} ]] || flags+=("--skip=${SKIP-$DEFAULT_SKIP}")
     t0=$(now)
     log "running ginkgo (${flags[*]} $*); output in $report/ginkgo.log"
-    setsid "$E2E_BIN/ginkgo" "${flags[@]}" "$@" --junit-report=junit.xml --json-report=report.json --output-dir="$report" \
-        "$E2E_BIN/e2e.test" -- \
-        --kubeconfig="$CP/admin.kubeconfig" --provider=local --allowed-not-ready-nodes=0 --disable-log-dump \
-        --report-dir="$report" --kubectl-path="$KUBECTL" --dns-domain=cluster.local \
-        >"$report/ginkgo.log" 2>&1 &
-    GINKGO_PID=$!
-    wait "$GINKGO_PID" || rc=$?
-    GINKGO_PID=
+    run_ginkgo "$report" "$CP/admin.kubeconfig" "$KUBECTL" "${flags[@]}" "$@" -- --dns-domain=cluster.local || rc=$?
     [[ -f $report/report.json ]] || die_with_log "$report/ginkgo.log" 30 "ginkgo exited with $rc and wrote no report"
     python3 - "$report/report.json" "$(since "$t0")" <<'EOF' | tee "$report/summary.txt"
 import json, sys
@@ -701,18 +667,6 @@ for s in sorted(ran, key=name):
 EOF
     log "reports: $report/junit.xml, report.json, summary.txt, ginkgo.log"
     return "$rc"
-}
-
-GINKGO_PID=
-stop_ginkgo() {
-    local i
-    [[ -n $GINKGO_PID ]] || return 0
-    kill -INT -- "-$GINKGO_PID" 2>/dev/null || true
-    for ((i = 0; i < 200; i++)); do
-        kill -0 -- "-$GINKGO_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "-$GINKGO_PID" 2>/dev/null || true
 }
 
 [[ $# -ge 1 ]] || usage

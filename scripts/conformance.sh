@@ -68,6 +68,8 @@ PROG=conformance
 . "$REPO/scripts/lib/kubelet-config.sh"
 # shellcheck source=scripts/lib/upstream-kubelet.sh
 . "$REPO/scripts/lib/upstream-kubelet.sh"
+# shellcheck source=scripts/lib/e2e.sh
+. "$REPO/scripts/lib/e2e.sh"
 NODE_KIND=${NODE:-picolet}
 SELECTION=${SELECTION:-nodeconformance}
 SPECS_FILE=${SPECS:-}
@@ -121,11 +123,7 @@ t_build=$(now)
 log "building what is missing (the first time: the control plane, then e2e.test and the rest; tens of minutes on 2 cores)"
 CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
 E2E_BIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
-GO=$(command -v go || printf '%s' /usr/local/go/bin/go)
-K8S_SRC=$(cd "$REPO/tests/k8s-e2e" && GOFLAGS=-mod=readonly GOMODCACHE=$CACHE_ROOT/gomod "$GO" list -m -f '{{.Dir}}' k8s.io/kubernetes) ||
-    die "cannot locate the k8s.io/kubernetes module source (scripts/k8s-build.sh --e2e downloads it)"
-MANIFEST=$K8S_SRC/test/utils/image/manifest.go
-[[ -f $MANIFEST ]] || die "$MANIFEST is missing"
+e2e_sources
 log "binaries ready in $(since "$t_build") s: $CP_BIN, $E2E_BIN"
 
 mkdir -p "$DIR"
@@ -164,25 +162,9 @@ fi
 # ---------------------------------------------------------------- clean up at exit
 
 NODE_PID=
-GINKGO_PID=
 CP_STARTED=0
 CTRD_STARTED=0
 CGROUP_ROOT=/picolet-conformance-$NODE_KIND
-
-# ginkgo runs in a process group of its own (PGID = its PID) with its e2e.test
-# processes: SIGINT to the group (ginkgo's own interrupt), the group killed
-# after 20 s.
-stop_ginkgo() {
-    local i
-    [[ -n $GINKGO_PID ]] || return 0
-    kill -INT -- "-$GINKGO_PID" 2>/dev/null || true
-    for ((i = 0; i < 200; i++)); do
-        kill -0 -- "-$GINKGO_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL -- "-$GINKGO_PID" 2>/dev/null || true
-    wait "$GINKGO_PID" 2>/dev/null || true
-}
 
 cleanup() {
     stop_ginkgo
@@ -212,19 +194,6 @@ mkdir -p "$DIR/node" "$DIR/images" "$REPORT"
 
 # ---------------------------------------------------------------- the node
 
-# What both nodes are told about the machine's disk (the comment goes into their files).
-DISK_CONFIG="# The machine's disk, not the node, is what these settings answer: a shared development
-# disk with some 10 % free puts either node under disk pressure at upstream's defaults
-# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
-# would remove the test images imported offline. Both nodes get the same.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99"
-
 start_picolet() {
     HEALTHZ_PORT=$(free_port)
     KUBELET_PORT=$(free_port)
@@ -237,7 +206,7 @@ start_picolet() {
         tlsCertFile="$DIR/cp/pki/node-$NODE_NAME-serving.crt" \
         tlsPrivateKeyFile="$DIR/cp/pki/node-$NODE_NAME-serving.key" "authentication:
   x509:
-    clientCAFile: $DIR/cp/pki/ca.crt" "$DISK_CONFIG" >"$DIR/node/config.yaml"
+    clientCAFile: $DIR/cp/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$DIR/node/config.yaml"
     "$PICOLET_BIN" --config "$DIR/node/config.yaml" --root-dir "$DIR/node/root" \
         --kubeconfig "$DIR/cp/node-$NODE_NAME.kubeconfig" --hostname-override "$NODE_NAME" \
         --node-ip 127.0.0.1 \
@@ -252,7 +221,7 @@ start_kubelet() {
     kubelet_config failCgroupV1=false cgroupDriver=cgroupfs cgroupRoot="$CGROUP_ROOT" failSwapOn=false \
         containerRuntimeEndpoint="unix://$SOCK" podLogsDir="$DIR/node/pod-logs" \
         volumePluginDir="$DIR/node/volume-plugins" makeIPTablesUtilChains=false address=127.0.0.1 \
-        port="$KUBELET_PORT" readOnlyPort=0 "$DISK_CONFIG" healthzBindAddress=127.0.0.1 \
+        port="$KUBELET_PORT" readOnlyPort=0 "$SHARED_DISK_CONFIG" healthzBindAddress=127.0.0.1 \
         healthzPort="$HEALTHZ_PORT" clusterDomain=cluster.local resolvConf=/etc/resolv.conf \
         "# The serving certificate the cluster CA signed for the node (the apiserver
 # checks it). The node API, on loopback only, lets requests in unauthenticated." \
@@ -307,15 +276,9 @@ log "$NODE_KIND started; Node $NODE_NAME Ready after $(since "$t0") s"
 
 t0=$(now)
 log "running ginkgo (${GINKGO_FLAGS[*]}); output in $REPORT/ginkgo.log"
-setsid "$E2E_BIN/ginkgo" "${GINKGO_FLAGS[@]}" --junit-report=junit.xml --json-report=report.json --output-dir="$REPORT" \
-    "$E2E_BIN/e2e.test" -- \
-    --kubeconfig="$DIR/cp/admin.kubeconfig" --provider=local --allowed-not-ready-nodes=0 --disable-log-dump \
-    --kubelet-root-dir="$DIR/node/root" --report-dir="$REPORT" --kubectl-path="$CP_BIN/kubectl" \
-    >"$REPORT/ginkgo.log" 2>&1 &
-GINKGO_PID=$!
 ginkgo_rc=0
-wait "$GINKGO_PID" || ginkgo_rc=$?
-GINKGO_PID=
+run_ginkgo "$REPORT" "$DIR/cp/admin.kubeconfig" "$CP_BIN/kubectl" "${GINKGO_FLAGS[@]}" -- \
+    --kubelet-root-dir="$DIR/node/root" || ginkgo_rc=$?
 run_s=$(since "$t0")
 [[ -f $REPORT/report.json ]] || { tail -n 30 "$REPORT/ginkgo.log" >&2; die "ginkgo exited with $ginkgo_rc and wrote no report"; }
 

@@ -89,26 +89,9 @@ usage() {
 
 # ---------------------------------------------------------------- processes
 
-# pid_of COMPONENT: its PID if it runs and its command line names DIR (so a
-# recycled PID is never taken for it).
-pid_of() {
-    local f=$DIR/run/$1.pid pid a
-    local args=()
-    [[ -f $f ]] || return 0
-    pid=$(<"$f")
-    [[ $pid =~ ^[0-9]+$ ]] || return 0
-    mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || return 0
-    for a in "${args[@]}"; do
-        if [[ $a == *"$DIR/"* ]]; then
-            alive "$pid" && printf '%s' "$pid"
-            return 0
-        fi
-    done
-}
-
 stop_component() {
     local name=$1 pid i
-    pid=$(pid_of "$name")
+    pid=$(pid_of "$DIR" "$name")
     if [[ -n $pid ]]; then
         kill -TERM "$pid" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do
@@ -492,7 +475,7 @@ cmd_start() {
     mkdir -p "$DIR"
     DIR=$(cd "$DIR" && pwd -P)
     for name in "${COMPONENTS[@]}"; do
-        [[ -z $(pid_of "$name") ]] || die "$name of $DIR is already running; run: $0 stop $DIR"
+        [[ -z $(pid_of "$DIR" "$name") ]] || die "$name of $DIR is already running; run: $0 stop $DIR"
     done
     if [[ -n ${PICOLET_K8S_BIN:-} ]]; then
         BIN=$PICOLET_K8S_BIN

@@ -61,6 +61,8 @@ pub mod sha256;
 pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
+#[cfg(any(feature = "apiserver", feature = "https-probes"))]
+pub(crate) mod tls;
 pub mod volume;
 
 pub use agent::run;

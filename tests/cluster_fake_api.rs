@@ -819,6 +819,34 @@ fn pod_with_api_volumes(name: &str) -> serde_json::Value {
     })
 }
 
+/// The objects `pod_with_api_volumes` reads: the ConfigMaps `app` and `kube-root-ca.crt` and
+/// the Secret `creds`.
+fn put_api_volume_objects(api: &FakeApi) {
+    api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
+    // "s3cret" and "CA PEM", base64.
+    api.put_object(
+        "secrets",
+        "default",
+        "creds",
+        json!({"password": "czNjcmV0"}),
+    );
+    api.put_object(
+        "configmaps",
+        "default",
+        "kube-root-ca.crt",
+        json!({"ca.crt": "CA PEM"}),
+    );
+}
+
+/// The container of the pod `vols` once it runs.
+async fn running_vols(a: &Arc<Agent>, fake: &FakeCri) -> picolet::cri::fake::FakeContainer {
+    until(a, "the pod running", Duration::from_secs(15), async || {
+        fake.running_container_of("vols").is_some()
+    })
+    .await;
+    fake.running_container_of("vols").unwrap()
+}
+
 fn file_in(c: &picolet::cri::fake::FakeContainer, mount: &str, file: &str) -> String {
     let m = c
         .config
@@ -842,20 +870,7 @@ fn env_of(c: &picolet::cri::fake::FakeContainer) -> Vec<(String, String)> {
 fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() {
     run(async {
         let (tmp, fake, api) = fakes("apivol");
-        api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
-        // "s3cret" and "CA PEM", base64.
-        api.put_object(
-            "secrets",
-            "default",
-            "creds",
-            json!({"password": "czNjcmV0"}),
-        );
-        api.put_object(
-            "configmaps",
-            "default",
-            "kube-root-ca.crt",
-            json!({"ca.crt": "CA PEM"}),
-        );
+        put_api_volume_objects(&api);
         api.create_pod(pod_with_api_volumes("vols"));
         // Another pod waits for a ConfigMap that does not exist, and says so.
         let mut waiting = api_pod("waits");
@@ -863,11 +878,7 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
         api.create_pod(waiting);
         let a = start_joined(&tmp, &fake, &api).await;
 
-        until(&a, "the pod running", Duration::from_secs(15), async || {
-            fake.running_container_of("vols").is_some()
-        })
-        .await;
-        let c = fake.running_container_of("vols").unwrap();
+        let c = running_vols(&a, &fake).await;
         let env = env_of(&c);
         for (k, v) in [
             ("GREETING", "hello"),
@@ -1014,26 +1025,10 @@ fn api_volumes_and_env_come_from_the_apiserver_and_survive_an_offline_restart() 
 fn a_configmap_change_reaches_the_files_through_its_watch_and_at_rest_nothing_is_read_again() {
     run(async {
         let (tmp, fake, api) = fakes("apiwatch");
-        api.put_object("configmaps", "default", "app", json!({"greeting": "hello"}));
-        api.put_object(
-            "secrets",
-            "default",
-            "creds",
-            json!({"password": "czNjcmV0"}),
-        );
-        api.put_object(
-            "configmaps",
-            "default",
-            "kube-root-ca.crt",
-            json!({"ca.crt": "CA PEM"}),
-        );
+        put_api_volume_objects(&api);
         api.create_pod(pod_with_api_volumes("vols"));
         let a = start_joined(&tmp, &fake, &api).await;
-        until(&a, "the pod running", Duration::from_secs(15), async || {
-            fake.running_container_of("vols").is_some()
-        })
-        .await;
-        let c = fake.running_container_of("vols").unwrap();
+        let c = running_vols(&a, &fake).await;
         assert_eq!(file_in(&c, "/etc/cfg", "greeting"), "hello");
         // Each object listed by name, then watched: nothing read with a GET of its own.
         let reads = || -> Vec<String> {

@@ -12,7 +12,6 @@ mod support;
 use support::{IMAGE, Pod, agent, containerd};
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::{Agent, test_dir};
@@ -28,19 +27,7 @@ const FOREIGN: &str = "picolet.local/gc-foreign:1";
 /// Builds an image with its own config (so its own id) and imports it.
 fn import(c: &ScratchContainerd, dir: &Path, name: &str, cmd: &[&str]) {
     let tar = dir.join(format!("{}.tar", name.replace(['/', ':'], "_")));
-    let script = support::script("build-image.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(&tar)
-        .arg(name)
-        .args(cmd)
-        .output()
-        .expect("run build-image.sh");
-    assert!(
-        out.status.success(),
-        "build-image.sh {name} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    containerd::build_image(&tar, name, &[], cmd);
     c.ctr(&["images", "import", tar.to_str().unwrap()]);
 }
 

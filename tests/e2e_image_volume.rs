@@ -9,7 +9,6 @@ mod support;
 
 use support::{IMAGE, agent, containerd};
 
-use std::process::Command;
 use std::time::Duration;
 
 use agent::{Agent, test_dir};
@@ -17,15 +16,6 @@ use containerd::ScratchContainerd;
 
 const T: Duration = Duration::from_secs(90);
 const MODEL: &str = "picolet.local/model:1";
-
-/// The runtime's version, as `1.6.20` or `2.4.2`.
-fn runtime_version(c: &ScratchContainerd) -> String {
-    use picolet::cri::v1;
-    let cri =
-        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
-    let v = picolet::rt::block_on(cri.version(v1::VersionRequest::default())).expect("Version");
-    v.runtime_version.trim_start_matches('v').to_owned()
-}
 
 /// containerd 2.1 and later mount images.
 fn mounts_images(version: &str) -> bool {
@@ -43,19 +33,7 @@ fn import_model(c: &ScratchContainerd, dir: &std::path::Path) {
     std::fs::write(add.join("data/hello.txt"), "hello from the image volume\n").unwrap();
     std::fs::write(add.join("weights/w.txt"), "weights 0.5 0.25\n").unwrap();
     let tar = dir.join("model.tar");
-    let out = Command::new("bash")
-        .arg(support::script("build-image.sh"))
-        .arg("--add")
-        .arg(&add)
-        .arg(&tar)
-        .arg(MODEL)
-        .output()
-        .expect("run build-image.sh");
-    assert!(
-        out.status.success(),
-        "build-image.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    containerd::build_image(&tar, MODEL, &["--add", add.to_str().unwrap()], &[]);
     c.ctr(&["images", "import", tar.to_str().unwrap()]);
 }
 
@@ -78,7 +56,7 @@ fn a_container_reads_an_image_volume_or_the_runtime_refuses_it_by_name() {
     let dir = test_dir("imgvol");
     let c = ScratchContainerd::start(&dir.join("c"));
     import_model(&c, &dir);
-    let version = runtime_version(&c);
+    let version = c.runtime_version();
     let a = Agent::start(&dir.join("a"), &c.endpoint());
     a.write_manifest("reader.yaml", &reader_pod());
 

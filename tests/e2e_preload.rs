@@ -38,15 +38,6 @@ fn cri_images(c: &ScratchContainerd) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// The runtime's version, as `1.6.20` or `v2.4.2` without the `v`.
-fn runtime_version(c: &ScratchContainerd) -> String {
-    use picolet::cri::v1;
-    let cri =
-        picolet::cri::Cri::new(&c.endpoint(), None, picolet::cri::Deadlines::default()).unwrap();
-    let v = picolet::rt::block_on(cri.version(v1::VersionRequest::default())).expect("Version");
-    v.runtime_version.trim_start_matches('v').to_owned()
-}
-
 /// Whether containerd of this version reports the pin label as `pinned` (1.6.22, 1.7.3, 2.x).
 fn reports_pinned(version: &str) -> bool {
     let mut parts = version
@@ -124,7 +115,7 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
         "the image record is labelled pinned:\n{records}"
     );
     let listed = cri_images(&c);
-    if !reports_pinned(&runtime_version(&c)) {
+    if !reports_pinned(&c.runtime_version()) {
         assert!(
             listed.contains(&(PRELOADED.to_owned(), false)),
             "{listed:?}"
@@ -335,16 +326,5 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
 
 /// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).
 fn build_image(tar: &std::path::Path, name: &str, seconds: &str) {
-    let out = Command::new("bash")
-        .arg(support::script("build-image.sh"))
-        .arg(tar)
-        .arg(name)
-        .args(["sleep", seconds])
-        .output()
-        .expect("run build-image.sh");
-    assert!(
-        out.status.success(),
-        "build-image.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    containerd::build_image(tar, name, &[], &["sleep", seconds]);
 }

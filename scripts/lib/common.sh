@@ -48,6 +48,23 @@ wait_gone() {
     ! alive "$1"
 }
 
+# pid_of DIR NAME: the PID recorded in DIR/run/NAME.pid if that process runs and its command
+# line names DIR (so a recycled PID is never taken for it); nothing otherwise.
+pid_of() {
+    local f=$1/run/$2.pid pid a
+    local args=()
+    [[ -f $f ]] || return 0
+    pid=$(<"$f")
+    [[ $pid =~ ^[0-9]+$ ]] || return 0
+    mapfile -d '' -t args 2>/dev/null <"/proc/$pid/cmdline" || return 0
+    for a in "${args[@]}"; do
+        if [[ $a == *"$1/"* ]]; then
+            alive "$pid" && printf '%s' "$pid"
+            return 0
+        fi
+    done
+}
+
 # stop_pid PID [NAME]: SIGTERM, SIGKILL after 15 s (logged when NAME is given), then reaps it
 # if it is this shell's child. No-op for an empty PID.
 stop_pid() {

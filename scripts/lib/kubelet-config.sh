@@ -20,3 +20,19 @@ kubelet_config() {
         fi
     done
 }
+
+# The eviction and image GC thresholds of a node on the machine's shared disk (scripts/
+# conformance.sh, scripts/cluster.sh), an argument of kubelet_config; the comment goes into the
+# file.
+# shellcheck disable=SC2034 # read by the scripts that source this
+SHARED_DISK_CONFIG="# The machine's disk, not the node, is what these settings answer: a shared development
+# disk with some 10 % free puts a node under disk pressure at upstream's defaults
+# (imagefs.available 15 %), which taints it NoSchedule and fails most specs; and image GC
+# would remove the test images imported offline.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99"

@@ -206,32 +206,23 @@ impl std::error::Error for TlsError {
 /// The TLS settings of a connection: the kubeconfig's CA (or no verification at all, with
 /// `insecure-skip-tls-verify`), its client certificate, and ALPN offering HTTP/2 first.
 fn tls(conn: &Connection) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    use rustls::pki_types::pem::{self, PemObject};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs_of =
-        |pem: &[u8], what: &'static str| -> Result<Vec<CertificateDer<'static>>, TlsError> {
-            let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| TlsError::Pem {
-                    what,
-                    message: e.to_string(),
-                })?;
-            if certs.is_empty() {
-                return Err(TlsError::NoCertificate { what });
-            }
-            Ok(certs)
-        };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let b = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::ClientKey(e.to_string()))?;
-    let b = if conn.insecure_skip_tls_verify {
+    use crate::tls::{PemError, ServerCheck};
+    use rustls::pki_types::pem;
+    let certs_of = |pem: &[u8], what: &'static str| {
+        crate::tls::pem_certs(pem).map_err(|e| match e {
+            PemError::NoCertificate => TlsError::NoCertificate { what },
+            PemError::Pem(e) => TlsError::Pem {
+                what,
+                message: e.to_string(),
+            },
+        })
+    };
+    let server = if conn.insecure_skip_tls_verify {
         log::warn!(
             "insecure-skip-tls-verify is set: the apiserver at {} is not verified",
             conn.server
         );
-        b.dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        ServerCheck::AnyCert
     } else {
         let mut roots = rustls::RootCertStore::empty();
         match &conn.ca {
@@ -249,72 +240,24 @@ fn tls(conn: &Connection) -> Result<Arc<rustls::ClientConfig>, TlsError> {
                 conn.server
             ),
         }
-        b.with_root_certificates(roots)
+        ServerCheck::Roots(roots)
     };
-    let mut cfg = match &conn.credentials {
+    let client_auth = match &conn.credentials {
         Credentials::ClientCert { cert, key } => {
             let chain = certs_of(&cert.0, "client-certificate")?;
-            let key = PrivateKeyDer::from_pem_slice(&key.0).map_err(|e| match e {
+            let key = crate::tls::pem_key(&key.0).map_err(|e| match e {
                 pem::Error::NoItemsFound => TlsError::NoPrivateKey,
                 e => TlsError::Pem {
                     what: "client-key",
                     message: e.to_string(),
                 },
             })?;
-            b.with_client_auth_cert(chain, key)
-                .map_err(|e| TlsError::ClientKey(e.to_string()))?
+            Some((chain, key))
         }
-        _ => b.with_no_client_auth(),
+        _ => None,
     };
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(cfg))
-}
-
-/// Accepts any server certificate (`insecure-skip-tls-verify`); the handshake's signatures are
-/// still checked.
-#[derive(Debug)]
-struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+    crate::tls::client_config(server, client_auth, &[b"h2", b"http/1.1"])
+        .map_err(|e| TlsError::ClientKey(e.to_string()))
 }
 
 /// How long an idle HTTP/1.1 connection is kept for the next call. Every call at rest (the
@@ -997,8 +940,6 @@ mod tests {
 
     fn tls_server(h2: bool) -> TlsServer {
         use futures_lite::StreamExt;
-        use futures_rustls::rustls::pki_types::pem::PemObject;
-        use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
         use http_body_util::BodyExt;
         use hyper::body::Frame;
         use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1006,28 +947,8 @@ mod tests {
             Box<dyn futures_lite::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>>>,
         >;
 
-        let now = crate::rt::now_nanos().div_euclid(1_000_000_000);
-        let s = crate::pki::self_signed(
-            "apiserver",
-            &["localhost".into()],
-            &["127.0.0.1".parse().unwrap()],
-            now,
-        )
-        .unwrap();
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(s.cert_pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let ca = crate::pki::pem("CERTIFICATE", &certs[1]).into_bytes();
-        let key = PrivateKeyDer::from_pem_slice(s.key_pem.as_bytes()).unwrap();
-        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
+        let (mut cfg, ca) = crate::tls::test_server("apiserver");
+        let ca = ca.into_bytes();
         cfg.alpn_protocols = if h2 {
             vec![b"h2".to_vec(), b"http/1.1".to_vec()]
         } else {

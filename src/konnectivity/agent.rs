@@ -12,8 +12,7 @@ use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, StreamExt};
 use futures_rustls::rustls;
 use hyper::client::conn::http2::{self, SendRequest};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
 use super::Tunnel;
 use crate::apiclient::backoff::{Jitter, backoff_delay};
@@ -104,40 +103,21 @@ pub fn tls_config(s: &Tunnel) -> Result<Arc<rustls::ClientConfig>, String> {
                 .into(),
         );
     };
-    let pem = read(ca)?;
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        let c = c.map_err(|e| format!("--ca-cert {}: {e}", ca.display()))?;
+    for c in
+        crate::tls::pem_certs(&read(ca)?).map_err(|e| format!("--ca-cert {}: {e}", ca.display()))?
+    {
         roots
             .add(c)
             .map_err(|e| format!("--ca-cert {}: {e}", ca.display()))?;
     }
-    if roots.is_empty() {
-        return Err(format!(
-            "--ca-cert {}: no PEM certificate found",
-            ca.display()
-        ));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS settings: {e}"))?
-        .with_root_certificates(roots);
-    let mut cfg = match (&s.agent_cert, &s.agent_key) {
+    let client_auth = match (&s.agent_cert, &s.agent_key) {
         (Some(cert), Some(key)) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read(cert)?)
-                .collect::<Result<_, _>>()
+            let certs = crate::tls::pem_certs(&read(cert)?)
                 .map_err(|e| format!("--agent-cert {}: {e}", cert.display()))?;
-            if certs.is_empty() {
-                return Err(format!(
-                    "--agent-cert {}: no PEM certificate found",
-                    cert.display()
-                ));
-            }
-            let k = PrivateKeyDer::from_pem_slice(&read(key)?)
+            let k = crate::tls::pem_key(&read(key)?)
                 .map_err(|e| format!("--agent-key {}: {e}", key.display()))?;
-            b.with_client_auth_cert(certs, k)
-                .map_err(|e| format!("--agent-cert with --agent-key: {e}"))?
+            Some((certs, k))
         }
         (None, None) => {
             if s.token_path.is_none() {
@@ -145,13 +125,19 @@ pub fn tls_config(s: &Tunnel) -> Result<Arc<rustls::ClientConfig>, String> {
                             --agent-key, or --service-account-token-path"
                     .into());
             }
-            b.with_no_client_auth()
+            None
         }
         _ => return Err("--agent-cert and --agent-key go together: set both or neither".into()),
     };
     // gRPC servers insist on HTTP/2 being negotiated.
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(Arc::new(cfg))
+    crate::tls::client_config(crate::tls::ServerCheck::Roots(roots), client_auth, &[b"h2"]).map_err(
+        |e| match e {
+            crate::tls::ConfigError::Versions(e) => format!("TLS settings: {e}"),
+            crate::tls::ConfigError::ClientAuth(e) => {
+                format!("--agent-cert with --agent-key: {e}")
+            }
+        },
+    )
 }
 
 /// The agent, run until the process ends.
@@ -616,30 +602,9 @@ mod tests {
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let now = rt::now_nanos().div_euclid(1_000_000_000);
-        let s = crate::pki::self_signed(
-            "proxy",
-            &["localhost".into()],
-            &["127.0.0.1".parse().unwrap()],
-            now,
-        )
-        .unwrap();
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(s.cert_pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .unwrap();
-        let ca = crate::pki::pem("CERTIFICATE", &certs[1]);
+        let (mut cfg, ca) = crate::tls::test_server("proxy");
         std::fs::write(dir.join("ca.crt"), ca).unwrap();
         std::fs::write(dir.join("token"), "secret-token\n").unwrap();
-        let key = PrivateKeyDer::from_pem_slice(s.key_pem.as_bytes()).unwrap();
-        let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
         cfg.alpn_protocols = vec![b"h2".to_vec()];
         Pki {
             dir,

@@ -13,8 +13,6 @@ use bytes::Bytes;
 use futures_rustls::rustls;
 use http_body_util::BodyExt;
 use hyper::{Request, Response};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::auth::{Auth, User, attributes};
 use super::routes::Listener;
@@ -45,13 +43,8 @@ impl Serving {
         key_pem: &[u8],
         what: &str,
     ) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("{what}: {e}"))?;
-        if chain.is_empty() {
-            return Err(format!("{what}: no PEM certificate found"));
-        }
-        let key_der = PrivateKeyDer::from_pem_slice(key_pem)
+        let chain = crate::tls::pem_certs(cert_pem).map_err(|e| format!("{what}: {e}"))?;
+        let key_der = crate::tls::pem_key(key_pem)
             .map_err(|e| format!("{what}: no usable PEM private key: {e}"))?;
         let provider = rustls::crypto::ring::default_provider();
         let key = provider
@@ -131,12 +124,8 @@ pub fn tls_config(
     let b = match client_ca {
         Some(ca) => {
             let pem = read(ca)?;
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("{}: {e}", ca.display()))?;
-            if certs.is_empty() {
-                return Err(format!("{}: no PEM certificate found", ca.display()));
-            }
+            let certs =
+                crate::tls::pem_certs(&pem).map_err(|e| format!("{}: {e}", ca.display()))?;
             let mut roots = rustls::RootCertStore::empty();
             for c in certs {
                 roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;

@@ -877,6 +877,19 @@ impl Harness {
         rt::settle().await;
     }
 
+    /// The apiserver source's pods are now `pods`.
+    #[cfg(feature = "apiserver")]
+    async fn set_api_pods(&self, pods: Vec<Pod>) {
+        self.src
+            .send(Snapshot {
+                source: Source::Api,
+                pods,
+            })
+            .await
+            .unwrap();
+        rt::settle().await;
+    }
+
     /// Moves the clock a second at a time, letting everything run after each step.
     async fn run_for(&self, secs: u64) {
         for _ in 0..secs {
@@ -2021,21 +2034,35 @@ fn a_pod_past_its_active_deadline_fails_with_deadline_exceeded_even_when_set_lat
 // API pods and the objects they use
 // -------------------------------------------------------------------------------------------
 
-/// A loopback apiserver for the objects task alone (plain HTTP/1.1, keep-alive): a
-/// TokenRequest of `default/default` gets a new token each time, the ConfigMap
-/// `default/kube-root-ca.crt` its CA, anything else 404. Hands back the URL and the request
-/// lines it received.
+/// The requests a loopback apiserver received: each one's request line and JSON body (`null`
+/// when it has none).
 #[cfg(feature = "apiserver")]
-fn serve_objects() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+type Requests = std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>;
+
+/// A loopback apiserver (plain HTTP/1.1, keep-alive) on threads of its own: each request is
+/// logged, then answered with the status code and JSON body `answer` gives for its line, its
+/// body and every request so far (the current one last). Hands back the URL and the log.
+#[cfg(feature = "apiserver")]
+fn serve_loopback(
+    answer: impl Fn(
+        &str,
+        &serde_json::Value,
+        &[(String, serde_json::Value)],
+    ) -> (u16, serde_json::Value)
+    + Send
+    + Sync
+    + 'static,
+) -> (String, Requests) {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Requests::default();
     let log = seen.clone();
+    let answer = std::sync::Arc::new(answer);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
-            let log = log.clone();
+            let (log, answer) = (log.clone(), answer.clone());
             std::thread::spawn(move || {
                 let mut r = BufReader::new(stream.try_clone().unwrap());
                 loop {
@@ -2059,36 +2086,23 @@ fn serve_objects() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
                     let mut body = vec![0; len];
                     r.read_exact(&mut body).unwrap();
                     let line = first.trim_end().to_owned();
-                    let n = {
+                    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                    let (code, answer) = {
                         let mut l = log.lock().unwrap();
-                        l.push(line.clone());
-                        l.len()
+                        l.push((line.clone(), body.clone()));
+                        answer(&line, &body, &l)
                     };
-                    let (code, answer) = if line.starts_with(
-                        "POST /api/v1/namespaces/default/serviceaccounts/default/token ",
-                    ) {
-                        let asked: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                        let v = serde_json::json!({
-                            "spec": asked["spec"],
-                            "status": {"token": format!("token-{n}")},
-                        });
-                        ("200 OK", v)
-                    } else if line
-                        .starts_with("GET /api/v1/namespaces/default/configmaps/kube-root-ca.crt ")
-                    {
-                        ("200 OK", serde_json::json!({"data": {"ca.crt": "CA PEM"}}))
-                    } else {
-                        let v = serde_json::json!({
-                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "NotFound", "code": 404,
-                        });
-                        ("404 Not Found", v)
+                    let reason = match code {
+                        200 => "OK",
+                        404 => "Not Found",
+                        500 => "Internal Server Error",
+                        _ => "",
                     };
                     let answer = serde_json::to_vec(&answer).unwrap();
                     let mut w = &stream;
                     let _ = write!(
                         w,
-                        "HTTP/1.1 {code}\r\nContent-Type: application/json\r\n\
+                        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\n\
                          Content-Length: {}\r\n\r\n",
                         answer.len()
                     );
@@ -2098,6 +2112,49 @@ fn serve_objects() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
         }
     });
     (url, seen)
+}
+
+/// The apiserver's `Status` answer of a failure: its code and reason.
+#[cfg(feature = "apiserver")]
+fn failure(code: u16, reason: &str) -> (u16, serde_json::Value) {
+    let v = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "reason": reason, "code": code,
+    });
+    (code, v)
+}
+
+/// A client of a loopback apiserver: no TLS, no credentials.
+#[cfg(feature = "apiserver")]
+fn plain_client(url: String) -> crate::apiclient::Client {
+    crate::apiclient::Client::new(&crate::apiclient::kubeconfig::Connection {
+        server: url,
+        ca: None,
+        insecure_skip_tls_verify: false,
+        tls_server_name: None,
+        credentials: crate::apiclient::kubeconfig::Credentials::None,
+        namespace: String::new(),
+    })
+    .unwrap()
+}
+
+/// A loopback apiserver for the objects task alone: a TokenRequest of `default/default` gets a
+/// new token each time, the ConfigMap `default/kube-root-ca.crt` its CA, anything else 404.
+#[cfg(feature = "apiserver")]
+fn serve_objects() -> (String, Requests) {
+    serve_loopback(|line, asked, seen| {
+        if line.starts_with("POST /api/v1/namespaces/default/serviceaccounts/default/token ") {
+            let v = serde_json::json!({
+                "spec": asked["spec"],
+                "status": {"token": format!("token-{}", seen.len())},
+            });
+            (200, v)
+        } else if line.starts_with("GET /api/v1/namespaces/default/configmaps/kube-root-ca.crt ") {
+            (200, serde_json::json!({"data": {"ca.crt": "CA PEM"}}))
+        } else {
+            failure(404, "NotFound")
+        }
+    })
 }
 
 /// An API pod as admission leaves it: the service account's projected volume.
@@ -2119,6 +2176,12 @@ fn api_pod_with_token(uid: &str, name: &str) -> Pod {
         }),
     );
     p.metadata.name = name.into();
+    from_the_api(p)
+}
+
+/// `p` as the apiserver source hands it over: annotated with its source.
+#[cfg(feature = "apiserver")]
+fn from_the_api(mut p: Pod) -> Pod {
     p.metadata.annotations.insert(
         crate::config::ANNOTATION_CONFIG_SOURCE.into(),
         Source::Api.as_str().into(),
@@ -2133,17 +2196,8 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         let (url, seen) = serve_objects();
         let store = crate::objects::Store::default();
         let h = harness_with("token", Source::Api, store.clone());
-        let client = crate::apiclient::Client::new(&crate::apiclient::kubeconfig::Connection {
-            server: url,
-            ca: None,
-            insecure_skip_tls_verify: false,
-            tls_server_name: None,
-            credentials: crate::apiclient::kubeconfig::Credentials::None,
-            namespace: String::new(),
-        })
-        .unwrap();
         let _objects = rt::spawn(crate::cluster::objects::run_objects(
-            client,
+            plain_client(url),
             h.kubelet.clone(),
             store,
             None,
@@ -2159,14 +2213,7 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         let pods: Vec<Pod> = (1..=3)
             .map(|i| api_pod_with_token(&format!("u{i}"), &format!("p{i}")))
             .collect();
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods,
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        h.set_api_pods(pods).await;
         // Every pod runs with no fake time gone by: the tokens were requested as the pods came,
         // and the pods synced as the tokens came, neither at a tick.
         let t = h
@@ -2200,110 +2247,27 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         );
         // One request per token and one for the ConfigMap, however many wake-ups there were.
         let seen = seen.lock().unwrap().clone();
-        let posts = seen.iter().filter(|l| l.starts_with("POST ")).count();
-        let gets = seen.iter().filter(|l| l.starts_with("GET ")).count();
+        let posts = seen.iter().filter(|(l, _)| l.starts_with("POST ")).count();
+        let gets = seen.iter().filter(|(l, _)| l.starts_with("GET ")).count();
         assert_eq!((posts, gets), (3, 1), "{seen:?}");
     });
 }
 
-/// A loopback apiserver for the pod status publisher alone (plain HTTP/1.1, keep-alive): a
-/// PATCH of a pod's status is answered 200 with empty metadata, the first `refuse` of them 500;
-/// anything else 404. Hands back the URL and each request's line and JSON body.
+/// A loopback apiserver for the pod status publisher alone: a PATCH of a pod's status is
+/// answered 200 with empty metadata, the first `refuse` of them 500; anything else 404.
 #[cfg(feature = "apiserver")]
-#[allow(clippy::type_complexity, reason = "a test's shared log")]
-fn serve_statuses(
-    refuse: usize,
-) -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
-) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(stream.try_clone().unwrap());
-                loop {
-                    let mut first = String::new();
-                    if r.read_line(&mut first).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut len = 0usize;
-                    loop {
-                        let mut line = String::new();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap();
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    r.read_exact(&mut body).unwrap();
-                    let line = first.trim_end().to_owned();
-                    let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                    let patches = {
-                        let mut l = log.lock().unwrap();
-                        l.push((line.clone(), body));
-                        l.iter().filter(|(l, _)| l.starts_with("PATCH ")).count()
-                    };
-                    let status = line.starts_with("PATCH ") && line.contains("/status ");
-                    let (code, answer) = if status && patches > refuse {
-                        ("200 OK", serde_json::json!({"metadata": {}}))
-                    } else {
-                        let (code, reason) = if status {
-                            (500, "InternalError")
-                        } else {
-                            (404, "NotFound")
-                        };
-                        let v = serde_json::json!({
-                            "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": reason, "code": code,
-                        });
-                        (
-                            if status {
-                                "500 Internal Server Error"
-                            } else {
-                                "404 Not Found"
-                            },
-                            v,
-                        )
-                    };
-                    let answer = serde_json::to_vec(&answer).unwrap();
-                    let mut w = &stream;
-                    let _ = write!(
-                        w,
-                        "HTTP/1.1 {code}\r\nContent-Type: application/json\r\n\
-                         Content-Length: {}\r\n\r\n",
-                        answer.len()
-                    );
-                    let _ = w.write_all(&answer);
-                }
-            });
+fn serve_statuses(refuse: usize) -> (String, Requests) {
+    serve_loopback(move |line, _, seen| {
+        let patches = seen.iter().filter(|(l, _)| l.starts_with("PATCH ")).count();
+        let status = line.starts_with("PATCH ") && line.contains("/status ");
+        if !status {
+            failure(404, "NotFound")
+        } else if patches > refuse {
+            (200, serde_json::json!({"metadata": {}}))
+        } else {
+            failure(500, "InternalError")
         }
-    });
-    (url, seen)
-}
-
-#[cfg(feature = "apiserver")]
-fn plain_client(url: String) -> crate::apiclient::Client {
-    crate::apiclient::Client::new(&crate::apiclient::kubeconfig::Connection {
-        server: url,
-        ca: None,
-        insecure_skip_tls_verify: false,
-        tls_server_name: None,
-        credentials: crate::apiclient::kubeconfig::Credentials::None,
-        namespace: String::new(),
     })
-    .unwrap()
 }
 
 /// The phase of the last status patch each pod got, by pod name.
@@ -2325,38 +2289,34 @@ fn patched_phases(
 
 #[cfg(feature = "apiserver")]
 fn api_pod_named(uid: &str, name: &str) -> Pod {
-    let mut p = pod(uid, name, "sleep 3600");
-    p.metadata.annotations.insert(
-        crate::config::ANNOTATION_CONFIG_SOURCE.into(),
-        Source::Api.as_str().into(),
-    );
-    p
+    from_the_api(pod(uid, name, "sleep 3600"))
+}
+
+/// A harness of API pods whose statuses the publisher sends to `serve_statuses(refuse)`; the
+/// publisher's task and what that apiserver received.
+#[cfg(feature = "apiserver")]
+fn publishing(tag: &str, refuse: usize) -> (Harness, Requests, rt::Task<()>) {
+    let (url, seen) = serve_statuses(refuse);
+    let h = harness_with(tag, Source::Api, crate::objects::Store::default());
+    let publisher = rt::spawn(crate::cluster::run_pod_status(
+        plain_client(url),
+        h.kubelet.clone(),
+    ));
+    (h, seen, publisher)
 }
 
 #[cfg(feature = "apiserver")]
 #[test]
 fn api_pod_statuses_are_patched_as_they_change_not_at_the_next_period() {
     rt::block_on(async {
-        let (url, seen) = serve_statuses(0);
-        let h = harness_with("publish", Source::Api, crate::objects::Store::default());
-        let _publisher = rt::spawn(crate::cluster::run_pod_status(
-            plain_client(url),
-            h.kubelet.clone(),
-        ));
+        let (h, seen, _publisher) = publishing("publish", 0);
         rt::settle().await;
         assert!(seen.lock().unwrap().is_empty(), "no pod, no patch");
 
         let pods: Vec<Pod> = (1..=4)
             .map(|i| api_pod_named(&format!("u{i}"), &format!("p{i}")))
             .collect();
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods,
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        h.set_api_pods(pods).await;
         rt::settle().await;
         // Every pod runs, and the apiserver has its Running status, with no time gone by: the
         // statuses went out as they changed, not at the publisher's period.
@@ -2416,20 +2376,8 @@ fn api_pod_statuses_are_patched_as_they_change_not_at_the_next_period() {
 #[test]
 fn a_refused_status_patch_is_tried_again_after_its_backoff_with_no_change_to_signal_it() {
     rt::block_on(async {
-        let (url, seen) = serve_statuses(1);
-        let h = harness_with("republish", Source::Api, crate::objects::Store::default());
-        let _publisher = rt::spawn(crate::cluster::run_pod_status(
-            plain_client(url),
-            h.kubelet.clone(),
-        ));
-        h.src
-            .send(Snapshot {
-                source: Source::Api,
-                pods: vec![api_pod_named("u1", "p1")],
-            })
-            .await
-            .unwrap();
-        rt::settle().await;
+        let (h, seen, _publisher) = publishing("republish", 1);
+        h.set_api_pods(vec![api_pod_named("u1", "p1")]).await;
         rt::settle().await;
         assert_eq!(h.running("u1"), 1);
         let patches = |seen: &std::sync::Mutex<Vec<(String, serde_json::Value)>>| {

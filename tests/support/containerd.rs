@@ -17,6 +17,25 @@ use std::process::{Command, Output};
 
 use super::describe;
 
+/// Builds the image archive `tar` offline with scripts/build-image.sh: named `name`, with the
+/// script's `options` (`--add DIR`, `--user USER`, ...) and `cmd` as the image's command
+/// (empty: `sh`). Panics with the script's stderr if it fails.
+pub fn build_image(tar: &Path, name: &str, options: &[&str], cmd: &[&str]) {
+    let out = Command::new("bash")
+        .arg(super::script("build-image.sh"))
+        .args(options)
+        .arg(tar)
+        .arg(name)
+        .args(cmd)
+        .output()
+        .expect("run build-image.sh");
+    assert!(
+        out.status.success(),
+        "build-image.sh {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The script that drives it, under `scripts/`.
 const SCRIPT: &str = "scratch-containerd.sh";
 
@@ -180,6 +199,17 @@ impl ScratchContainerd {
     /// The last `lines` lines of containerd's log.
     pub fn log_tail(&self, lines: usize) -> String {
         log_tail(&self.dir, lines)
+    }
+
+    /// The runtime's version as the CRI `Version` call gives it, without a leading `v`:
+    /// `1.6.20`, `2.1.4`.
+    pub fn runtime_version(&self) -> String {
+        use picolet::cri::v1;
+        let cri =
+            picolet::cri::Cri::new(&self.endpoint(), None, picolet::cri::Deadlines::default())
+                .unwrap();
+        let v = picolet::rt::block_on(cri.version(v1::VersionRequest::default())).expect("Version");
+        v.runtime_version.trim_start_matches('v').to_owned()
     }
 
     /// Runs `ctr -a SOCKET -n k8s.io ARGS...` (the ctr of `SCRATCH_CONTAINERD_BIN` when that
