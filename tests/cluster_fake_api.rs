@@ -505,6 +505,60 @@ fn at_rest_the_lease_is_renewed_with_a_patch_of_its_renew_time_on_the_open_conne
 }
 
 #[test]
+fn a_lease_with_field_managers_records_has_them_cleared_by_its_first_renewal_only() {
+    run(async {
+        let (tmp, fake, api) = fakes("mflease");
+        // The node's Lease as an apiserver keeps it: already the node's, with the record of
+        // the field manager that wrote it.
+        api.insert(
+            &format!("leases/kube-node-lease/{NODE}"),
+            json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": NODE,
+                    "namespace": "kube-node-lease",
+                    "resourceVersion": "7",
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "u"}],
+                    "managedFields": [{
+                        "manager": "kubelet",
+                        "operation": "Update",
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:spec": {"f:renewTime": {}}},
+                    }],
+                },
+                "spec": {"holderIdentity": NODE, "leaseDurationSeconds": 40},
+            }),
+        );
+        let a = start_joined(&tmp, &fake, &api).await;
+        let lease = lease_path();
+        until(&a, "three renewals", Duration::from_secs(60), async || {
+            api.count("PATCH", &lease) >= 3
+        })
+        .await;
+        let patches: Vec<serde_json::Value> = api
+            .requests()
+            .iter()
+            .zip(api.request_bodies())
+            .filter(|((m, p), _)| m == "PATCH" && *p == lease)
+            .map(|(_, b)| b)
+            .collect();
+        // The first write clears them with a list of one empty entry (the API's way); the
+        // apiserver keeps none after that, and the later renewals send no such list.
+        assert_eq!(
+            patches[0]["metadata"]["managedFields"],
+            json!([{}]),
+            "{patches:?}"
+        );
+        for p in &patches[1..] {
+            assert!(p["metadata"].get("managedFields").is_none(), "{p}");
+            assert_eq!(p["spec"].as_object().unwrap().len(), 1, "{p}");
+        }
+    });
+}
+
+#[test]
 fn a_renewal_whose_answer_was_lost_is_read_again_and_renewed_at_once_after_the_conflict() {
     run(async {
         let (tmp, fake, api) = fakes("lostlease");

@@ -199,6 +199,12 @@ impl FakeApi {
         self.with(|s| s.objects.get(key).cloned())
     }
 
+    /// Stores `object` under `key` ("leases/kube-node-lease/n") as it is, as if another writer
+    /// had made it.
+    pub fn insert(&self, key: &str, object: Value) {
+        self.with(|s| s.objects.insert(key.to_owned(), object));
+    }
+
     /// Requests seen so far whose method and path start as given.
     pub fn count(&self, method: &str, path_prefix: &str) -> usize {
         self.with(|s| {
