@@ -40,7 +40,8 @@ for arg in "$@"; do
                 qemu-user-static binfmt-support arch-test) ;;
         --k8s)
             k8s=true
-            pkgs+=(openssl util-linux ca-certificates) ;;
+            # dig for the test images of the conformance specs (scripts/lib/test-images.sh).
+            pkgs+=(openssl util-linux ca-certificates bind9-dnsutils) ;;
         *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done
