@@ -494,6 +494,25 @@ impl ImageGcManager {
     /// One collection (the kubelet's GarbageCollect). `needed` are the images the desired pods
     /// name. Freeing less than wanted is no error here: [`GcReport::shortfall`] says so.
     pub async fn garbage_collect(&self, needed: &[String]) -> Result<GcReport, String> {
+        let began = rt::now_nanos();
+        let report = self.collect(needed).await?;
+        self.prune_pull_records(began);
+        Ok(report)
+    }
+
+    /// After a collection: the pull records of images no longer listed go, as upstream's
+    /// post-GC hook prunes them. `began` is the wall time taken before the images were listed.
+    fn prune_pull_records(&self, began: i64) {
+        let left: HashSet<String> = self.records.borrow().keys().cloned().collect();
+        let n = self.rm.pull_records.prune_unknown_records(&left, began);
+        if n > 0 {
+            log::info!(
+                "image garbage collection removed the pull records of {n} images no longer on the node"
+            );
+        }
+    }
+
+    async fn collect(&self, needed: &[String]) -> Result<GcReport, String> {
         let in_use = self.detect_images().await?;
         let keep = Keep {
             in_use,
@@ -558,6 +577,7 @@ impl ImageGcManager {
     /// evicts a pod). The same images are kept as in [`Self::garbage_collect`]. Returns the bytes
     /// freed.
     pub async fn delete_unused_images(&self, needed: &[String]) -> Result<u64, String> {
+        let began = rt::now_nanos();
         let keep = Keep {
             in_use: self.detect_images().await?,
             sandbox: self.sandbox_images().await,
@@ -571,6 +591,7 @@ impl ImageGcManager {
                 freed = freed.saturating_add(c.size);
             }
         }
+        self.prune_pull_records(began);
         Ok(freed)
     }
 

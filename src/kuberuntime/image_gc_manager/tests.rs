@@ -590,22 +590,51 @@ fn the_manager_honours_the_maximum_age_and_the_infra_image_flag() {
     let clock = FakeClock::install();
     rt::block_on(async {
         let fake = FakeRuntime::new();
-        fake.add_image("example.org/a:1");
-        fake.add_image("example.org/infra:1");
+        let ids = [
+            ("example.org/a:1", fake.add_image("example.org/a:1")),
+            ("example.org/infra:1", fake.add_image("example.org/infra:1")),
+        ];
         let svc = Rc::new(fake.clone());
         let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("age")));
         let p = ImageGcPolicy {
             max_age: Duration::from_secs(600),
             ..policy(100, 80, MIN)
         };
-        let gc = ImageGcManager::new(rm, p, Some("example.org/infra:1".into()))
+        let gc = ImageGcManager::new(rm.clone(), p, Some("example.org/infra:1".into()))
             .with_fs_stat(fs_of(&fake));
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert!(r.removed.is_empty());
+        // Both images pulled by picolet, so each has a pull record.
+        for (name, id) in &ids {
+            rm.pull_records.record_pull_intent(name).unwrap();
+            rm.pull_records.record_image_pulled(
+                name,
+                id,
+                crate::kuberuntime::pullmanager::PulledWith::Node,
+                rt::now_nanos(),
+            );
+        }
+        let pulled = |name: &str| {
+            let id = &ids.iter().find(|(n, _)| *n == name).unwrap().1;
+            let hex = crate::sha256::digest(id.as_bytes());
+            rm.node
+                .root_dir
+                .join("image_manager/pulled")
+                .join(format!("sha256-{}", hex.trim_start_matches("sha256:")))
+        };
+        assert!(pulled("example.org/a:1").exists() && pulled("example.org/infra:1").exists());
         clock.advance(Duration::from_secs(601));
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert_eq!(r.removed.len(), 1);
         assert_eq!(names(&fake), vec!["example.org/infra:1"]);
+        assert!(
+            !pulled("example.org/a:1").exists(),
+            "the removed image's pull record goes with it"
+        );
+        assert!(
+            pulled("example.org/infra:1").exists(),
+            "the kept image's stays"
+        );
         assert_eq!(
             fake.calls("ImageFsInfo"),
             0,
