@@ -9,7 +9,8 @@
 //! pulls (KEP-2535): an image one pod pulled with its secret is not used by a pod of another
 //! namespace without credentials for it, which pulls afresh and fails as upstream's kubelet
 //! does, while a pod with credentials of its own pulls and runs; under `NeverVerify` the image
-//! on the node serves every pod.
+//! on the node serves every pod. A joined node's preload directory: its archives and its pull
+//! list (the private image, pulled with `config.json`) show as Events on the Node.
 //!
 //! Needs root, containerd, Go (the registry's build), openssl, htpasswd (apache2-utils) and
 //! skopeo (scripts/install-deps.sh); a missing one fails the test, naming it.
@@ -638,4 +639,121 @@ fn verified_pulls_a_pod_without_credentials_pulls_afresh_and_fails() {
         "{}",
         events("other", "b")
     );
+}
+
+/// A joined node with a preload directory: an archive, a truncated one and a pull list naming
+/// the private image. The archive is imported and pinned, the list's image pulled with the
+/// node's `config.json` credentials and pinned, and each shows as an Event on the Node
+/// (`Preloaded`, `FailedPreload`, `Pulled`) in the apiserver.
+#[test]
+fn a_joined_nodes_preload_events_and_an_authenticated_pull_list() {
+    let dir = test_dir("regpreload");
+    let hosts = dir.join("hosts");
+    for d in [&hosts, &dir.join("reg"), &dir.join("a")] {
+        let _ = fs::remove_dir_all(d);
+    }
+    fs::create_dir_all(&hosts).unwrap();
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+            ..Default::default()
+        },
+    );
+    let port = free_port();
+    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
+    let reg = Registry::start(&dir.join("reg"), port);
+    reg.write_hosts(&hosts);
+    reg.push(&dir.join("reg"), &busybox_archive(&c), "fleet/listed:1");
+    let listed = format!("{}/fleet/listed:1", reg.host);
+
+    let images = dir.join("a/preload");
+    fs::create_dir_all(&images).unwrap();
+    const ARCHIVED: &str = "picolet.local/joined-preload:1";
+    let tar = dir.join("joined.tar");
+    must(
+        "build-image.sh",
+        Command::new("bash")
+            .arg(support::script("build-image.sh"))
+            .arg(&tar)
+            .arg(ARCHIVED)
+            .args(["sleep", "3605"]),
+    );
+    fs::copy(&tar, images.join("app.tar")).unwrap();
+    let whole = fs::read(&tar).unwrap();
+    fs::write(images.join("broken.tar"), &whole[..whole.len() / 3]).unwrap();
+    fs::write(images.join("fleet.txt"), format!("{listed}\n")).unwrap();
+    fs::create_dir_all(dir.join("a/kubelet")).unwrap();
+    let config = serde_json::json!({"auths": {
+        reg.host.clone(): {"username": USER, "password": PASSWORD},
+    }});
+    fs::write(
+        dir.join("a/kubelet/config.json"),
+        serde_json::to_vec(&config).unwrap(),
+    )
+    .unwrap();
+
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &[
+            "--kubeconfig".into(),
+            kc.display().to_string(),
+            format!("--image-preload-dir={}", images.display()),
+        ],
+    );
+    let events = || {
+        cp.kubectl_with(
+            &cp.admin_kubeconfig(),
+            &[
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                &format!("involvedObject.kind=Node,involvedObject.name={NODE}"),
+                "-o",
+                "jsonpath={range .items[*]}{.type} {.reason}: {.message}{\"\\n\"}{end}",
+            ],
+            None,
+        )
+        .stdout
+    };
+    let want = [
+        format!(
+            "Normal Preloaded: Imported image {ARCHIVED} from {}; pinned",
+            images.join("app.tar").display()
+        ),
+        format!(
+            "Warning FailedPreload: image archive {}: truncated",
+            images.join("broken.tar").display()
+        ),
+        format!("Normal Pulled: Successfully pulled image \"{listed}\" in "),
+    ];
+    let t0 = Instant::now();
+    loop {
+        let ev = events();
+        if want.iter().all(|w| ev.contains(w.as_str())) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "node events: {ev}\nwanted: {want:#?}\n--- picolet log ---\n{}",
+            a.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(events().contains("; pinned"), "{}", events());
+    let records = c.ctr(&["images", "ls"]);
+    for name in [ARCHIVED, listed.as_str()] {
+        assert!(
+            records
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains("io.cri-containerd.pinned=pinned")),
+            "{name} pinned:\n{records}"
+        );
+    }
+    assert!(!a.log_text().contains(PASSWORD));
 }
