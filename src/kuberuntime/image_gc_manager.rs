@@ -372,6 +372,9 @@ pub struct ImageGcManager {
     /// When the manager started: maximum-age collection waits that long.
     began: Instant,
     fs_stat: FsStat,
+    /// Names of images that are never collected whatever the runtime reports: the preloaded
+    /// ones (a containerd before 1.6.22 does not report their pin through the CRI).
+    preloaded: Option<Rc<dyn Fn() -> Vec<String>>>,
 }
 
 impl ImageGcManager {
@@ -387,7 +390,24 @@ impl ImageGcManager {
             records: RefCell::new(Records::new()),
             began: rt::now(),
             fs_stat: Rc::new(statvfs),
+            preloaded: None,
         }
+    }
+
+    /// Keeps the images `names` gives (asked at each collection) as if they were pinned.
+    pub fn with_preloaded(mut self, names: Rc<dyn Fn() -> Vec<String>>) -> Self {
+        self.preloaded = Some(names);
+        self
+    }
+
+    /// The images a collection must keep beside the running ones: the desired pods' and the
+    /// preloaded ones.
+    fn needed_with_preloaded(&self, needed: &[String]) -> Vec<String> {
+        let mut all = needed.to_vec();
+        if let Some(f) = &self.preloaded {
+            all.extend(f());
+        }
+        all
     }
 
     /// Measures the image filesystem with `f` instead of statvfs.
@@ -517,7 +537,7 @@ impl ImageGcManager {
         let keep = Keep {
             in_use,
             sandbox: self.sandbox_images().await,
-            needed: self.resolve(needed.iter().cloned()).await,
+            needed: self.resolve(self.needed_with_preloaded(needed)).await,
         };
         let now = rt::now();
         let mut report = GcReport::default();
@@ -581,7 +601,7 @@ impl ImageGcManager {
         let keep = Keep {
             in_use: self.detect_images().await?,
             sandbox: self.sandbox_images().await,
-            needed: self.resolve(needed.iter().cloned()).await,
+            needed: self.resolve(self.needed_with_preloaded(needed)).await,
         };
         let now = rt::now();
         let plan = select_unused(&self.records.borrow(), &keep, &self.policy, now);

@@ -767,3 +767,27 @@ fn a_running_pods_image_volume_is_in_use_until_the_pod_is_gone() {
         assert_eq!(names(&fake), Vec::<String>::new());
     });
 }
+
+#[test]
+fn preloaded_images_are_kept_where_the_runtime_does_not_report_their_pin() {
+    let _clock = FakeClock::install();
+    rt::block_on(async {
+        let fake = FakeRuntime::new();
+        // Neither is reported pinned (a containerd before 1.6.22); one came from an archive.
+        fake.add_image("example.org/preloaded:1");
+        fake.add_image("example.org/other:1");
+        let svc = Rc::new(fake.clone());
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("preloaded")));
+        // Every unused image is to go: any usage is over the high threshold.
+        let gc = ImageGcManager::new(rm, policy(1, 0, Duration::ZERO), None)
+            .with_fs_stat(fs_of(&fake))
+            .with_preloaded(Rc::new(|| vec!["example.org/preloaded:1".to_owned()]));
+        let r = gc.garbage_collect(&[]).await.unwrap();
+        assert_eq!(r.removed.len(), 1, "{r:?}");
+        assert_eq!(names(&fake), vec!["example.org/preloaded:1"]);
+        // Under disk pressure too.
+        fake.add_image("example.org/third:1");
+        gc.delete_unused_images(&[]).await.unwrap();
+        assert_eq!(names(&fake), vec!["example.org/preloaded:1"]);
+    });
+}
