@@ -23,6 +23,9 @@ pkgs+=(dbus-daemon python3-dbus python3-gi)
 # The private registry tests (tests/registry_e2e.rs): skopeo pushes the test image, htpasswd
 # (apache2-utils) makes the registry's bcrypt password file.
 pkgs+=(skopeo apache2-utils)
+# The preload tests and scripts/bench-preload.sh: zstd compresses an archive; setpriv
+# (util-linux) runs picolet without CAP_DAC_OVERRIDE to meet a directory it cannot read.
+pkgs+=(zstd util-linux)
 cross=false
 k8s=false
 fuzz=false

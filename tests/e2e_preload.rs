@@ -6,7 +6,10 @@
 //! imported again; an archive added while picolet runs is imported and the pod waiting for it
 //! starts. A pull list (`*.txt`) beside them: an image the runtime has is pinned, a bad line is
 //! refused naming the file and line, a pull from an unreachable registry is logged once and
-//! retried; a change of the list is read again.
+//! retried; a change of the list is read again. A second test: a zstd archive is imported, an
+//! archive for another platform is refused by name, a directory picolet cannot read is reported
+//! once and read when it can be, and image GC at its lowest thresholds removes an unused image
+//! but keeps the pinned preloaded one.
 
 mod support;
 
@@ -327,4 +330,183 @@ fn preloaded_archive_is_imported_pinned_and_runs_a_static_pod() {
 /// Builds the busybox image `name` running `sleep SECONDS` (its own config per value).
 fn build_image(tar: &std::path::Path, name: &str, seconds: &str) {
     containerd::build_image(tar, name, &[], &["sleep", seconds]);
+}
+
+/// Rewrites the OCI archive `src` into `dst` with its manifest's index entry saying it is for
+/// `linux/<arch>`.
+fn for_platform(src: &std::path::Path, dst: &std::path::Path, arch: &str) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import io, json, sys, tarfile
+src, dst, arch = sys.argv[1:4]
+with tarfile.open(src) as t, tarfile.open(dst, "w") as o:
+    for m in t.getmembers():
+        data = t.extractfile(m).read() if m.isfile() else None
+        if m.name.lstrip("./") == "index.json":
+            idx = json.loads(data)
+            for d in idx["manifests"]:
+                d["platform"] = {"architecture": arch, "os": "linux"}
+            data = json.dumps(idx).encode()
+            m.size = len(data)
+        o.addfile(m, io.BytesIO(data) if data is not None else None)
+"#,
+        )
+        .arg(src)
+        .arg(dst)
+        .arg(arch)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A zstd archive is imported; an archive for another platform is refused by name with the
+/// platform; a directory picolet cannot read (picolet without CAP_DAC_OVERRIDE, the directory
+/// mode 000) is reported and read once it can be, while a pod from an image already there runs
+/// throughout; image GC with every threshold at its lowest removes an unused image but never
+/// the pinned preloaded ones.
+#[test]
+fn zstd_other_platforms_unreadable_directory_and_gc_keeps_pinned_images() {
+    let dir = test_dir("preload2");
+    let c = ScratchContainerd::start(&dir.join("c"));
+    let version = runtime_version(&c);
+    let images = dir.join("a").join("preload");
+    let _ = std::fs::remove_dir_all(&images);
+    std::fs::create_dir_all(&images).unwrap();
+    const ZST: &str = "picolet.local/preload-zst:1";
+    const FOREIGN: &str = "picolet.local/preload-foreign:1";
+    const UNUSED: &str = "picolet.local/preload2-unused:1";
+
+    let tar = dir.join("zst.tar");
+    build_image(&tar, ZST, "3602");
+    let out = Command::new("zstd")
+        .args(["-q", "-3", "-c"])
+        .arg(&tar)
+        .output()
+        .expect("run zstd (scripts/install-deps.sh installs it)");
+    assert!(out.status.success());
+    std::fs::write(images.join("app.tar.zst"), &out.stdout).unwrap();
+    let foreign = dir.join("foreign.tar");
+    build_image(&foreign, FOREIGN, "3603");
+    let other = if cfg!(target_arch = "s390x") {
+        "riscv64"
+    } else {
+        "s390x"
+    };
+    for_platform(&foreign, &images.join("foreign.tar"), other);
+    // An image imported otherwise and used by nothing: image GC's to remove.
+    let unused = dir.join("unused.tar");
+    build_image(&unused, UNUSED, "3604");
+    c.ctr(&["images", "import", &unused.display().to_string()]);
+
+    // The directory is unreadable at start.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let a = Agent::start_wrapped(
+        &dir.join("a"),
+        &c.endpoint(),
+        &[
+            format!("--image-preload-dir={}", images.display()),
+            "--image-gc-high-threshold=1".into(),
+            "--image-gc-low-threshold=0".into(),
+            "--minimum-image-ttl-duration=0s".into(),
+        ],
+        &[
+            "setpriv",
+            "--bounding-set",
+            "-dac_override,-dac_read_search",
+        ],
+    );
+    a.write_manifest("here.yaml", &Pod::new("here").image(IMAGE).yaml());
+    a.write_manifest("zst.yaml", &Pod::new("zst").image(ZST).yaml());
+    let unreadable = format!(
+        "reading the image preload directory: image preload directory {}: Permission denied",
+        images.display()
+    );
+    a.wait_for("the unreadable directory reported", T, |a| {
+        a.log_text().contains(&unreadable)
+    });
+    a.wait_for("the pod from an image already there running", T, |a| {
+        a.phase("here") == "Running"
+    });
+    assert_eq!(a.phase("zst"), "Pending", "its image is not imported yet");
+    // Image GC ran (the first collection follows the first pod sync) and removed the unused
+    // image, not the one of the running pod.
+    a.wait_for("image GC removing the unused image", T, |a| {
+        a.log_text().contains("removing image ") && !cri_images(&c).iter().any(|(t, _)| t == UNUSED)
+    });
+
+    // Readable again: read at the next rescan (within a minute), the zstd archive imported and
+    // its pod started; the foreign one refused by name.
+    std::fs::set_permissions(&images, std::fs::Permissions::from_mode(0o755)).unwrap();
+    a.wait_for(
+        "the pod from the zstd archive running",
+        Duration::from_secs(120),
+        |a| a.phase("zst") == "Running",
+    );
+    let log = a.log_text();
+    assert_eq!(
+        log.matches(&unreadable).count(),
+        1,
+        "logged once, then counted: {log}"
+    );
+    assert!(
+        log.contains("reading the image preload directory: succeeded after "),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "preloaded {}: {ZST} (pinned; ",
+            images.join("app.tar.zst").display()
+        )),
+        "{log}"
+    );
+    let foreign_in = images.join("foreign.tar");
+    let node_platform = match std::env::consts::ARCH {
+        "x86_64" => "linux/amd64",
+        "aarch64" => "linux/arm64",
+        "arm" => "linux/arm/v7",
+        a => panic!("no platform known for {a}"),
+    };
+    assert!(
+        log.contains(&format!(
+            "image archive {}: no image for platform {node_platform}",
+            foreign_in.display()
+        )),
+        "the foreign archive refused by name:\n{log}"
+    );
+    assert!(!cri_images(&c).iter().any(|(t, _)| t == FOREIGN));
+
+    // Image GC under pressure again (picolet restarted: the first collection runs at once):
+    // the preloaded image, now unused (its pod removed), is pinned and kept; the pod's image
+    // of "here" is in use.
+    a.remove_manifest("zst.yaml");
+    a.wait_for("the zst pod gone", T, |a| a.pod("zst").is_none());
+    let mut a = a;
+    const COLLECTING: &str = "disk usage on the image filesystem is ";
+    let before = a.log_text().matches(COLLECTING).count();
+    assert!(before >= 1, "the first run collected: {}", a.log_text());
+    a.restart();
+    a.wait_for("the collection after the restart", T, |a| {
+        a.log_text().matches(COLLECTING).count() > before
+    });
+    // The removals of that collection are logged before the next line of the loop.
+    std::thread::sleep(Duration::from_secs(2));
+    let listed = cri_images(&c);
+    // Kept on every containerd: where the CRI does not report the pin (before 1.6.22), image
+    // GC keeps the images the preload record names.
+    assert!(
+        listed
+            .iter()
+            .any(|(t, p)| t == ZST && *p == reports_pinned(&version)),
+        "the preloaded image kept by image GC (pinned as containerd {version} reports it): \
+         {listed:?}\n{}",
+        a.log_text()
+    );
+    assert!(listed.iter().any(|(t, _)| t == IMAGE));
 }

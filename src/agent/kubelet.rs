@@ -71,11 +71,14 @@ pub(super) async fn start(
     ));
     let parts = Parts {
         kubelet,
-        image_gc: Rc::new(kuberuntime::image_gc_manager::ImageGcManager::new(
-            rm.clone(),
-            o.image_gc_policy(),
-            o.pod_infra_container_image.clone(),
-        )),
+        image_gc: Rc::new(
+            kuberuntime::image_gc_manager::ImageGcManager::new(
+                rm.clone(),
+                o.image_gc_policy(),
+                o.pod_infra_container_image.clone(),
+            )
+            .with_preloaded(preloaded_names(o.root().preloaded_images_record())),
+        ),
         rm,
         cache,
         storage: crate::stats::ephemeral::Storage::new(crate::stats::disk::DEFAULT_BUDGET),
@@ -88,6 +91,22 @@ pub(super) async fn start(
         pleg,
         snapshots: snap_tx,
         inputs: (snap_rx, ev_rx, done_rx),
+    })
+}
+
+/// The names of the images imported from the preload directory, read from its record at each
+/// image collection: image GC keeps them even where the runtime does not report their pin.
+fn preloaded_names(record: std::path::PathBuf) -> Rc<dyn Fn() -> Vec<String>> {
+    Rc::new(move || match crate::images::record::Record::read(&record) {
+        Ok(r) => r
+            .archives
+            .values()
+            .flat_map(|e| e.images.iter().map(|i| i.name.clone()))
+            .collect(),
+        Err(e) => {
+            log::debug!("image GC: {e}");
+            Vec::new()
+        }
     })
 }
 

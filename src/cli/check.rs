@@ -599,15 +599,21 @@ fn preload(o: &Options) -> Vec<Finding> {
                     ),
                 )
             }
-            (None, _) if name.ends_with(".zst") || name.ends_with(".tzst") => problem(
-                Level::Warn,
-                "image archive",
-                format!(
-                    "{}: zstd-compressed archives are not supported: it will be refused",
-                    f.display()
-                ),
-                format!("zstd -d {} (or compress with gzip instead)", f.display()),
-            ),
+            (None, _)
+                if !cfg!(feature = "zstd")
+                    && (name.ends_with(".zst") || name.ends_with(".tzst")) =>
+            {
+                problem(
+                    Level::Warn,
+                    "image archive",
+                    format!(
+                        "{}: zstd-compressed archives are not supported by this build (built \
+                     without the zstd feature): it will be refused",
+                        f.display()
+                    ),
+                    format!("zstd -d {} (or compress with gzip instead)", f.display()),
+                )
+            }
             (None, _) => ok(
                 "image archive",
                 format!(
@@ -903,11 +909,21 @@ mod tests {
             lines[3].contains("c.tar.gz: not imported yet"),
             "{lines:#?}"
         );
-        assert_eq!(f[4].level, Level::Warn);
-        assert!(
-            lines[4].contains("d.tar.zst: zstd-compressed"),
-            "{lines:#?}"
-        );
+        if cfg!(feature = "zstd") {
+            assert_eq!(f[4].level, Level::Ok);
+            assert!(
+                lines[4].contains("d.tar.zst: not imported yet"),
+                "{lines:#?}"
+            );
+        } else {
+            assert_eq!(f[4].level, Level::Warn);
+            assert!(
+                lines[4].contains(
+                    "d.tar.zst: zstd-compressed archives are not supported by this build"
+                ),
+                "{lines:#?}"
+            );
+        }
         assert_eq!(f[5].level, Level::Warn);
         assert!(
             lines[5].contains("image pull list: 1 images; image pull list ")

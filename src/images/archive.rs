@@ -1,6 +1,6 @@
 //! Image archives read from a file: OCI image layouts (`oci-layout`, `index.json`,
-//! `blobs/<alg>/<hex>`) and `docker save` archives (`manifest.json`), as plain tars or gzip
-//! compressed. Pure of the runtime: [`read`] checks every blob the node's platform needs against
+//! `blobs/<alg>/<hex>`) and `docker save` archives (`manifest.json`), as plain tars, gzip or
+//! zstd compressed (zstd with the `zstd` feature, on by default). Pure of the runtime: [`read`] checks every blob the node's platform needs against
 //! its digest and size, and yields the images to import, each a manifest with the names it is
 //! known by. A truncated or corrupt archive is refused whole, naming the file and the reason.
 
@@ -169,11 +169,19 @@ pub fn read(path: &Path, scratch: &Path, platform: &Platform) -> Result<Archive,
             out
         }
         [0x28, 0xb5, 0x2f, 0xfd] => {
-            return Err(bad(
-                "zstd-compressed archives are not supported yet: decompress it (zstd -d) or \
-                 use gzip"
-                    .into(),
-            ));
+            if !cfg!(feature = "zstd") {
+                return Err(bad(ZSTD_NOT_BUILT.into()));
+            }
+            let mut out = unnamed_file(scratch).map_err(|e| {
+                bad(format!(
+                    "cannot make a temporary file in {} to decompress into: {e}",
+                    scratch.display()
+                ))
+            })?;
+            unzstd(f, &mut out)
+                .map_err(|e| bad(format!("zstd stream is damaged or truncated: {e}")))?;
+            out.flush().map_err(|e| bad(e.to_string()))?;
+            out
         }
         _ => f,
     };
@@ -204,6 +212,48 @@ pub fn read(path: &Path, scratch: &Path, platform: &Platform) -> Result<Archive,
     }
     archive.images = images;
     Ok(archive)
+}
+
+/// Why a zstd archive is refused by a build without the `zstd` feature.
+pub const ZSTD_NOT_BUILT: &str = "zstd-compressed archives are not supported by this build \
+     (built without the zstd feature): decompress it (zstd -d) or use gzip";
+
+/// Decompresses every zstd frame of `f` into `out`, skipping skippable frames (as `zstd -d`
+/// does with a file `pzstd` wrote in several frames).
+#[cfg(feature = "zstd")]
+fn unzstd(f: File, out: &mut File) -> Result<(), String> {
+    use ruzstd::decoding::StreamingDecoder;
+    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::new(f);
+    let mut frame = 0u64;
+    loop {
+        if r.fill_buf().map_err(|e| e.to_string())?.is_empty() {
+            return Ok(());
+        }
+        frame += 1;
+        match StreamingDecoder::new(&mut r) {
+            Ok(mut d) => {
+                std::io::copy(&mut d, out).map_err(|e| format!("frame {frame}: {e}"))?;
+            }
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                let n = std::io::copy(&mut (&mut r).take(u64::from(length)), &mut std::io::sink())
+                    .map_err(|e| e.to_string())?;
+                if n < u64::from(length) {
+                    return Err(format!("frame {frame}: a skippable frame cut short"));
+                }
+            }
+            Err(e) => return Err(format!("frame {frame}: {e}")),
+        }
+    }
+}
+
+#[cfg(not(feature = "zstd"))]
+fn unzstd(_: File, _: &mut File) -> Result<(), String> {
+    Err(ZSTD_NOT_BUILT.into())
 }
 
 fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -86,7 +86,8 @@ impl std::fmt::Display for Failure {
 }
 
 /// The archives of `dir`, in name order: `.tar`, `.tar.gz`, `.tgz`, `.tar.zst`, `.tzst`
-/// (refused by the reader until zstd is supported); hidden files and others are left alone.
+/// (refused by the reader in a build without the `zstd` feature); hidden files and others are
+/// left alone.
 pub fn archives(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -237,9 +238,24 @@ impl Preloader {
         })
         .await
         {
-            Ok(f) => f,
+            Ok(f) => {
+                self.failures
+                    .succeeded(&self.dir_key(), "reading the image preload directory");
+                f
+            }
             Err(e) => {
-                log::error!("{e}; no image preloaded");
+                // Read again at each rescan; logged (and an event) when it starts failing or
+                // the cause changes, then counted.
+                let key = self.dir_key();
+                let report = self.failures.failed(
+                    &key,
+                    "reading the image preload directory",
+                    &format!("{e}; no image preloaded until it can be read"),
+                    rt::now_nanos(),
+                );
+                if matches!(report, Report::First | Report::Changed | Report::Summary) {
+                    self.event(Type::Warning, REASON_FAILED_PRELOAD, e);
+                }
                 return Vec::new();
             }
         };
@@ -376,6 +392,11 @@ impl Preloader {
             self.pass().await;
             self.pull_pass().await;
         }
+    }
+
+    /// The failure tracker's key for the directory itself.
+    fn dir_key(&self) -> String {
+        format!("directory {}", self.dir.display())
     }
 
     /// When the next failed pull is due again.

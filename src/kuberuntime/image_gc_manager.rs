@@ -372,6 +372,9 @@ pub struct ImageGcManager {
     /// When the manager started: maximum-age collection waits that long.
     began: Instant,
     fs_stat: FsStat,
+    /// Names of images that are never collected whatever the runtime reports: the preloaded
+    /// ones (a containerd before 1.6.22 does not report their pin through the CRI).
+    preloaded: Option<Rc<dyn Fn() -> Vec<String>>>,
 }
 
 impl ImageGcManager {
@@ -387,7 +390,24 @@ impl ImageGcManager {
             records: RefCell::new(Records::new()),
             began: rt::now(),
             fs_stat: Rc::new(statvfs),
+            preloaded: None,
         }
+    }
+
+    /// Keeps the images `names` gives (asked at each collection) as if they were pinned.
+    pub fn with_preloaded(mut self, names: Rc<dyn Fn() -> Vec<String>>) -> Self {
+        self.preloaded = Some(names);
+        self
+    }
+
+    /// The images a collection must keep beside the running ones: the desired pods' and the
+    /// preloaded ones.
+    fn needed_with_preloaded(&self, needed: &[String]) -> Vec<String> {
+        let mut all = needed.to_vec();
+        if let Some(f) = &self.preloaded {
+            all.extend(f());
+        }
+        all
     }
 
     /// Measures the image filesystem with `f` instead of statvfs.
@@ -494,11 +514,30 @@ impl ImageGcManager {
     /// One collection (the kubelet's GarbageCollect). `needed` are the images the desired pods
     /// name. Freeing less than wanted is no error here: [`GcReport::shortfall`] says so.
     pub async fn garbage_collect(&self, needed: &[String]) -> Result<GcReport, String> {
+        let began = rt::now_nanos();
+        let report = self.collect(needed).await?;
+        self.prune_pull_records(began);
+        Ok(report)
+    }
+
+    /// After a collection: the pull records of images no longer listed go, as upstream's
+    /// post-GC hook prunes them. `began` is the wall time taken before the images were listed.
+    fn prune_pull_records(&self, began: i64) {
+        let left: HashSet<String> = self.records.borrow().keys().cloned().collect();
+        let n = self.rm.pull_records.prune_unknown_records(&left, began);
+        if n > 0 {
+            log::info!(
+                "image garbage collection removed the pull records of {n} images no longer on the node"
+            );
+        }
+    }
+
+    async fn collect(&self, needed: &[String]) -> Result<GcReport, String> {
         let in_use = self.detect_images().await?;
         let keep = Keep {
             in_use,
             sandbox: self.sandbox_images().await,
-            needed: self.resolve(needed.iter().cloned()).await,
+            needed: self.resolve(self.needed_with_preloaded(needed)).await,
         };
         let now = rt::now();
         let mut report = GcReport::default();
@@ -558,10 +597,11 @@ impl ImageGcManager {
     /// evicts a pod). The same images are kept as in [`Self::garbage_collect`]. Returns the bytes
     /// freed.
     pub async fn delete_unused_images(&self, needed: &[String]) -> Result<u64, String> {
+        let began = rt::now_nanos();
         let keep = Keep {
             in_use: self.detect_images().await?,
             sandbox: self.sandbox_images().await,
-            needed: self.resolve(needed.iter().cloned()).await,
+            needed: self.resolve(self.needed_with_preloaded(needed)).await,
         };
         let now = rt::now();
         let plan = select_unused(&self.records.borrow(), &keep, &self.policy, now);
@@ -571,6 +611,7 @@ impl ImageGcManager {
                 freed = freed.saturating_add(c.size);
             }
         }
+        self.prune_pull_records(began);
         Ok(freed)
     }
 

@@ -15,7 +15,7 @@
 //! Pure apart from [`PullRecords`]' file access; the policy decisions are [`Policy`]'s.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -366,6 +366,57 @@ impl PullRecords {
             Some(c) if c.kubernetes_secrets.is_empty() => Verify::Pull,
             Some(c) => Verify::IfSecretMatches(c.kubernetes_secrets.clone()),
         }
+    }
+
+    /// Removes the pulled records of images no longer on the node (upstream's
+    /// `PruneUnknownRecords`, which its image GC runs after a collection): a record goes when
+    /// its image id is not in `images` and it was last written before `until`, the time taken
+    /// before the runtime listed `images` (a record written since may name an image pulled
+    /// after the listing). An unreadable record is refused as [`Self::verification`] refuses
+    /// it. Returns how many records went.
+    pub fn prune_unknown_records(&self, images: &HashSet<String>, until: i64) -> usize {
+        let Some(dir) = self.dir.as_ref().map(|d| d.join("pulled")) else {
+            return 0;
+        };
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+            Err(e) => {
+                log::warn!("image pulled records {}: {e}", dir.display());
+                return 0;
+            }
+        };
+        // Whole seconds, as the records' lastUpdatedTime: one written in the second the
+        // listing began is kept.
+        let until = crate::api::time::rfc3339(until);
+        let mut removed = 0;
+        for e in entries.filter_map(Result::ok) {
+            let path = e.path();
+            let name = e.file_name();
+            // atomic_file's temporary files and anything else not named as a record
+            if !name.to_str().is_some_and(|n| n.starts_with("sha256-")) {
+                continue;
+            }
+            let Some(rec) = self.read_pulled(&path) else {
+                continue;
+            };
+            if rec.last_updated_time.as_str() >= until.as_str() || images.contains(&rec.image_ref) {
+                continue;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    log::debug!(
+                        "image pulled record {} removed: image {} is gone",
+                        path.display(),
+                        rec.image_ref
+                    );
+                    removed += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("image pulled record {}: {e}", path.display()),
+            }
+        }
+        removed
     }
 
     fn read_pulled(&self, path: &Path) -> Option<PulledRecord> {

@@ -21,6 +21,8 @@ pub struct Agent {
     config: String,
     /// Environment variables picolet is started with (a test's failpoint).
     pub env: Vec<(String, String)>,
+    /// A program picolet is started under (`setpriv` with capabilities dropped), empty for none.
+    pub wrapper: Vec<String>,
     child: Option<Child>,
 }
 
@@ -95,8 +97,18 @@ impl Agent {
             extra: extra.to_vec(),
             config: config.to_owned(),
             env: env.to_vec(),
+            wrapper: Vec::new(),
             child: None,
         };
+        a.spawn();
+        a
+    }
+
+    /// Starts picolet under `wrapper` (a program and its arguments, picolet's command line
+    /// after them), with more flags, and waits for its local API.
+    pub fn start_wrapped(dir: &Path, endpoint: &str, extra: &[String], wrapper: &[&str]) -> Agent {
+        let mut a = Agent::new(dir, endpoint, extra, "", &[]);
+        a.wrapper = wrapper.iter().map(|s| (*s).to_owned()).collect();
         a.spawn();
         a
     }
@@ -133,6 +145,7 @@ impl Agent {
             extra: extra.to_vec(),
             config: config.to_owned(),
             env: env.to_vec(),
+            wrapper: Vec::new(),
             child: None,
         }
     }
@@ -197,7 +210,15 @@ impl Agent {
         } else {
             &["--cgroups-per-qos=false", "--enforce-node-allocatable=none"]
         };
-        let child = picolet_command()
+        let mut cmd = picolet_command();
+        if let Some((program, args)) = self.wrapper.split_first() {
+            let inner = cmd;
+            cmd = Command::new(program);
+            cmd.args(args)
+                .arg(inner.get_program())
+                .args(inner.get_args());
+        }
+        let child = cmd
             .args(no_tree)
             .arg("--config")
             .arg(&cfg)

@@ -44,6 +44,11 @@ fn gzip(data: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
+#[cfg(feature = "zstd")]
+fn zstd(data: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
 fn hex(d: &str) -> &str {
     d.strip_prefix("sha256:").unwrap()
 }
@@ -171,7 +176,21 @@ fn oci_layout_resolves_the_nodes_platform_plain_and_gzip() {
     let s = Scratch::new("oci");
     let layout = oci_layout("picolet.local/app:1");
     let plain = to_tar(&layout.files);
-    for (file, bytes) in [("app.tar", plain.clone()), ("app.tar.gz", gzip(&plain))] {
+    #[allow(unused_mut)]
+    let mut files = vec![("app.tar", plain.clone()), ("app.tar.gz", gzip(&plain))];
+    #[cfg(feature = "zstd")]
+    {
+        files.push(("app.tar.zst", zstd(&plain)));
+        // several frames with a skippable one between them, as pzstd writes
+        let (a, b) = plain.split_at(plain.len() / 3);
+        let mut multi = zstd(a);
+        multi.extend_from_slice(&0x184D_2A50u32.to_le_bytes());
+        multi.extend_from_slice(&5u32.to_le_bytes());
+        multi.extend_from_slice(b"skip!");
+        multi.extend_from_slice(&zstd(b));
+        files.push(("app-frames.tar.zst", multi));
+    }
+    for (file, bytes) in files {
         let path = s.write(file, &bytes);
         for (i, arch) in ["amd64", "arm64"].into_iter().enumerate() {
             let a = read(&path, &s.0, &platform(arch, "")).unwrap();
@@ -364,10 +383,38 @@ fn damaged_archives_are_refused_with_the_file_and_reason() {
     );
 
     let r = reason("zstd.tar.zst", &[0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0]);
-    assert!(
-        r.starts_with("zstd-compressed archives are not supported yet"),
-        "{r}"
-    );
+    if cfg!(feature = "zstd") {
+        assert!(
+            r.starts_with("zstd stream is damaged or truncated: frame 1: "),
+            "{r}"
+        );
+    } else {
+        assert!(
+            r.starts_with("zstd-compressed archives are not supported by this build"),
+            "{r}"
+        );
+    }
+    #[cfg(feature = "zstd")]
+    {
+        let z = zstd(&to_tar(&layout.files));
+        let r = reason("cut.tar.zst", &z[..z.len() * 2 / 3]);
+        assert!(
+            r.starts_with("zstd stream is damaged or truncated: frame 1: "),
+            "{r}"
+        );
+        let mut flipped = z.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0xff;
+        let r = reason("flipped.tar.zst", &flipped);
+        // a flipped bit breaks the stream, or yields other bytes that fail their digest
+        assert!(
+            r.starts_with("zstd stream is damaged")
+                || r.contains("digest")
+                || r.contains("truncated")
+                || r.contains("not a tar"),
+            "{r}"
+        );
+    }
 
     let r = reason("text.tar", b"hello, this is not a tar at all");
     assert!(

@@ -590,22 +590,51 @@ fn the_manager_honours_the_maximum_age_and_the_infra_image_flag() {
     let clock = FakeClock::install();
     rt::block_on(async {
         let fake = FakeRuntime::new();
-        fake.add_image("example.org/a:1");
-        fake.add_image("example.org/infra:1");
+        let ids = [
+            ("example.org/a:1", fake.add_image("example.org/a:1")),
+            ("example.org/infra:1", fake.add_image("example.org/infra:1")),
+        ];
         let svc = Rc::new(fake.clone());
         let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("age")));
         let p = ImageGcPolicy {
             max_age: Duration::from_secs(600),
             ..policy(100, 80, MIN)
         };
-        let gc = ImageGcManager::new(rm, p, Some("example.org/infra:1".into()))
+        let gc = ImageGcManager::new(rm.clone(), p, Some("example.org/infra:1".into()))
             .with_fs_stat(fs_of(&fake));
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert!(r.removed.is_empty());
+        // Both images pulled by picolet, so each has a pull record.
+        for (name, id) in &ids {
+            rm.pull_records.record_pull_intent(name).unwrap();
+            rm.pull_records.record_image_pulled(
+                name,
+                id,
+                crate::kuberuntime::pullmanager::PulledWith::Node,
+                rt::now_nanos(),
+            );
+        }
+        let pulled = |name: &str| {
+            let id = &ids.iter().find(|(n, _)| *n == name).unwrap().1;
+            let hex = crate::sha256::digest(id.as_bytes());
+            rm.node
+                .root_dir
+                .join("image_manager/pulled")
+                .join(format!("sha256-{}", hex.trim_start_matches("sha256:")))
+        };
+        assert!(pulled("example.org/a:1").exists() && pulled("example.org/infra:1").exists());
         clock.advance(Duration::from_secs(601));
         let r = gc.garbage_collect(&[]).await.unwrap();
         assert_eq!(r.removed.len(), 1);
         assert_eq!(names(&fake), vec!["example.org/infra:1"]);
+        assert!(
+            !pulled("example.org/a:1").exists(),
+            "the removed image's pull record goes with it"
+        );
+        assert!(
+            pulled("example.org/infra:1").exists(),
+            "the kept image's stays"
+        );
         assert_eq!(
             fake.calls("ImageFsInfo"),
             0,
@@ -736,5 +765,29 @@ fn a_running_pods_image_volume_is_in_use_until_the_pod_is_gone() {
         clock.advance(2 * MIN);
         gc.delete_unused_images(&[]).await.unwrap();
         assert_eq!(names(&fake), Vec::<String>::new());
+    });
+}
+
+#[test]
+fn preloaded_images_are_kept_where_the_runtime_does_not_report_their_pin() {
+    let _clock = FakeClock::install();
+    rt::block_on(async {
+        let fake = FakeRuntime::new();
+        // Neither is reported pinned (a containerd before 1.6.22); one came from an archive.
+        fake.add_image("example.org/preloaded:1");
+        fake.add_image("example.org/other:1");
+        let svc = Rc::new(fake.clone());
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("preloaded")));
+        // Every unused image is to go: any usage is over the high threshold.
+        let gc = ImageGcManager::new(rm, policy(1, 0, Duration::ZERO), None)
+            .with_fs_stat(fs_of(&fake))
+            .with_preloaded(Rc::new(|| vec!["example.org/preloaded:1".to_owned()]));
+        let r = gc.garbage_collect(&[]).await.unwrap();
+        assert_eq!(r.removed.len(), 1, "{r:?}");
+        assert_eq!(names(&fake), vec!["example.org/preloaded:1"]);
+        // Under disk pressure too.
+        fake.add_image("example.org/third:1");
+        gc.delete_unused_images(&[]).await.unwrap();
+        assert_eq!(names(&fake), vec!["example.org/preloaded:1"]);
     });
 }

@@ -270,3 +270,67 @@ fn merging_keeps_one_entry_per_secret() {
         "node access stays"
     );
 }
+
+#[test]
+fn records_of_images_gc_removed_are_pruned() {
+    let root = tmp("prune");
+    let r = PullRecords::new(&root, Policy::default());
+    let s = secret("ns", "regcred", "u", "pw");
+    let t0 = 1_700_000_000_000_000_000i64;
+    let sec = 1_000_000_000i64;
+    for (image, id) in [
+        ("registry.local/kept:1", "sha256:aaaa"),
+        ("registry.local/gone:1", "sha256:bbbb"),
+        ("registry.local/late:1", "sha256:cccc"),
+    ] {
+        r.record_pull_intent(image).unwrap();
+        let at = if id == "sha256:cccc" {
+            t0 + 10 * sec
+        } else {
+            t0
+        };
+        r.record_image_pulled(image, id, PulledWith::Secret(s.clone()), at);
+    }
+    let pulled = root.join("image_manager/pulled");
+    let garbage = pulled.join("sha256-0000");
+    std::fs::write(&garbage, b"{not json").unwrap();
+    let stray = pulled.join("notes.txt");
+    std::fs::write(&stray, b"left alone").unwrap();
+    // The collection listed the runtime's images at t0 + 5 s; only sha256:aaaa was left.
+    let left: HashSet<String> = ["sha256:aaaa".to_owned()].into();
+    assert_eq!(r.prune_unknown_records(&left, t0 + 5 * sec), 1);
+    let path = |id: &str| pulled.join(file_name(id));
+    assert!(path("sha256:aaaa").exists(), "the image is still there");
+    assert!(
+        !path("sha256:bbbb").exists(),
+        "the removed image's record goes"
+    );
+    assert!(
+        path("sha256:cccc").exists(),
+        "written after the listing: its image may have been pulled since"
+    );
+    assert!(!garbage.exists(), "an unreadable record is refused");
+    assert!(
+        stray.exists(),
+        "a file not named as a record is not touched"
+    );
+    // the gone image, pulled again later by a pod without the secret, is verified afresh
+    assert_eq!(
+        r.verification("registry.local/gone:1", "sha256:bbbb"),
+        Verify::NotNeeded,
+        "with no record and no intent, the default policy counts it as not pulled by the kubelet"
+    );
+    // every image gone: a record written in the second the listing began is kept
+    assert_eq!(r.prune_unknown_records(&HashSet::new(), t0 + 10 * sec), 1);
+    assert!(!path("sha256:aaaa").exists() && path("sha256:cccc").exists());
+    assert_eq!(r.prune_unknown_records(&HashSet::new(), t0 + 11 * sec), 1);
+    assert_eq!(
+        std::fs::read_dir(&pulled).unwrap().count(),
+        1,
+        "only the stray file is left"
+    );
+    // without a root directory nothing is kept, nothing pruned
+    let none = PullRecords::new(Path::new(""), Policy::default());
+    assert_eq!(none.prune_unknown_records(&HashSet::new(), i64::MAX), 0);
+    std::fs::remove_dir_all(&root).unwrap();
+}
