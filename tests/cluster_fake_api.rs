@@ -30,10 +30,21 @@ async fn renewed_once(a: &Arc<Agent>, api: &FakeApi) {
 }
 
 async fn start_joined(tmp: &TempDir, fake: &FakeCri, api: &FakeApi) -> Arc<Agent> {
+    start_joined_with(tmp, fake, api, &[]).await
+}
+
+/// [`start_joined`] with more flags.
+async fn start_joined_with(
+    tmp: &TempDir,
+    fake: &FakeCri,
+    api: &FakeApi,
+    more: &[&str],
+) -> Arc<Agent> {
     let dir = tmp.path().join("a");
     std::fs::create_dir_all(&dir).unwrap();
     let kc = api.kubeconfig(&dir);
-    let args = vec!["--kubeconfig".to_owned(), kc.display().to_string()];
+    let mut args = vec!["--kubeconfig".to_owned(), kc.display().to_string()];
+    args.extend(more.iter().map(|a| (*a).to_owned()));
     start_agent(&dir, &fake.endpoint(), &args).await
 }
 
@@ -457,9 +468,16 @@ fn a_link_back_with_its_connections_dead_is_caught_up_without_waiting_out_the_wa
 
 #[test]
 fn at_rest_the_lease_is_renewed_with_a_patch_of_its_renew_time_on_the_open_connection() {
+    // The answers' metadata in protobuf (the default) and in JSON.
+    for encoding in ["application/vnd.kubernetes.protobuf", "application/json"] {
+        renewed_with_patches(encoding);
+    }
+}
+
+fn renewed_with_patches(encoding: &str) {
     run(async {
         let (tmp, fake, api) = fakes("restlease");
-        let a = start_joined(&tmp, &fake, &api).await;
+        let a = start_joined_with(&tmp, &fake, &api, &["--kube-api-content-type", encoding]).await;
         let lease = lease_path();
         renewed_once(&a, &api).await;
         let (connections, from) = (api.connections(), api.requests().len());

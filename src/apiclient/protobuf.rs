@@ -49,8 +49,9 @@ fn open(bytes: &[u8]) -> Result<(pb::TypeMeta, Vec<u8>), String> {
 }
 
 /// An object's metadata, as the JSON the callers read from a `PartialObjectMetadata`
-/// (`{"apiVersion", "kind", "metadata": {name, namespace, uid, resourceVersion, generation}}`;
-/// fields the answer leaves out are left out).
+/// (`{"apiVersion", "kind", "metadata": {name, namespace, uid, resourceVersion, generation,
+/// ownerReferences, managedFields}}`, a field manager's record with its manager and operation
+/// alone; fields the answer leaves out are left out).
 pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
     let (type_meta, raw) = open(bytes)?;
     let object = pb::PartialObjectMetadata::decode(raw.as_slice())
@@ -70,6 +71,34 @@ pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
         }
         if let Some(g) = m.generation {
             meta.insert("generation".into(), json!(g));
+        }
+        if !m.owner_references.is_empty() {
+            let owners = m.owner_references.into_iter().map(|o| {
+                let mut v = json!({
+                    "apiVersion": o.api_version(),
+                    "kind": o.kind(),
+                    "name": o.name(),
+                    "uid": o.uid(),
+                });
+                if let Some(c) = o.controller {
+                    v["controller"] = json!(c);
+                }
+                v
+            });
+            meta.insert("ownerReferences".into(), owners.collect());
+        }
+        if !m.managed_fields.is_empty() {
+            let records = m.managed_fields.into_iter().map(|f| {
+                let mut v = Map::new();
+                if let Some(m) = f.manager {
+                    v.insert("manager".into(), Value::String(m));
+                }
+                if let Some(o) = f.operation {
+                    v.insert("operation".into(), Value::String(o));
+                }
+                Value::Object(v)
+            });
+            meta.insert("managedFields".into(), records.collect());
         }
     }
     Ok(json!({
@@ -109,13 +138,41 @@ pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
 /// A `PartialObjectMetadata` in the envelope, as the apiserver answers one.
 #[cfg(any(test, feature = "e2e"))]
 pub fn encode_metadata(name: &str, namespace: &str, resource_version: &str) -> Vec<u8> {
+    encode_metadata_of(&json!({
+        "name": name, "namespace": namespace, "resourceVersion": resource_version,
+    }))
+}
+
+/// The `PartialObjectMetadata` of an object's JSON `metadata` (the fields [`metadata_json`]
+/// reads), in the envelope.
+#[cfg(any(test, feature = "e2e"))]
+pub fn encode_metadata_of(m: &Value) -> Vec<u8> {
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
     let object = pb::PartialObjectMetadata {
         metadata: Some(pb::ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            uid: None,
-            resource_version: Some(resource_version.into()),
-            generation: None,
+            name: text(&m["name"]),
+            namespace: text(&m["namespace"]),
+            uid: text(&m["uid"]),
+            resource_version: text(&m["resourceVersion"]),
+            generation: m["generation"].as_i64(),
+            owner_references: list(&m["ownerReferences"])
+                .iter()
+                .map(|o| pb::OwnerReference {
+                    kind: text(&o["kind"]),
+                    name: text(&o["name"]),
+                    uid: text(&o["uid"]),
+                    api_version: text(&o["apiVersion"]),
+                    controller: o["controller"].as_bool(),
+                })
+                .collect(),
+            managed_fields: list(&m["managedFields"])
+                .iter()
+                .map(|f| pb::ManagedFieldsEntry {
+                    manager: text(&f["manager"]),
+                    operation: text(&f["operation"]),
+                })
+                .collect(),
         }),
     };
     envelope(
@@ -164,6 +221,46 @@ mod tests {
         assert_eq!(v["metadata"]["name"], "n1");
         assert_eq!(v["metadata"]["namespace"], "kube-node-lease");
         assert!(v["metadata"].get("uid").is_none());
+    }
+
+    #[test]
+    fn owners_and_field_managers_are_read() {
+        let object = pb::PartialObjectMetadata {
+            metadata: Some(pb::ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: Some("9".into()),
+                owner_references: vec![pb::OwnerReference {
+                    kind: Some("Node".into()),
+                    name: Some("n1".into()),
+                    uid: Some("u1".into()),
+                    api_version: Some("v1".into()),
+                    controller: None,
+                }],
+                managed_fields: vec![pb::ManagedFieldsEntry {
+                    manager: Some("kubelet".into()),
+                    operation: Some("Update".into()),
+                }],
+                ..Default::default()
+            }),
+        };
+        let bytes = envelope(
+            "meta.k8s.io/v1",
+            "PartialObjectMetadata",
+            object.encode_to_vec(),
+        );
+        let v = metadata_json(&bytes).unwrap();
+        assert_eq!(
+            v["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u1"}])
+        );
+        assert_eq!(
+            v["metadata"]["managedFields"],
+            json!([{"manager": "kubelet", "operation": "Update"}])
+        );
+        // None of either: neither key.
+        let v = metadata_json(&encode_metadata("n", "ns", "1")).unwrap();
+        assert!(v["metadata"].get("ownerReferences").is_none());
+        assert!(v["metadata"].get("managedFields").is_none());
     }
 
     #[test]

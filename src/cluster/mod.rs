@@ -532,8 +532,8 @@ async fn renew_lease(
     match r {
         Ok(answer) => {
             // The metadata answered (the whole Lease from a server that does not serve the
-            // metadata alone) with the spec written; managedFields, if any came back, are
-            // cleared by the next renewal.
+            // metadata alone) with the spec written: what the next renewal weighs (owner,
+            // field managers' records, cleared by it if any came back) is the answer's.
             let meta = answer["metadata"].clone();
             if meta["resourceVersion"].is_string() {
                 l["metadata"] = meta;

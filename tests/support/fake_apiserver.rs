@@ -671,15 +671,32 @@ impl FakeApi {
                 return;
             }
             // The written object's metadata alone, when asked for (as the apiserver answers
-            // `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`); errors stay a Status.
-            let v = if accept.contains("as=PartialObjectMetadata") && (200..300).contains(&code) {
-                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]})
+            // `as=PartialObjectMetadata;g=meta.k8s.io;v=v1`), in protobuf when that comes
+            // first in the Accept (the metadata and an error Status, as the apiserver encodes
+            // them; see `picolet::apiclient::protobuf`).
+            let protobuf = accept.starts_with(picolet::apiclient::protobuf::MEDIA_TYPE);
+            let ok = (200..300).contains(&code);
+            let (content_type, text) = if protobuf
+                && ok
+                && accept.contains("as=PartialObjectMetadata")
+            {
+                let b = picolet::apiclient::protobuf::encode_metadata_of(&v["metadata"]);
+                (picolet::apiclient::protobuf::MEDIA_TYPE, b)
+            } else if protobuf && !ok && v["kind"] == "Status" {
+                let b = picolet::apiclient::protobuf::encode_status(
+                    code.into(),
+                    v["reason"].as_str().unwrap_or(""),
+                    v["message"].as_str().unwrap_or(""),
+                );
+                (picolet::apiclient::protobuf::MEDIA_TYPE, b)
+            } else if accept.contains("as=PartialObjectMetadata") && ok {
+                let m = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": v["metadata"]});
+                ("application/json", serde_json::to_vec(&m).unwrap())
             } else {
-                v
+                ("application/json", serde_json::to_vec(&v).unwrap())
             };
-            let text = serde_json::to_vec(&v).unwrap();
             let head = format!(
-                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                "HTTP/1.1 {code} X\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
                 text.len()
             );
             self.with(|s| s.bytes_out += (head.len() + text.len()) as u64);
