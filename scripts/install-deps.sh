@@ -43,8 +43,9 @@ for arg in "$@"; do
                 qemu-user-static binfmt-support arch-test) ;;
         --k8s)
             k8s=true
-            # dig for the test images of the conformance specs (scripts/lib/test-images.sh).
-            pkgs+=(openssl util-linux ca-certificates bind9-dnsutils) ;;
+            # dig and OpenBSD nc for the test images of the conformance specs
+            # (scripts/lib/test-images.sh).
+            pkgs+=(openssl util-linux ca-certificates bind9-dnsutils netcat-openbsd) ;;
         *) echo "install-deps: unknown option $arg" >&2; exit 2 ;;
     esac
 done

@@ -2,8 +2,9 @@
 # The test images of upstream's e2e suite, built offline under the names
 # test/utils/image/manifest.go of the pinned module gives them: busybox, nonroot
 # and nonewprivs from the machine's busybox-static, agnhost from its Go source
-# with the machine's curl, dig and ip beside it (upstream's agnhost image has
-# them, and the network and DNS specs run them in it), pause. Sourced by
+# with the machine's curl, dig, ip and OpenBSD nc beside it (upstream's agnhost
+# image has them, and the network and DNS specs run them in it: busybox's nc
+# takes neither -v nor -t), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -27,14 +28,18 @@ EOF
 
 IMAGES=()
 
-# add_programs ROOT PROGRAM...: each program (a path on this machine) and the
-# shared libraries it loads, at their own paths under ROOT.
+# add_programs ROOT PROGRAM[=PATH]...: each program (a path on this machine) at
+# its own path under ROOT, or at PATH, and the shared libraries it loads at
+# their own paths.
 add_programs() {
-    local root=$1 p f
+    local root=$1 p f to
     shift
     for p in "$@"; do
+        to=${p#*=}
+        p=${p%%=*}
         [[ -x $p ]] || die "$p is missing (scripts/install-deps.sh --k8s installs it)"
-        cp -L --parents -- "$p" "$root"
+        mkdir -p -- "$root$(dirname -- "$to")"
+        cp -L -- "$p" "$root$to"
         while read -r f; do
             [[ -e $root$f ]] || cp -L --parents -- "$f" "$root"
         done < <(ldd "$p" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
@@ -66,7 +71,7 @@ build_images() {
     cp -- "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/agnhost/"
     chmod 0755 "$root/agnhost/agnhost"
     chmod 0644 "$root/agnhost/localhost.crt" "$root/agnhost/localhost.key"
-    add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip
+    add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc
     cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
     chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
     local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
