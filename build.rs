@@ -49,9 +49,10 @@ fn main() {
         .build_transport(false)
         .compile_fds(fds)
         .expect("generate the containerd client");
-    // The apimachinery envelope, metadata and Status of the Kubernetes protobuf encoding
-    // (feature apiserver): messages only.
-    let fds = protox::compile(["proto/k8s/meta.proto"], ["proto"]).expect("compile proto/k8s");
+    // The apimachinery envelope, metadata and Status of the Kubernetes protobuf encoding, and
+    // the Event picolet writes in it (feature apiserver): messages only.
+    let fds = protox::compile(["proto/k8s/meta.proto", "proto/k8s/core.proto"], ["proto"])
+        .expect("compile proto/k8s");
     tonic_prost_build::configure()
         .build_server(false)
         .build_client(false)

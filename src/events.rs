@@ -490,11 +490,22 @@ fn send(c: &crate::apiclient::Client, w: &Write) -> Result<(), crate::apiclient:
     match w {
         Write::Create(v) => {
             let ns = v["metadata"]["namespace"].as_str().unwrap_or("default");
-            let body = serde_json::to_vec(v).unwrap_or_default();
+            // In protobuf under `contentType` (about 40 % smaller), as the kubelet sends them.
+            let body = c
+                .protobuf()
+                .then(|| crate::apiclient::protobuf::encode_event(v))
+                .flatten()
+                .map(|b| (crate::apiclient::protobuf::MEDIA_TYPE, b))
+                .unwrap_or_else(|| {
+                    (
+                        "application/json",
+                        serde_json::to_vec(v).unwrap_or_default(),
+                    )
+                });
             match c.write(
                 "POST",
                 &format!("/api/v1/namespaces/{ns}/events"),
-                Some(("application/json", body)),
+                Some(body),
             ) {
                 Err(e) if e.is_conflict() => Ok(()),
                 r => r,

@@ -322,9 +322,14 @@ impl Client {
             .store(ct == ContentType::Protobuf, Ordering::Relaxed);
     }
 
+    /// Whether [`ContentType::Protobuf`] is set.
+    pub fn protobuf(&self) -> bool {
+        self.pool.protobuf.load(Ordering::Relaxed)
+    }
+
     /// What `accept` becomes under the encoding set: the metadata answer in protobuf first.
     fn negotiate<'a>(&self, accept: &'a str) -> &'a str {
-        if accept == ACCEPT_METADATA && self.pool.protobuf.load(Ordering::Relaxed) {
+        if accept == ACCEPT_METADATA && self.protobuf() {
             ACCEPT_METADATA_PROTOBUF
         } else {
             accept

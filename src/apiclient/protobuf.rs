@@ -1,6 +1,7 @@
 //! The Kubernetes protobuf encoding (`application/vnd.kubernetes.protobuf`) of the answers
 //! picolet reads in it: the metadata of an object it wrote (asked for as a
-//! `PartialObjectMetadata`) and an error `Status`.
+//! `PartialObjectMetadata`) and an error `Status`; and of the one object it creates often, an
+//! Event.
 //!
 //! Every object travels in an envelope: the 4 bytes `k8s\0`, then a `runtime.Unknown` holding
 //! the object's apiVersion and kind and the object's own bytes. Every top-level API object has
@@ -12,9 +13,15 @@
 use prost::Message;
 use serde_json::{Map, Value, json};
 
-mod pb {
-    tonic::include_proto!("k8s.meta");
+mod k8s {
+    pub mod meta {
+        tonic::include_proto!("k8s.meta");
+    }
+    pub mod core {
+        tonic::include_proto!("k8s.core");
+    }
 }
+use k8s::meta as pb;
 
 /// The media type of the encoding.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
@@ -108,6 +115,95 @@ pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
     }))
 }
 
+/// An Event (the JSON picolet's recorder makes, `crate::events`) in the envelope, for a
+/// create; `None` when a timestamp is not RFC 3339 (the caller sends the JSON then).
+pub fn encode_event(v: &Value) -> Option<Vec<u8>> {
+    use k8s::core;
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    let time = |v: &Value| -> Option<Option<pb::Time>> {
+        match v.as_str() {
+            None => Some(None),
+            Some(t) => Some(Some(pb::Time {
+                seconds: Some(crate::cluster::objects::parse_rfc3339(t)?),
+                nanos: Some(0),
+            })),
+        }
+    };
+    let o = &v["involvedObject"];
+    let event = core::Event {
+        metadata: Some(pb::ObjectMeta {
+            name: text(&v["metadata"]["name"]),
+            namespace: text(&v["metadata"]["namespace"]),
+            ..Default::default()
+        }),
+        involved_object: Some(core::ObjectReference {
+            kind: text(&o["kind"]),
+            namespace: text(&o["namespace"]),
+            name: text(&o["name"]),
+            uid: text(&o["uid"]),
+            api_version: text(&o["apiVersion"]),
+            resource_version: text(&o["resourceVersion"]),
+            field_path: text(&o["fieldPath"]),
+        }),
+        reason: text(&v["reason"]),
+        message: text(&v["message"]),
+        source: Some(core::EventSource {
+            component: text(&v["source"]["component"]),
+            host: text(&v["source"]["host"]),
+        }),
+        first_timestamp: time(&v["firstTimestamp"])?,
+        last_timestamp: time(&v["lastTimestamp"])?,
+        count: v["count"].as_i64().and_then(|c| i32::try_from(c).ok()),
+        r#type: text(&v["type"]),
+        reporting_component: text(&v["reportingComponent"]),
+        reporting_instance: text(&v["reportingInstance"]),
+    };
+    Some(envelope("v1", "Event", event.encode_to_vec()))
+}
+
+/// An Event in the envelope back as the JSON [`encode_event`] took (the test servers read
+/// what picolet sends).
+#[cfg(any(test, feature = "e2e"))]
+pub fn event_json(bytes: &[u8]) -> Option<Value> {
+    let (type_meta, raw) = open(bytes).ok()?;
+    if type_meta.kind() != "Event" {
+        return None;
+    }
+    let e = k8s::core::Event::decode(raw.as_slice()).ok()?;
+    let at = |t: &Option<pb::Time>| {
+        t.as_ref()
+            .map(|t| Value::String(crate::api::rfc3339(t.seconds() * 1_000_000_000)))
+            .unwrap_or(Value::Null)
+    };
+    let m = e.metadata.clone().unwrap_or_default();
+    let o = e.involved_object.clone().unwrap_or_default();
+    let mut involved = json!({
+        "kind": o.kind(), "name": o.name(), "uid": o.uid(), "apiVersion": o.api_version(),
+    });
+    if let Some(ns) = &o.namespace {
+        involved["namespace"] = json!(ns);
+    }
+    if let Some(f) = &o.field_path {
+        involved["fieldPath"] = json!(f);
+    }
+    let source = e.source.clone().unwrap_or_default();
+    Some(json!({
+        "apiVersion": type_meta.api_version(),
+        "kind": "Event",
+        "metadata": {"name": m.name(), "namespace": m.namespace()},
+        "involvedObject": involved,
+        "reason": e.reason(),
+        "message": e.message(),
+        "source": {"component": source.component(), "host": source.host()},
+        "firstTimestamp": at(&e.first_timestamp),
+        "lastTimestamp": at(&e.last_timestamp),
+        "count": e.count(),
+        "type": e.r#type(),
+        "reportingComponent": e.reporting_component(),
+        "reportingInstance": e.reporting_instance(),
+    }))
+}
+
 /// An error answer's reason and message, if it is a `Status`.
 pub fn status(bytes: &[u8]) -> Option<(String, String)> {
     let (type_meta, raw) = open(bytes).ok()?;
@@ -118,8 +214,7 @@ pub fn status(bytes: &[u8]) -> Option<(String, String)> {
     Some((s.reason.unwrap_or_default(), s.message.unwrap_or_default()))
 }
 
-/// An object in the envelope (the test servers' answers).
-#[cfg(any(test, feature = "e2e"))]
+/// An object in the envelope.
 pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let unknown = pb::Unknown {
         type_meta: Some(pb::TypeMeta {
@@ -221,6 +316,60 @@ mod tests {
         assert_eq!(v["metadata"]["name"], "n1");
         assert_eq!(v["metadata"]["namespace"], "kube-node-lease");
         assert!(v["metadata"].get("uid").is_none());
+    }
+
+    #[test]
+    fn an_event_is_encoded_field_by_field() {
+        let v = json!({
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "web.18f3", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "name": "web", "namespace": "default",
+                               "uid": "u1", "apiVersion": "v1", "fieldPath": "spec.containers{c}"},
+            "reason": "Started",
+            "message": "Started container c",
+            "source": {"component": "kubelet", "host": "n1"},
+            "firstTimestamp": "2026-12-06T22:00:00Z",
+            "lastTimestamp": "2026-12-06T22:00:05Z",
+            "count": 1,
+            "type": "Normal",
+            "reportingComponent": "kubelet",
+            "reportingInstance": "n1",
+        });
+        let bytes = encode_event(&v).unwrap();
+        let (tm, raw) = open(&bytes).unwrap();
+        assert_eq!((tm.api_version(), tm.kind()), ("v1", "Event"));
+        let e = k8s::core::Event::decode(raw.as_slice()).unwrap();
+        assert_eq!(e.metadata.as_ref().unwrap().name(), "web.18f3");
+        assert_eq!(e.metadata.as_ref().unwrap().namespace(), "default");
+        let o = e.involved_object.as_ref().unwrap();
+        assert_eq!(
+            (o.kind(), o.name(), o.uid(), o.field_path()),
+            ("Pod", "web", "u1", "spec.containers{c}")
+        );
+        assert_eq!(
+            (e.reason(), e.message()),
+            ("Started", "Started container c")
+        );
+        assert_eq!(e.source.as_ref().unwrap().host(), "n1");
+        assert_eq!(e.first_timestamp.as_ref().unwrap().seconds(), 1_796_594_400);
+        assert_eq!(e.last_timestamp.as_ref().unwrap().seconds(), 1_796_594_405);
+        assert_eq!((e.count(), e.r#type()), (1, "Normal"));
+        assert_eq!(
+            (e.reporting_component(), e.reporting_instance()),
+            ("kubelet", "n1")
+        );
+        assert_eq!(event_json(&bytes).unwrap(), v, "decoded back");
+        // The same Event in JSON is nearly twice as large.
+        let json_len = serde_json::to_vec(&v).unwrap().len();
+        assert!(
+            bytes.len() * 3 < json_len * 2,
+            "{} vs {json_len}",
+            bytes.len()
+        );
+        let mut bad = v.clone();
+        bad["lastTimestamp"] = json!("yesterday");
+        assert_eq!(encode_event(&bad), None);
     }
 
     #[test]

@@ -596,6 +596,7 @@ impl FakeApi {
             let mut len = 0usize;
             let mut auth = String::new();
             let mut accept = String::new();
+            let mut content_type = String::new();
             let mut head_len = line.len();
             loop {
                 let mut h = String::new();
@@ -621,13 +622,25 @@ impl FakeApi {
                 {
                     accept = v.trim().to_owned();
                 }
+                if let Some((k, v)) = h.split_once(':')
+                    && k.eq_ignore_ascii_case("content-type")
+                {
+                    content_type = v.trim().to_owned();
+                }
             }
             let mut body = vec![0; len];
             if r.read_exact(&mut body).is_err() {
                 return;
             }
             let received = (head_len + len) as u64;
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            // An Event may come in protobuf (picolet's default `contentType`): kept as its
+            // JSON, so the tests read every Event alike.
+            let body: Value = if content_type.starts_with(picolet::apiclient::protobuf::MEDIA_TYPE)
+            {
+                picolet::apiclient::protobuf::event_json(&body).unwrap_or(Value::Null)
+            } else {
+                serde_json::from_slice(&body).unwrap_or(Value::Null)
+            };
             let (down, stalled, dead) = self.with(|s| {
                 s.requests.push((method.clone(), path.clone()));
                 s.bodies.push(body.clone());
