@@ -374,7 +374,7 @@ with tarfile.open(src) as t, tarfile.open(dst, "w") as o:
 fn zstd_other_platforms_unreadable_directory_and_gc_keeps_pinned_images() {
     let dir = test_dir("preload2");
     let c = ScratchContainerd::start(&dir.join("c"));
-    let version = runtime_version(&c);
+    let version = c.runtime_version();
     let images = dir.join("a").join("preload");
     let _ = std::fs::remove_dir_all(&images);
     std::fs::create_dir_all(&images).unwrap();
