@@ -21,8 +21,9 @@
 # the archive is the same, byte for byte):
 #   --all-applets      a symlink in /bin for every applet the busybox has
 #   --add DIR          DIR's tree copied over the root (after the files above, so
-#                      DIR/etc/passwd replaces the default one; modes, setuid
-#                      bits included, are kept; owners become root)
+#                      DIR/etc/passwd replaces the default one, and DIR/bin/sh
+#                      an applet's symlink; modes, setuid bits included, are
+#                      kept; owners become root)
 #   --user USER        the image config's User
 #   --entrypoint PATH  the image config's Entrypoint, [PATH]
 #   --path VALUE       the PATH in the image config's Env (default /bin)
@@ -194,7 +195,9 @@ chmod 0755 "$rootfs/bin" "$rootfs/etc" "$rootfs/bin/busybox"
 chmod 0644 "$rootfs/etc/passwd" "$rootfs/etc/group"
 chmod 1777 "$rootfs/tmp"
 if [[ -n $add_dir ]]; then
-    cp -a --no-preserve=ownership -- "$add_dir/." "$rootfs/" || die "copying $add_dir into the image failed"
+    # --remove-destination: a file of DIR's replaces an applet's symlink instead of
+    # being written through it into busybox.
+    cp -a --remove-destination --no-preserve=ownership -- "$add_dir/." "$rootfs/" || die "copying $add_dir into the image failed"
 fi
 
 oci=$work/oci

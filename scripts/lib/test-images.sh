@@ -2,9 +2,9 @@
 # The test images of upstream's e2e suite, built offline under the names
 # test/utils/image/manifest.go of the pinned module gives them: busybox, nonroot
 # and nonewprivs from the machine's busybox-static, agnhost from its Go source
-# with the machine's curl, dig, ip and OpenBSD nc beside it (upstream's agnhost
-# image has them, and the network and DNS specs run them in it: busybox's nc
-# takes neither -v nor -t), pause. Sourced by
+# with the machine's curl, dig, ip, OpenBSD nc and bash as sh beside it
+# (upstream's agnhost image has them, and the network and DNS specs run them in
+# it: busybox's nc takes neither -v nor -t), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -71,7 +71,10 @@ build_images() {
     cp -- "$K8S_SRC/test/images/agnhost/porter/localhost.crt" "$K8S_SRC/test/images/agnhost/porter/localhost.key" "$root/agnhost/"
     chmod 0755 "$root/agnhost/agnhost"
     chmod 0644 "$root/agnhost/localhost.crt" "$root/agnhost/localhost.key"
-    add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc
+    # bash is agnhost's sh, as upstream's image has it: busybox's sh runs its own
+    # applets before any program on PATH, so it would run busybox's nc.
+    add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc \
+        /bin/bash /bin/bash=/bin/sh
     cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
     chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
     local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
