@@ -4,7 +4,8 @@
 # and nonewprivs from the machine's busybox-static, agnhost from its Go source
 # with the machine's curl, dig, ip, OpenBSD nc and bash as sh beside it
 # (upstream's agnhost image has them, and the network and DNS specs run them in
-# it: busybox's nc takes neither -v nor -t), pause. Sourced by
+# it: busybox's nc takes neither -v nor -t), glibc-dns-testing (the DNS specs'
+# glibc resolver image: busybox with the machine's dig, and bash as sh), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -47,10 +48,10 @@ add_programs() {
 }
 
 build_images() {
-    local t0 busybox nonroot nonewprivs agnhost pause root
+    local t0 busybox nonroot nonewprivs agnhost dnstest pause root
     t0=$(now)
     if ! { busybox=$(image_ref BusyBox) && nonroot=$(image_ref NonRoot) && nonewprivs=$(image_ref Nonewprivs) &&
-        agnhost=$(image_ref Agnhost) && pause=$(image_ref Pause); }; then
+        agnhost=$(image_ref Agnhost) && dnstest=$(image_ref GlibcDnsTesting) && pause=$(image_ref Pause); }; then
         die "cannot read the image names from $MANIFEST"
     fi
     root=$DIR/images/root
@@ -75,6 +76,8 @@ build_images() {
     # applets before any program on PATH, so it would run busybox's nc.
     add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc \
         /bin/bash /bin/bash=/bin/sh
+    mkdir -p "$root/dnstest"
+    add_programs "$root/dnstest" /usr/bin/dig /bin/bash /bin/bash=/bin/sh
     cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
     chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
     local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -86,11 +89,13 @@ build_images() {
         "$DIR/images/nonewprivs.tar" "$nonewprivs" nnp || die "building $nonewprivs failed"
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/agnhost" --path "$full_path" --entrypoint /agnhost \
         "$DIR/images/agnhost.tar" "$agnhost" pause || die "building $agnhost failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/dnstest" --path "$full_path" \
+        "$DIR/images/dnstest.tar" "$dnstest" sh || die "building $dnstest failed"
     # upstream's pause exits on SIGTERM; PID 1 ignores a signal it has no
     # handler for, so the stand-in traps it.
     bash "$REPO/scripts/build-image.sh" "$DIR/images/pause.tar" "$pause" \
         sh -c 'trap "exit 0" TERM INT; while :; do sleep 1; done' || die "building $pause failed"
-    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$pause")
+    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$dnstest" "$pause")
     log "built ${#IMAGES[@]} images in $(since "$t0") s: ${IMAGES[*]}"
 }
 
