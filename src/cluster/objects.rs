@@ -31,7 +31,7 @@ use super::Kubelet;
 use crate::apiclient::backoff::{Jitter, backoff_delay};
 use crate::apiclient::watch::{self, Event, ObjectError, Watched};
 use crate::apiclient::{ApiError, Client};
-use crate::kuberuntime::join_all;
+use crate::kuberuntime::each_as_ready;
 use crate::objects::{
     ChangeDetection, Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec,
 };
@@ -45,8 +45,9 @@ pub const OBJECT_TTL: Duration = Duration::from_secs(120);
 /// How often the pods' needs are looked at (in memory; a call only when something is due).
 /// A new or changed API pod is looked at as soon as the loop has it, not at the next round.
 pub const ROUND: Duration = Duration::from_secs(1);
-/// The most calls a round has in flight at once (each holds a thread of the blocking pool):
-/// the pods created together get their tokens together, as each would in its own sync.
+/// The most calls a round has in flight at once (each holds a thread of the blocking pool).
+/// Each answer is acted on as it comes: a pod whose token is in syncs at once, without waiting
+/// for the tokens of the pods created with it.
 pub const PARALLEL: usize = 8;
 /// An object or token no pod has used for this long leaves the store (and the checkpoint).
 /// Not at once: right after a start, the pods may not have arrived yet.
@@ -592,9 +593,10 @@ impl Fetcher {
 
     /// One round: read what is due, drop what no pod used for a while. Returns the UIDs of the
     /// pods whose content changed, and whether the store did.
-    async fn round(&mut self, needs: &Needs) -> (BTreeSet<String>, bool) {
+    /// One round: what is due is fetched, and the pods each answer makes ready are handed to
+    /// `ready` as soon as it comes. Returns whether the store changed.
+    async fn round(&mut self, needs: &Needs, ready: &dyn Fn(BTreeSet<String>)) -> bool {
         let now = rt::now();
-        let mut pods = BTreeSet::new();
         let mut changed = false;
         if self.ttl.is_none() {
             for k in needs.objects.keys() {
@@ -607,15 +609,15 @@ impl Fetcher {
             .filter(|(k, _)| self.ttl.is_some() && self.next.get(*k).is_none_or(|t| *t <= now))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        for chunk in due.chunks(PARALLEL) {
-            let answers = join_all(chunk.iter().map(|(k, _)| self.fetch(k))).await;
-            for ((k, uids), answer) in chunk.iter().zip(answers) {
-                if self.fetched(k, answer) {
-                    changed = true;
-                    pods.extend(uids.iter().cloned());
-                }
+        let calls: Vec<_> = due.iter().map(|(k, _)| self.fetch(k)).collect();
+        each_as_ready(calls, PARALLEL, |i, answer| {
+            let (k, uids) = &due[i];
+            if self.fetched(k, answer) {
+                changed = true;
+                ready(uids.clone());
             }
-        }
+        })
+        .await;
         let secs = now_secs();
         let due: Vec<(String, TokenSpec)> = {
             let store = self.store.lock();
@@ -627,17 +629,20 @@ impl Fetcher {
                 .map(|(k, s)| (k.clone(), s.clone()))
                 .collect()
         };
-        for chunk in due.chunks(PARALLEL) {
-            let answers = join_all(chunk.iter().map(|(_, spec)| self.request_token(spec))).await;
-            for ((k, spec), answer) in chunk.iter().zip(answers) {
-                if self.token_answered(k, spec, answer) {
-                    changed = true;
-                    pods.insert(spec.pod_uid.clone());
-                }
+        let calls: Vec<_> = due
+            .iter()
+            .map(|(_, spec)| self.request_token(spec))
+            .collect();
+        each_as_ready(calls, PARALLEL, |i, answer| {
+            let (k, spec) = &due[i];
+            if self.token_answered(k, spec, answer) {
+                changed = true;
+                ready(BTreeSet::from([spec.pod_uid.clone()]));
             }
-        }
+        })
+        .await;
         changed |= self.collect_unused(needs, now);
-        (pods, changed)
+        changed
     }
 
     fn collect_unused(&mut self, needs: &Needs, now: Instant) -> bool {
@@ -727,7 +732,8 @@ pub async fn run_objects(
         for p in kubelet.api_pods() {
             needs.add_pod(&p);
         }
-        let (mut pods, mut changed) = f.round(&needs).await;
+        let mut changed = f.round(&needs, &|uids| kubelet.sync_now(&uids)).await;
+        let mut pods = BTreeSet::new();
         // What the watches saw: the pods using a changed object sync at once.
         let mut take = |k: ObjKey, o: Object| {
             if f.watches.contains_key(&k) && f.put(&k, o) {

@@ -66,11 +66,73 @@ pub async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>)
         .collect()
 }
 
+/// Runs futures on this task, at most `limit` at a time (the next starts as one ends), and
+/// hands each output with its index to `done` as soon as it is ready, in the order they end:
+/// the first answer is acted on without waiting for the slowest.
+pub async fn each_as_ready<F: std::future::Future>(
+    futs: Vec<F>,
+    limit: usize,
+    mut done: impl FnMut(usize, F::Output),
+) {
+    let mut queue = futs.into_iter().enumerate();
+    let mut running: Vec<(usize, std::pin::Pin<Box<F>>)> = Vec::new();
+    loop {
+        while running.len() < limit.max(1) {
+            match queue.next() {
+                Some((i, f)) => running.push((i, Box::pin(f))),
+                None => break,
+            }
+        }
+        if running.is_empty() {
+            return;
+        }
+        let (pos, out) = std::future::poll_fn(|cx| {
+            for (pos, (_, f)) in running.iter_mut().enumerate() {
+                if let std::task::Poll::Ready(v) = f.as_mut().poll(cx) {
+                    return std::task::Poll::Ready((pos, v));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        let (i, _) = running.swap_remove(pos);
+        done(i, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rt;
     use std::time::Duration;
+
+    #[test]
+    fn each_as_ready_hands_over_in_the_order_they_end_and_keeps_to_its_limit() {
+        use std::cell::Cell;
+        let in_flight = Cell::new(0usize);
+        let most = Cell::new(0usize);
+        let mut seen = Vec::new();
+        // The first takes longest: the others are handed over before it.
+        let delays = [60u64, 10, 20, 30, 5];
+        let futs: Vec<_> = delays
+            .iter()
+            .map(|d| {
+                let (in_flight, most) = (&in_flight, &most);
+                async move {
+                    in_flight.set(in_flight.get() + 1);
+                    most.set(most.get().max(in_flight.get()));
+                    rt::sleep(Duration::from_millis(*d)).await;
+                    in_flight.set(in_flight.get() - 1);
+                    *d
+                }
+            })
+            .collect();
+        rt::block_on(each_as_ready(futs, 3, |i, d| seen.push((i, d))));
+        assert_eq!(most.get(), 3, "at most the limit at once");
+        assert_eq!(seen.len(), 5);
+        assert_eq!(seen[0], (1, 10), "{seen:?}");
+        assert_eq!(seen.last(), Some(&(0, 60)), "{seen:?}");
+    }
 
     #[test]
     fn join_all_keeps_order() {
