@@ -2,10 +2,11 @@
 # The test images of upstream's e2e suite, built offline under the names
 # test/utils/image/manifest.go of the pinned module gives them: busybox, nonroot
 # and nonewprivs from the machine's busybox-static, agnhost from its Go source
-# with the machine's curl, dig, ip, OpenBSD nc and bash as sh beside it
-# (upstream's agnhost image has them, and the network and DNS specs run them in
-# it: busybox's nc takes neither -v nor -t), glibc-dns-testing (the DNS specs'
-# glibc resolver image: busybox with the machine's dig, and bash as sh), pause. Sourced by
+# with the machine's curl, dig, ip, OpenBSD nc, getent and bash as sh beside
+# it (upstream's agnhost image has them, and the network and DNS specs run them
+# in it: busybox's nc takes neither -v nor -t, and it has no getent),
+# glibc-dns-testing (the DNS specs' glibc resolver image: busybox with the
+# machine's dig and getent, and bash as sh), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -75,9 +76,11 @@ build_images() {
     # bash is agnhost's sh, as upstream's image has it: busybox's sh runs its own
     # applets before any program on PATH, so it would run busybox's nc.
     add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc \
-        /bin/bash /bin/bash=/bin/sh
+        /bin/bash /bin/bash=/bin/sh /usr/bin/getent
     mkdir -p "$root/dnstest"
-    add_programs "$root/dnstest" /usr/bin/dig /bin/bash /bin/bash=/bin/sh
+    add_programs "$root/dnstest" /usr/bin/dig /bin/bash /bin/bash=/bin/sh /usr/bin/getent
+    # getent (busybox has none) reads /etc/hosts first, as both upstream images do.
+    printf 'hosts: files dns\n' | tee "$root/agnhost/etc/nsswitch.conf" >"$root/dnstest/etc/nsswitch.conf"
     cp -- "$E2E_BIN/nnp" "$root/nonewprivs/usr/local/bin/nnp"
     chmod 4755 "$root/nonewprivs/usr/local/bin/nnp"
     local full_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
