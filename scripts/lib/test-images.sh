@@ -77,7 +77,7 @@ build_images() {
     # applets before any program on PATH, so it would run busybox's nc.
     add_programs "$root/agnhost" /usr/bin/curl /usr/bin/dig /usr/sbin/ip /usr/bin/nc.openbsd=/usr/bin/nc \
         /bin/bash /bin/bash=/bin/sh /usr/bin/getent
-    mkdir -p "$root/dnstest"
+    mkdir -p "$root/dnstest/etc"
     add_programs "$root/dnstest" /usr/bin/dig /bin/bash /bin/bash=/bin/sh /usr/bin/getent
     # getent (busybox has none) reads /etc/hosts first, as both upstream images do.
     printf 'hosts: files dns\n' | tee "$root/agnhost/etc/nsswitch.conf" >"$root/dnstest/etc/nsswitch.conf"
