@@ -627,7 +627,7 @@ ratio() { awk -v p="$1" -v k="$2" 'BEGIN { if (p > 0) printf "%.1fx", k / p; els
 P_SIZE=$(stat -c %s "$PICOLET_BIN")
 K_SIZE=$(stat -c %s "$KUBELET")
 say_row ""
-say_row "picolet and the upstream kubelet $("$KUBELET" --version | awk '{ print $2 }'), same scratch containerd ($(containerd --version | awk '{ print $3 }')), $(date -u +%Y-%m-%d), $(nproc) CPUs, ${WINDOW} s windows"
+say_row "picolet and the upstream kubelet $("$KUBELET" --version | awk '{ print $2 }'), same scratch containerd ($(containerd --version | awk '{ print $3 }')), $(date -u +%Y-%m-%d), $(nproc) CPUs, ${WINDOW} s windows (joined: ${REST_WINDOW} s at rest$( ((CHURN_WINDOW == 0)) || printf ', %s s in churn' "$CHURN_WINDOW"))"
 say_row ""
 say_row "| | picolet | kubelet | kubelet / picolet |"
 say_row "|---|---|---|---|"
