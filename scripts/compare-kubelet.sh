@@ -385,15 +385,13 @@ print(len(ids))
 EOF
 }
 
-joined_pods_yaml() {
-    local i
-    for ((i = 0; i < JOINED_PODS; i++)); do
-        cat <<EOF
+api_pod_yaml() { # api_pod_yaml NAME: an API pod bound to the node, sleeping
+    cat <<EOF
 ---
 apiVersion: v1
 kind: Pod
 metadata:
-  name: api-$i
+  name: $1
   namespace: default
 spec:
   nodeName: $NODE_NAME
@@ -404,25 +402,13 @@ spec:
     imagePullPolicy: Never
     command: ["sleep", "3600"]
 EOF
-    done
 }
 
-churn_pod_yaml() { # churn_pod_yaml K: the K-th pod of the churn window
-    cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: churn-$1
-  namespace: default
-spec:
-  nodeName: $NODE_NAME
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: sleep
-    image: $IMAGE
-    imagePullPolicy: Never
-    command: ["sleep", "3600"]
-EOF
+joined_pods_yaml() {
+    local i
+    for ((i = 0; i < JOINED_PODS; i++)); do
+        api_pod_yaml "api-$i"
+    done
 }
 
 # The window of churn (CHURN_WINDOW s): each minute a pod is created and the one
@@ -435,7 +421,7 @@ churn() { # churn AGENT KUBECTL...
     end=$((SECONDS + CHURN_WINDOW))
     while ((SECONDS < end)); do
         next=$((SECONDS + 60))
-        churn_pod_yaml "$k" | "$@" create -f - >/dev/null || die "creating pod churn-$k failed"
+        api_pod_yaml "churn-$k" | "$@" create -f - >/dev/null || die "creating pod churn-$k failed"
         if ((k > 0)); then
             "$@" delete pod -n default "churn-$((k - 1))" --wait=false >/dev/null || die "deleting pod churn-$((k - 1)) failed"
         fi

@@ -720,20 +720,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_protobuf_error_status_gives_its_reason_and_message() {
-        let body = protobuf::encode_status(409, "Conflict", "the object has been modified");
-        let (url, server) = serve_once(reply(
-            "application/vnd.kubernetes.protobuf",
-            "409 Conflict",
-            &body,
-        ));
+    /// The error of a metadata write under protobuf whose answer is `status` with `body`.
+    fn protobuf_put_error(status: &str, body: &[u8]) -> ApiError {
+        let (url, server) = serve_once(reply("application/vnd.kubernetes.protobuf", status, body));
         let c = client(url);
         c.set_content_type(ContentType::Protobuf);
         let e = c
             .json_accepting::<serde_json::Value>("PUT", "/x", None, CALL_TIMEOUT, ACCEPT_METADATA)
             .unwrap_err();
         server.join().unwrap();
+        e
+    }
+
+    #[test]
+    fn a_protobuf_error_status_gives_its_reason_and_message() {
+        let body = protobuf::encode_status(409, "Conflict", "the object has been modified");
+        let e = protobuf_put_error("409 Conflict", &body);
         assert!(e.is_conflict());
         assert_eq!(
             e.to_string(),
@@ -743,17 +745,7 @@ mod tests {
 
     #[test]
     fn a_broken_protobuf_answer_is_a_decode_error_naming_the_call() {
-        let (url, server) = serve_once(reply(
-            "application/vnd.kubernetes.protobuf",
-            "200 OK",
-            b"k8s\0\x0a\xff",
-        ));
-        let c = client(url);
-        c.set_content_type(ContentType::Protobuf);
-        let e = c
-            .json_accepting::<serde_json::Value>("PUT", "/x", None, CALL_TIMEOUT, ACCEPT_METADATA)
-            .unwrap_err();
-        server.join().unwrap();
+        let e = protobuf_put_error("200 OK", b"k8s\0\x0a\xff");
         assert!(e.to_string().starts_with("PUT /x: the envelope:"), "{e}");
     }
 
