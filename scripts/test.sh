@@ -118,6 +118,8 @@ step "upstream's node conformance specs: the CI subset (tests/conformance-ci.txt
 # (the debug picolet cargo test just built)
 SPECS=tests/conformance-ci.txt PICOLET_BIN=target/debug/picolet CONFORMANCE_DIR=/tmp/pconf-ci \
     scripts/conformance.sh
+step "upstream's image volume [Conformance] spec against picolet on containerd 2.x, its image from a loopback registry as registry.k8s.io's mirror (scripts/image-volume-conformance.sh)"
+PICOLET_BIN=target/debug/picolet CONFORMANCE_DIR=/tmp/pconf-iv scripts/image-volume-conformance.sh
 step "waiting for the background builds (log $background_log)"
 if ! wait "$background_pid"; then
     echo "the background builds failed; their log ends:" >&2
