@@ -591,10 +591,8 @@ impl Fetcher {
         }
     }
 
-    /// One round: read what is due, drop what no pod used for a while. Returns the UIDs of the
-    /// pods whose content changed, and whether the store did.
-    /// One round: what is due is fetched, and the pods each answer makes ready are handed to
-    /// `ready` as soon as it comes. Returns whether the store changed.
+    /// One round: read what is due (the pods each answer makes ready handed to `ready` as soon
+    /// as it comes), drop what no pod used for a while. Returns whether the store changed.
     async fn round(&mut self, needs: &Needs, ready: &dyn Fn(BTreeSet<String>)) -> bool {
         let now = rt::now();
         let mut changed = false;
