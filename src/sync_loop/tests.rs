@@ -789,6 +789,11 @@ struct Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
+        // The pods' tmpfs volumes (a projected token, say) are real mounts when the tests run
+        // as root: unmounted first, or each run would leave them behind.
+        for m in crate::volume::mounts_under(&self.dir) {
+            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
