@@ -425,9 +425,9 @@ fn api_pod(name: &str, namespace: &str, image: &str, secrets: &[&str]) -> String
     )
 }
 
-#[test]
-fn verified_pulls_a_pod_without_credentials_pulls_afresh_and_fails() {
-    let dir = test_dir("regverify");
+/// A control plane with its controllers for one node, a scratch containerd whose registry
+/// hosts trust the private registry, and that registry, all under `dir` (emptied first).
+fn joined_with_registry(dir: &std::path::Path) -> (ControlPlane, ScratchContainerd, Registry) {
     let hosts = dir.join("hosts");
     for d in [&hosts, &dir.join("reg"), &dir.join("a")] {
         let _ = fs::remove_dir_all(d);
@@ -445,6 +445,13 @@ fn verified_pulls_a_pod_without_credentials_pulls_afresh_and_fails() {
     let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
     let reg = Registry::start(&dir.join("reg"), port);
     reg.write_hosts(&hosts);
+    (cp, c, reg)
+}
+
+#[test]
+fn verified_pulls_a_pod_without_credentials_pulls_afresh_and_fails() {
+    let dir = test_dir("regverify");
+    let (cp, c, reg) = joined_with_registry(&dir);
     reg.push(&dir.join("reg"), &busybox_archive(&c), "private/busybox:1");
     let image = format!("{}/private/busybox:1", reg.host);
 
@@ -648,23 +655,7 @@ fn verified_pulls_a_pod_without_credentials_pulls_afresh_and_fails() {
 #[test]
 fn a_joined_nodes_preload_events_and_an_authenticated_pull_list() {
     let dir = test_dir("regpreload");
-    let hosts = dir.join("hosts");
-    for d in [&hosts, &dir.join("reg"), &dir.join("a")] {
-        let _ = fs::remove_dir_all(d);
-    }
-    fs::create_dir_all(&hosts).unwrap();
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let port = free_port();
-    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
-    let reg = Registry::start(&dir.join("reg"), port);
-    reg.write_hosts(&hosts);
+    let (cp, c, reg) = joined_with_registry(&dir);
     reg.push(&dir.join("reg"), &busybox_archive(&c), "fleet/listed:1");
     let listed = format!("{}/fleet/listed:1", reg.host);
 
