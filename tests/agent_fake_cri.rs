@@ -123,6 +123,19 @@ fn image_pull_failures_back_off_then_recover() {
             async || pod_field(&a, "app", waiting_reason).await == "ImagePullBackOff",
         )
         .await;
+        // After the second failure too, the reason turns back to ImagePullBackOff within the
+        // back-off (now 20 s), not only at its end.
+        until(&a, "a second pull", Duration::from_secs(20), async || {
+            fake.calls("PullImage") >= 2
+        })
+        .await;
+        until(
+            &a,
+            "ImagePullBackOff inside the second back-off",
+            Duration::from_secs(8),
+            async || pod_field(&a, "app", waiting_reason).await == "ImagePullBackOff",
+        )
+        .await;
         assert_eq!(pod_field(&a, "app", phase).await, "Pending");
         let pulls = fake.calls("PullImage");
         assert!(

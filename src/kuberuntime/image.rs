@@ -318,12 +318,17 @@ impl RuntimeManager {
                 );
                 let mut b = self.pull_backoff.borrow_mut();
                 b.next(key, now);
+                // Synced again soon, inside the back-off: the container then waits with
+                // ImagePullBackOff until the back-off ends, as upstream's shows it (its pod
+                // worker requeues a failed sync after 10 s, under the image's back-off from
+                // the second failure on), rather than with ErrImagePull the whole time.
+                let backoff = b.delay(key).unwrap_or(Duration::from_secs(10));
                 Err(ImageFailure {
                     error: SyncError::ImagePull {
                         container: container(),
                         message: format!("{of_volume}failed to pull image {image:?}: {e}"),
                     },
-                    retry_after: b.delay(key).unwrap_or(Duration::from_secs(10)),
+                    retry_after: backoff.min(super::manager::ERROR_RETRY),
                 })
             }
         }
