@@ -163,7 +163,7 @@ pub fn encode_event(v: &Value) -> Option<Vec<u8>> {
 
 /// An Event in the envelope back as the JSON [`encode_event`] took (the test servers read
 /// what picolet sends).
-#[cfg(any(test, feature = "e2e"))]
+#[doc(hidden)]
 pub fn event_json(bytes: &[u8]) -> Option<Value> {
     let (type_meta, raw) = open(bytes).ok()?;
     if type_meta.kind() != "Event" {
@@ -231,7 +231,7 @@ pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
 }
 
 /// A `PartialObjectMetadata` in the envelope, as the apiserver answers one.
-#[cfg(any(test, feature = "e2e"))]
+#[doc(hidden)]
 pub fn encode_metadata(name: &str, namespace: &str, resource_version: &str) -> Vec<u8> {
     encode_metadata_of(&json!({
         "name": name, "namespace": namespace, "resourceVersion": resource_version,
@@ -240,7 +240,7 @@ pub fn encode_metadata(name: &str, namespace: &str, resource_version: &str) -> V
 
 /// The `PartialObjectMetadata` of an object's JSON `metadata` (the fields [`metadata_json`]
 /// reads), in the envelope.
-#[cfg(any(test, feature = "e2e"))]
+#[doc(hidden)]
 pub fn encode_metadata_of(m: &Value) -> Vec<u8> {
     let text = |v: &Value| v.as_str().map(str::to_owned);
     let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
@@ -278,7 +278,7 @@ pub fn encode_metadata_of(m: &Value) -> Vec<u8> {
 }
 
 /// An error `Status` in the envelope.
-#[cfg(any(test, feature = "e2e"))]
+#[doc(hidden)]
 pub fn encode_status(code: i32, reason: &str, message: &str) -> Vec<u8> {
     let s = pb::Status {
         metadata: Some(pb::ListMeta::default()),
