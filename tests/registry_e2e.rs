@@ -317,23 +317,7 @@ fn api_pod_with_secret(name: &str, image: &str, secret: &str) -> String {
 #[test]
 fn api_pods_pull_with_their_image_pull_secrets_on_a_real_control_plane() {
     let dir = test_dir("regapi");
-    let hosts = dir.join("hosts");
-    for d in [&hosts, &dir.join("reg")] {
-        let _ = fs::remove_dir_all(d);
-    }
-    fs::create_dir_all(&hosts).unwrap();
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let port = free_port();
-    let c = ScratchContainerd::start_with_registry_hosts(&dir.join("c"), &hosts);
-    let reg = Registry::start(&dir.join("reg"), port);
-    reg.write_hosts(&hosts);
+    let (cp, c, reg) = joined_with_registry(&dir);
     reg.push(&dir.join("reg"), &busybox_archive(&c), "fleet/busybox:1");
     let image = format!("{}/fleet/busybox:1", reg.host);
 
