@@ -17,6 +17,7 @@ pub mod cli;
 pub(crate) mod cluster;
 pub mod cm;
 pub mod config;
+pub mod content_type;
 pub mod credential_provider;
 pub mod credentials;
 pub mod cri;

@@ -6,6 +6,29 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const NANOS_PER_SEC: i64 = 1_000_000_000;
 const SECS_PER_DAY: i64 = 86_400;
 
+/// Unix seconds of an RFC 3339 UTC time as the apiserver writes it ("2026-11-24T21:40:02Z").
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let s = s.strip_suffix('Z')?;
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let time = time.split('.').next()?;
+    let mut t = time.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from civil (proleptic Gregorian), March-based years.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
 /// Formats nanoseconds since the Unix epoch (UTC). Sub-second precision is
 /// dropped by rounding towards the past, as Go's time formatting does.
 pub fn rfc3339(unix_nanos: i64) -> String {

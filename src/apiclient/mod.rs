@@ -62,7 +62,7 @@ pub const ACCEPT_METADATA: &str =
 /// answer is about half its JSON. A server that does not serve it answers in JSON.
 const ACCEPT_METADATA_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
 
-pub use crate::cli::options::ContentType;
+pub use crate::content_type::ContentType;
 
 /// The largest read buffer of an HTTP/1.1 connection: a response's head must fit in it; over
 /// HTTP/2 a head is refused past half of it (the apiserver's is under 1 KiB).

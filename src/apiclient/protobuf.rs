@@ -124,7 +124,7 @@ pub fn encode_event(v: &Value) -> Option<Vec<u8>> {
         match v.as_str() {
             None => Some(None),
             Some(t) => Some(Some(pb::Time {
-                seconds: Some(crate::cluster::objects::parse_rfc3339(t)?),
+                seconds: Some(crate::api::time::parse_rfc3339(t)?),
                 nanos: Some(0),
             })),
         }

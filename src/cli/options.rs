@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api::{Taint, format_duration};
+pub use crate::content_type::ContentType;
 /// Where the tests name it.
 pub use crate::konnectivity::Tunnel;
 // The node API's settings, a field of `Options`.
@@ -32,36 +33,6 @@ pub enum OptionsError {
     /// A setting's error that names the flag and value itself.
     #[error("{0}")]
     Invalid(String),
-}
-
-/// The encoding asked of the apiserver: the kubelet's `contentType` (`--kube-api-content-type`).
-/// picolet writes JSON (the apiserver takes patches in JSON only) and reads whole objects in
-/// JSON; with `Protobuf` the answers to its writes, read for their metadata alone, come in
-/// protobuf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContentType {
-    Json,
-    #[default]
-    Protobuf,
-}
-
-impl ContentType {
-    pub fn parse(s: &str) -> Result<ContentType, String> {
-        match s {
-            "application/json" => Ok(ContentType::Json),
-            "application/vnd.kubernetes.protobuf" => Ok(ContentType::Protobuf),
-            other => Err(format!(
-                "{other:?}: not one of application/vnd.kubernetes.protobuf, application/json"
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContentType::Json => "application/json",
-            ContentType::Protobuf => "application/vnd.kubernetes.protobuf",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
