@@ -430,24 +430,9 @@ pub fn resource(s: &Summary, at: i64) -> String {
     e.finish()
 }
 
-/// Seconds since the epoch of a `metav1.Time` ("2024-05-01T12:34:56Z").
+/// Seconds since the epoch of a `metav1.Time` ("2024-05-01T12:34:56Z"); none before 1970.
 fn parse_rfc3339_secs(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    if b.len() != 20 || b[19] != b'Z' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + se).ok()
+    crate::api::time::parse_rfc3339(s).and_then(|t| u64::try_from(t).ok())
 }
 
 /// This process, as client_golang's process collector reports it.
