@@ -133,10 +133,31 @@ impl Failures {
     /// Records a failed attempt on `key` (`what` names the action and the object, as the log
     /// line starts) and logs it if the state changed or the summary is due.
     pub fn failed(&mut self, key: &str, what: &str, cause: &str, now: i64) -> Report {
+        self.record(key, what, cause, now, log::Level::Warn)
+    }
+
+    /// As [`Failures::failed`], for a wait that is expected to end by itself (a pod whose
+    /// service account token is still being requested): the first attempt is logged at debug
+    /// level only; a change of cause and the summary of one that lasts are warnings as ever.
+    pub fn waiting(&mut self, key: &str, what: &str, cause: &str, now: i64) -> Report {
+        self.record(key, what, cause, now, log::Level::Debug)
+    }
+
+    fn record(
+        &mut self,
+        key: &str,
+        what: &str,
+        cause: &str,
+        now: i64,
+        first: log::Level,
+    ) -> Report {
         self.backoff.next(key, now);
         let report = match self.entries.get_mut(key) {
             None => {
-                log::warn!("{what}: {cause} (retried with backoff; repeats are counted)");
+                log::log!(
+                    first,
+                    "{what}: {cause} (retried with backoff; repeats are counted)"
+                );
                 self.entries.insert(
                     key.to_owned(),
                     Entry {
@@ -308,6 +329,31 @@ mod tests {
         assert!(reports.len() < 25, "{} attempts", reports.len());
         assert_eq!(f.delay("a"), Some(Duration::from_secs(300)));
         assert_eq!(f.attempts("a"), 1 + reports.len() as u64);
+    }
+
+    #[test]
+    fn a_wait_backs_off_and_is_summed_up_as_a_failure_is() {
+        let mut w = Failures::cleanups();
+        let mut f = Failures::cleanups();
+        assert_eq!(w.waiting("a", "x", "no token yet", 0), Report::First);
+        assert_eq!(f.failed("a", "x", "no token yet", 0), Report::First);
+        let mut t = 0;
+        while t < 1200 * S {
+            t += S;
+            assert_eq!(w.due("a", t), f.due("a", t));
+            if w.due("a", t) {
+                assert_eq!(
+                    w.waiting("a", "x", "no token yet", t),
+                    f.failed("a", "x", "no token yet", t)
+                );
+            }
+        }
+        assert_eq!(w.attempts("a"), f.attempts("a"));
+        // A wait that turns into another cause is reported as a change.
+        assert_eq!(
+            w.waiting("a", "x", "token request refused", t + 300 * S),
+            Report::Changed
+        );
     }
 
     #[test]

@@ -136,6 +136,13 @@ impl std::error::Error for SandboxError {
 pub const CREATE_POD_SANDBOX_ERROR: &str = "CreatePodSandboxError";
 
 impl SyncError {
+    /// Whether this is a wait for something being read rather than a failure: a volume whose
+    /// content (a service account token, a ConfigMap) the node has not read from the apiserver
+    /// yet. Every API pod with a token meets it on its first sync.
+    pub fn is_waiting(&self) -> bool {
+        matches!(self, SyncError::Volumes(m) if m.ends_with(" yet"))
+    }
+
     /// The kubelet's reason for this failure.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -294,6 +301,9 @@ mod tests {
             "image volume \"model\": failed to pull image \"x\": denied"
         );
         assert_eq!(SyncError::Volumes("x".into()).container(), None);
+        let token = "volume \"kube-api-access\": no token for service account ns/default yet";
+        assert!(SyncError::Volumes(token.into()).is_waiting());
+        assert!(!SyncError::Volumes("volume \"v\": hostPath /x: not found".into()).is_waiting());
         assert_eq!(SyncError::NetworkNotReady("x".into()).container(), None);
     }
 }

@@ -520,7 +520,11 @@ impl RuntimeManager {
                 .map(|e| format!("{}: {e}", e.reason()))
                 .collect::<Vec<_>>()
                 .join("; ");
-            f.failed(key, &what, &cause, rt::now_nanos());
+            if out.errors.iter().all(SyncError::is_waiting) {
+                f.waiting(key, &what, &cause, rt::now_nanos());
+            } else {
+                f.failed(key, &what, &cause, rt::now_nanos());
+            }
             out.retry(f.delay(key).unwrap_or(ERROR_RETRY));
         }
         out
@@ -628,10 +632,12 @@ impl RuntimeManager {
                 // As upstream, volumes not ready are no container's waiting reason (the status
                 // shows ContainerCreating, or PodInitializing behind init containers): the sync
                 // fails and is retried, the log says why, and a FailedMount event too unless
-                // the content is only being read (a token or object not read yet).
+                // the content is only being read (a token or object not read yet: logged at
+                // debug level, unless it lasts).
                 Err(e) => {
                     let message = e.to_string();
-                    if !message.ends_with(" yet") {
+                    let e = SyncError::Volumes(message.clone());
+                    if !e.is_waiting() {
                         crate::events::record(
                             &crate::events::ObjectRef::pod(pod),
                             crate::events::Type::Warning,
@@ -639,7 +645,7 @@ impl RuntimeManager {
                             &message,
                         );
                     }
-                    out.fail(SyncError::Volumes(message));
+                    out.fail(e);
                     return out;
                 }
             }
