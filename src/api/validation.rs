@@ -104,16 +104,24 @@ fn static_refers_to(what: &str) -> String {
     format!("a static pod may not reference API objects ({what}), as with the kubelet")
 }
 
-/// Env `fieldRef` paths picolet can fill in.
-pub const SUPPORTED_FIELD_PATHS: [&str; 7] = [
+/// Env `fieldRef` paths picolet can fill in (upstream's list for env), besides
+/// `metadata.labels['KEY']` and `metadata.annotations['KEY']`.
+pub const SUPPORTED_FIELD_PATHS: [&str; 9] = [
     "metadata.name",
     "metadata.namespace",
     "metadata.uid",
     "status.podIP",
+    "status.podIPs",
     "status.hostIP",
+    "status.hostIPs",
     "spec.nodeName",
     "spec.serviceAccountName",
 ];
+
+fn env_field_path(path: &str) -> bool {
+    SUPPORTED_FIELD_PATHS.contains(&path)
+        || (path != "metadata.labels" && path != "metadata.annotations" && volume_field_path(path))
+}
 
 /// Validates a decoded pod; an empty result means it is acceptable.
 pub fn validate_pod(pod: &Pod) -> Vec<FieldError> {
@@ -1373,12 +1381,12 @@ impl Errors {
                 }
                 if f.field_path.is_empty() {
                     self.required(&format!("{fp}.fieldPath"));
-                } else if !SUPPORTED_FIELD_PATHS.contains(&f.field_path.as_str()) {
+                } else if !env_field_path(&f.field_path) {
                     self.add(
                         &format!("{fp}.fieldPath"),
                         &f.field_path,
                         &format!(
-                            "is not supported by picolet; {}",
+                            "is not supported by picolet; {} or metadata.labels['KEY'] / metadata.annotations['KEY']",
                             supported(&SUPPORTED_FIELD_PATHS)
                         ),
                     );
@@ -2191,10 +2199,14 @@ mod tests {
             "may not be specified when value is not empty",
         );
 
+        for path in ["metadata.labels['app']", "metadata.annotations['a']"] {
+            c0(&mut p).env = vec![var(None, field(path))];
+            assert_valid(&p);
+        }
         for path in [
             "metadata.labels",
-            "metadata.annotations['a']",
-            "status.podIPs",
+            "metadata.annotations",
+            "metadata.annotations['']",
             "spec.serviceAccount",
             "bogus",
         ] {

@@ -391,6 +391,8 @@ pub fn container_env(
         service_account: pod.spec.service_account_name.as_deref().unwrap_or_default(),
         pod_ip,
         host_ip: &node.node_ip,
+        labels: Some(&m.labels),
+        annotations: Some(&m.annotations),
     };
     env::resolve(c, &fields, object_env)
 }

@@ -1,7 +1,7 @@
 //! Container environment: fieldRef values and `$(VAR)` expansion in env, command and args, with
 //! the kubelet's rules (`$$` escapes a `$`, an undefined reference stays as written).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::api::{Container, Pod};
 use crate::objects::{ObjectEnv, ResourceFieldSelector};
@@ -17,19 +17,40 @@ pub struct PodFields<'a> {
     pub service_account: &'a str,
     pub pod_ip: &'a str,
     pub host_ip: &'a str,
+    pub labels: Option<&'a BTreeMap<String, String>>,
+    pub annotations: Option<&'a BTreeMap<String, String>>,
 }
 
 impl PodFields<'_> {
+    /// The value of a `fieldRef` path an env variable may name (upstream's list for env):
+    /// a label or annotation by key (empty when the pod has none of that key, as upstream),
+    /// and the pod's and host's IPs (one of each here: picolet runs single-stack pods, so
+    /// `status.podIPs` and `status.hostIPs` are the one address).
     pub fn get(&self, path: &str) -> Option<&str> {
+        let subscript = |prefix: &str| {
+            path.strip_prefix(prefix)?
+                .strip_prefix("['")?
+                .strip_suffix("']")
+                .filter(|k| !k.is_empty())
+        };
         Some(match path {
             "metadata.name" => self.name,
             "metadata.namespace" => self.namespace,
             "metadata.uid" => self.uid,
             "spec.nodeName" => self.node_name,
             "spec.serviceAccountName" => self.service_account,
-            "status.podIP" => self.pod_ip,
-            "status.hostIP" => self.host_ip,
-            _ => return None,
+            "status.podIP" | "status.podIPs" => self.pod_ip,
+            "status.hostIP" | "status.hostIPs" => self.host_ip,
+            _ => {
+                let (map, key) = if let Some(k) = subscript("metadata.labels") {
+                    (self.labels, k)
+                } else if let Some(k) = subscript("metadata.annotations") {
+                    (self.annotations, k)
+                } else {
+                    return None;
+                };
+                map.and_then(|m| m.get(key)).map_or("", String::as_str)
+            }
         })
     }
 }
@@ -315,6 +336,21 @@ mod tests {
         };
         assert_eq!(f.get("spec.serviceAccountName"), Some(""));
         assert_eq!(f.get("metadata.labels"), None);
+        assert_eq!(f.get("status.podIPs"), Some("10.1.2.3"));
+        let labels = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+        let annotations = BTreeMap::from([("mysubpath".to_owned(), "mypath".to_owned())]);
+        let g = PodFields {
+            labels: Some(&labels),
+            annotations: Some(&annotations),
+            host_ip: "192.0.2.1",
+            ..Default::default()
+        };
+        assert_eq!(g.get("metadata.labels['app']"), Some("web"));
+        assert_eq!(g.get("metadata.annotations['mysubpath']"), Some("mypath"));
+        assert_eq!(g.get("metadata.annotations['absent']"), Some(""));
+        assert_eq!(g.get("metadata.annotations['']"), None);
+        assert_eq!(g.get("metadata.annotations"), None);
+        assert_eq!(g.get("status.hostIPs"), Some("192.0.2.1"));
         let e = resolve(&c, &f, &ObjectEnv::default());
         assert_eq!(e[0], ("POD".into(), "web".into()));
         assert_eq!(e[2].1, "hi web at 10.1.2.3");
