@@ -33,7 +33,9 @@
 #     plugin of its scratch containerd); routes to the other nodes' pod CIDRs
 #     through their node IPs, and 10.96.0.0/16 (Services) on eth0
 #   on the machine, routes to each pod CIDR through its node IP (the apiserver
-#     reaches pods: its proxy subresources)
+#     reaches pods: its proxy subresources, and admission webhooks and
+#     aggregated APIs at their endpoints' pod IPs: --enable-aggregator-routing,
+#     since no kube-proxy runs beside the apiserver to give it Service IPs)
 # In each namespace run the node's containerd, picolet (node name pcl-nodeI,
 # node API on its node IP, port 10250) and kube-proxy (iptables mode, the
 # namespace's own tables); their mount namespace is the machine's (volumes
@@ -65,7 +67,6 @@ PROG=cluster
 
 readonly BRIDGE=pcl0
 readonly HOST_IP=10.250.0.1
-readonly NODE_NET=10.250.0.0/24
 readonly CLUSTER_CIDR=10.251.0.0/16
 readonly SERVICE_CIDR=10.96.0.0/16
 readonly DNS_IP=10.96.0.10
@@ -244,7 +245,8 @@ extendedKeyUsage = clientAuth"
 # ---------------------------------------------------------------- nodes
 
 start_containerd() {
-    local i=$1 d=$DIR/n$i sock
+    local i=$1
+    local d=$DIR/n$i sock
     mkdir -p "$d"
     sock=$(SCRATCH_CONTAINERD_SUBNET=$(pod_cidr "$i") PICOLET_SCRATCH_RUN=$d/scratch-run \
         SCRATCH_CONTAINERD_BIN=$CONTAINERD_BIN in_ns "$i" bash "$REPO/scripts/scratch-containerd.sh" start "$d/ctrd" \
@@ -457,7 +459,7 @@ cmd_up() {
     local nodes=()
     for ((i = 1; i <= NODE_COUNT; i++)); do nodes+=(--node "$(node_name "$i")"); done
     PICOLET_K8S_BIN=$CP_BIN APISERVER_EXTRA_SANS="IP:$HOST_IP" \
-        APISERVER_EXTRA_FLAGS="--advertise-address=$HOST_IP --endpoint-reconciler-type=lease ${APISERVER_EXTRA_FLAGS:-}" \
+        APISERVER_EXTRA_FLAGS="--advertise-address=$HOST_IP --endpoint-reconciler-type=lease --enable-aggregator-routing=true ${APISERVER_EXTRA_FLAGS:-}" \
         bash "$REPO/scripts/control-plane.sh" start "$CP" "${nodes[@]}" --controllers \
         >/dev/null 2>"$DIR/logs/control-plane-start.log" ||
         die_with_log "$DIR/logs/control-plane-start.log" 20 "the control plane did not start"

@@ -6,7 +6,10 @@
 # it (upstream's agnhost image has them, and the network and DNS specs run them
 # in it: busybox's nc takes neither -v nor -t, and it has no getent),
 # glibc-dns-testing (the DNS specs' glibc resolver image: busybox with the
-# machine's dig and getent, and bash as sh), pause. Sourced by
+# machine's dig and getent, and bash as sh), nginx and its newer tag (busybox's
+# httpd serving /usr/share/nginx/html on port 80, as nginx's image does, with
+# nginx's welcome page), agnhost's previous tag (the same agnhost: the
+# StatefulSet specs roll from one tag to the other), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -49,17 +52,21 @@ add_programs() {
 }
 
 build_images() {
-    local t0 busybox nonroot nonewprivs agnhost dnstest pause root
+    local t0 busybox nonroot nonewprivs agnhost agnhost_prev dnstest nginx nginx_new pause root
     t0=$(now)
     if ! { busybox=$(image_ref BusyBox) && nonroot=$(image_ref NonRoot) && nonewprivs=$(image_ref Nonewprivs) &&
-        agnhost=$(image_ref Agnhost) && dnstest=$(image_ref GlibcDnsTesting) && pause=$(image_ref Pause); }; then
+        agnhost=$(image_ref Agnhost) && agnhost_prev=$(image_ref AgnhostPrev) && dnstest=$(image_ref GlibcDnsTesting) &&
+        nginx=$(image_ref Nginx) && nginx_new=$(image_ref NginxNew) && pause=$(image_ref Pause); }; then
         die "cannot read the image names from $MANIFEST"
     fi
     root=$DIR/images/root
     # The users and groups upstream's images have that specs rely on: busybox's
     # nobody, agnhost's user-defined-in-image (1000) and group-defined-in-image
     # (50000).
-    mkdir -p "$root/busybox/etc" "$root/agnhost/etc" "$root/agnhost/uploads" "$root/nonewprivs/usr/local/bin"
+    mkdir -p "$root/busybox/etc" "$root/agnhost/etc" "$root/agnhost/uploads" "$root/nonewprivs/usr/local/bin" \
+        "$root/nginx/usr/share/nginx/html"
+    printf '%s\n' '<!DOCTYPE html>' '<html><head><title>Welcome to nginx!</title></head>' \
+        '<body><h1>Welcome to nginx!</h1></body></html>' >"$root/nginx/usr/share/nginx/html/index.html"
     printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'daemon:x:1:1:daemon:/usr/sbin:/bin/false' \
         'bin:x:2:2:bin:/bin:/bin/false' 'sys:x:3:3:sys:/dev:/bin/false' \
         'nobody:x:65534:65534:nobody:/home:/bin/false' >"$root/busybox/etc/passwd"
@@ -92,13 +99,20 @@ build_images() {
         "$DIR/images/nonewprivs.tar" "$nonewprivs" nnp || die "building $nonewprivs failed"
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/agnhost" --path "$full_path" --entrypoint /agnhost \
         "$DIR/images/agnhost.tar" "$agnhost" pause || die "building $agnhost failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/agnhost" --path "$full_path" --entrypoint /agnhost \
+        "$DIR/images/agnhost-prev.tar" "$agnhost_prev" pause || die "building $agnhost_prev failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nginx" --path "$full_path" \
+        "$DIR/images/nginx.tar" "$nginx" httpd -f -p 80 -h /usr/share/nginx/html || die "building $nginx failed"
+    bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nginx" --path "$full_path" \
+        "$DIR/images/nginx-new.tar" "$nginx_new" httpd -f -p 80 -h /usr/share/nginx/html ||
+        die "building $nginx_new failed"
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/dnstest" --path "$full_path" \
         "$DIR/images/dnstest.tar" "$dnstest" sh || die "building $dnstest failed"
     # upstream's pause exits on SIGTERM; PID 1 ignores a signal it has no
     # handler for, so the stand-in traps it.
     bash "$REPO/scripts/build-image.sh" "$DIR/images/pause.tar" "$pause" \
         sh -c 'trap "exit 0" TERM INT; while :; do sleep 1; done' || die "building $pause failed"
-    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$dnstest" "$pause")
+    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$agnhost_prev" "$dnstest" "$nginx" "$nginx_new" "$pause")
     log "built ${#IMAGES[@]} images in $(since "$t0") s: ${IMAGES[*]}"
 }
 

@@ -22,11 +22,16 @@ fn script() -> PathBuf {
 }
 
 fn run(args: &[&str], dir: &Path) -> Output {
+    run_with(args, dir, &[])
+}
+
+fn run_with(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
     Command::new("bash")
         .arg(script())
         .args(args)
         .arg(dir)
         .env("PICOLET_BIN", env!("CARGO_BIN_EXE_picolet"))
+        .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script().display()))
 }
@@ -63,6 +68,13 @@ impl Cluster {
     /// `scripts/cluster.sh check`: its output, whatever its exit status.
     pub fn check(&self) -> Output {
         run(&["check"], &self.dir)
+    }
+
+    /// `scripts/cluster.sh e2e` with `FOCUS` (a ginkgo regular expression; `SKIP` the script's
+    /// default): its output, whatever its exit status. The script's summary (stdout) begins
+    /// with "… cluster: selected N, passed N, failed N".
+    pub fn e2e(&self, focus: &str) -> Output {
+        run_with(&["e2e"], &self.dir, &[("FOCUS", focus)])
     }
 
     /// The output as one text, for assertion messages.
