@@ -3,7 +3,10 @@
 # than one node: the control plane of scripts/control-plane.sh, and two (or
 # three) picolet nodes, each in a network namespace of its own with its own
 # scratch containerd 2.x, pod CIDR and kube-proxy, and CoreDNS as a Deployment
-# on the nodes. Run as root.
+# on the nodes. With CLUSTER_AGENT=kubelet the nodes run the upstream kubelet
+# of the pinned release instead, on the same harness: the reference the same
+# e2e run on picolet nodes is compared with (scripts/conformance-diff.py). Run
+# as root.
 #
 #   scripts/cluster.sh up [DIR]       start it all; prints DIR as the last line
 #   scripts/cluster.sh check [DIR]    cross-node pod to pod, a Service through
@@ -37,10 +40,22 @@
 #     aggregated APIs at their endpoints' pod IPs: --enable-aggregator-routing,
 #     since no kube-proxy runs beside the apiserver to give it Service IPs)
 # In each namespace run the node's containerd, picolet (node name pcl-nodeI,
-# node API on its node IP, port 10250) and kube-proxy (iptables mode, the
-# namespace's own tables); their mount namespace is the machine's (volumes
-# picolet mounts are seen by runc). The Node's spec.podCIDR is set once it
-# registers (no controller allocates CIDRs here).
+# node API on its node IP, port 10250, cgroup root /picolet-cluster-nI) and
+# kube-proxy (iptables mode, the namespace's own tables); their mount namespace
+# is the machine's (volumes picolet mounts are seen by runc). The Node's
+# spec.podCIDR is set once it registers (no controller allocates CIDRs here).
+#
+# With CLUSTER_AGENT=kubelet, the upstream kubelet (scripts/k8s-build.sh
+# --e2e's, the release tests/k8s-e2e pins) takes picolet's place in each
+# namespace with what picolet is given: the node's containerd, name, node IP,
+# node API address, port and certificates, credentials, clusterDNS and
+# clusterDomain, cgroup root, pod logs directory and the shared-disk eviction
+# thresholds; its node API authenticates clients by the cluster CA and asks
+# the apiserver to authorize them, as picolet's does. It runs as
+# scripts/conformance.sh runs it (scripts/lib/upstream-kubelet.sh): in a mount
+# namespace of its own where /var/lib, /var/log and the kernel tunables it sets
+# are files under DIR/nI/kubelet, its root directory DIR/nI/kubelet/root a
+# shared mount (containerd sees the volumes it mounts there).
 #
 # CoreDNS (Deployment coredns, Service kube-dns 10.96.0.10 in kube-system) runs
 # from an image built here around `scripts/k8s-build.sh --cluster`'s binary;
@@ -48,6 +63,8 @@
 #
 # Environment:
 #   NODES           2 (default) or 3
+#   CLUSTER_AGENT   picolet (default) or kubelet: what runs on the nodes (up;
+#                   check, e2e and down take it from DIR/cluster.env)
 #   PICOLET_BIN     the picolet binary (default target/debug/picolet, built
 #                   with cargo build when missing)
 #   START_TIMEOUT_S each wait's limit (default 180)
@@ -64,6 +81,8 @@ PROG=cluster
 . "$REPO/scripts/lib/common.sh"
 # shellcheck source=scripts/lib/kubelet-config.sh
 . "$REPO/scripts/lib/kubelet-config.sh"
+# shellcheck source=scripts/lib/upstream-kubelet.sh
+. "$REPO/scripts/lib/upstream-kubelet.sh"
 
 readonly BRIDGE=pcl0
 readonly HOST_IP=10.250.0.1
@@ -75,6 +94,8 @@ START_TIMEOUT_S=${START_TIMEOUT_S:-180}
 NODE_COUNT=${NODES:-2}
 [[ $NODE_COUNT == 2 || $NODE_COUNT == 3 ]] || die "NODES must be 2 or 3 (got '$NODE_COUNT')"
 CACHE_ROOT=${PICOLET_K8S_CACHE:-/var/cache/picolet-k8s}
+AGENT=${CLUSTER_AGENT:-picolet}
+[[ $AGENT == picolet || $AGENT == kubelet ]] || die "CLUSTER_AGENT must be picolet or kubelet (got '$AGENT')"
 
 usage() {
     sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
@@ -84,6 +105,7 @@ usage() {
 node_name() { printf 'pcl-node%s' "$1"; }
 node_ip() { printf '10.250.0.1%s' "$1"; }
 pod_cidr() { printf '10.251.%s.0/24' "$1"; }
+cgroup_root() { printf '/picolet-cluster-n%s' "$1"; }
 in_ns() { # in_ns I COMMAND...: COMMAND in node I's network namespace (the machine's mounts)
     local i=$1
     shift
@@ -245,8 +267,7 @@ extendedKeyUsage = clientAuth"
 # ---------------------------------------------------------------- nodes
 
 start_containerd() {
-    local i=$1
-    local d=$DIR/n$i sock
+    local i=$1 d=$DIR/n$1 sock
     mkdir -p "$d"
     sock=$(SCRATCH_CONTAINERD_SUBNET=$(pod_cidr "$i") PICOLET_SCRATCH_RUN=$d/scratch-run \
         SCRATCH_CONTAINERD_BIN=$CONTAINERD_BIN in_ns "$i" bash "$REPO/scripts/scratch-containerd.sh" start "$d/ctrd" \
@@ -278,7 +299,7 @@ start_picolet() {
     local i=$1 n d=$DIR/n$1
     n=$(node_name "$i")
     kubelet_config containerRuntimeEndpoint="unix://$(<"$d/containerd.sock.path")" podLogsDir="$d/pod-logs" \
-        cgroupRoot="/picolet-cluster-n$i" address="$(node_ip "$i")" port="$KUBELET_PORT" \
+        cgroupRoot="$(cgroup_root "$i")" address="$(node_ip "$i")" port="$KUBELET_PORT" \
         clusterDomain=cluster.local "clusterDNS:
 - $DNS_IP" \
         tlsCertFile="$DIR/pki/node-$n-serving.crt" tlsPrivateKeyFile="$DIR/pki/node-$n-serving.key" "authentication:
@@ -286,6 +307,31 @@ start_picolet() {
     clientCAFile: $CP/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$d/config.yaml"
     launch "$i" "picolet-$i" "$PICOLET_BIN" --config "$d/config.yaml" --root-dir "$d/root" \
         --kubeconfig "$DIR/node-$n.kubeconfig" --hostname-override "$n" --node-ip "$(node_ip "$i")"
+}
+
+# The upstream kubelet in picolet's place: the same containerd, name, node IP, node API
+# (address, port, serving certificate, clients by the cluster CA; authorization asked of the
+# apiserver, the kubelet's default as picolet's), credentials, clusterDNS, cgroup root and
+# pod logs directory; what the kubelet needs besides on this machine as
+# scripts/conformance.sh gives it (cgroup v1 allowed, swap tolerated, no iptables chains of
+# its own, its volume plugin directory and certificate directory under its own).
+start_kubelet() {
+    local i=$1 n d=$DIR/n$1 k=$DIR/n$1/kubelet
+    n=$(node_name "$i")
+    upstream_kubelet_prepare "$k" "$(cgroup_root "$i")"
+    kubelet_config failCgroupV1=false cgroupDriver=cgroupfs failSwapOn=false makeIPTablesUtilChains=false \
+        containerRuntimeEndpoint="unix://$(<"$d/containerd.sock.path")" podLogsDir="$d/pod-logs" \
+        volumePluginDir="$k/volume-plugins" cgroupRoot="$(cgroup_root "$i")" address="$(node_ip "$i")" \
+        port="$KUBELET_PORT" readOnlyPort=0 healthzBindAddress=127.0.0.1 resolvConf=/etc/resolv.conf \
+        clusterDomain=cluster.local "clusterDNS:
+- $DNS_IP" \
+        tlsCertFile="$DIR/pki/node-$n-serving.crt" tlsPrivateKeyFile="$DIR/pki/node-$n-serving.key" "authentication:
+  x509:
+    clientCAFile: $CP/pki/ca.crt" "$SHARED_DISK_CONFIG" >"$k/config.yaml"
+    upstream_kubelet_argv "$k" "$KUBELET_BIN" --config "$k/config.yaml" --root-dir "$k/root" \
+        --cert-dir "$k/root/pki" --kubeconfig "$DIR/node-$n.kubeconfig" --hostname-override "$n" \
+        --node-ip "$(node_ip "$i")" --v=2
+    launch "$i" "kubelet-$i" "${UPSTREAM_KUBELET_ARGV[@]}"
 }
 
 start_kube_proxy() {
@@ -427,17 +473,28 @@ binaries() {
     KUBECTL=$CP_BIN/kubectl
     COREDNS_VERSION=$("$CLUSTER_BIN/coredns" -version | awk -F- '/^CoreDNS-/ { print $2; exit }')
     COREDNS_IMAGE=picolet.local/coredns:$COREDNS_VERSION
+    if [[ $AGENT == kubelet ]]; then
+        # The kubelet of the pinned release, as scripts/k8s-build.sh --e2e caches it (not built
+        # here: that build takes most of an hour).
+        local key
+        key=$("$REPO/scripts/k8s-build.sh" --e2e --key | tail -n 1) || die "scripts/k8s-build.sh --e2e --key failed"
+        KUBELET_BIN=$CACHE_ROOT/$key/bin/kubelet
+        [[ -x $KUBELET_BIN ]] ||
+            die "CLUSTER_AGENT=kubelet: the upstream kubelet of the pinned release is not built ($KUBELET_BIN is missing); scripts/k8s-build.sh --e2e builds it"
+    fi
 }
 
 cmd_up() {
     local i t0 n
     [[ $(id -u) == 0 ]] || die "run as root (namespaces, containerd and the nodes need it)"
-    for n in ip nsenter iptables openssl sysctl setsid python3; do
+    for n in ip nsenter iptables openssl sysctl setsid python3 unshare mount umount; do
         command -v "$n" >/dev/null || die "$n not found (scripts/install-deps.sh --k8s installs what is needed)"
     done
     [[ ! -f $DIR/run/up ]] || die "$DIR holds a cluster that is up; run: $0 down $DIR"
     binaries
-    if [[ -n ${PICOLET_BIN:-} ]]; then
+    if [[ $AGENT == kubelet ]]; then
+        PICOLET_BIN=
+    elif [[ -n ${PICOLET_BIN:-} ]]; then
         [[ -x $PICOLET_BIN ]] || die "PICOLET_BIN=$PICOLET_BIN is not an executable"
     else
         PICOLET_BIN=$REPO/target/debug/picolet
@@ -474,7 +531,7 @@ cmd_up() {
 
     for ((i = 1; i <= NODE_COUNT; i++)); do
         start_containerd "$i"
-        start_picolet "$i"
+        "start_$AGENT" "$i"
         start_kube_proxy "$i"
     done
     for ((i = 1; i <= NODE_COUNT; i++)); do
@@ -485,7 +542,7 @@ cmd_up() {
     done
     for ((i = 1; i <= NODE_COUNT; i++)); do
         n=$(node_name "$i")
-        alive "$(pid_of "$DIR" "picolet-$i")" || die_with_log "$DIR/logs/picolet-$i.log" 30 "picolet of $n exited"
+        alive "$(pid_of "$DIR" "$AGENT-$i")" || die_with_log "$DIR/logs/$AGENT-$i.log" 30 "the $AGENT of $n exited"
         wait_until "Node $n Ready" node_ready "$n"
         wait_until "kube-proxy of $n healthy (127.0.0.1:10256 in its namespace)" proxy_healthy "$i"
     done
@@ -494,12 +551,15 @@ cmd_up() {
     {
         printf 'KUBECONFIG=%s\nKUBECTL=%s\nCP_BIN=%s\nCLUSTER_BIN=%s\nCONTAINERD_BIN=%s\n' \
             "$CP/admin.kubeconfig" "$KUBECTL" "$CP_BIN" "$CLUSTER_BIN" "$CONTAINERD_BIN"
-        printf 'NODES=%s\nPICOLET_BIN=%s\n' "$NODE_COUNT" "$PICOLET_BIN"
+        printf 'NODES=%s\nAGENT=%s\nPICOLET_BIN=%s\nKUBELET_BIN=%s\n' "$NODE_COUNT" "$AGENT" "$PICOLET_BIN" "${KUBELET_BIN:-}"
     } >"$DIR/cluster.env"
     UP_OK=1
-    log "cluster up in $(since "$t0") s: $NODE_COUNT nodes; kubectl --kubeconfig $CP/admin.kubeconfig"
+    log "cluster up in $(since "$t0") s: $NODE_COUNT $AGENT nodes; kubectl --kubeconfig $CP/admin.kubeconfig"
     printf '%s\n' "$DIR"
 }
+
+# mounts_under DIR: the mount points at or below DIR, deepest first.
+mounts_under() { awk -v d="$1" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r; }
 
 cmd_down() {
     local i
@@ -514,6 +574,7 @@ cmd_down() {
     for ((i = 1; i <= 3; i++)); do
         stop_named "kube-proxy-$i"
         stop_named "picolet-$i"
+        stop_named "kubelet-$i"
     done
     for ((i = 1; i <= 3; i++)); do
         stop_containerd "$i"
@@ -521,15 +582,37 @@ cmd_down() {
     bash "$REPO/scripts/control-plane.sh" stop "$CP" 2>>"$DIR/logs/stop.log" || log "warning: stopping the control plane failed"
     for ((i = 1; i <= 3; i++)); do
         [[ -d $DIR/n$i ]] || continue
-        # What picolet mounted under its root directory (volumes), then its cgroups.
+        # What the node mounted under its root directory (volumes; the kubelet's root
+        # directory's shared bind mount too), then its cgroups.
         while read -r mp; do
             umount -l -- "$mp" 2>/dev/null || log "warning: could not unmount $mp"
-        done < <(awk -v d="$DIR/n$i" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
-        remove_cgroup_tree "/picolet-cluster-n$i" || log "warning: could not remove every cgroup under /picolet-cluster-n$i"
+        done < <(mounts_under "$DIR/n$i")
+        remove_cgroup_tree "$(cgroup_root "$i")" || log "warning: could not remove every cgroup under $(cgroup_root "$i")"
+        # The kubelet's root directory and the files it took for /var/lib and /var/log,
+        # unless something is still mounted there (a bind mount may lead out of DIR).
+        if [[ -d $DIR/n$i/kubelet ]]; then
+            if [[ -z $(mounts_under "$DIR/n$i/kubelet") ]]; then
+                rm -rf --one-file-system -- "$DIR/n$i/kubelet/root" "$DIR/n$i/kubelet/host" "$DIR/n$i/kubelet/volume-plugins"
+            else
+                log "warning: mounts are left under $DIR/n$i/kubelet; its files are kept"
+            fi
+        fi
     done
     net_down
     rm -f -- "$DIR/run/up"
-    log "down: $DIR's processes, namespaces, links, routes and rules are gone (files kept for inspection)"
+    log "down: $DIR's processes, mounts, cgroups, namespaces, links, routes and rules are gone (logs and reports kept)"
+}
+
+# load_env: the variables up wrote into DIR/cluster.env (AGENT, the node agent, among them);
+# dies when no cluster is up there, or when CLUSTER_AGENT names another agent than it runs.
+load_env() {
+    [[ -f $DIR/cluster.env ]] || die "$DIR holds no cluster that is up (run: $0 up $DIR)"
+    AGENT=
+    # shellcheck disable=SC1091
+    . "$DIR/cluster.env"
+    AGENT=${AGENT:-picolet}
+    [[ -z ${CLUSTER_AGENT:-} || $CLUSTER_AGENT == "$AGENT" ]] ||
+        die "the cluster in $DIR runs $AGENT nodes, not $CLUSTER_AGENT (CLUSTER_AGENT)"
 }
 
 # ---------------------------------------------------------------- check
@@ -583,9 +666,7 @@ probe() {
 
 cmd_check() {
     local ip1 ip2 cluster_ip i
-    [[ -f $DIR/cluster.env ]] || die "$DIR holds no cluster that is up (run: $0 up $DIR)"
-    # shellcheck disable=SC1091
-    . "$DIR/cluster.env"
+    load_env
     kube delete namespace cluster-check --ignore-not-found --wait=true >/dev/null
     kube create namespace cluster-check >/dev/null
     wait_until "ServiceAccount default in namespace cluster-check" kube -n cluster-check get serviceaccount default
@@ -626,9 +707,7 @@ DEFAULT_SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]'
 
 cmd_e2e() {
     local i t0 rc=0 tar sock report=$DIR/report
-    [[ -f $DIR/cluster.env ]] || die "$DIR holds no cluster that is up (run: $0 up $DIR)"
-    # shellcheck disable=SC1091
-    . "$DIR/cluster.env"
+    load_env
     E2E_BIN=$("$REPO/scripts/k8s-build.sh" --e2e | tail -n 1) || die "scripts/k8s-build.sh --e2e failed"
     e2e_sources
     # shellcheck source=scripts/lib/test-images.sh
@@ -649,7 +728,7 @@ cmd_e2e() {
     log "running ginkgo (${flags[*]} $*); output in $report/ginkgo.log"
     run_ginkgo "$report" "$CP/admin.kubeconfig" "$KUBECTL" "${flags[@]}" "$@" -- --dns-domain=cluster.local || rc=$?
     [[ -f $report/report.json ]] || die_with_log "$report/ginkgo.log" 30 "ginkgo exited with $rc and wrote no report"
-    python3 - "$report/report.json" "$(since "$t0")" <<'EOF' | tee "$report/summary.txt"
+    python3 - "$report/report.json" "$(since "$t0")" "$AGENT" <<'EOF' | tee "$report/summary.txt"
 import json, sys
 reports = json.load(open(sys.argv[1]))
 specs = [s for r in reports for s in r["SpecReports"] if s["LeafNodeType"] == "It"]
@@ -657,7 +736,7 @@ will_run = sum(r["PreRunStats"]["SpecsThatWillRun"] for r in reports)
 name = lambda s: " ".join(s["ContainerHierarchyTexts"] + [s["LeafNodeText"]])
 ran = [s for s in specs if s["State"] not in ("skipped", "pending")]
 passed = [s for s in ran if s["State"] == "passed"]
-print("picolet cluster: selected %d, passed %d, failed %d (ginkgo ran %s s)" % (will_run, len(passed), len(ran) - len(passed), sys.argv[2]))
+print("%s cluster: selected %d, passed %d, failed %d (ginkgo ran %s s)" % (sys.argv[3], will_run, len(passed), len(ran) - len(passed), sys.argv[2]))
 for s in sorted(ran, key=name):
     if s["State"] == "passed":
         print("passed  %s (%.0f s)" % (name(s), s["RunTime"] / 1e9))

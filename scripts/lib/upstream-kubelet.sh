@@ -14,6 +14,9 @@
 #
 #   upstream_kubelet_prepare NODE_DIR CGROUP_ROOT
 #   upstream_kubelet_launch NODE_DIR LOG KUBELET ARGS...   (sets UPSTREAM_KUBELET_PID)
+#   upstream_kubelet_argv NODE_DIR KUBELET ARGS...         (sets UPSTREAM_KUBELET_ARGV: the
+#                                                          command launch runs, for a caller
+#                                                          that starts it its own way)
 #   node_dir_cleanup NODE_DIR CGROUP_ROOT                 (after the node and its
 #                                                          pods are gone)
 #
@@ -39,9 +42,9 @@ upstream_kubelet_prepare() {
     done < <(cgroup_mounts)
 }
 
-upstream_kubelet_launch() {
-    local dir=$1 logfile=$2
-    shift 2
+upstream_kubelet_argv() {
+    local dir=$1
+    shift
     # shellcheck disable=SC2016 # expanded by the inner bash
     local setup='
         set -e
@@ -56,8 +59,15 @@ upstream_kubelet_launch() {
     # --propagation unchanged: the machine's mounts are private, so nothing
     # mounted in the new namespace reaches the machine's, except below the
     # shared NODE_DIR.
-    unshare --mount --propagation unchanged -- bash -c "$setup" _ "$dir/host" "$@" \
-        </dev/null >"$logfile" 2>&1 &
+    # shellcheck disable=SC2034 # read by the caller
+    UPSTREAM_KUBELET_ARGV=(unshare --mount --propagation unchanged -- bash -c "$setup" _ "$dir/host" "$@")
+}
+
+upstream_kubelet_launch() {
+    local dir=$1 logfile=$2
+    shift 2
+    upstream_kubelet_argv "$dir" "$@"
+    "${UPSTREAM_KUBELET_ARGV[@]}" </dev/null >"$logfile" 2>&1 &
     # shellcheck disable=SC2034 # read by the caller
     UPSTREAM_KUBELET_PID=$!
 }
