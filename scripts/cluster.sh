@@ -467,21 +467,21 @@ coredns_available() {
 # ---------------------------------------------------------------- up / down
 
 binaries() {
-    CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
-    CLUSTER_BIN=$("$REPO/scripts/k8s-build.sh" --cluster | tail -n 1) || die "scripts/k8s-build.sh --cluster failed"
-    CONTAINERD_BIN=$("$REPO/scripts/k8s-build.sh" --containerd | tail -n 1) || die "scripts/k8s-build.sh --containerd failed"
-    KUBECTL=$CP_BIN/kubectl
-    COREDNS_VERSION=$("$CLUSTER_BIN/coredns" -version | awk -F- '/^CoreDNS-/ { print $2; exit }')
-    COREDNS_IMAGE=picolet.local/coredns:$COREDNS_VERSION
     if [[ $AGENT == kubelet ]]; then
         # The kubelet of the pinned release, as scripts/k8s-build.sh --e2e caches it (not built
-        # here: that build takes most of an hour).
+        # here: that build takes most of an hour), before the others are looked for or built.
         local key
         key=$("$REPO/scripts/k8s-build.sh" --e2e --key | tail -n 1) || die "scripts/k8s-build.sh --e2e --key failed"
         KUBELET_BIN=$CACHE_ROOT/$key/bin/kubelet
         [[ -x $KUBELET_BIN ]] ||
             die "CLUSTER_AGENT=kubelet: the upstream kubelet of the pinned release is not built ($KUBELET_BIN is missing); scripts/k8s-build.sh --e2e builds it"
     fi
+    CP_BIN=$("$REPO/scripts/k8s-build.sh" | tail -n 1) || die "scripts/k8s-build.sh failed"
+    CLUSTER_BIN=$("$REPO/scripts/k8s-build.sh" --cluster | tail -n 1) || die "scripts/k8s-build.sh --cluster failed"
+    CONTAINERD_BIN=$("$REPO/scripts/k8s-build.sh" --containerd | tail -n 1) || die "scripts/k8s-build.sh --containerd failed"
+    KUBECTL=$CP_BIN/kubectl
+    COREDNS_VERSION=$("$CLUSTER_BIN/coredns" -version | awk -F- '/^CoreDNS-/ { print $2; exit }')
+    COREDNS_IMAGE=picolet.local/coredns:$COREDNS_VERSION
 }
 
 cmd_up() {
@@ -606,7 +606,7 @@ cmd_down() {
 # load_env: the variables up wrote into DIR/cluster.env (AGENT, the node agent, among them);
 # dies when no cluster is up there, or when CLUSTER_AGENT names another agent than it runs.
 load_env() {
-    [[ -f $DIR/cluster.env ]] || die "$DIR holds no cluster that is up (run: $0 up $DIR)"
+    [[ -f $DIR/cluster.env && -f $DIR/run/up ]] || die "$DIR holds no cluster that is up (run: $0 up $DIR)"
     AGENT=
     # shellcheck disable=SC1091
     . "$DIR/cluster.env"
