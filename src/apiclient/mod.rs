@@ -151,6 +151,8 @@ struct Pool {
     link: async_channel::Sender<link::Msg>,
     /// [`ContentType::Protobuf`] when set.
     protobuf: AtomicBool,
+    /// Whether watches ask for bookmarks ([`Client::set_watch_bookmarks`]).
+    bookmarks: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -310,6 +312,7 @@ impl Client {
                 conn: conn.clone(),
                 link: link::start(target).map_err(TlsError::Thread)?,
                 protobuf: AtomicBool::new(false),
+                bookmarks: AtomicBool::new(true),
             }),
             server: conn.server.clone(),
         })
@@ -325,6 +328,29 @@ impl Client {
     /// Whether [`ContentType::Protobuf`] is set.
     pub fn protobuf(&self) -> bool {
         self.pool.protobuf.load(Ordering::Relaxed)
+    }
+
+    /// Whether watches ask for bookmarks, for every clone (true until set). Without them a
+    /// watch's answer may stay silent for its whole length, so [`Client::stream`] keeps no
+    /// silence deadline: a dead HTTP/2 connection is found by PING, a dead HTTP/1.1 one when
+    /// the watch's length is over. A watch of a quiet set then resumes from the resourceVersion
+    /// of its last event, which the apiserver may have forgotten (410: listed again).
+    pub fn set_watch_bookmarks(&self, on: bool) {
+        self.pool.bookmarks.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether watches ask for bookmarks.
+    pub fn watch_bookmarks(&self) -> bool {
+        self.pool.bookmarks.load(Ordering::Relaxed)
+    }
+
+    /// The deadlines of a watch of length `idle` (see [`Client::stream`]).
+    fn watch_deadlines(&self, idle: Duration) -> Deadlines {
+        Deadlines {
+            whole: idle,
+            head: Some(CALL_TIMEOUT),
+            per_read: self.watch_bookmarks().then_some(WATCH_SILENCE),
+        }
     }
 
     /// What `accept` becomes under the encoding set: the metadata answer in protobuf first.
@@ -560,18 +586,11 @@ impl Client {
 
     /// A long request whose body is read as it arrives (a watch). `idle` bounds the whole
     /// request: the server is asked to end the watch before it (`timeoutSeconds`). The response's
-    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), and the body
-    /// may not fall silent for [`WATCH_SILENCE`]: a watch on a connection that died on the way
-    /// fails then, not at the end of `idle`.
+    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), and, when
+    /// watches ask for bookmarks, the body may not fall silent for [`WATCH_SILENCE`]: a watch on
+    /// a connection that died on the way fails then, not at the end of `idle`.
     pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
-        self.stream_within(
-            path,
-            Deadlines {
-                whole: idle,
-                head: Some(CALL_TIMEOUT),
-                per_read: Some(WATCH_SILENCE),
-            },
-        )
+        self.stream_within(path, self.watch_deadlines(idle))
     }
 
     fn stream_within(
@@ -631,6 +650,24 @@ mod tests {
             namespace: String::new(),
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_watch_without_bookmarks_keeps_no_silence_deadline() {
+        let c = client("http://127.0.0.1:1".into());
+        let idle = Duration::from_secs(630);
+        let on = c.watch_deadlines(idle);
+        assert_eq!(on.per_read, Some(WATCH_SILENCE));
+        assert_eq!((on.whole, on.head), (idle, Some(CALL_TIMEOUT)));
+        // Set on one clone, seen by every other.
+        c.clone().set_watch_bookmarks(false);
+        assert!(!c.watch_bookmarks());
+        let off = c.watch_deadlines(idle);
+        assert_eq!(
+            off.per_read, None,
+            "a quiet watch may stay silent its whole length"
+        );
+        assert_eq!((off.whole, off.head), (idle, Some(CALL_TIMEOUT)));
     }
 
     #[test]
