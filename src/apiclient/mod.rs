@@ -269,6 +269,23 @@ fn tls(conn: &Connection) -> Result<Arc<rustls::ClientConfig>, TlsError> {
 /// quarter of it). The HTTP/2 connection is kept for as long as it answers its PINGs.
 const IDLE_AGE: Duration = Duration::from_secs(300);
 
+/// The PING settings of the environment ([`link::ping_settings`]), a bad value told once.
+fn env_ping() -> (Duration, Duration) {
+    let var = |name| std::env::var(name).ok();
+    let (idle, timeout) = (
+        var("HTTP2_READ_IDLE_TIMEOUT_SECONDS"),
+        var("HTTP2_PING_TIMEOUT_SECONDS"),
+    );
+    let (ping, warnings) = link::ping_settings(idle.as_deref(), timeout.as_deref());
+    static TOLD: std::sync::Once = std::sync::Once::new();
+    TOLD.call_once(|| {
+        for w in &warnings {
+            log::warn!("apiserver: {w}");
+        }
+    });
+    ping
+}
+
 /// Where a connection to `conn` dials.
 fn target(conn: &Connection, tls: Arc<rustls::ClientConfig>) -> Result<link::Target, TlsError> {
     let uri: http::Uri = conn
@@ -296,7 +313,7 @@ fn target(conn: &Connection, tls: Arc<rustls::ClientConfig>) -> Result<link::Tar
         server_name: conn.tls_server_name.clone().unwrap_or_else(|| host.clone()),
         host,
         tls: https.then_some(tls),
-        ping: (link::READ_IDLE, link::PING_TIMEOUT),
+        ping: env_ping(),
     })
 }
 
@@ -650,6 +667,33 @@ mod tests {
             namespace: String::new(),
         })
         .unwrap()
+    }
+
+    #[test]
+    fn the_ping_follows_client_go_s_environment_variables() {
+        let d = |s| Duration::from_secs(s);
+        assert_eq!(link::ping_settings(None, None), ((d(30), d(15)), vec![]));
+        assert_eq!(
+            link::ping_settings(Some(""), Some("")),
+            ((d(30), d(15)), vec![])
+        );
+        assert_eq!(
+            link::ping_settings(Some("300"), Some("20")),
+            ((d(300), d(20)), vec![])
+        );
+        // 0 turns the PING off (kept as zero, which the connection reads as none).
+        assert_eq!(link::ping_settings(Some("0"), None).0, (d(0), d(15)));
+        let (ping, warnings) = link::ping_settings(Some("5m"), Some("-1"));
+        assert_eq!(ping, (d(30), d(15)), "a bad value keeps the default");
+        assert_eq!(warnings.len(), 2);
+        assert!(
+            warnings[0].contains("HTTP2_READ_IDLE_TIMEOUT_SECONDS=\"5m\""),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("HTTP2_PING_TIMEOUT_SECONDS=\"-1\""),
+            "{warnings:?}"
+        );
     }
 
     #[test]
