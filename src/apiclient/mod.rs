@@ -1328,4 +1328,25 @@ mod tests {
         assert_eq!(echo(&c, "GET", "/after", None), "HTTP/2.0 GET /after 0");
         assert_eq!(server.accepts(), 2, "dialled again");
     }
+
+    #[test]
+    fn a_read_idle_time_of_zero_sends_no_ping() {
+        // HTTP2_READ_IDLE_TIMEOUT_SECONDS=0: the same frozen connection is not found dead, the
+        // watch waits on it (its silence deadline, 150 s, is far off).
+        let server = tls_server(true);
+        let relay = Relay::start(server.addr);
+        let conn = server.connection(relay.addr);
+        let mut target = target(&conn, tls(&conn).unwrap()).unwrap();
+        target.ping = (Duration::ZERO, Duration::from_millis(300));
+        let c = Client::with_target(&conn, target).unwrap();
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        relay.freeze();
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            events.try_recv().is_err(),
+            "no PING, so nothing finds the frozen connection dead this soon"
+        );
+        assert_eq!(server.accepts(), 1);
+    }
 }
