@@ -47,6 +47,10 @@
 #                    kubelet built)
 #   COMPARE_JOIN_CONFIG  more KubeletConfiguration lines for the joined phase, as YAML
 #                    (e.g. "nodeLeaseDurationSeconds: 600" for the settings of a metered link)
+#   COMPARE_PICOLET_FLAGS  more picolet flags for the joined phase (e.g.
+#                    "--apiserver-watch-bookmarks=false" for a metered link)
+#   COMPARE_RELAY_LOG  a file the relay appends a line to for each read it passes on
+#                    ("EPOCH up|down BYTES"): where the joined phase's bytes go, by time
 #   COMPARE_DIR      scratch directory (default /tmp/pcmp; short: sockets live there)
 #   COMPARE_CGROUP_ROOT  the agents' cgroup root (default /picolet-compare; another one lets
 #                    two runs share the machine, with another node API port in
@@ -318,15 +322,18 @@ latencies() { # latencies AGENT: the per-pod start and restart latencies, into R
 # carries both ways and the connections it accepted into DIR/relay.bytes
 # ("UP DOWN CONNECTIONS", rewritten every 0.5 s).
 start_relay() { # start_relay PORT HOST:PORT
-    python3 - "$1" "$2" "$DIR/relay.bytes" <<'EOF' &
-import asyncio, os, sys
-port, target, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    python3 - "$1" "$2" "$DIR/relay.bytes" "${COMPARE_RELAY_LOG:-}" <<'EOF' &
+import asyncio, os, sys, time
+port, target, out, trace = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 host, tport = target.rsplit(":", 1)
 count = [0, 0, 0]
+trace = open(trace, "a", buffering=1) if trace else None
 async def pipe(r, w, i):
     try:
         while data := await r.read(65536):
             count[i] += len(data)
+            if trace:
+                trace.write("%.3f %s %d\n" % (time.time(), "up" if i == 0 else "down", len(data)))
             w.write(data)
             await w.drain()
     except (ConnectionError, asyncio.IncompleteReadError):
@@ -440,7 +447,7 @@ churn() { # churn AGENT KUBECTL...
 }
 
 joined() { # joined AGENT: the joined rows, into R
-    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 lat=() name phase rss_mean cpu
+    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 lat=() name phase rss_mean cpu more=()
     local -A seen=()
     mkdir -p "$DIR/cp"
     # The node's requests, one audit event per stage: (RequestReceived left out).
@@ -469,6 +476,10 @@ EOF
     write_manifests 0
     HEALTHZ_PORT=$(free_port)
     JOIN_ARGS=(--kubeconfig "$DIR/node-relay.kubeconfig" --node-ip 127.0.0.1)
+    if [[ $agent == picolet ]]; then
+        read -r -a more <<<"${COMPARE_PICOLET_FLAGS:-}"
+        JOIN_ARGS+=("${more[@]}")
+    fi
     JOIN_CONFIG="evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99${COMPARE_JOIN_CONFIG:+

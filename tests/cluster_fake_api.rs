@@ -648,6 +648,72 @@ fn a_watch_that_falls_silent_alone_is_resumed_after_the_silence_deadline() {
 }
 
 #[test]
+fn watches_without_bookmarks_ask_for_none_and_still_follow_the_pods() {
+    for encoding in ["application/vnd.kubernetes.protobuf", "application/json"] {
+        without_bookmarks(encoding);
+    }
+}
+
+fn without_bookmarks(encoding: &str) {
+    run(async {
+        let (tmp, fake, api) = fakes("nobookmarks");
+        api.create_pod(api_pod("web"));
+        let flags = [
+            "--apiserver-watch-bookmarks=false",
+            "--kube-api-content-type",
+            encoding,
+        ];
+        let a = start_joined_with(&tmp, &fake, &api, &flags).await;
+        until(&a, "web running", Duration::from_secs(10), async || {
+            running(&fake, "web") == 1
+        })
+        .await;
+        until(&a, "a watch open", Duration::from_secs(10), async || {
+            api.pod_watches() == 1
+        })
+        .await;
+        // The pod created after the watch opened comes on it, with no bookmark before or after.
+        api.create_pod(api_pod("late"));
+        until(&a, "late running", Duration::from_secs(10), async || {
+            running(&fake, "late") == 1
+        })
+        .await;
+        let watches: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|(m, p)| m == "GET" && p.contains("watch=true"))
+            .map(|(_, p)| p)
+            .collect();
+        assert!(!watches.is_empty());
+        for w in &watches {
+            assert!(!w.contains("allowWatchBookmarks"), "{w}");
+        }
+        assert_eq!(api.bookmarks(), 0);
+        assert_eq!(api.pod_watches(), 1, "the watch stayed open");
+        assert_eq!(api.pod_lists(), 1);
+    });
+}
+
+#[test]
+fn watches_ask_for_bookmarks_by_default() {
+    run(async {
+        let (_tmp, _fake, api, a) = web_running_and_watched("bookmarks").await;
+        // The pod and its status writes move the resourceVersion on: a bookmark follows.
+        api.create_pod(api_pod("second"));
+        until(&a, "a bookmark", Duration::from_secs(10), async || {
+            api.bookmarks() > 0
+        })
+        .await;
+        let watch = api
+            .requests()
+            .into_iter()
+            .find(|(m, p)| m == "GET" && p.starts_with("/api/v1/pods?") && p.contains("watch=true"))
+            .unwrap();
+        assert!(watch.1.contains("allowWatchBookmarks=true"), "{}", watch.1);
+    });
+}
+
+#[test]
 fn a_forbidden_identity_is_reported_clearly() {
     run(async {
         let (tmp, fake, api) = fakes("403");

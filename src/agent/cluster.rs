@@ -43,6 +43,7 @@ pub(super) fn connect(o: &Options) -> Result<Option<Join>, String> {
     let client =
         apiclient::Client::new(&conn).map_err(|e| format!("{flag} {}: {e}", path.display()))?;
     client.set_content_type(o.kube_api_content_type);
+    client.set_watch_bookmarks(o.apiserver_watch_bookmarks);
     Ok(Some(Join {
         client,
         start,

@@ -12,7 +12,8 @@
 //! (`HTTP2_READ_IDLE_TIMEOUT_SECONDS` 30, `HTTP2_PING_TIMEOUT_SECONDS` 15 in apimachinery's
 //! `pkg/util/net`): after [`READ_IDLE`] with nothing read a PING goes out, and no answer within
 //! [`PING_TIMEOUT`] closes the connection; its calls and watches fail at once, and the next
-//! request dials a new one. Dialling is on demand, one dial at a time; a failed dial fails the
+//! request dials a new one. Both are read from the environment as client-go reads them
+//! ([`ping_settings`]). Dialling is on demand, one dial at a time; a failed dial fails the
 //! requests waiting for it, and their callers retry with their own backoff.
 
 use std::cell::RefCell;
@@ -36,6 +37,34 @@ pub const READ_IDLE: Duration = Duration::from_secs(30);
 /// A PING unanswered for this long closes the connection (client-go's
 /// `HTTP2_PING_TIMEOUT_SECONDS` default).
 pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
+/// The PING's read idle time and answer deadline from client-go's environment variables
+/// `HTTP2_READ_IDLE_TIMEOUT_SECONDS` and `HTTP2_PING_TIMEOUT_SECONDS` (each a whole number of
+/// seconds; unset or empty: [`READ_IDLE`], [`PING_TIMEOUT`]); a read idle time of 0 sends no
+/// PING at all, as client-go's. A value that does not parse keeps the default and is told in
+/// the second part, as client-go warns.
+pub fn ping_settings(
+    read_idle: Option<&str>,
+    ping_timeout: Option<&str>,
+) -> ((Duration, Duration), Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut read = |name: &str, v: Option<&str>, default: Duration| match v {
+        None | Some("") => default,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(s) => Duration::from_secs(s),
+            Err(e) => {
+                warnings.push(format!(
+                    "{name}={v:?}: {e}; the default {}s is used",
+                    default.as_secs()
+                ));
+                default
+            }
+        },
+    };
+    let idle = read("HTTP2_READ_IDLE_TIMEOUT_SECONDS", read_idle, READ_IDLE);
+    let timeout = read("HTTP2_PING_TIMEOUT_SECONDS", ping_timeout, PING_TIMEOUT);
+    ((idle, timeout), warnings)
+}
+
 /// Flow-control windows: how much of an answer the server may send before it is read. A
 /// window update costs 13 bytes; the windows bound what a slow reader leaves buffered.
 const STREAM_WINDOW: u32 = 256 << 10;
@@ -77,7 +106,8 @@ pub struct Target {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// The name the server's certificate is checked against.
     pub server_name: String,
-    /// [`READ_IDLE`] and [`PING_TIMEOUT`] (shorter in tests).
+    /// [`READ_IDLE`] and [`PING_TIMEOUT`] ([`ping_settings`]; shorter in tests); a zero read
+    /// idle time sends no PING.
     pub ping: (Duration, Duration),
 }
 
@@ -332,7 +362,7 @@ impl Link {
         }
         let (sender, conn) = http2::Builder::new(rt::HyperExecutor)
             .timer(rt::HyperTimer)
-            .keep_alive_interval(ping.0)
+            .keep_alive_interval((!ping.0.is_zero()).then_some(ping.0))
             .keep_alive_timeout(ping.1)
             .keep_alive_while_idle(true)
             .initial_stream_window_size(STREAM_WINDOW)

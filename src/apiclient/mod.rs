@@ -151,6 +151,8 @@ struct Pool {
     link: async_channel::Sender<link::Msg>,
     /// [`ContentType::Protobuf`] when set.
     protobuf: AtomicBool,
+    /// Whether watches ask for bookmarks ([`Client::set_watch_bookmarks`]).
+    bookmarks: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -267,6 +269,23 @@ fn tls(conn: &Connection) -> Result<Arc<rustls::ClientConfig>, TlsError> {
 /// quarter of it). The HTTP/2 connection is kept for as long as it answers its PINGs.
 const IDLE_AGE: Duration = Duration::from_secs(300);
 
+/// The PING settings of the environment ([`link::ping_settings`]), a bad value told once.
+fn env_ping() -> (Duration, Duration) {
+    let var = |name| std::env::var(name).ok();
+    let (idle, timeout) = (
+        var("HTTP2_READ_IDLE_TIMEOUT_SECONDS"),
+        var("HTTP2_PING_TIMEOUT_SECONDS"),
+    );
+    let (ping, warnings) = link::ping_settings(idle.as_deref(), timeout.as_deref());
+    static TOLD: std::sync::Once = std::sync::Once::new();
+    TOLD.call_once(|| {
+        for w in &warnings {
+            log::warn!("apiserver: {w}");
+        }
+    });
+    ping
+}
+
 /// Where a connection to `conn` dials.
 fn target(conn: &Connection, tls: Arc<rustls::ClientConfig>) -> Result<link::Target, TlsError> {
     let uri: http::Uri = conn
@@ -294,7 +313,7 @@ fn target(conn: &Connection, tls: Arc<rustls::ClientConfig>) -> Result<link::Tar
         server_name: conn.tls_server_name.clone().unwrap_or_else(|| host.clone()),
         host,
         tls: https.then_some(tls),
-        ping: (link::READ_IDLE, link::PING_TIMEOUT),
+        ping: env_ping(),
     })
 }
 
@@ -310,6 +329,7 @@ impl Client {
                 conn: conn.clone(),
                 link: link::start(target).map_err(TlsError::Thread)?,
                 protobuf: AtomicBool::new(false),
+                bookmarks: AtomicBool::new(true),
             }),
             server: conn.server.clone(),
         })
@@ -325,6 +345,29 @@ impl Client {
     /// Whether [`ContentType::Protobuf`] is set.
     pub fn protobuf(&self) -> bool {
         self.pool.protobuf.load(Ordering::Relaxed)
+    }
+
+    /// Whether watches ask for bookmarks, for every clone (true until set). Without them a
+    /// watch's answer may stay silent for its whole length, so [`Client::stream`] keeps no
+    /// silence deadline: a dead HTTP/2 connection is found by PING, a dead HTTP/1.1 one when
+    /// the watch's length is over. A watch of a quiet set then resumes from the resourceVersion
+    /// of its last event, which the apiserver may have forgotten (410: listed again).
+    pub fn set_watch_bookmarks(&self, on: bool) {
+        self.pool.bookmarks.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether watches ask for bookmarks.
+    pub fn watch_bookmarks(&self) -> bool {
+        self.pool.bookmarks.load(Ordering::Relaxed)
+    }
+
+    /// The deadlines of a watch of length `idle` (see [`Client::stream`]).
+    fn watch_deadlines(&self, idle: Duration) -> Deadlines {
+        Deadlines {
+            whole: idle,
+            head: Some(CALL_TIMEOUT),
+            per_read: self.watch_bookmarks().then_some(WATCH_SILENCE),
+        }
     }
 
     /// What `accept` becomes under the encoding set: the metadata answer in protobuf first.
@@ -560,18 +603,11 @@ impl Client {
 
     /// A long request whose body is read as it arrives (a watch). `idle` bounds the whole
     /// request: the server is asked to end the watch before it (`timeoutSeconds`). The response's
-    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), and the body
-    /// may not fall silent for [`WATCH_SILENCE`]: a watch on a connection that died on the way
-    /// fails then, not at the end of `idle`.
+    /// head must come within [`CALL_TIMEOUT`] (the apiserver sends it at once), and, when
+    /// watches ask for bookmarks, the body may not fall silent for [`WATCH_SILENCE`]: a watch on
+    /// a connection that died on the way fails then, not at the end of `idle`.
     pub fn stream(&self, path: &str, idle: Duration) -> Result<impl Read + use<>, ApiError> {
-        self.stream_within(
-            path,
-            Deadlines {
-                whole: idle,
-                head: Some(CALL_TIMEOUT),
-                per_read: Some(WATCH_SILENCE),
-            },
-        )
+        self.stream_within(path, self.watch_deadlines(idle))
     }
 
     fn stream_within(
@@ -631,6 +667,51 @@ mod tests {
             namespace: String::new(),
         })
         .unwrap()
+    }
+
+    #[test]
+    fn the_ping_follows_client_go_s_environment_variables() {
+        let d = |s| Duration::from_secs(s);
+        assert_eq!(link::ping_settings(None, None), ((d(30), d(15)), vec![]));
+        assert_eq!(
+            link::ping_settings(Some(""), Some("")),
+            ((d(30), d(15)), vec![])
+        );
+        assert_eq!(
+            link::ping_settings(Some("300"), Some("20")),
+            ((d(300), d(20)), vec![])
+        );
+        // 0 turns the PING off (kept as zero, which the connection reads as none).
+        assert_eq!(link::ping_settings(Some("0"), None).0, (d(0), d(15)));
+        let (ping, warnings) = link::ping_settings(Some("5m"), Some("-1"));
+        assert_eq!(ping, (d(30), d(15)), "a bad value keeps the default");
+        assert_eq!(warnings.len(), 2);
+        assert!(
+            warnings[0].contains("HTTP2_READ_IDLE_TIMEOUT_SECONDS=\"5m\""),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("HTTP2_PING_TIMEOUT_SECONDS=\"-1\""),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_watch_without_bookmarks_keeps_no_silence_deadline() {
+        let c = client("http://127.0.0.1:1".into());
+        let idle = Duration::from_secs(630);
+        let on = c.watch_deadlines(idle);
+        assert_eq!(on.per_read, Some(WATCH_SILENCE));
+        assert_eq!((on.whole, on.head), (idle, Some(CALL_TIMEOUT)));
+        // Set on one clone, seen by every other.
+        c.clone().set_watch_bookmarks(false);
+        assert!(!c.watch_bookmarks());
+        let off = c.watch_deadlines(idle);
+        assert_eq!(
+            off.per_read, None,
+            "a quiet watch may stay silent its whole length"
+        );
+        assert_eq!((off.whole, off.head), (idle, Some(CALL_TIMEOUT)));
     }
 
     #[test]
@@ -1246,5 +1327,26 @@ mod tests {
         );
         assert_eq!(echo(&c, "GET", "/after", None), "HTTP/2.0 GET /after 0");
         assert_eq!(server.accepts(), 2, "dialled again");
+    }
+
+    #[test]
+    fn a_read_idle_time_of_zero_sends_no_ping() {
+        // HTTP2_READ_IDLE_TIMEOUT_SECONDS=0: the same frozen connection is not found dead, the
+        // watch waits on it (its silence deadline, 150 s, is far off).
+        let server = tls_server(true);
+        let relay = Relay::start(server.addr);
+        let conn = server.connection(relay.addr);
+        let mut target = target(&conn, tls(&conn).unwrap()).unwrap();
+        target.ping = (Duration::ZERO, Duration::from_millis(300));
+        let c = Client::with_target(&conn, target).unwrap();
+        let events = watch(&c);
+        events.recv_timeout(Duration::from_secs(10)).unwrap();
+        relay.freeze();
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            events.try_recv().is_err(),
+            "no PING, so nothing finds the frozen connection dead this soon"
+        );
+        assert_eq!(server.accepts(), 1);
     }
 }

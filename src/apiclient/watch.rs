@@ -1,5 +1,6 @@
 //! List and watch of one collection, for every watched kind (the node's pods, the cluster's
-//! Services): listed once, then watched from the list's resourceVersion with bookmarks on.
+//! Services): listed once, then watched from the list's resourceVersion with bookmarks on
+//! (unless [`Client::set_watch_bookmarks`] turned them off, for a metered link).
 //!
 //! Fleet behaviour: a watch that breaks resumes from the last resourceVersion it saw (bookmarks
 //! keep it fresh), so a short outage costs one watch request, not a list; only 410 Gone lists
@@ -372,11 +373,7 @@ fn round<W: Watched>(
         }
     }
     let length = WATCH_MIN + jitter.below(WATCH_MIN);
-    let q = format!(
-        "&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
-        set.resource_version(),
-        length.as_secs()
-    );
+    let q = watch_query(set.resource_version(), length, client.watch_bookmarks());
     let started = set.resource_version().clone();
     let body = client.stream(&set.path(&q), length + Duration::from_secs(30))?;
     match read_watch(body, set, emit) {
@@ -395,10 +392,40 @@ fn round<W: Watched>(
     }
 }
 
+/// The query of a watch from `resource_version` for `length`, with bookmarks or without.
+fn watch_query(resource_version: &str, length: Duration, bookmarks: bool) -> String {
+    format!(
+        "&watch=true{}&resourceVersion={resource_version}&timeoutSeconds={}",
+        if bookmarks {
+            "&allowWatchBookmarks=true"
+        } else {
+            ""
+        },
+        length.as_secs()
+    )
+}
+
 /// The `resourceVersion` of a list's `metadata`, taken out of it.
 pub fn list_resource_version(list: &serde_json::Value) -> String {
     list.pointer("/metadata/resourceVersion")
         .and_then(|v| v.as_str())
         .unwrap_or_default()
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_asks_for_bookmarks_only_when_they_are_on() {
+        let length = Duration::from_secs(420);
+        assert_eq!(
+            watch_query("17", length, true),
+            "&watch=true&allowWatchBookmarks=true&resourceVersion=17&timeoutSeconds=420"
+        );
+        let q = watch_query("17", length, false);
+        assert_eq!(q, "&watch=true&resourceVersion=17&timeoutSeconds=420");
+        assert!(!q.contains("Bookmarks"));
+    }
 }

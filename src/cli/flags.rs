@@ -631,6 +631,15 @@ pub static SETTINGS: &[Setting] = &[
         ..NONE
     },
     Setting {
+        flag: "apiserver-watch-bookmarks",
+        arg: SWITCH,
+        help: "ask the apiserver for a bookmark a minute on each watch (default\n\
+               true); false for a metered link: a dead HTTP/2 connection is\n\
+               still found by PING",
+        parse: |t, v| set(&mut t.o.apiserver_watch_bookmarks, boolean(v)?),
+        ..NONE
+    },
+    Setting {
         flag: "kube-api-content-type",
         arg: "TYPE",
         help: "the encoding asked of the apiserver for the answers to the\n\

@@ -75,6 +75,8 @@ pub struct Options {
     pub image_pull_verification: crate::kuberuntime::pullmanager::Policy,
     /// List the node's pods every this long instead of watching them.
     pub apiserver_poll_interval: Option<Duration>,
+    /// `--apiserver-watch-bookmarks`: whether watches ask for bookmarks.
+    pub apiserver_watch_bookmarks: bool,
     /// `configMapAndSecretChangeDetectionStrategy`: how changes of the ConfigMaps and Secrets
     /// the pods use are seen; default `Watch`.
     pub config_map_and_secret_change_detection_strategy: crate::objects::ChangeDetection,
@@ -174,6 +176,7 @@ impl Default for Options {
             bootstrap_kubeconfig: None,
             rotate_certificates: None,
             apiserver_poll_interval: None,
+            apiserver_watch_bookmarks: true,
             config_map_and_secret_change_detection_strategy: Default::default(),
             kube_api_content_type: ContentType::default(),
             node_lease_duration_seconds: 40,

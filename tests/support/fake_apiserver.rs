@@ -4,7 +4,7 @@
 //! Nodes, Leases, Pods and Services as JSON with one resourceVersion counter and an event log, and
 //! speaks the parts of the API a node agent uses: list (with `fieldSelector=spec.nodeName=` for
 //! pods, `spec.clusterIP!=None` for services), watch
-//! (chunked JSON lines, bookmarks, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
+//! (chunked JSON lines, bookmarks when asked, `timeoutSeconds`, 410 for a compacted resourceVersion), create,
 //! get, update, merge-patch (status subresource with a UID precondition, a resourceVersion in
 //! the patch as a precondition), delete, and answers a write with the object's metadata alone
 //! when asked (`as=PartialObjectMetadata`). It is not a
@@ -43,6 +43,8 @@ struct State {
     /// Bytes received and sent (bodies and headers), for traffic figures.
     bytes_in: u64,
     bytes_out: u64,
+    /// Bookmarks sent on every watch.
+    bookmarks: u64,
     /// Bumped to end every open watch.
     watch_generation: u64,
     /// Requests whose path starts with one of these get 403.
@@ -261,6 +263,11 @@ impl FakeApi {
     /// TCP connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.with(|s| s.connections)
+    }
+
+    /// Bookmarks sent so far, on every watch (only to those that asked for them).
+    pub fn bookmarks(&self) -> u64 {
+        self.with(|s| s.bookmarks)
     }
 
     /// (bytes received, bytes sent) so far.
@@ -972,6 +979,7 @@ impl FakeApi {
             .and_then(|f| f.strip_prefix("spec.nodeName="))
             .unwrap_or("")
             .to_owned();
+        let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
         let limit = Duration::from_secs(
             q.get("timeoutSeconds")
                 .and_then(|v| v.parse().ok())
@@ -1058,8 +1066,9 @@ impl FakeApi {
                 said = Instant::now();
             }
             // The real apiserver's watch cache sends a bookmark about every minute (the Leases of
-            // a live cluster move its resourceVersion all the time); so does this one.
-            if last > sent || said.elapsed() >= Duration::from_secs(60) {
+            // a live cluster move its resourceVersion all the time) to a watch that asked for
+            // them; so does this one.
+            if bookmarks && (last > sent || said.elapsed() >= Duration::from_secs(60)) {
                 said = Instant::now();
                 // Other objects moved the counter, or a minute passed: a bookmark keeps the
                 // watcher current.
@@ -1069,6 +1078,7 @@ impl FakeApi {
                 ) {
                     return;
                 }
+                self.with(|s| s.bookmarks += 1);
                 sent = last;
             }
             g = m.lock().unwrap();
