@@ -160,6 +160,54 @@ fn registers_renews_runs_api_pods_and_reports_their_status() {
 }
 
 #[test]
+fn an_evicted_pod_keeps_the_evictions_disruption_target_in_its_final_status() {
+    run(async {
+        let (tmp, fake, api) = fakes("evict");
+        let a = start_joined(&tmp, &fake, &api).await;
+        api.create_pod(api_pod("web"));
+        until(
+            &a,
+            "its status Running in the API",
+            Duration::from_secs(15),
+            async || {
+                api.get("pods/default/web")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        // The Eviction API sets DisruptionTarget and deletes the pod; picolet stops it, posts
+        // its final status and deletes it for good. A Job's pod failure policy reads the
+        // condition on that final pod: a status patch that replaced the conditions whole would
+        // drop it.
+        api.evict("default", "web", 1);
+        until(
+            &a,
+            "the evicted pod deleted for good",
+            Duration::from_secs(15),
+            async || !api.deleted_pods().is_empty(),
+        )
+        .await;
+        let last = api.deleted_pods().pop().unwrap();
+        let conditions = last["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let of = |t: &str| conditions.iter().find(|c| c["type"] == t).cloned();
+        let d = of("DisruptionTarget").unwrap_or_else(|| panic!("no DisruptionTarget: {last:#}"));
+        assert_eq!(d["reason"], "EvictionByEvictionAPI", "{last:#}");
+        assert_eq!(
+            of("Ready").map(|c| c["status"].clone()),
+            Some(json!("False")),
+            "{last:#}"
+        );
+        assert!(
+            last["status"]["containerStatuses"][0]["state"]["terminated"].is_object(),
+            "{last:#}"
+        );
+    });
+}
+
+#[test]
 fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
     run(async {
         let (tmp, fake, api) = fakes("watch");

@@ -117,6 +117,10 @@ pub const HEARTBEAT_TIMEOUT: Duration = STATUS_UPDATE;
 pub const CLOSE_CONNECTIONS_AFTER: u32 = 2;
 
 const MERGE_PATCH: &str = "application/merge-patch+json";
+/// The kubelet's patch type for a pod status: lists the API marks as merged by a key
+/// (`conditions` by `type`) keep the entries the patch does not name, where a merge patch
+/// replaces the list whole.
+const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 
 async fn call(
     client: &Client,
@@ -144,14 +148,35 @@ async fn call_within(
     body: Option<Value>,
     deadline: Option<Duration>,
 ) -> Result<Value, ApiError> {
+    let patch = (method == "PATCH").then_some(MERGE_PATCH);
+    call_as(client, method, patch, path, body, deadline).await
+}
+
+/// A strategic merge patch, as the kubelet patches a pod's status.
+async fn patch_strategic(client: &Client, path: String, body: Value) -> Result<Value, ApiError> {
+    call_as(
+        client,
+        "PATCH",
+        Some(STRATEGIC_MERGE_PATCH),
+        path,
+        Some(body),
+        None,
+    )
+    .await
+}
+
+async fn call_as(
+    client: &Client,
+    method: &'static str,
+    patch: Option<&'static str>,
+    path: String,
+    body: Option<Value>,
+    deadline: Option<Duration>,
+) -> Result<Value, ApiError> {
     let c = client.clone();
     rt::unblock(move || {
         let body = body.map(|b| {
-            let ct = if method == "PATCH" {
-                MERGE_PATCH
-            } else {
-                "application/json"
-            };
+            let ct = patch.unwrap_or("application/json");
             (ct, serde_json::to_vec(&b).unwrap_or_default())
         });
         let body = body.as_ref().map(|(ct, b)| (*ct, b.clone()));
@@ -588,11 +613,14 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             }
             let what = format!("finalizing pod {ns}/{name}");
             // Nothing of it runs any more: its final status (containers terminated) first, as
-            // the kubelet posts it, then delete it for good, only if it is still this pod.
+            // the kubelet posts it, then delete it for good, only if it is still this pod. The
+            // pod is no longer held here, so the conditions others set on it (an eviction's
+            // DisruptionTarget, which a Job's pod failure policy reads) are unknown: the patch
+            // is a strategic merge, which keeps the conditions it does not name.
             if let Some(st) = kubelet.pod_status(&uid) {
                 let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
                 let body = json!({"metadata": {"uid": uid}, "status": st});
-                match call(&client, "PATCH", path, Some(body)).await {
+                match patch_strategic(&client, path, body).await {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() || e.is_conflict() => {}
                     Err(e) => {
@@ -859,8 +887,9 @@ pub async fn run_mirrors(
                 continue;
             }
             let path = format!("/api/v1/namespaces/{}/pods/{}/status", m.namespace, m.name);
+            // A strategic merge, as the final status: the conditions others set are kept.
             let body = json!({"metadata": {"uid": m.uid}, "status": status});
-            match call(&client, "PATCH", path, Some(body)).await {
+            match patch_strategic(&client, path, body).await {
                 Ok(_) => {
                     sent.insert(m.uid.clone(), status);
                 }

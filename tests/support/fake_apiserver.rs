@@ -111,6 +111,33 @@ fn merge(into: &mut Value, patch: &Value) {
     }
 }
 
+/// A strategic merge patch as the apiserver applies one to a pod's status: `conditions`
+/// merged by `type` (the entries the patch does not name kept), everything else as in a merge
+/// patch.
+fn strategic_merge(into: &mut Value, patch: &Value) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                if v.is_null() {
+                    a.remove(k);
+                } else if k == "conditions"
+                    && let (Some(Value::Array(have)), Value::Array(want)) = (a.get_mut(k), v)
+                {
+                    for c in want {
+                        match have.iter_mut().find(|h| h["type"] == c["type"]) {
+                            Some(h) => *h = c.clone(),
+                            None => have.push(c.clone()),
+                        }
+                    }
+                } else {
+                    strategic_merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
 fn query(path: &str) -> (String, BTreeMap<String, String>) {
     let (p, q) = path.split_once('?').unwrap_or((path, ""));
     let q = q
@@ -381,6 +408,39 @@ impl FakeApi {
                 s.pod_events.push((rv, "DELETED", p));
             }
         });
+    }
+
+    /// Evicts a pod as the Eviction API does: the `DisruptionTarget` condition (reason
+    /// `EvictionByEvictionAPI`) set on its status, then a graceful deletion.
+    pub fn evict(&self, ns: &str, name: &str, grace: i64) {
+        self.with(|s| {
+            s.rv += 1;
+            let rv = s.rv;
+            if let Some(p) = s.objects.get_mut(&format!("pods/{ns}/{name}")) {
+                let c = json!({"type": "DisruptionTarget", "status": "True",
+                    "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"});
+                match p["status"]["conditions"].as_array_mut() {
+                    Some(cs) => cs.push(c),
+                    None => p["status"]["conditions"] = json!([c]),
+                }
+                p["metadata"]["resourceVersion"] = json!(rv.to_string());
+                let o = p.clone();
+                s.pod_events.push((rv, "MODIFIED", o));
+            }
+        });
+        self.mark_deleting(ns, name, grace);
+    }
+
+    /// The pods deleted so far, as they were when deleted.
+    pub fn deleted_pods(&self) -> Vec<Value> {
+        self.with(|s| {
+            s.pod_events
+                .iter()
+                .filter(|(_, t, _)| *t == "DELETED")
+                .map(|(_, _, o)| o.clone())
+                .collect()
+        })
     }
 
     /// Starts a graceful deletion, as `kubectl delete pod` does: the pod gets a deletionTimestamp
@@ -678,7 +738,7 @@ impl FakeApi {
             let (code, v) = if refused {
                 (401, status(401, "Unauthorized", "Unauthorized"))
             } else {
-                self.handle(&method, &p, &q, body)
+                self.handle(&method, &p, &q, &content_type, body)
             };
             let lost = self.with(|s| {
                 let hit = s
@@ -734,6 +794,7 @@ impl FakeApi {
         method: &str,
         p: &str,
         q: &BTreeMap<String, String>,
+        content_type: &str,
         body: Value,
     ) -> (u16, Value) {
         let ca = self.ca.clone();
@@ -902,7 +963,11 @@ impl FakeApi {
                         m.remove("uid");
                         m.remove("resourceVersion");
                     }
-                    merge(cur, &patch);
+                    if content_type.starts_with("application/strategic-merge-patch+json") {
+                        strategic_merge(cur, &patch);
+                    } else {
+                        merge(cur, &patch);
+                    }
                     cur["metadata"]["resourceVersion"] = json!(rv.to_string());
                     let o = cur.clone();
                     s.rv = rv;
