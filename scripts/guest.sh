@@ -35,6 +35,13 @@
 #       shares from the stamps they wrote, the apiserver polled while the guest goes down),
 #       and an offline boot (API pods back from the checkpoint); see
 #       scripts/guest/shutdown.sh
+#   scripts/guest.sh flash [--arch A] [--picolet PATH]
+#       flash writes at rest: picolet as its unit with 10 static pods (one log line a minute
+#       each), then over an hour the bytes written to the guest's disk (/sys/block/vda/stat),
+#       by picolet, containerd and the shims (/proc/PID/io write_bytes) and into
+#       /var/log/pods, in the window and per hour, and the files modified; figures only
+#       (scripts/guest/flash.sh; GUEST_FLASH_SECONDS, default 3600, and the other
+#       GUEST_FLASH_* settings it lists)
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
@@ -132,7 +139,7 @@ if [[ $CMD == image ]]; then
     build_image
     exit 0
 fi
-[[ $CMD == scenarios || $CMD == shutdown ]] || usage
+[[ $CMD == scenarios || $CMD == shutdown || $CMD == flash ]] || usage
 
 # ---------------------------------------------------------------- the guest machine
 
@@ -391,6 +398,10 @@ STEADY=(web bridged limited)
 
 if [[ $CMD == shutdown ]]; then
     . "$GUEST_DIR/shutdown.sh"
+    exit 0
+fi
+if [[ $CMD == flash ]]; then
+    . "$GUEST_DIR/flash.sh"
     exit 0
 fi
 
