@@ -26,7 +26,8 @@
 #   SCRATCH_CONTAINERD_BIN containerd 2.x (default: scripts/k8s-build.sh --containerd's)
 #   NODE_MEMORY_DIR        scratch directory (default /tmp/pnmem)
 #
-# Each agent and profile gets a fresh containerd of its own; the agent runs once on it and the
+# The programs run are copies in NODE_MEMORY_DIR/bin, whose pages no other process on the
+# machine shares. Each agent and profile gets a fresh containerd of its own; the agent runs once on it and the
 # manifests grow from one count to the next (the pods of the smaller count stay). Whether all
 # run is read from containerd (a running sandbox and container per pod). Every process it
 # starts is stopped by PID when it ends, Ctrl-C included.
@@ -82,7 +83,24 @@ cleanup() {
     node_dir_cleanup "$WORK" "$CGROUP_ROOT"
     remove_cgroup_tree "$CGROUP_ROOT"
 }
-cleanup_on_exit cleanup
+on_exit() {
+    cleanup
+    rm -rf -- "${DIR:?}/bin"
+}
+cleanup_on_exit on_exit
+
+# Private copies of the programs: PSS splits a file's pages among every process that maps them,
+# so other instances of the same files on the machine (a cluster or another bench beside this
+# one) would lower the figures below what a device, where this node is alone, sees.
+mkdir -p "$DIR/bin/containerd"
+cp -- "$SCRATCH_CONTAINERD_BIN"/* "$DIR/bin/containerd/" || die "cannot copy containerd's programs into $DIR/bin"
+SCRATCH_CONTAINERD_BIN=$DIR/bin/containerd
+cp -- "$BIN" "$DIR/bin/picolet" || die "cannot copy $BIN into $DIR/bin"
+BIN=$DIR/bin/picolet
+if [[ -n $KUBELET ]]; then
+    cp -- "$KUBELET" "$DIR/bin/kubelet" || die "cannot copy $KUBELET into $DIR/bin"
+    KUBELET=$DIR/bin/kubelet
+fi
 
 say "the node's memory by PSS: picolet, containerd 2.x and its shims (figures only)"
 say "  machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
