@@ -120,7 +120,7 @@ start_agent() { # start_agent AGENT PORT
     case $1 in
         picolet)
             kubelet_config staticPodPath="$WORK/manifests" containerRuntimeEndpoint="unix://$SOCK" \
-                podLogsDir="$WORK/logs" healthzPort="$2" cgroupRoot="$CGROUP_ROOT" >"$WORK/config.yaml"
+                podLogsDir="$WORK/logs" healthzPort="$2" cgroupRoot="$CGROUP_ROOT" "$SHARED_DISK_CONFIG" >"$WORK/config.yaml"
             "$BIN" --config "$WORK/config.yaml" --root-dir "$WORK/kubelet" --hostname-override "$NODE" \
                 </dev/null >>"$WORK/picolet.log" 2>&1 &
             AGENT_PID=$! ;;
