@@ -16,6 +16,8 @@
 #     written to storage; a process that exited in the window is not counted);
 #   - the apparent size of /var/log/pods (the pods' logs, written by containerd);
 # and at the end lists the files on the root file system modified in the window.
+# GUEST_FLASH_REMOUNT=OPTIONS remounts the root file system with OPTIONS before the window
+# (`mount -o remount,OPTIONS /`: lazytime, commit=N, ...), to measure what they save.
 # The journal is in memory in this image (Storage=volatile): picolet's and containerd's log
 # lines are not on the disk. The guest-agent's files are on the 9p share, not the disk.
 # shellcheck shell=bash
@@ -26,12 +28,14 @@ F_PODS=${GUEST_FLASH_PODS:-10}
 F_LOG_EVERY=${GUEST_FLASH_LOG_EVERY:-60}
 F_SETTLE=${GUEST_FLASH_SETTLE:-120}
 F_EVERY=${GUEST_FLASH_EVERY:-600}
+F_REMOUNT=${GUEST_FLASH_REMOUNT:-}
+[[ $F_REMOUNT =~ ^[a-z0-9_=,]*$ ]] || die "GUEST_FLASH_REMOUNT must be mount options (letters, digits, = and commas), not '$F_REMOUNT'"
 for v in F_SECONDS F_PODS F_LOG_EVERY F_SETTLE F_EVERY; do
     [[ ${!v} =~ ^[0-9]+$ ]] || die "GUEST_FLASH_${v#F_} must be a whole number, not '${!v}'"
 done
 ((F_SECONDS > 0 && F_EVERY > 0)) || die "GUEST_FLASH_SECONDS and GUEST_FLASH_EVERY must be above 0"
 T_ALL=$(now)
-log "$ARCH guest, flash writes at rest: $F_PODS pods (a log line each every ${F_LOG_EVERY}s), window ${F_SECONDS}s; image $IMAGE, picolet $PICOLET ($(du -k "$PICOLET" | cut -f1) KiB); run directory $RUN"
+log "$ARCH guest, flash writes at rest: $F_PODS pods (a log line each every ${F_LOG_EVERY}s), window ${F_SECONDS}s${F_REMOUNT:+, / remounted with $F_REMOUNT}; image $IMAGE, picolet $PICOLET ($(du -k "$PICOLET" | cut -f1) KiB); run directory $RUN"
 log "host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The pods: a shell that sleeps, printing the date every F_LOG_EVERY seconds (a heartbeat
@@ -120,6 +124,9 @@ check "install picolet as the unit file installs it, with $F_PODS static pods" 6
     systemctl is-active picolet >/dev/null || { diag; exit 1; }
     picolet --version'
 check "every static pod runs, once" 1260 "wait_running 1200 ${F_NAMES[*]} && no_duplicates"
+if [[ -n $F_REMOUNT ]]; then
+    check "the root file system remounted with $F_REMOUNT" 60 "mount -o remount,$F_REMOUNT / && findmnt -no OPTIONS /"
+fi
 log "settling ${F_SETTLE} s"
 sleep "$F_SETTLE"
 check "the node's memory with $F_PODS pods at rest (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 'footprint'
