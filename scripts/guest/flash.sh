@@ -102,16 +102,16 @@ report() {
             line("every other process (write_bytes)", w["other"])
             for (c in o) if (o[c] > 0) line("    " c, o[c])
             line("/var/log/pods growth (apparent size)", lg[2] - lg[1])
-            line("device - all processes (fs journal, metadata)", dev[2] - dev[1] - w["picolet"] - w["containerd"] - w["shims"] - w["other"])
+            line("the rest (fs journal, metadata)", dev[2] - dev[1] - w["picolet"] - w["containerd"] - w["shims"] - w["other"])
         }' "$1" "$2"
 }
 EOF
 
 boot
-check "the guest runs systemd on cgroup v2 with containerd" 60 '
-    wait_active containerd 120 || exit 1
+check "the guest runs systemd on cgroup v2 with containerd" 300 '
+    wait_active containerd 240 || exit 1
     echo "$(uname -r), $(stat -fc %T /sys/fs/cgroup), $(containerd --version | cut -d" " -f3), / mounted $(findmnt -no OPTIONS /)"
-    wait_active guest-images.service 60'
+    wait_active guest-images.service 240'
 check "install picolet as the unit file installs it, with $F_PODS static pods" 60 '
     install -m 0755 /mnt/host/picolet /usr/bin/picolet
     install -m 0644 /mnt/host/picolet.service /etc/systemd/system/picolet.service
