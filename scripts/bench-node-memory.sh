@@ -27,10 +27,10 @@
 #   NODE_MEMORY_DIR        scratch directory (default /tmp/pnmem)
 #
 # The programs run are copies in NODE_MEMORY_DIR/bin, whose pages no other process on the
-# machine shares. Each agent and profile gets a fresh containerd of its own; the agent runs once on it and the
-# manifests grow from one count to the next (the pods of the smaller count stay). Whether all
-# run is read from containerd (a running sandbox and container per pod). Every process it
-# starts is stopped by PID when it ends, Ctrl-C included.
+# machine shares. Each agent and profile gets a fresh containerd of its own; the agent runs once
+# on it and the manifests grow from one count to the next (the pods of the smaller count stay).
+# Whether all run is read from containerd (a running sandbox and container per pod). Every
+# process it starts is stopped by PID when it ends, Ctrl-C included.
 set -euo pipefail
 REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=${NODE_MEMORY_DIR:-/tmp/pnmem}
@@ -102,7 +102,7 @@ if [[ -n $KUBELET ]]; then
     KUBELET=$DIR/bin/kubelet
 fi
 
-say "the node's memory by PSS: picolet, containerd 2.x and its shims (figures only)"
+say "the node's memory by PSS: the agent ($(IFS=,; echo "${AGENTS[*]}")), containerd and its shims (figures only)"
 say "  machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 say "  picolet: $BIN ($(stat -c %s "$BIN") bytes); $("$SCRATCH_CONTAINERD_BIN/containerd" --version 2>/dev/null | awk '{print $1, $3}')"
 [[ -z $KUBELET ]] || say "  kubelet: $KUBELET ($("$KUBELET" --version 2>/dev/null | awk '{print $2}'), $(stat -c %s "$KUBELET") bytes)"
