@@ -23,8 +23,9 @@
 #                   boot again: every file picolet keeps is whole, picolet starts, every
 #                   pod runs, no duplicates; prints how many boots needed more than a
 #                   normal start
-#       With --figures, the first boot also prints the node's memory at rest with 0 and 10
-#       pods (picolet alone first, then 7 more pods beside the 3 steady ones, removed again).
+#       With --figures, the first boot also prints the node's memory at rest with 0, 10 and
+#       50 pods (picolet alone first, then 7 more pods beside the 3 steady ones, then 40 more,
+#       all 47 removed again), and the guest has 2048 MiB of memory instead of 1024.
 #       Default: amd64, 2 cuts, target/debug/picolet. `--cuts 20` is the long run.
 #   scripts/guest.sh shutdown [--arch A] [--picolet PATH]
 #       graceful node shutdown, joined to a control plane of its own (scripts/control-plane.sh)
@@ -35,12 +36,20 @@
 #       shares from the stamps they wrote, the apiserver polled while the guest goes down),
 #       and an offline boot (API pods back from the checkpoint); see
 #       scripts/guest/shutdown.sh
+#   scripts/guest.sh flash [--arch A] [--picolet PATH]
+#       flash writes at rest: picolet as its unit with 10 static pods (one log line a minute
+#       each), then over an hour the bytes written to the guest's disk (/sys/block/vda/stat),
+#       by picolet, containerd and the shims (/proc/PID/io write_bytes) and into
+#       /var/log/pods, in the window and per hour, and the files modified; figures only
+#       (scripts/guest/flash.sh; GUEST_FLASH_SECONDS, default 3600, and the other
+#       GUEST_FLASH_* settings it lists)
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
 #   GUEST_CONTAINERD_BIN  directory with containerd, containerd-shim-runc-v2 and ctr for the
 #                         guest's architecture (default: what `scripts/k8s-build.sh
 #                         --containerd` builds, for arm64 with --arch arm64)
+#   GUEST_MEMORY_MIB      the guest's memory (default 1024, 2048 with --figures)
 #   GUEST_RUN_DIR         the run's directory (default /tmp/picolet-guest-ARCH-PID; removed
 #                         at the end of a passing run unless GUEST_KEEP=1)
 #
@@ -69,7 +78,7 @@ usage() {
 [[ $# -ge 1 ]] || usage
 CMD=$1
 shift
-ARCH=amd64 CUTS=2 PICOLET= UPGRADE_TO= IF_CACHED=0 FIGURES=0
+ARCH=amd64 CUTS=2 PICOLET='' UPGRADE_TO='' IF_CACHED=0 FIGURES=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --figures) FIGURES=1; shift ;;
@@ -83,7 +92,10 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $CUTS =~ ^[0-9]+$ ]] || die "--cuts must be a number, not '$CUTS'"
+if [[ $FIGURES == 1 ]]; then MEMORY_MIB=${GUEST_MEMORY_MIB:-2048}; else MEMORY_MIB=${GUEST_MEMORY_MIB:-1024}; fi
+[[ $MEMORY_MIB =~ ^[0-9]+$ ]] || die "GUEST_MEMORY_MIB must be a number of MiB, not '$MEMORY_MIB'"
 [[ $(id -u) == 0 ]] || die "must run as root"
+# shellcheck disable=SC2054 # (the commas are qemu's option syntax)
 case $ARCH in
     amd64)
         QEMU=(qemu-system-x86_64 -accel tcg,thread=multi)
@@ -132,7 +144,7 @@ if [[ $CMD == image ]]; then
     build_image
     exit 0
 fi
-[[ $CMD == scenarios || $CMD == shutdown ]] || usage
+[[ $CMD == scenarios || $CMD == shutdown || $CMD == flash ]] || usage
 
 # ---------------------------------------------------------------- the guest machine
 
@@ -156,7 +168,7 @@ install -m 0755 "${UPGRADE_TO:-$PICOLET}" "$SHARE/picolet-upgrade"
 install -m 0644 "$ROOT/systemd/picolet.service" "$SHARE/picolet.service"
 install -m 0644 "$GUEST_DIR/lib.sh" "$SHARE/lib.sh"
 
-QEMU_PID= BOOT=0 BOOT_T0= CONSOLE_LOG= CMD_N=0
+QEMU_PID='' BOOT=0 BOOT_T0='' CONSOLE_LOG='' CMD_N=0
 # The guest's network: none, unless a scenario sets NIC (user-mode networking with
 # restrict=on and only forwards to loopback services of the host). It comes last on qemu's
 # command line: its device takes the PCI slot after the disk's and the share's, so the share
@@ -201,7 +213,7 @@ boot() {
     CONSOLE_LOG=$RUN/console-$BOOT.log
     rm -f -- "$SHARE/ready" "$SHARE/heartbeat"
     BOOT_T0=$(now)
-    "${QEMU[@]}" -m 1024 -smp 2 -display none -no-reboot \
+    "${QEMU[@]}" -m "$MEMORY_MIB" -smp 2 -display none -no-reboot \
         -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
         -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4 sysrq_always_enabled=1" \
         -monitor "unix:$RUN/monitor.sock,server=on,wait=off" \
@@ -393,6 +405,10 @@ if [[ $CMD == shutdown ]]; then
     . "$GUEST_DIR/shutdown.sh"
     exit 0
 fi
+if [[ $CMD == flash ]]; then
+    . "$GUEST_DIR/flash.sh"
+    exit 0
+fi
 
 T_ALL=$(now)
 log "$ARCH guest, image $IMAGE, picolet $PICOLET ($(du -k "$PICOLET" | cut -f1) KiB), $CUTS power cuts; run directory $RUN"
@@ -417,7 +433,7 @@ check "install picolet as the unit file installs it" 60 '
     systemctl is-active picolet >/dev/null || { diag; exit 1; }
     picolet --version'
 if [[ $FIGURES == 1 ]]; then
-    check "the node's memory with no pod, picolet idle (a figure)" 60 'sleep 20; footprint'
+    check "the node's memory with no pod, picolet idle (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 'sleep 20; footprint'
     check "the steady pods' manifests put in place" 30 '
         cp /mnt/host/manifests/web.yaml /mnt/host/manifests/bridged.yaml /mnt/host/manifests/limited.yaml /etc/kubernetes/manifests/
         sync; echo copied'
@@ -433,10 +449,19 @@ if [[ $FIGURES == 1 ]]; then
     check "10 pods: 7 more beside the steady ones" 420 '
         cp /mnt/host/manifests/extra?.yaml /etc/kubernetes/manifests/
         wait_running 400 web bridged limited extra1 extra2 extra3 extra4 extra5 extra6 extra7'
-    check "the node's memory with 10 pods at rest (a figure)" 60 'sleep 20; footprint'
-    check "the 7 extra pods removed" 240 '
-        rm /etc/kubernetes/manifests/extra?.yaml
-        wait_gone 200 extra1 extra2 extra3 extra4 extra5 extra6 extra7'
+    check "the node's memory with 10 pods at rest (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 'sleep 20; footprint'
+    more=()
+    for ((i = 8; i <= 47; i++)); do
+        manifest "extra$i" "" "" "$LOOP" >"$SHARE/manifests/extra$i.yaml"
+        more+=("extra$i")
+    done
+    check "50 pods: 40 more" 1860 "
+        cp /mnt/host/manifests/extra*.yaml /etc/kubernetes/manifests/
+        wait_running 1800 web bridged limited extra1 extra2 extra3 extra4 extra5 extra6 extra7 ${more[*]}"
+    check "the node's memory with 50 pods at rest (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 'sleep 20; footprint'
+    check "the 47 extra pods removed" 960 "
+        rm /etc/kubernetes/manifests/extra*.yaml
+        wait_gone 900 extra1 extra2 extra3 extra4 extra5 extra6 extra7 ${more[*]}"
 fi
 log "boot 1: qemu started -> first pod running $first_pod s (picolet installed $(awk -v a="$BOOT_T0" -v b="$t_install" 'BEGIN { printf "%.1f", b - a }') s after qemu started)"
 

@@ -237,13 +237,14 @@ def rollup(pid):
     return out
 
 
-def cmd_pss(picolet_pid, containerd_pid, scratch, title):
-    """The node's memory by proportional set size: picolet, containerd and every shim of the
-    scratch instance (PSS splits the pages the shims share among them, so the sum is what they
-    hold together, where RSS counts each shared page once per shim). One line per part, then a
-    RESULT line: pss_kib for picolet, containerd, the shims and the three together."""
-    pp, cp = int(picolet_pid), int(containerd_pid)
-    parts = [("picolet", [pp] if pp > 0 else []), ("containerd", [cp]), ("shims", shims(scratch))]
+def cmd_pss(agent_pid, containerd_pid, scratch, title, agent="picolet"):
+    """The node's memory by proportional set size: the node agent (picolet, or the kubelet),
+    containerd and every shim of the scratch instance (PSS splits the pages the shims share
+    among them, so the sum is what they hold together, where RSS counts each shared page once
+    per shim). One line per part, then a RESULT line: pss_kib for the agent, containerd, the
+    shims and the three together."""
+    pp, cp = int(agent_pid), int(containerd_pid)
+    parts = [(agent, [pp] if pp > 0 else []), ("containerd", [cp]), ("shims", shims(scratch))]
     print("  %s" % title)
     print("  %-22s %6s %12s %12s %12s %12s" % ("part", "procs", "PSS", "PSS anon", "PSS file", "RSS"))
     totals = {}
@@ -255,8 +256,8 @@ def cmd_pss(picolet_pid, containerd_pid, scratch, title):
             name, len(rs), mib(sums["Pss"]), mib(sums["Pss_Anon"]), mib(sums["Pss_File"]), mib(sums["Rss"])))
     node = sum(totals.values())
     print("  %-22s %6s %12s" % ("node (the three)", "", mib(node)))
-    print("RESULT node_pss picolet_kib=%d containerd_kib=%d shims_kib=%d node_kib=%d shims=%d" % (
-        totals["picolet"], totals["containerd"], totals["shims"], node, len(parts[2][1])))
+    print("RESULT node_pss agent_kib=%d containerd_kib=%d shims_kib=%d node_kib=%d shims=%d" % (
+        totals[agent], totals["containerd"], totals["shims"], node, len(parts[2][1])))
 
 
 # ---- manifest -> running latency

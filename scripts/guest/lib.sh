@@ -263,9 +263,10 @@ wait_gone() {
 }
 
 # footprint: the node's memory at rest, from the v2 memory.current of the units and slices
-# (a figure, not a check), and picolet's own RSS beside it.
+# (a figure, not a check), picolet's own RSS beside it, and the proportional set size (PSS,
+# /proc/PID/smaps_rollup) of picolet, containerd and the shims.
 footprint() {
-    local u pid mib total=0
+    local u pid total=0 p n=0 pss_shims=0 pss_pic pss_ctd
     mib() { awk '{ printf "%.1f MiB", $1 / 1048576 }' "$1"; }
     for u in system.slice/picolet.service system.slice/containerd.service kubepods.slice; do
         printf '%s memory.current %s\n' "${u#*/}" "$(mib "/sys/fs/cgroup/$u/memory.current")"
@@ -275,5 +276,15 @@ footprint() {
     pid=$(systemctl show -p MainPID --value picolet)
     printf 'picolet VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' \
         "$(awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$pid/status")" \
-        "$(pgrep -c -x containerd-shim || pgrep -c -f containerd-shim-runc-v2)"
+        "$(pgrep -c -f containerd-shim-runc-v2 || true)"
+    pss() { awk '$1 == "Pss:" { print $2 }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
+    pss_pic=$(pss "$pid")
+    pss_ctd=$(pss "$(systemctl show -p MainPID --value containerd)")
+    for p in $(pgrep -f containerd-shim-runc-v2); do
+        pss_shims=$((pss_shims + $(pss "$p")))
+        n=$((n + 1))
+    done
+    awk -v a="$pss_pic" -v b="$pss_ctd" -v c="$pss_shims" -v n="$n" 'BEGIN {
+        printf "PSS: picolet %.1f MiB, containerd %.1f MiB, %d shims %.1f MiB, the three together %.1f MiB\n",
+            a / 1024, b / 1024, n, c / 1024, (a + b + c) / 1024 }'
 }
