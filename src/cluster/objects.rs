@@ -1079,6 +1079,50 @@ mod tests {
     }
 
     #[test]
+    fn every_cluster_trust_bundle_is_listed_and_watched() {
+        let mut set = BundleSet::default();
+        assert_eq!(
+            set.path(""),
+            "/apis/certificates.k8s.io/v1/clustertrustbundles"
+        );
+        assert_eq!(
+            set.path("&watch=true&resourceVersion=5"),
+            "/apis/certificates.k8s.io/v1/clustertrustbundles?watch=true&resourceVersion=5"
+        );
+        let ctb = |name: &str, signer: &str, pem: &str| {
+            json!({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+                   "metadata": {"name": name, "labels": {"alive": "true"}},
+                   "spec": {"signerName": signer, "trustBundle": pem}})
+        };
+        set.replace(json!({"metadata": {"resourceVersion": "5"},
+                           "items": [ctb("a", "x.io/s", "P1"), ctb("b", "", "P2")]}))
+            .unwrap();
+        assert_eq!(set.resource_version, "5");
+        assert_eq!(set.bundles.len(), 2);
+        assert_eq!(set.bundles["a"].signer_name, "x.io/s");
+        assert_eq!(set.bundles["a"].labels["alive"], "true");
+        assert_eq!(set.bundles["b"].trust_bundle, "P2");
+        // The same content is no change; new content, a new bundle and a deletion are.
+        assert!(!set.apply_object(Event::Modified, ctb("a", "x.io/s", "P1")).unwrap());
+        assert!(set.apply_object(Event::Modified, ctb("a", "x.io/s", "P3")).unwrap());
+        assert!(set.apply_object(Event::Added, ctb("c", "x.io/s", "P4")).unwrap());
+        assert!(set.apply_object(Event::Deleted, ctb("b", "", "P2")).unwrap());
+        assert!(!set.apply_object(Event::Deleted, ctb("b", "", "P2")).unwrap());
+        let names: Vec<&str> = set.bundles.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(set.bundles["a"].trust_bundle, "P3");
+        // A malformed bundle is refused by name and field.
+        let bad = json!({"metadata": {"name": "z"}, "spec": {"trustBundle": 7}});
+        let e = set.apply_object(Event::Added, bad).unwrap_err().to_string();
+        assert_eq!(e, "clustertrustbundle: z: spec.trustBundle: not a string");
+        let e = set
+            .replace(json!({"items": [{"metadata": {}}]}))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "items[0]: clustertrustbundle: metadata.name: empty");
+    }
+
+    #[test]
     fn rfc3339_parses_as_the_apiserver_writes_it() {
         assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20Z"), Some(1_700_000_000));
@@ -1172,6 +1216,12 @@ mod tests {
                     expires: 3608,
                 },
             );
+            let b = Bundle {
+                signer_name: "x.io/s".into(),
+                labels: [("alive".to_owned(), "true".to_owned())].into(),
+                trust_bundle: "PEM".into(),
+            };
+            c.bundles = Some(Arc::new([("x.io:s:1".to_owned(), b)].into()));
         }
         let mut last = Vec::new();
         save_checkpoint(&path, encode_checkpoint(&store.lock()), &mut last);
@@ -1181,8 +1231,13 @@ mod tests {
             0o600
         );
         let back = Store::default();
-        assert_eq!(load_checkpoint(&path, &back).unwrap(), 3);
+        assert_eq!(load_checkpoint(&path, &back).unwrap(), 4);
         assert_eq!(*back.lock(), *store.lock());
+        // Bundles never listed stay unknown across a restart (not an empty list).
+        store.lock().bundles = None;
+        save_checkpoint(&path, encode_checkpoint(&store.lock()), &mut last);
+        assert_eq!(load_checkpoint(&path, &back).unwrap(), 3);
+        assert!(back.lock().bundles.is_none());
         std::fs::write(&path, b"{torn").unwrap();
         let e = load_checkpoint(&path, &back).unwrap_err();
         assert!(e.starts_with(&path.display().to_string()), "{e}");
