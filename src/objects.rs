@@ -239,8 +239,7 @@ impl Contents {
         }
         let Some(signer) = &p.signer_name else {
             return Err(
-                "ClusterTrustBundle projection requires either name or signerName to be set"
-                    .into(),
+                "ClusterTrustBundle projection requires either name or signerName to be set".into(),
             );
         };
         let mut chosen = Vec::new();
@@ -970,7 +969,10 @@ spec:
                     -----BEGIN OTHER-----\nProc-Type: 4,ENCRYPTED\n\nAwQ=\n-----END OTHER-----\n\
                     -----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n\
                     -----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
-        assert_eq!(pem_blocks(text), vec![vec![0, 1, 2], vec![3, 4], vec![0, 1, 2]]);
+        assert_eq!(
+            pem_blocks(text),
+            vec![vec![0, 1, 2], vec![3, 4], vec![0, 1, 2]]
+        );
         let b = Bundle {
             trust_bundle: text.into(),
             ..Bundle::default()
@@ -1008,7 +1010,11 @@ spec:
         let sel = |y: &str| -> LabelSelector { yaml_serde::from_str(y).unwrap() };
         assert!(sel("{}").matches(&labels).unwrap());
         assert!(sel("{matchLabels: {a: '1'}}").matches(&labels).unwrap());
-        assert!(!sel("{matchLabels: {a: '1', c: '3'}}").matches(&labels).unwrap());
+        assert!(
+            !sel("{matchLabels: {a: '1', c: '3'}}")
+                .matches(&labels)
+                .unwrap()
+        );
         let expr = |op: &str, values: &str| {
             sel(&format!(
                 "{{matchExpressions: [{{key: a, operator: {op}, values: {values}}}]}}"

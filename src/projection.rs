@@ -679,8 +679,14 @@ spec:
         let mut s = Contents::default();
         let all: crate::objects::Bundles = [
             ("one", bundle("", &[("alive", "true")], &[b"D4", b"D1"])),
-            ("x.io:s:1", bundle("x.io/s", &[("alive", "true")], &[b"D1", b"D2"])),
-            ("x.io:s:2", bundle("x.io/s", &[("alive", "false")], &[b"D3"])),
+            (
+                "x.io:s:1",
+                bundle("x.io/s", &[("alive", "true")], &[b"D1", b"D2"]),
+            ),
+            (
+                "x.io:s:2",
+                bundle("x.io/s", &[("alive", "false")], &[b"D3"]),
+            ),
             ("x.io:s:3", bundle("x.io/s", &[], &[b"D5", b"D2"])),
             ("y.io:t:1", bundle("y.io/t", &[("alive", "true")], &[b"D9"])),
         ]

@@ -1705,7 +1705,11 @@ fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_follow_their_ch
         .await;
         let c = fake.running_container_of("ctb").unwrap();
         assert_eq!(certs_in(&c, "/named", "a.pem"), vec![a_pem.clone()]);
-        assert_eq!(file_in(&c, "/named", "none.pem"), "", "optional: an empty file");
+        assert_eq!(
+            file_in(&c, "/named", "none.pem"),
+            "",
+            "optional: an empty file"
+        );
         let mut want = vec![a_pem.clone(), b_pem.clone()];
         want.sort();
         assert_eq!(certs_in(&c, "/signed", "b.crt"), want);
@@ -1761,9 +1765,12 @@ fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_follow_their_ch
         .await;
         // The bundle appears: the waiting pod starts.
         api.put_bundle("does-not-exist", "", json!({}), &c_pem);
-        until(&a, "the waiting pod running", Duration::from_secs(15), async || {
-            fake.running_container_of("ctb-waits").is_some()
-        })
+        until(
+            &a,
+            "the waiting pod running",
+            Duration::from_secs(15),
+            async || fake.running_container_of("ctb-waits").is_some(),
+        )
         .await;
         let w = fake.running_container_of("ctb-waits").unwrap();
         assert_eq!(certs_in(&w, "/v", "t.pem"), vec![c_pem.clone()]);

@@ -1103,11 +1103,26 @@ mod tests {
         assert_eq!(set.bundles["a"].labels["alive"], "true");
         assert_eq!(set.bundles["b"].trust_bundle, "P2");
         // The same content is no change; new content, a new bundle and a deletion are.
-        assert!(!set.apply_object(Event::Modified, ctb("a", "x.io/s", "P1")).unwrap());
-        assert!(set.apply_object(Event::Modified, ctb("a", "x.io/s", "P3")).unwrap());
-        assert!(set.apply_object(Event::Added, ctb("c", "x.io/s", "P4")).unwrap());
-        assert!(set.apply_object(Event::Deleted, ctb("b", "", "P2")).unwrap());
-        assert!(!set.apply_object(Event::Deleted, ctb("b", "", "P2")).unwrap());
+        assert!(
+            !set.apply_object(Event::Modified, ctb("a", "x.io/s", "P1"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Modified, ctb("a", "x.io/s", "P3"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Added, ctb("c", "x.io/s", "P4"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Deleted, ctb("b", "", "P2"))
+                .unwrap()
+        );
+        assert!(
+            !set.apply_object(Event::Deleted, ctb("b", "", "P2"))
+                .unwrap()
+        );
         let names: Vec<&str> = set.bundles.keys().map(String::as_str).collect();
         assert_eq!(names, ["a", "c"]);
         assert_eq!(set.bundles["a"].trust_bundle, "P3");
