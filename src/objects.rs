@@ -1,5 +1,5 @@
-//! The API objects the node's pods use: ConfigMaps, Secrets and service-account tokens, as last
-//! read from the apiserver (or from the checkpoint when it is out of reach), and what each pod
+//! The API objects the node's pods use: ConfigMaps, Secrets, service-account tokens and
+//! ClusterTrustBundles, as last read from the apiserver (or from the checkpoint when it is out of reach), and what each pod
 //! needs of them.
 //!
 //! The store is plain shared data: the cluster side (`cluster::objects`) fills it, volume
@@ -140,6 +140,19 @@ impl TokenSpec {
     }
 }
 
+/// One ClusterTrustBundle (`certificates.k8s.io/v1`) as the node keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bundle {
+    /// Empty for a bundle of no signer (reachable by name only).
+    pub signer_name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The PEM certificates (`spec.trustBundle`).
+    pub trust_bundle: String,
+}
+
+/// Every ClusterTrustBundle of the cluster, by name.
+pub type Bundles = BTreeMap<String, Bundle>;
+
 /// Everything the store holds.
 #[derive(Default, Clone, PartialEq)]
 pub struct Contents {
@@ -147,6 +160,9 @@ pub struct Contents {
     pub objects: BTreeMap<(Kind, String), Object>,
     /// By [`TokenSpec::key`].
     pub tokens: BTreeMap<String, Token>,
+    /// The cluster's ClusterTrustBundles, all of them (as the kubelet's informer holds them);
+    /// none until they are listed, and only while a pod projects one.
+    pub bundles: Option<Arc<Bundles>>,
 }
 
 impl std::fmt::Debug for Contents {
@@ -154,6 +170,7 @@ impl std::fmt::Debug for Contents {
         f.debug_struct("Contents")
             .field("objects", &self.objects.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens.len())
+            .field("bundles", &self.bundles.as_ref().map(|b| b.len()))
             .finish()
     }
 }
@@ -198,6 +215,139 @@ impl Contents {
             )),
         }
     }
+
+    /// The file of a `clusterTrustBundle` projection, as the kubelet's ClusterTrustBundle
+    /// manager makes it: the certificates of the named bundle, or of every bundle of the signer
+    /// that the label selector matches (no selector matches none, an empty one every bundle),
+    /// deduplicated and in [`trust_anchors`]'s order. Nothing found is an empty file when the
+    /// projection is optional, else an error with upstream's words.
+    pub fn trust_anchors(&self, p: &ClusterTrustBundleProjection) -> Result<Vec<u8>, String> {
+        let optional = p.optional.unwrap_or(false);
+        let all = self
+            .bundles
+            .as_ref()
+            .ok_or("ClusterTrustBundles not read from the apiserver yet")?;
+        if let Some(name) = &p.name {
+            return match all.get(name) {
+                Some(b) => Ok(trust_anchors(&[b])),
+                None if optional => Ok(Vec::new()),
+                None => Err(format!(
+                    "while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io \
+                     {name:?} not found"
+                )),
+            };
+        }
+        let Some(signer) = &p.signer_name else {
+            return Err(
+                "ClusterTrustBundle projection requires either name or signerName to be set".into(),
+            );
+        };
+        let mut chosen = Vec::new();
+        for b in all.values().filter(|b| b.signer_name == *signer) {
+            let selected = match &p.label_selector {
+                None => false,
+                Some(sel) => sel
+                    .matches(&b.labels)
+                    .map_err(|e| format!("while parsing label selector: {e}"))?,
+            };
+            if selected {
+                chosen.push(b);
+            }
+        }
+        if chosen.is_empty() {
+            if optional {
+                return Ok(Vec::new());
+            }
+            return Err(
+                "combination of signerName and labelSelector matched zero ClusterTrustBundles"
+                    .into(),
+            );
+        }
+        Ok(trust_anchors(&chosen))
+    }
+}
+
+/// The certificates of some bundles as one PEM file, as upstream normalizes them: every PEM
+/// block of each bundle (whatever its type, headers dropped), deduplicated by content, sorted by
+/// their DER bytes and then shuffled, each written back as a `CERTIFICATE` block with 64-column
+/// base64. The shuffle is upstream's (so no client comes to rely on an order); its seed is the
+/// process's, so one set of certificates keeps its order (and its file) until a restart.
+pub fn trust_anchors(bundles: &[&Bundle]) -> Vec<u8> {
+    use base64::Engine as _;
+    let mut ders = BTreeSet::new();
+    for b in bundles {
+        ders.extend(pem_blocks(&b.trust_bundle));
+    }
+    let mut list: Vec<Vec<u8>> = ders.into_iter().collect();
+    let mut rng = shuffle_seed();
+    for i in (1..list.len()).rev() {
+        rng = splitmix(rng);
+        let j = usize::try_from(rng % (i as u64 + 1)).unwrap_or(0);
+        list.swap(i, j);
+    }
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut out = Vec::new();
+    for der in list {
+        out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        let text = engine.encode(der);
+        for line in text.as_bytes().chunks(64) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    out
+}
+
+fn shuffle_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| {
+        let t = crate::rt::now_nanos().to_le_bytes();
+        crate::hash::fnv1a64(&[&t, &std::process::id().to_le_bytes()])
+    })
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The DER bytes of each PEM block of `text` (as Go's `pem.Decode` in a loop): text outside
+/// blocks, the headers of a block and a block whose body is not base64 are skipped.
+pub fn pem_blocks(text: &str) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(kind) = line
+            .trim_end()
+            .strip_prefix("-----BEGIN ")
+            .and_then(|r| r.strip_suffix("-----"))
+        else {
+            continue;
+        };
+        let end = format!("-----END {kind}-----");
+        let mut body = String::new();
+        let mut closed = false;
+        for l in lines.by_ref() {
+            let l = l.trim();
+            if l == end {
+                closed = true;
+                break;
+            }
+            if l.contains(':') {
+                continue;
+            }
+            body.push_str(l);
+        }
+        if closed && let Ok(der) = engine.decode(body.as_bytes()) {
+            out.push(der);
+        }
+    }
+    out
 }
 
 // ---- what pods reference ----
@@ -311,9 +461,73 @@ pub struct ProjectionSource {
     #[serde(rename = "downwardAPI")]
     pub downward_api: Option<DownwardApiVolume>,
     pub service_account_token: Option<TokenProjection>,
-    /// Sources picolet does not project, kept to be named in the error.
-    pub cluster_trust_bundle: Option<serde::de::IgnoredAny>,
+    pub cluster_trust_bundle: Option<ClusterTrustBundleProjection>,
+    /// A source picolet does not project, kept to be named in the error.
     pub pod_certificate: Option<serde::de::IgnoredAny>,
+}
+
+/// `projected.sources[].clusterTrustBundle`: one bundle by `name`, or the bundles of
+/// `signerName` that `labelSelector` picks, written to `path`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ClusterTrustBundleProjection {
+    pub name: Option<String>,
+    pub signer_name: Option<String>,
+    pub label_selector: Option<LabelSelector>,
+    pub optional: Option<bool>,
+    pub path: String,
+}
+
+/// A label selector (`metav1.LabelSelector`): every `matchLabels` pair and every
+/// `matchExpressions` requirement must hold; an empty one matches everything.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    pub values: Vec<String>,
+}
+
+impl LabelSelector {
+    /// Whether `labels` satisfy the selector; an error names a requirement upstream's
+    /// `LabelSelectorAsSelector` refuses.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+        let mut ok = self
+            .match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v));
+        for r in &self.match_expressions {
+            let value = labels.get(&r.key);
+            let held = match r.operator.as_str() {
+                "In" | "NotIn" if r.values.is_empty() => {
+                    return Err(format!(
+                        "key {:?}: for 'in', 'notin' operators, values set can't be empty",
+                        r.key
+                    ));
+                }
+                "In" => value.is_some_and(|v| r.values.contains(v)),
+                "NotIn" => value.is_none_or(|v| !r.values.contains(v)),
+                "Exists" | "DoesNotExist" if !r.values.is_empty() => {
+                    return Err(format!(
+                        "key {:?}: values set must be empty for exists and does not exist",
+                        r.key
+                    ));
+                }
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                other => return Err(format!("{other:?} is not a valid label selector operator")),
+            };
+            ok &= held;
+        }
+        Ok(ok)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -445,6 +659,8 @@ pub struct Needs {
     /// (kind, namespace, name) → the UIDs of the pods that use it.
     pub objects: BTreeMap<(Kind, String, String), BTreeSet<String>>,
     pub tokens: BTreeMap<String, TokenSpec>,
+    /// The UIDs of the pods that project ClusterTrustBundles.
+    pub bundles: BTreeSet<String>,
 }
 
 impl Needs {
@@ -474,6 +690,9 @@ impl Needs {
                         if let Some(t) = &s.service_account_token {
                             let spec = token_spec(pod, t);
                             self.tokens.insert(spec.key(), spec);
+                        }
+                        if s.cluster_trust_bundle.is_some() {
+                            self.bundles.insert(pod.metadata.uid.clone());
                         }
                     }
                 }
@@ -742,6 +961,97 @@ spec:
         // The API's minimum is applied to a lifetime below it.
         let exp: BTreeSet<i64> = tokens.iter().map(|t| t.expiration_seconds).collect();
         assert_eq!(exp, BTreeSet::from([600, 3607]));
+    }
+
+    #[test]
+    fn pem_blocks_are_read_as_go_reads_them_and_written_back_normalized() {
+        let text = "junk before\n-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n\
+                    -----BEGIN OTHER-----\nProc-Type: 4,ENCRYPTED\n\nAwQ=\n-----END OTHER-----\n\
+                    -----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n\
+                    -----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            pem_blocks(text),
+            vec![vec![0, 1, 2], vec![3, 4], vec![0, 1, 2]]
+        );
+        let b = Bundle {
+            trust_bundle: text.into(),
+            ..Bundle::default()
+        };
+        let out = String::from_utf8(trust_anchors(&[&b])).unwrap();
+        let mut blocks: Vec<&str> = out.split_inclusive("-----END CERTIFICATE-----\n").collect();
+        blocks.sort();
+        assert_eq!(
+            blocks,
+            vec![
+                "-----BEGIN CERTIFICATE-----\nAAEC\n-----END CERTIFICATE-----\n",
+                "-----BEGIN CERTIFICATE-----\nAwQ=\n-----END CERTIFICATE-----\n",
+            ]
+        );
+        // Long bodies wrap at 64 columns, as Go's encoder writes them.
+        let long = Bundle {
+            trust_bundle: format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                "A".repeat(100)
+            ),
+            ..Bundle::default()
+        };
+        let out = String::from_utf8(trust_anchors(&[&long])).unwrap();
+        let widths: Vec<usize> = out.lines().map(str::len).collect();
+        assert_eq!(widths, vec![27, 64, 36, 25]);
+        assert!(trust_anchors(&[]).is_empty());
+    }
+
+    #[test]
+    fn label_selectors_match_as_upstreams() {
+        let labels: BTreeMap<String, String> = [("a", "1"), ("b", "2")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let sel = |y: &str| -> LabelSelector { yaml_serde::from_str(y).unwrap() };
+        assert!(sel("{}").matches(&labels).unwrap());
+        assert!(sel("{matchLabels: {a: '1'}}").matches(&labels).unwrap());
+        assert!(
+            !sel("{matchLabels: {a: '1', c: '3'}}")
+                .matches(&labels)
+                .unwrap()
+        );
+        let expr = |op: &str, values: &str| {
+            sel(&format!(
+                "{{matchExpressions: [{{key: a, operator: {op}, values: {values}}}]}}"
+            ))
+            .matches(&labels)
+        };
+        assert_eq!(expr("In", "['1', '9']"), Ok(true));
+        assert_eq!(expr("NotIn", "['1']"), Ok(false));
+        assert_eq!(expr("Exists", "[]"), Ok(true));
+        assert_eq!(expr("DoesNotExist", "[]"), Ok(false));
+        assert!(expr("In", "[]").is_err());
+        assert!(expr("Exists", "['1']").is_err());
+        assert!(
+            !sel("{matchExpressions: [{key: z, operator: Exists}]}")
+                .matches(&labels)
+                .unwrap()
+        );
+        assert!(
+            sel("{matchExpressions: [{key: z, operator: NotIn, values: [x]}]}")
+                .matches(&labels)
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn needs_name_the_pods_projecting_trust_bundles() {
+        let p = pod("metadata: {name: p, namespace: ns, uid: u9}
+spec:
+  containers: [{name: c, image: i}]
+  volumes:
+  - name: ctb
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {}, path: b.crt}}]}
+");
+        let mut n = Needs::default();
+        n.add_pod(&p);
+        assert_eq!(n.bundles, BTreeSet::from(["u9".to_owned()]));
+        assert!(n.objects.is_empty());
     }
 
     #[test]

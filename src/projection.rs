@@ -1,5 +1,5 @@
 //! The files of configMap, secret, projected and downwardAPI volumes, computed from the pod and
-//! the objects the node holds: a pure function from (pod, volume, objects) to a payload that
+//! the objects the node holds (ConfigMaps, Secrets, tokens, ClusterTrustBundles): a pure function from (pod, volume, objects) to a payload that
 //! `atomic_writer` puts on disk. The rules are upstream's: `items` pick and rename keys (a
 //! missing key is an error unless the source is optional), `mode` beats `defaultMode` (0644),
 //! an optional object that does not exist gives no files.
@@ -344,27 +344,15 @@ pub fn payload(
                             spec.namespace, spec.service_account
                         )
                     })?;
-                    // Owner-only when the file can be given to the pod's user or group
-                    // (as upstream: fsGroup then adds group read).
-                    let user = fs_user(pod);
-                    let tmode = if user.is_some() || fs_group(pod).is_some() {
-                        0o600
-                    } else {
-                        mode
-                    };
                     out.insert(
                         t.path.clone(),
-                        File {
-                            data: tok.token.as_bytes().to_vec(),
-                            mode: tmode,
-                            uid: user,
-                            gid: None,
-                        },
+                        owned_file(pod, tok.token.as_bytes().to_vec(), mode),
                     );
+                } else if let Some(b) = &s.cluster_trust_bundle {
+                    let data = store.trust_anchors(b)?;
+                    out.insert(b.path.clone(), owned_file(pod, data, mode));
                 } else {
-                    let kind = if s.cluster_trust_bundle.is_some() {
-                        "clusterTrustBundle"
-                    } else if s.pod_certificate.is_some() {
+                    let kind = if s.pod_certificate.is_some() {
                         "podCertificate"
                     } else {
                         "empty"
@@ -385,6 +373,23 @@ pub fn payload(
         }
     }
     Ok(out)
+}
+
+/// A token or trust-bundle file: owner-only when it can be given to the pod's user or group
+/// (as upstream: fsGroup then adds group read), owned by the pod's only user.
+fn owned_file(pod: &Pod, data: Vec<u8>, mode: u32) -> File {
+    let user = fs_user(pod);
+    let mode = if user.is_some() || fs_group(pod).is_some() {
+        0o600
+    } else {
+        mode
+    };
+    File {
+        data,
+        mode,
+        uid: user,
+        gid: None,
+    }
 }
 
 fn fs_group(pod: &Pod) -> Option<u32> {
@@ -623,6 +628,148 @@ spec:
         two.spec.containers.push(c2);
         let files = payload(&two, &v, &s, node).unwrap();
         assert_eq!(files["token"].uid, None);
+    }
+
+    /// A self-signed certificate's PEM as upstream's tests make them (the DER is arbitrary
+    /// bytes here: the node never parses the certificate).
+    fn pem(der: &[u8]) -> String {
+        use base64::Engine as _;
+        let b = base64::engine::general_purpose::STANDARD.encode(der);
+        format!("-----BEGIN CERTIFICATE-----\n{b}\n-----END CERTIFICATE-----\n")
+    }
+
+    fn bundle(signer: &str, labels: &[(&str, &str)], ders: &[&[u8]]) -> crate::objects::Bundle {
+        crate::objects::Bundle {
+            signer_name: signer.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            trust_bundle: ders.iter().map(|d| pem(d)).collect(),
+        }
+    }
+
+    const CTB_POD: &str = "metadata: {name: p, namespace: ns, uid: u1}
+spec:
+  containers: [{name: c, image: i}]
+  volumes:
+  - name: by-name
+    projected: {sources: [{clusterTrustBundle: {name: one, path: a.pem}}]}
+  - name: by-name-opt
+    projected: {sources: [{clusterTrustBundle: {name: nope, path: a.pem, optional: true}}]}
+  - name: by-name-req
+    projected: {sources: [{clusterTrustBundle: {name: nope, path: a.pem, optional: false}}]}
+  - name: alive
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {matchLabels: {alive: 'true'}}, path: b.crt}}]}
+  - name: everything
+    projected: {defaultMode: 256, sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {}, path: b.crt}}]}
+  - name: nil-selector
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, path: b.crt}}]}
+  - name: nil-selector-opt
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, path: b.crt, optional: true}}]}
+  - name: nothing-opt
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {matchLabels: {no: thing}}, path: b.crt, optional: true}}]}
+  - name: exprs
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {matchExpressions: [{key: alive, operator: NotIn, values: ['true']}]}, path: b.crt}}]}
+  - name: bad-op
+    projected: {sources: [{clusterTrustBundle: {signerName: x.io/s, labelSelector: {matchExpressions: [{key: alive, operator: Equals, values: ['x']}]}, path: b.crt}}]}
+";
+
+    fn ctb_store() -> Contents {
+        let mut s = Contents::default();
+        let all: crate::objects::Bundles = [
+            ("one", bundle("", &[("alive", "true")], &[b"D4", b"D1"])),
+            (
+                "x.io:s:1",
+                bundle("x.io/s", &[("alive", "true")], &[b"D1", b"D2"]),
+            ),
+            (
+                "x.io:s:2",
+                bundle("x.io/s", &[("alive", "false")], &[b"D3"]),
+            ),
+            ("x.io:s:3", bundle("x.io/s", &[], &[b"D5", b"D2"])),
+            ("y.io:t:1", bundle("y.io/t", &[("alive", "true")], &[b"D9"])),
+        ]
+        .into_iter()
+        .map(|(n, b)| (n.to_owned(), b))
+        .collect();
+        s.bundles = Some(Arc::new(all));
+        s
+    }
+
+    /// The certificates of a file, in its order, each checked to be written back as upstream's
+    /// `pem.EncodeToMemory` writes it.
+    fn certs(f: &File) -> Vec<Vec<u8>> {
+        let text = String::from_utf8(f.data.clone()).unwrap();
+        let ders = crate::objects::pem_blocks(&text);
+        let again: String = ders.iter().map(|d| pem(d)).collect();
+        assert_eq!(text, again, "one CERTIFICATE block per certificate");
+        ders
+    }
+
+    fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn cluster_trust_bundles_by_name_and_by_signer_and_labels() {
+        let p = pod(CTB_POD);
+        let s = ctb_store();
+        let node = NodeAllocatable::default();
+        let files = |i: usize| payload(&p, &vol(&p, i), &s, node);
+        let d = |x: &[&[u8]]| x.iter().map(|b| b.to_vec()).collect::<Vec<_>>();
+
+        let f = files(0).unwrap();
+        assert_eq!(names(&f), vec![("a.pem", 0o644)]);
+        assert_eq!(sorted(certs(&f["a.pem"])), d(&[b"D1", b"D4"]));
+        // Optional and not there: an empty file, as upstream writes it.
+        let f = files(1).unwrap();
+        assert_eq!(names(&f), vec![("a.pem", 0o644)]);
+        assert!(f["a.pem"].data.is_empty());
+        assert_eq!(
+            files(2).unwrap_err(),
+            "while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io \"nope\" not found"
+        );
+        // The signer's bundles the labels pick, duplicates once; another signer's never.
+        let f = files(3).unwrap();
+        assert_eq!(sorted(certs(&f["b.crt"])), d(&[b"D1", b"D2"]));
+        let f = files(4).unwrap();
+        assert_eq!(names(&f), vec![("b.crt", 0o400)]);
+        assert_eq!(sorted(certs(&f["b.crt"])), d(&[b"D1", b"D2", b"D3", b"D5"]));
+        // No selector matches nothing; an empty one everything.
+        assert_eq!(
+            files(5).unwrap_err(),
+            "combination of signerName and labelSelector matched zero ClusterTrustBundles"
+        );
+        assert!(files(6).unwrap()["b.crt"].data.is_empty());
+        assert!(files(7).unwrap()["b.crt"].data.is_empty());
+        // NotIn holds for a bundle without the label.
+        let f = files(8).unwrap();
+        assert_eq!(sorted(certs(&f["b.crt"])), d(&[b"D2", b"D3", b"D5"]));
+        assert_eq!(
+            files(9).unwrap_err(),
+            "while parsing label selector: \"Equals\" is not a valid label selector operator"
+        );
+        // One set of certificates, one order.
+        assert_eq!(files(4).unwrap(), files(4).unwrap());
+    }
+
+    #[test]
+    fn cluster_trust_bundles_wait_for_the_list_and_follow_fs_group() {
+        let mut p = pod(CTB_POD);
+        let node = NodeAllocatable::default();
+        let e = payload(&p, &vol(&p, 1), &Contents::default(), node).unwrap_err();
+        assert_eq!(e, "ClusterTrustBundles not read from the apiserver yet");
+        assert!(e.ends_with(" yet"), "waiting, not a failure");
+        p.spec.security_context = Some(crate::api::PodSecurityContext {
+            run_as_user: Some(1000),
+            fs_group: Some(2000),
+            ..Default::default()
+        });
+        let f = payload(&p, &vol(&p, 0), &ctb_store(), node).unwrap();
+        let a = &f["a.pem"];
+        assert_eq!((a.mode, a.uid, a.gid), (0o640, Some(1000), Some(2000)));
     }
 
     #[test]

@@ -848,3 +848,204 @@ fn picolet_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
     );
     assert!(store.current().unwrap().unwrap().not_after > not_after);
 }
+
+/// A self-signed CA certificate (P-256) made by openssl, as PEM.
+fn ca_pem(dir: &std::path::Path, cn: &str) -> String {
+    let (key, cert) = (dir.join(format!("{cn}.key")), dir.join(format!("{cn}.crt")));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", &format!("/CN={cn}")])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "openssl: {out:?}");
+    std::fs::read_to_string(cert).unwrap()
+}
+
+/// The PEM blocks of a file, sorted (the node shuffles them).
+fn pem_set(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .split_inclusive("-----END CERTIFICATE-----\n")
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn cluster_trust_bundles_are_projected_from_a_real_apiserver() {
+    let dir = test_dir("cluster-ctb");
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![NODE.into()],
+            controllers: true,
+            ..Default::default()
+        },
+    );
+    let c = ScratchContainerd::start(&dir.join("containerd"));
+    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
+    let a = Agent::start_with(
+        &dir.join("a"),
+        &c.endpoint(),
+        &["--kubeconfig".into(), kc.display().to_string()],
+    );
+    let (ca1, ca2, ca3) = (
+        ca_pem(&dir, "ca1"),
+        ca_pem(&dir, "ca2"),
+        ca_pem(&dir, "ca3"),
+    );
+    let ctb = |name: &str, signer: &str, alive: &str, pem: &str| {
+        serde_json::json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+            "metadata": {"name": name, "labels": {"alive": alive}},
+            "spec": {"signerName": signer, "trustBundle": pem},
+        })
+        .to_string()
+    };
+    cp.admin_stdin(&["apply", "-f", "-"], &ctb("one", "", "true", &ca1));
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &ctb(
+            "example.com:s:a",
+            "example.com/s",
+            "true",
+            &format!("{ca2}{ca1}"),
+        ),
+    );
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &ctb("example.com:s:b", "example.com/s", "false", &ca3),
+    );
+    let pod = |name: &str, sources: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": NODE, "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                                "command": ["sleep", "3600"],
+                                "volumeMounts": [{"name": "ctb", "mountPath": "/ctb"}]}],
+                "volumes": [{"name": "ctb", "projected": {"sources": sources}}],
+            },
+        })
+        .to_string()
+    };
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &pod(
+            "ctb",
+            serde_json::json!([
+                {"clusterTrustBundle": {"name": "one", "path": "a.pem"}},
+                {"clusterTrustBundle": {"name": "nope", "path": "none.pem", "optional": true}},
+                {"clusterTrustBundle": {"signerName": "example.com/s",
+                    "labelSelector": {"matchLabels": {"alive": "true"}}, "path": "b.crt"}}
+            ]),
+        ),
+    );
+    cp.admin_stdin(
+        &["apply", "-f", "-"],
+        &pod(
+            "ctb-waits",
+            serde_json::json!([
+                {"clusterTrustBundle": {"name": "does-not-exist", "path": "t.pem", "optional": false}}
+            ]),
+        ),
+    );
+    let phase = |p: &str| jsonpath(&cp, &["get", "pod", p, "-o", "jsonpath={.status.phase}"]);
+    cluster_wait("the pod Running", Duration::from_secs(90), &a, &cp, || {
+        phase("ctb") == "Running"
+    });
+    let id = running_container(&c, "ctb").expect("ctb runs");
+    // Read through the node's own identity: the Node authorizer lets it list and watch them.
+    assert_eq!(
+        pem_set(&cat_in(&c, &id, "/ctb/a.pem").unwrap()),
+        vec![ca1.clone()]
+    );
+    assert_eq!(cat_in(&c, &id, "/ctb/none.pem").unwrap(), "");
+    let mut want = vec![ca1.clone(), ca2.clone()];
+    want.sort();
+    assert_eq!(pem_set(&cat_in(&c, &id, "/ctb/b.crt").unwrap()), want);
+    // A required bundle that does not exist: the pod stays Pending, not ready, and a
+    // FailedMount event says why in upstream's words.
+    let ready = |p: &str| {
+        jsonpath(
+            &cp,
+            &[
+                "get",
+                "pod",
+                p,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}",
+            ],
+        )
+    };
+    cluster_wait(
+        "the waiting pod's event",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || {
+            jsonpath(
+                &cp,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=ctb-waits,reason=FailedMount",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+            )
+            .contains(
+                "while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io \
+             \"does-not-exist\" not found",
+            )
+        },
+    );
+    assert_eq!(phase("ctb-waits"), "Pending");
+    assert_eq!(ready("ctb-waits"), "ContainersNotReady");
+    // A relabelled bundle joins the file; the missing one created, the waiting pod starts.
+    cp.admin(&[
+        "label",
+        "--overwrite",
+        "clustertrustbundle",
+        "example.com:s:b",
+        "alive=true",
+    ]);
+    let mut want = vec![ca1.clone(), ca2.clone(), ca3.clone()];
+    want.sort();
+    cluster_wait(
+        "the relabelled bundle in the file",
+        Duration::from_secs(30),
+        &a,
+        &cp,
+        || cat_in(&c, &id, "/ctb/b.crt").map(|t| pem_set(&t)).ok() == Some(want.clone()),
+    );
+    cp.admin_stdin(&["apply", "-f", "-"], &ctb("does-not-exist", "", "x", &ca3));
+    cluster_wait(
+        "the waiting pod Running",
+        Duration::from_secs(60),
+        &a,
+        &cp,
+        || phase("ctb-waits") == "Running",
+    );
+    let w = running_container(&c, "ctb-waits").expect("ctb-waits runs");
+    assert_eq!(pem_set(&cat_in(&c, &w, "/ctb/t.pem").unwrap()), vec![ca3]);
+    assert!(
+        !a.log_text()
+            .contains("refuses this node's clustertrustbundles"),
+        "the node may read them"
+    );
+}

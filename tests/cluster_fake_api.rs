@@ -1641,3 +1641,152 @@ fn service_variables_come_from_one_list_and_the_watch_and_survive_an_offline_res
         api.set_down(false);
     });
 }
+
+/// A PEM certificate block of `b64` (its DER bytes are not parsed by the node).
+fn cert(b64: &str) -> String {
+    format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+}
+
+/// The certificates of a projected trust-bundle file, sorted (the node shuffles them).
+fn certs_in(c: &picolet::cri::fake::FakeContainer, mount: &str, file: &str) -> Vec<String> {
+    let text = file_in(c, mount, file);
+    let mut v: Vec<String> = text
+        .split_inclusive("-----END CERTIFICATE-----\n")
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_follow_their_changes() {
+    run(async {
+        let (tmp, fake, api) = fakes("apictb");
+        let (a_pem, b_pem, c_pem, d_pem, e_pem) = (
+            cert("AAEC"),
+            cert("AwQF"),
+            cert("BgcI"),
+            cert("CQoL"),
+            cert("DA0O"),
+        );
+        api.put_bundle("one", "", json!({}), &a_pem);
+        api.put_bundle(
+            "x.io:s:1",
+            "x.io/s",
+            json!({"alive": "true"}),
+            &format!("{b_pem}{a_pem}"),
+        );
+        api.put_bundle("x.io:s:2", "x.io/s", json!({"alive": "false"}), &c_pem);
+        let mut p = api_pod("ctb");
+        p["spec"]["volumes"] = json!([
+            {"name": "named", "projected": {"sources": [
+                {"clusterTrustBundle": {"name": "one", "path": "a.pem"}},
+                {"clusterTrustBundle": {"name": "nope", "path": "none.pem", "optional": true}}
+            ]}},
+            {"name": "signed", "projected": {"sources": [
+                {"clusterTrustBundle": {"signerName": "x.io/s", "labelSelector": {"matchLabels": {"alive": "true"}}, "path": "b.crt"}}
+            ]}}
+        ]);
+        p["spec"]["containers"][0]["volumeMounts"] = json!([
+            {"name": "named", "mountPath": "/named"},
+            {"name": "signed", "mountPath": "/signed"}
+        ]);
+        api.create_pod(p);
+        let mut waits = api_pod("ctb-waits");
+        waits["spec"]["volumes"] = json!([{"name": "v", "projected": {"sources": [
+            {"clusterTrustBundle": {"name": "does-not-exist", "path": "t.pem", "optional": false}}
+        ]}}]);
+        waits["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "v", "mountPath": "/v"}]);
+        api.create_pod(waits);
+        let a = start_joined(&tmp, &fake, &api).await;
+        until(&a, "the pod running", Duration::from_secs(15), async || {
+            fake.running_container_of("ctb").is_some()
+        })
+        .await;
+        let c = fake.running_container_of("ctb").unwrap();
+        assert_eq!(certs_in(&c, "/named", "a.pem"), vec![a_pem.clone()]);
+        assert_eq!(
+            file_in(&c, "/named", "none.pem"),
+            "",
+            "optional: an empty file"
+        );
+        let mut want = vec![a_pem.clone(), b_pem.clone()];
+        want.sort();
+        assert_eq!(certs_in(&c, "/signed", "b.crt"), want);
+        // All of them listed once and watched, as the kubelet's informer.
+        let path = "/apis/certificates.k8s.io/v1/clustertrustbundles";
+        let reads = || -> Vec<String> {
+            api.requests()
+                .into_iter()
+                .filter(|(_, p)| p.starts_with(path))
+                .map(|(m, p)| format!("{m} {p}"))
+                .collect()
+        };
+        let first = reads();
+        assert_eq!(first[0], format!("GET {path}"), "{first:?}");
+        assert!(
+            first
+                .iter()
+                .any(|r| r.starts_with(&format!("GET {path}?watch=true"))),
+            "{first:?}"
+        );
+        // A required bundle that does not exist: no container, upstream's words in the event.
+        until(
+            &a,
+            "the waiting pod's FailedMount event",
+            Duration::from_secs(15),
+            async || {
+                api.events().iter().any(|e| {
+                    e["reason"] == "FailedMount"
+                        && e["involvedObject"]["name"] == "ctb-waits"
+                        && e["message"].as_str().is_some_and(|m| {
+                            m.contains(
+                                "while getting ClusterTrustBundle: \
+                                 clustertrustbundles.certificates.k8s.io \"does-not-exist\" \
+                                 not found",
+                            )
+                        })
+                })
+            },
+        )
+        .await;
+        assert_eq!(running(&fake, "ctb-waits"), 0);
+        // Changes come on the watch: a new certificate, a new bundle of the signer, one gone.
+        api.put_bundle("x.io:s:1", "x.io/s", json!({"alive": "true"}), &d_pem);
+        api.put_bundle("x.io:s:3", "x.io/s", json!({"alive": "true"}), &e_pem);
+        let mut want = vec![d_pem.clone(), e_pem.clone()];
+        want.sort();
+        until(
+            &a,
+            "the changed bundles in the file",
+            Duration::from_secs(10),
+            async || certs_in(&c, "/signed", "b.crt") == want,
+        )
+        .await;
+        // The bundle appears: the waiting pod starts.
+        api.put_bundle("does-not-exist", "", json!({}), &c_pem);
+        until(
+            &a,
+            "the waiting pod running",
+            Duration::from_secs(15),
+            async || fake.running_container_of("ctb-waits").is_some(),
+        )
+        .await;
+        let w = fake.running_container_of("ctb-waits").unwrap();
+        assert_eq!(certs_in(&w, "/v", "t.pem"), vec![c_pem.clone()]);
+        assert_eq!(
+            reads().iter().filter(|r| !r.contains("watch=true")).count(),
+            1,
+            "listed once: {:?}",
+            reads()
+        );
+        api.delete_bundle("x.io:s:3");
+        until(
+            &a,
+            "the deleted bundle gone from the file",
+            Duration::from_secs(10),
+            async || certs_in(&c, "/signed", "b.crt") == vec![d_pem.clone()],
+        )
+        .await;
+    });
+}

@@ -2645,7 +2645,7 @@ mod tests {
     #[test]
     fn volumes_naming_api_objects_are_refused_for_that_reason() {
         let p = yaml(
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: cfg, mountPath: /etc/cfg}\n  volumes:\n  - name: cfg\n    configMap: {name: my-config}\n  - name: claim\n    persistentVolumeClaim: {claimName: data}\n  - name: token\n    projected: {sources: [{serviceAccountToken: {path: t}}, {downwardAPI: {items: [{path: n, fieldRef: {fieldPath: metadata.name}}]}}, {secret: {name: s}}]}\n  - name: nfs\n    nfs: {server: h, path: /x}\n",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    image: i\n    volumeMounts:\n    - {name: cfg, mountPath: /etc/cfg}\n  volumes:\n  - name: cfg\n    configMap: {name: my-config}\n  - name: claim\n    persistentVolumeClaim: {claimName: data}\n  - name: token\n    projected: {sources: [{serviceAccountToken: {path: t}}, {downwardAPI: {items: [{path: n, fieldRef: {fieldPath: metadata.name}}]}}, {secret: {name: s}}, {clusterTrustBundle: {signerName: x.io/s, labelSelector: {}, path: b.crt}}]}\n  - name: nfs\n    nfs: {server: h, path: /x}\n",
         );
         let errs = validate_pod(&p);
         let got: Vec<(&str, &str)> = errs
@@ -2665,11 +2665,19 @@ mod tests {
                     "serviceAccountToken"
                 ),
                 ("spec.volumes[2].projected.sources[2].secret", "secret"),
+                (
+                    "spec.volumes[2].projected.sources[3].clusterTrustBundle",
+                    "clusterTrustBundle"
+                ),
                 ("spec.volumes[3].nfs", "nfs"),
             ]
         );
         assert!(
-            errs[..4].iter().all(|e| e
+            errs[4].message.contains("(ClusterTrustBundles)"),
+            "{errs:#?}"
+        );
+        assert!(
+            errs[..5].iter().all(|e| e
                 .message
                 .starts_with("a static pod may not reference API objects")),
             "{errs:#?}"
@@ -2679,7 +2687,7 @@ mod tests {
             "spec.volumes[0].configMap: a static pod may not reference API objects (ConfigMaps), as with the kubelet: \"configMap\""
         );
         assert_eq!(
-            errs[4].to_string(),
+            errs[5].to_string(),
             "spec.volumes[3].nfs: volume type is not supported by picolet (only hostPath, emptyDir, image, downwardAPI and projected downwardAPI sources are): \"nfs\""
         );
     }

@@ -15,6 +15,12 @@
 //! the pods using it sync at once, which rewrites their volumes. Every call runs on the
 //! blocking pool; an apiserver that is away leaves the store as it was, so pods keep the
 //! content and the tokens they had.
+//!
+//! ClusterTrustBundles are cluster-scoped and a projection may pick them by signer and labels:
+//! as the kubelet's informer, the node lists and watches all of them (`certificates.k8s.io/v1`,
+//! which the Node authorizer lets a node get, list and watch), whatever the strategy above, from
+//! when a pod first projects one until no pod has for [`UNUSED_GRACE`]; a change makes the pods
+//! that project bundles sync at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,7 +40,7 @@ use crate::apiclient::watch::{self, Event, ObjectError, Watched};
 use crate::apiclient::{ApiError, Client};
 use crate::kuberuntime::each_as_ready;
 use crate::objects::{
-    ChangeDetection, Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec,
+    Bundle, Bundles, ChangeDetection, Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec,
 };
 use crate::rt;
 
@@ -90,6 +96,34 @@ pub fn decode_object(kind: Kind, v: &Value) -> Result<Data, String> {
         Kind::Secret => decode("data", &mut out, true)?,
     }
     Ok(out)
+}
+
+/// A ClusterTrustBundle as the apiserver returns it: its name and what a projection uses.
+pub fn decode_bundle(v: &Value) -> Result<(String, Bundle), String> {
+    let name = v["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or("metadata.name: empty")?
+        .to_owned();
+    let text = |field: &Value, what: &str| -> Result<String, String> {
+        match field {
+            Value::Null => Ok(String::new()),
+            Value::String(s) => Ok(s.clone()),
+            _ => Err(format!("{name}: {what}: not a string")),
+        }
+    };
+    let mut labels = BTreeMap::new();
+    if let Some(m) = v["metadata"]["labels"].as_object() {
+        for (k, val) in m {
+            labels.insert(k.clone(), text(val, &format!("metadata.labels.{k}"))?);
+        }
+    }
+    let bundle = Bundle {
+        signer_name: text(&v["spec"]["signerName"], "spec.signerName")?,
+        labels,
+        trust_bundle: text(&v["spec"]["trustBundle"], "spec.trustBundle")?,
+    };
+    Ok((name, bundle))
 }
 
 fn now_secs() -> i64 {
@@ -167,10 +201,23 @@ struct SavedToken {
     expires: i64,
 }
 
+#[derive(Serialize, Deserialize)]
+struct SavedBundle {
+    name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    signer_name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
+    trust_bundle: String,
+}
+
 #[derive(Serialize, Deserialize, Default)]
 struct Saved {
     objects: Vec<SavedObject>,
     tokens: Vec<SavedToken>,
+    /// The ClusterTrustBundles, when they were listed (absent in older checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bundles: Option<Vec<SavedBundle>>,
 }
 
 fn encode_checkpoint(c: &Contents) -> Vec<u8> {
@@ -201,6 +248,16 @@ fn encode_checkpoint(c: &Contents) -> Vec<u8> {
                 expires: t.expires,
             })
             .collect(),
+        bundles: c.bundles.as_ref().map(|all| {
+            all.iter()
+                .map(|(name, b)| SavedBundle {
+                    name: name.clone(),
+                    signer_name: b.signer_name.clone(),
+                    labels: b.labels.clone(),
+                    trust_bundle: b.trust_bundle.clone(),
+                })
+                .collect()
+        }),
     };
     serde_json::to_vec(&saved).unwrap_or_default()
 }
@@ -242,7 +299,21 @@ pub fn load_checkpoint(path: &Path, store: &Store) -> Result<usize, String> {
             },
         );
     }
-    let n = c.objects.len() + c.tokens.len();
+    c.bundles = saved.bundles.map(|all| {
+        Arc::new(
+            all.into_iter()
+                .map(|b| {
+                    let bundle = Bundle {
+                        signer_name: b.signer_name,
+                        labels: b.labels,
+                        trust_bundle: b.trust_bundle,
+                    };
+                    (b.name, bundle)
+                })
+                .collect(),
+        )
+    });
+    let n = c.objects.len() + c.tokens.len() + c.bundles.as_ref().map_or(0, |b| b.len());
     *store.lock() = c;
     Ok(n)
 }
@@ -391,6 +462,101 @@ fn watch_object(
     watch::run(client, &mut set, &opts, &mut jitter, &running, &mut emit);
 }
 
+/// Every ClusterTrustBundle, listed and watched as one collection.
+#[derive(Default)]
+struct BundleSet {
+    bundles: Bundles,
+    resource_version: String,
+}
+
+impl BundleSet {
+    fn decode(v: &Value) -> Result<(String, Bundle), ObjectError> {
+        decode_bundle(v).map_err(|e| ObjectError::Decode {
+            what: Some("clustertrustbundle"),
+            source: e.into(),
+        })
+    }
+}
+
+impl Watched for BundleSet {
+    fn what(&self) -> &'static str {
+        "clustertrustbundles"
+    }
+
+    fn path(&self, query: &str) -> String {
+        let base = "/apis/certificates.k8s.io/v1/clustertrustbundles";
+        match query.strip_prefix('&') {
+            Some(q) => format!("{base}?{q}"),
+            None if query.is_empty() => base.to_owned(),
+            None => format!("{base}?{query}"),
+        }
+    }
+
+    fn replace(&mut self, list: Value) -> Result<(), ObjectError> {
+        let items = match list.get("items") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(items)) => &items[..],
+            Some(_) => return Err(ObjectError::NotAnArray("items")),
+        };
+        let mut all = Bundles::new();
+        for (i, v) in items.iter().enumerate() {
+            let (name, b) = Self::decode(v).map_err(|e| ObjectError::item("items", i, e))?;
+            all.insert(name, b);
+        }
+        self.bundles = all;
+        self.resource_version = watch::list_resource_version(&list);
+        Ok(())
+    }
+
+    fn apply_object(&mut self, event: Event, object: Value) -> Result<bool, ObjectError> {
+        let (name, b) = Self::decode(&object)?;
+        Ok(match event {
+            Event::Deleted => self.bundles.remove(&name).is_some(),
+            Event::Added | Event::Modified => self.bundles.insert(name, b.clone()) != Some(b),
+        })
+    }
+
+    fn resource_version(&mut self) -> &mut String {
+        &mut self.resource_version
+    }
+
+    fn count(&self) -> usize {
+        self.bundles.len()
+    }
+}
+
+/// Lists and watches every ClusterTrustBundle on the calling thread, sending them all (with
+/// `generation`) after the list and after each change, until `alive` is cleared.
+fn watch_bundles(
+    client: &Client,
+    generation: u64,
+    alive: &AtomicBool,
+    seen: &async_channel::Sender<(u64, Arc<Bundles>)>,
+) {
+    let mut set = BundleSet::default();
+    let mut jitter = Jitter::new("clustertrustbundles");
+    let opts = watch::Options {
+        poll_interval: None,
+        log_prefix: "api objects",
+        forbidden_hint: "the pods projecting ClusterTrustBundles wait; the Node authorizer \
+                         lets a node get, list and watch them"
+            .into(),
+    };
+    let running = || alive.load(Ordering::Relaxed) && !seen.is_closed();
+    let mut emit = |set: &BundleSet| {
+        seen.send_blocking((generation, Arc::new(set.bundles.clone())))
+            .is_ok()
+            && running()
+    };
+    watch::run(client, &mut set, &opts, &mut jitter, &running, &mut emit);
+}
+
+/// What a watch saw while the task waited.
+enum Heard {
+    Object(ObjKey, Object),
+    Bundles(u64, Arc<Bundles>),
+}
+
 struct Fetcher {
     client: Client,
     store: Store,
@@ -401,6 +567,12 @@ struct Fetcher {
     watches: HashMap<ObjKey, Arc<AtomicBool>>,
     /// Where the watches send what they see.
     seen: async_channel::Sender<(ObjKey, Object)>,
+    /// The watch of the ClusterTrustBundles, while a pod projects one: its generation (what
+    /// an older watch still sends is not taken) and the flag that ends it.
+    bundle_watch: Option<(u64, Arc<AtomicBool>)>,
+    bundle_generation: u64,
+    bundles_seen: async_channel::Sender<(u64, Arc<Bundles>)>,
+    bundles_unused_since: Option<Instant>,
     /// When each object is next read; absent: read it now.
     next: HashMap<ObjKey, Instant>,
     /// Consecutive failures per object or token key, for the backoff.
@@ -496,6 +668,42 @@ impl Fetcher {
         true
     }
 
+    /// Starts the watch of the ClusterTrustBundles when it is not running.
+    fn watch_bundles(&mut self) {
+        if self.bundle_watch.is_some() {
+            return;
+        }
+        self.bundle_generation += 1;
+        let generation = self.bundle_generation;
+        let alive = Arc::new(AtomicBool::new(true));
+        let (client, flag, seen) = (
+            self.client.clone(),
+            alive.clone(),
+            self.bundles_seen.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("api-bundles".into())
+            .spawn(move || watch_bundles(&client, generation, &flag, &seen));
+        match spawned {
+            Ok(_) => self.bundle_watch = Some((generation, alive)),
+            // Tried again next round.
+            Err(e) => log::warn!("starting the watch of ClusterTrustBundles: {e}"),
+        }
+    }
+
+    /// Stores what the ClusterTrustBundle watch of `generation` saw; true when it changed.
+    fn put_bundles(&self, generation: u64, all: Arc<Bundles>) -> bool {
+        if self.bundle_watch.as_ref().map(|(g, _)| *g) != Some(generation) {
+            return false;
+        }
+        let mut store = self.store.lock();
+        if store.bundles.as_deref() == Some(&*all) {
+            return false;
+        }
+        store.bundles = Some(all);
+        true
+    }
+
     /// Starts the watch of an object that has none.
     fn watch(&mut self, k: &ObjKey) {
         if self.watches.contains_key(k) {
@@ -579,6 +787,9 @@ impl Fetcher {
                 self.watch(k);
             }
         }
+        if !needs.bundles.is_empty() {
+            self.watch_bundles();
+        }
         let due: Vec<(ObjKey, BTreeSet<String>)> = needs
             .objects
             .iter()
@@ -637,6 +848,19 @@ impl Fetcher {
             .collect();
         self.unused_since.retain(|k, _| !used.contains(k));
         let mut changed = false;
+        if !needs.bundles.is_empty() {
+            self.bundles_unused_since = None;
+        } else if store.bundles.is_some() || self.bundle_watch.is_some() {
+            let since = *self.bundles_unused_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= UNUSED_GRACE {
+                self.bundles_unused_since = None;
+                changed |= store.bundles.take().is_some();
+                // It ends at its next event or renewal.
+                if let Some((_, alive)) = self.bundle_watch.take() {
+                    alive.store(false, Ordering::Relaxed);
+                }
+            }
+        }
         for h in held.into_iter().filter(|h| !used.contains(h)) {
             let since = *self.unused_since.entry(h.clone()).or_insert(now);
             if now.saturating_duration_since(since) < UNUSED_GRACE {
@@ -678,6 +902,7 @@ pub async fn run_objects(
     sync_frequency: Duration,
 ) {
     let (seen, seen_rx) = async_channel::unbounded();
+    let (bundles_seen, bundles_rx) = async_channel::unbounded();
     let mut f = Fetcher {
         client,
         store: store.clone(),
@@ -689,6 +914,10 @@ pub async fn run_objects(
         },
         watches: HashMap::new(),
         seen,
+        bundle_watch: None,
+        bundle_generation: 0,
+        bundles_seen,
+        bundles_unused_since: None,
         next: HashMap::new(),
         failures: HashMap::new(),
         token_wait: HashMap::new(),
@@ -702,7 +931,7 @@ pub async fn run_objects(
     let mut tick = rt::interval(ROUND);
     let pods_changed = kubelet.api_pods_changed();
     // What a watch said while the task waited.
-    let mut heard: Option<(ObjKey, Object)> = None;
+    let mut heard: Option<Heard> = None;
     loop {
         let mut needs = Needs::default();
         for p in kubelet.api_pods() {
@@ -711,17 +940,28 @@ pub async fn run_objects(
         let mut changed = f.round(&needs, &|uids| kubelet.sync_now(&uids)).await;
         let mut pods = BTreeSet::new();
         // What the watches saw: the pods using a changed object sync at once.
-        let mut take = |k: ObjKey, o: Object| {
-            if f.watches.contains_key(&k) && f.put(&k, o) {
-                changed = true;
-                pods.extend(needs.objects.get(&k).into_iter().flatten().cloned());
+        let mut take = |h: Heard| match h {
+            Heard::Object(k, o) => {
+                if f.watches.contains_key(&k) && f.put(&k, o) {
+                    changed = true;
+                    pods.extend(needs.objects.get(&k).into_iter().flatten().cloned());
+                }
+            }
+            Heard::Bundles(generation, all) => {
+                if f.put_bundles(generation, all) {
+                    changed = true;
+                    pods.extend(needs.bundles.iter().cloned());
+                }
             }
         };
-        if let Some((k, o)) = heard.take() {
-            take(k, o);
+        if let Some(h) = heard.take() {
+            take(h);
         }
         while let Ok((k, o)) = seen_rx.try_recv() {
-            take(k, o);
+            take(Heard::Object(k, o));
+        }
+        while let Ok((g, all)) = bundles_rx.try_recv() {
+            take(Heard::Bundles(g, all));
         }
         if !pods.is_empty() {
             kubelet.sync_now(&pods);
@@ -752,7 +992,16 @@ pub async fn run_objects(
                     }
                     None
                 },
-                async { seen_rx.recv().await.ok() },
+                or(
+                    async {
+                        let (k, o) = seen_rx.recv().await.ok()?;
+                        Some(Heard::Object(k, o))
+                    },
+                    async {
+                        let (g, all) = bundles_rx.recv().await.ok()?;
+                        Some(Heard::Bundles(g, all))
+                    },
+                ),
             ),
         )
         .await;
@@ -827,6 +1076,65 @@ mod tests {
         fixed["immutable"] = json!(true);
         assert!(o.apply_object(Event::Added, fixed).unwrap());
         assert!(o.immutable);
+    }
+
+    #[test]
+    fn every_cluster_trust_bundle_is_listed_and_watched() {
+        let mut set = BundleSet::default();
+        assert_eq!(
+            set.path(""),
+            "/apis/certificates.k8s.io/v1/clustertrustbundles"
+        );
+        assert_eq!(
+            set.path("&watch=true&resourceVersion=5"),
+            "/apis/certificates.k8s.io/v1/clustertrustbundles?watch=true&resourceVersion=5"
+        );
+        let ctb = |name: &str, signer: &str, pem: &str| {
+            json!({"apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+                   "metadata": {"name": name, "labels": {"alive": "true"}},
+                   "spec": {"signerName": signer, "trustBundle": pem}})
+        };
+        set.replace(json!({"metadata": {"resourceVersion": "5"},
+                           "items": [ctb("a", "x.io/s", "P1"), ctb("b", "", "P2")]}))
+            .unwrap();
+        assert_eq!(set.resource_version, "5");
+        assert_eq!(set.bundles.len(), 2);
+        assert_eq!(set.bundles["a"].signer_name, "x.io/s");
+        assert_eq!(set.bundles["a"].labels["alive"], "true");
+        assert_eq!(set.bundles["b"].trust_bundle, "P2");
+        // The same content is no change; new content, a new bundle and a deletion are.
+        assert!(
+            !set.apply_object(Event::Modified, ctb("a", "x.io/s", "P1"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Modified, ctb("a", "x.io/s", "P3"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Added, ctb("c", "x.io/s", "P4"))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Deleted, ctb("b", "", "P2"))
+                .unwrap()
+        );
+        assert!(
+            !set.apply_object(Event::Deleted, ctb("b", "", "P2"))
+                .unwrap()
+        );
+        let names: Vec<&str> = set.bundles.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a", "c"]);
+        assert_eq!(set.bundles["a"].trust_bundle, "P3");
+        // A malformed bundle is refused by name and field.
+        let bad = json!({"metadata": {"name": "z"}, "spec": {"trustBundle": 7}});
+        let e = set.apply_object(Event::Added, bad).unwrap_err().to_string();
+        assert_eq!(e, "clustertrustbundle: z: spec.trustBundle: not a string");
+        let e = set
+            .replace(json!({"items": [{"metadata": {}}]}))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "items[0]: clustertrustbundle: metadata.name: empty");
     }
 
     #[test]
@@ -923,6 +1231,12 @@ mod tests {
                     expires: 3608,
                 },
             );
+            let b = Bundle {
+                signer_name: "x.io/s".into(),
+                labels: [("alive".to_owned(), "true".to_owned())].into(),
+                trust_bundle: "PEM".into(),
+            };
+            c.bundles = Some(Arc::new([("x.io:s:1".to_owned(), b)].into()));
         }
         let mut last = Vec::new();
         save_checkpoint(&path, encode_checkpoint(&store.lock()), &mut last);
@@ -932,8 +1246,13 @@ mod tests {
             0o600
         );
         let back = Store::default();
-        assert_eq!(load_checkpoint(&path, &back).unwrap(), 3);
+        assert_eq!(load_checkpoint(&path, &back).unwrap(), 4);
         assert_eq!(*back.lock(), *store.lock());
+        // Bundles never listed stay unknown across a restart (not an empty list).
+        store.lock().bundles = None;
+        save_checkpoint(&path, encode_checkpoint(&store.lock()), &mut last);
+        assert_eq!(load_checkpoint(&path, &back).unwrap(), 3);
+        assert!(back.lock().bundles.is_none());
         std::fs::write(&path, b"{torn").unwrap();
         let e = load_checkpoint(&path, &back).unwrap_err();
         assert!(e.starts_with(&path.display().to_string()), "{e}");

@@ -30,6 +30,8 @@ struct State {
     service_events: Vec<(u64, &'static str, Value)>,
     /// The same for ConfigMaps and Secrets, each with its key ("configmaps/ns/name").
     object_events: Vec<(u64, &'static str, Value)>,
+    /// The same for ClusterTrustBundles (cluster-scoped: "clustertrustbundles/name").
+    bundle_events: Vec<(u64, &'static str, Value)>,
     /// Watches asking for a resourceVersion below this get 410 Gone.
     compacted_below: u64,
     /// Every request: (method, path with query).
@@ -391,6 +393,40 @@ impl FakeApi {
             s.objects.insert(key, o.clone());
             let rv = s.rv;
             s.object_events.push((rv, t, o));
+        });
+    }
+
+    /// Creates or replaces a ClusterTrustBundle (`certificates.k8s.io/v1`).
+    pub fn put_bundle(&self, name: &str, signer: &str, labels: Value, pem: &str) {
+        self.with(|s| {
+            s.rv += 1;
+            let o = json!({
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "ClusterTrustBundle",
+                "metadata": {"name": name, "labels": labels, "resourceVersion": s.rv.to_string()},
+                "spec": {"signerName": signer, "trustBundle": pem},
+            });
+            let key = format!("clustertrustbundles/{name}");
+            let t = if s.objects.contains_key(&key) {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            s.objects.insert(key, o.clone());
+            let rv = s.rv;
+            s.bundle_events.push((rv, t, o));
+        });
+    }
+
+    /// Deletes a ClusterTrustBundle.
+    pub fn delete_bundle(&self, name: &str) {
+        self.with(|s| {
+            if let Some(mut o) = s.objects.remove(&format!("clustertrustbundles/{name}")) {
+                s.rv += 1;
+                o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                let rv = s.rv;
+                s.bundle_events.push((rv, "DELETED", o));
+            }
         });
     }
 
@@ -826,6 +862,7 @@ impl FakeApi {
                     format!("pods/{ns}/{n}")
                 }
                 ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests"] => "newcsr".to_owned(),
+                ["apis", "certificates.k8s.io", "v1", "clustertrustbundles"] => "clustertrustbundles".to_owned(),
                 ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests", n] => format!("csrs/{n}"),
                 _ => return (404, status(404, "NotFound", &format!("no route {p}"))),
             };
@@ -844,6 +881,15 @@ impl FakeApi {
                     let key = &k["list/".len()..];
                     let items: Vec<Value> = s.objects.get(key).cloned().into_iter().collect();
                     (200, json!({"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("GET", "clustertrustbundles") => {
+                    let items: Vec<Value> = s
+                        .objects
+                        .iter()
+                        .filter(|(k, _)| k.starts_with("clustertrustbundles/"))
+                        .map(|(_, v)| v.clone())
+                        .collect();
+                    (200, json!({"kind": "ClusterTrustBundleList", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
                 }
                 ("GET", "services") => {
                     let items: Vec<Value> = s
@@ -1002,6 +1048,7 @@ impl FakeApi {
 
     fn watch(&self, w: &mut TcpStream, p: &str, q: &BTreeMap<String, String>, cuts: u64) {
         let services = p == "/api/v1/services";
+        let bundles = p == "/apis/certificates.k8s.io/v1/clustertrustbundles";
         // One ConfigMap or Secret by name: "configmaps/ns/name".
         let object = match p
             .trim_start_matches('/')
@@ -1093,6 +1140,8 @@ impl FakeApi {
             }
             let news: Vec<(u64, &str, Value)> = if object.is_some() {
                 &g.object_events
+            } else if bundles {
+                &g.bundle_events
             } else if services {
                 &g.service_events
             } else {
@@ -1113,6 +1162,8 @@ impl FakeApi {
                             m["namespace"].as_str().unwrap_or(""),
                             m["name"].as_str().unwrap_or("")
                         )
+                    } else if bundles {
+                        true
                     } else if services {
                         service_selected(q, o)
                     } else {
@@ -1139,7 +1190,7 @@ impl FakeApi {
                 // watcher current.
                 if !send(
                     w,
-                    &json!({"type": "BOOKMARK", "object": {"kind": if object.is_some() { "ConfigMap" } else if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
+                    &json!({"type": "BOOKMARK", "object": {"kind": if object.is_some() { "ConfigMap" } else if bundles { "ClusterTrustBundle" } else if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
                 ) {
                     return;
                 }
