@@ -9,7 +9,10 @@
 # machine's dig and getent, and bash as sh), nginx and its newer tag (busybox's
 # httpd serving /usr/share/nginx/html on port 80, as nginx's image does, with
 # nginx's welcome page), agnhost's previous tag (the same agnhost: the
-# StatefulSet specs roll from one tag to the other), pause. Sourced by
+# StatefulSet specs roll from one tag to the other), nautilus and kitten (the
+# update demo's web servers: busybox's httpd serving on port 80 the data.json and
+# picture of the module's test/images/NAME/html, as upstream's images serve them
+# with agnhost's test-webserver), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -52,11 +55,12 @@ add_programs() {
 }
 
 build_images() {
-    local t0 busybox nonroot nonewprivs agnhost agnhost_prev dnstest nginx nginx_new pause root
+    local t0 busybox nonroot nonewprivs agnhost agnhost_prev dnstest nginx nginx_new nautilus kitten pause root demo
     t0=$(now)
     if ! { busybox=$(image_ref BusyBox) && nonroot=$(image_ref NonRoot) && nonewprivs=$(image_ref Nonewprivs) &&
         agnhost=$(image_ref Agnhost) && agnhost_prev=$(image_ref AgnhostPrev) && dnstest=$(image_ref GlibcDnsTesting) &&
-        nginx=$(image_ref Nginx) && nginx_new=$(image_ref NginxNew) && pause=$(image_ref Pause); }; then
+        nginx=$(image_ref Nginx) && nginx_new=$(image_ref NginxNew) && nautilus=$(image_ref Nautilus) &&
+        kitten=$(image_ref Kitten) && pause=$(image_ref Pause); }; then
         die "cannot read the image names from $MANIFEST"
     fi
     root=$DIR/images/root
@@ -106,13 +110,21 @@ build_images() {
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nginx" --path "$full_path" \
         "$DIR/images/nginx-new.tar" "$nginx_new" httpd -f -p 80 -h /usr/share/nginx/html ||
         die "building $nginx_new failed"
+    for demo in nautilus kitten; do
+        [[ -f $K8S_SRC/test/images/$demo/html/data.json ]] || die "$K8S_SRC/test/images/$demo/html/data.json is missing"
+        mkdir -p "$root/$demo/srv"
+        cp -- "$K8S_SRC/test/images/$demo/html/"* "$root/$demo/srv/"
+        chmod 0644 "$root/$demo/srv/"*
+        bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/$demo" --path "$full_path" \
+            "$DIR/images/$demo.tar" "${!demo}" httpd -f -p 80 -h /srv || die "building ${!demo} failed"
+    done
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/dnstest" --path "$full_path" \
         "$DIR/images/dnstest.tar" "$dnstest" sh || die "building $dnstest failed"
     # upstream's pause exits on SIGTERM; PID 1 ignores a signal it has no
     # handler for, so the stand-in traps it.
     bash "$REPO/scripts/build-image.sh" "$DIR/images/pause.tar" "$pause" \
         sh -c 'trap "exit 0" TERM INT; while :; do sleep 1; done' || die "building $pause failed"
-    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$agnhost_prev" "$dnstest" "$nginx" "$nginx_new" "$pause")
+    IMAGES=("$busybox" "$nonroot" "$nonewprivs" "$agnhost" "$agnhost_prev" "$dnstest" "$nginx" "$nginx_new" "$nautilus" "$kitten" "$pause")
     log "built ${#IMAGES[@]} images in $(since "$t0") s: ${IMAGES[*]}"
 }
 
