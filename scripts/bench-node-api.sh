@@ -8,7 +8,6 @@
 # /tmp/pbench-node-api and is stopped by PID when it ends.
 set -euo pipefail
 cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
-ROOT=$(pwd)
 DIR=/tmp/pbench-node-api
 N_IDLE=${N_IDLE:-200}
 SECONDS_CRASH=${BENCH_SECONDS:-300}

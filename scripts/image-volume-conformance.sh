@@ -19,7 +19,7 @@
 # shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 set -euo pipefail
 REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
-PROG=image-volume-conformance
+PROG="image-volume-conformance"
 # shellcheck source=scripts/lib/common.sh
 . "$REPO/scripts/lib/common.sh"
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
