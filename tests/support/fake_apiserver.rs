@@ -174,6 +174,16 @@ fn sign_csr(ca: &picolet::pki::TestCa, o: &mut Value, lifetime: u64) {
     });
 }
 
+impl State {
+    /// Stores an object under `key`: the watch event's type, "ADDED" or "MODIFIED".
+    fn upsert(&mut self, key: String, o: Value) -> &'static str {
+        match self.objects.insert(key, o) {
+            Some(_) => "MODIFIED",
+            None => "ADDED",
+        }
+    }
+}
+
 impl FakeApi {
     pub fn start() -> FakeApi {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind fake apiserver");
@@ -384,13 +394,7 @@ impl FakeApi {
                 "metadata": {"name": name, "namespace": ns, "resourceVersion": s.rv.to_string()},
                 "data": data,
             });
-            let key = format!("{kind}/{ns}/{name}");
-            let t = if s.objects.contains_key(&key) {
-                "MODIFIED"
-            } else {
-                "ADDED"
-            };
-            s.objects.insert(key, o.clone());
+            let t = s.upsert(format!("{kind}/{ns}/{name}"), o.clone());
             let rv = s.rv;
             s.object_events.push((rv, t, o));
         });
@@ -406,13 +410,7 @@ impl FakeApi {
                 "metadata": {"name": name, "labels": labels, "resourceVersion": s.rv.to_string()},
                 "spec": {"signerName": signer, "trustBundle": pem},
             });
-            let key = format!("clustertrustbundles/{name}");
-            let t = if s.objects.contains_key(&key) {
-                "MODIFIED"
-            } else {
-                "ADDED"
-            };
-            s.objects.insert(key, o.clone());
+            let t = s.upsert(format!("clustertrustbundles/{name}"), o.clone());
             let rv = s.rv;
             s.bundle_events.push((rv, t, o));
         });
