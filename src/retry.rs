@@ -49,6 +49,9 @@ struct Entry {
     /// The shapes of the causes seen in this run of failures: causes that take turns (an
     /// image pull's ErrImagePull and ImagePullBackOff) are reported once each.
     seen: Vec<String>,
+    /// Nothing about it was logged above debug level (a wait that ended by itself): its end is
+    /// not logged above that either.
+    quiet: bool,
 }
 
 /// At most this many causes are remembered per object.
@@ -166,6 +169,7 @@ impl Failures {
                         reported: now,
                         last: now,
                         seen: vec![shape(cause)],
+                        quiet: first == log::Level::Debug,
                     },
                 );
                 return Report::First;
@@ -185,6 +189,7 @@ impl Failures {
                         e.cause
                     );
                     e.reported = now;
+                    e.quiet = false;
                     Report::Changed
                 } else if now.saturating_sub(e.reported) >= nanos(SUMMARY_EVERY) {
                     log::warn!(
@@ -192,6 +197,7 @@ impl Failures {
                         e.attempts
                     );
                     e.reported = now;
+                    e.quiet = false;
                     Report::Summary
                 } else {
                     Report::Counted
@@ -210,7 +216,16 @@ impl Failures {
         self.backoff.forget(key);
         match self.entries.remove(key) {
             Some(e) => {
-                log::info!("{what}: succeeded after {} failed attempts", e.attempts);
+                let level = if e.quiet {
+                    log::Level::Debug
+                } else {
+                    log::Level::Info
+                };
+                log::log!(
+                    level,
+                    "{what}: succeeded after {} failed attempts",
+                    e.attempts
+                );
                 Report::Recovered
             }
             None => Report::Quiet,
