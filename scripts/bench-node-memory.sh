@@ -107,15 +107,6 @@ say "  machine: $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}
 say "  picolet: $BIN ($(stat -c %s "$BIN") bytes); $("$SCRATCH_CONTAINERD_BIN/containerd" --version 2>/dev/null | awk '{print $1, $3}')"
 [[ -z $KUBELET ]] || say "  kubelet: $KUBELET ($("$KUBELET" --version 2>/dev/null | awk '{print $2}'), $(stat -c %s "$KUBELET") bytes)"
 say "  device profile: $(grep -c '^  "io\.containerd' "$REPO/systemd/containerd/picolet-device.toml") plugins off; $(sed -n 's/^Environment=//p' "$REPO/systemd/containerd/picolet-device.conf" | tr '\n' ' ')"
-# The upstream kubelet standalone: nothing authenticated, everything allowed (on loopback).
-STANDALONE_AUTH='authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: false
-authorization:
-  mode: AlwaysAllow'
-
 start_agent() { # start_agent AGENT PORT
     case $1 in
         picolet)
@@ -130,7 +121,7 @@ start_agent() { # start_agent AGENT PORT
                 cgroupRoot="$CGROUP_ROOT" failSwapOn=false containerRuntimeEndpoint="unix://$SOCK" \
                 podLogsDir="$WORK/logs" volumePluginDir="$WORK/volume-plugins" \
                 makeIPTablesUtilChains=false address=127.0.0.1 port="$(helper freeport)" readOnlyPort=0 \
-                healthzBindAddress=127.0.0.1 healthzPort="$2" "$STANDALONE_AUTH" "$SHARED_DISK_CONFIG" \
+                healthzBindAddress=127.0.0.1 healthzPort="$2" "$UPSTREAM_KUBELET_STANDALONE_AUTH" "$SHARED_DISK_CONFIG" \
                 >"$WORK/config.yaml"
             upstream_kubelet_launch "$WORK" "$WORK/kubelet.log" "$KUBELET" --config "$WORK/config.yaml" \
                 --root-dir "$WORK/kubelet" --cert-dir "$WORK/kubelet/pki" --hostname-override "$NODE"

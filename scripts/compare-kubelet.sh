@@ -189,22 +189,13 @@ start_picolet() {
     AGENT_PID=$!
 }
 
-# The upstream kubelet standalone: nothing authenticated, everything allowed (on loopback).
-STANDALONE_AUTH='authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: false
-authorization:
-  mode: AlwaysAllow'
-
 start_kubelet() {
     upstream_kubelet_prepare "$DIR/node" "$CGROUP_ROOT"
     kubelet_config staticPodPath="$DIR/node/manifests" failCgroupV1=false cgroupDriver=cgroupfs \
         cgroupRoot="$CGROUP_ROOT" failSwapOn=false containerRuntimeEndpoint="unix://$SOCK" \
         podLogsDir="$DIR/node/pod-logs" volumePluginDir="$DIR/node/volume-plugins" \
         makeIPTablesUtilChains=false address=127.0.0.1 port="$(free_port)" readOnlyPort=0 \
-        healthzBindAddress=127.0.0.1 healthzPort="$HEALTHZ_PORT" "$STANDALONE_AUTH" \
+        healthzBindAddress=127.0.0.1 healthzPort="$HEALTHZ_PORT" "$UPSTREAM_KUBELET_STANDALONE_AUTH" \
         "$JOIN_CONFIG" >"$DIR/node/kubelet.yaml"
     upstream_kubelet_launch "$DIR/node" "$DIR/kubelet.log" "$KUBELET" --config "$DIR/node/kubelet.yaml" \
         --root-dir "$DIR/node/root" --cert-dir "$DIR/node/root/pki" --hostname-override "$NODE_NAME" \

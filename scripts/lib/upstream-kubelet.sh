@@ -22,6 +22,17 @@
 #
 # The caller sources scripts/lib/common.sh first (log, die, cgroup_mounts).
 
+# The kubelet config lines of a standalone kubelet on loopback (the comparisons'): nothing
+# authenticated, everything allowed.
+# shellcheck disable=SC2034 # used by the scripts that source this one
+UPSTREAM_KUBELET_STANDALONE_AUTH='authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow'
+
 # The tunables setupKernelTunables may write.
 UPSTREAM_KUBELET_TUNABLES=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
     kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
