@@ -356,21 +356,7 @@ const SA: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 #[test]
 fn api_volumes_tokens_and_offline_operation_on_a_real_cluster() {
     let dir = test_dir("cluster-vol");
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let c = ScratchContainerd::start(&dir.join("containerd"));
-    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
-    let mut a = Agent::start_with(
-        &dir.join("a"),
-        &c.endpoint(),
-        &["--kubeconfig".into(), kc.display().to_string()],
-    );
+    let (cp, c, mut a) = control_plane::joined_node(&dir, &[]);
     cp.admin(&[
         "create",
         "configmap",
@@ -885,21 +871,7 @@ fn pem_set(text: &str) -> Vec<String> {
 #[test]
 fn cluster_trust_bundles_are_projected_from_a_real_apiserver() {
     let dir = test_dir("cluster-ctb");
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let c = ScratchContainerd::start(&dir.join("containerd"));
-    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
-    let a = Agent::start_with(
-        &dir.join("a"),
-        &c.endpoint(),
-        &["--kubeconfig".into(), kc.display().to_string()],
-    );
+    let (cp, c, a) = control_plane::joined_node(&dir, &[]);
     let (ca1, ca2, ca3) = (
         ca_pem(&dir, "ca1"),
         ca_pem(&dir, "ca2"),

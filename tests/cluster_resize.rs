@@ -14,9 +14,9 @@ use support::{IMAGE, NODE, agent, cluster_wait, containerd, control_plane};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent::{Agent, test_dir};
+use agent::test_dir;
 use containerd::ScratchContainerd;
-use control_plane::{ControlPlane, NodeKey, Options};
+use control_plane::ControlPlane;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -190,22 +190,9 @@ fn status_of<'a>(p: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
 fn a_pod_is_resized_in_place_through_the_resize_subresource() {
     let dir = test_dir("cluster-resize");
     let tree = Tree::new();
-    let cp = ControlPlane::start(
-        &dir.join("cp"),
-        &Options {
-            nodes: vec![NODE.into()],
-            controllers: true,
-            ..Default::default()
-        },
-    );
-    let c = ScratchContainerd::start(&dir.join("containerd"));
-    let kc = cp.node_kubeconfig(NODE, NodeKey::EcSec1);
-    let mut a = Agent::start_with(
-        &dir.join("a"),
-        &c.endpoint(),
+    let (cp, c, mut a) = control_plane::joined_node(
+        &dir,
         &[
-            "--kubeconfig".into(),
-            kc.display().to_string(),
             format!("--cgroup-root={}", tree.root),
             // A deferred resize is weighed again at the pod's next sync.
             "--sync-frequency=10s".into(),

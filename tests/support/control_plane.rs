@@ -659,3 +659,31 @@ impl Drop for ControlPlane {
         }
     }
 }
+
+/// A control plane with controllers and one node, `NODE`, joined by picolet on a scratch
+/// containerd of its own with a client certificate (`--kubeconfig`, then `flags`), all under
+/// `dir`: the setup of the tests of a joined node. Bind the three in this order (`let (cp, c,
+/// a) = ...`): they are dropped in reverse, the agent first.
+pub fn joined_node(
+    dir: &Path,
+    flags: &[String],
+) -> (
+    ControlPlane,
+    super::containerd::ScratchContainerd,
+    super::agent::Agent,
+) {
+    let cp = ControlPlane::start(
+        &dir.join("cp"),
+        &Options {
+            nodes: vec![super::NODE.into()],
+            controllers: true,
+            ..Default::default()
+        },
+    );
+    let c = super::containerd::ScratchContainerd::start(&dir.join("containerd"));
+    let kc = cp.node_kubeconfig(super::NODE, NodeKey::EcSec1);
+    let mut args = vec!["--kubeconfig".to_owned(), kc.display().to_string()];
+    args.extend(flags.iter().cloned());
+    let a = super::agent::Agent::start_with(&dir.join("a"), &c.endpoint(), &args);
+    (cp, c, a)
+}
