@@ -1077,10 +1077,12 @@ mod tests {
             assert_eq!(a.stats.connects.get(), 0);
             assert!(!a.stats.up.get());
 
-            // The server comes: the agent connects within its backoff (at most 8s after three
-            // failures).
+            // The server comes: the agent connects within its backoff (a wait below 8s after
+            // at most four failures in 1.5s), then connecting may take up to CONNECT_TIMEOUT on
+            // a loaded machine.
+            let within = Duration::from_secs(8) + CONNECT_TIMEOUT + Duration::from_secs(5);
             let server = serve(bind(&addr.to_string()), p.server.clone());
-            let s = server.next_stream(Duration::from_secs(10)).await;
+            let s = server.next_stream(within).await;
             s.send(dial_req("192.0.2.10:10250", 1)).await;
             let id = dial_rsp(s.recv().await).connect_id;
             s.send(data(id, b"before")).await;
@@ -1097,9 +1099,10 @@ mod tests {
             .await
             .expect("the relayed connection closes with the stream");
             // ...and the agent comes back to the new server (a lived stream resets the
-            // backoff to its first window, under 1s... at most 2s).
+            // backoff to its first window, under 1s; a try before the new server listens
+            // waits below 2s, then below 4s).
             let server = serve(bind(&addr.to_string()), p.server.clone());
-            let s = server.next_stream(Duration::from_secs(10)).await;
+            let s = server.next_stream(within).await;
             s.send(dial_req("192.0.2.10:10250", 2)).await;
             let r = dial_rsp(s.recv().await);
             assert_eq!(r.error, "");
