@@ -354,6 +354,7 @@ fn storm(clients: usize) {
             node_name: format!("node-{i}"),
             poll_interval: None,
             checkpoint: None,
+            node: None,
         };
         let (tx, rx) = async_channel::unbounded();
         std::thread::Builder::new()

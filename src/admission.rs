@@ -11,19 +11,23 @@
 //! are not static the NoExecute taints; then the features the pod needs against those the node
 //! declares (`declared_features`); the first failure is the one reported.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use crate::api::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
+use crate::api::{NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint};
 use crate::cm::resources::pod_request;
 
 /// What admission knows of the node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeInfo {
     pub name: String,
-    /// The well-known labels and `--node-labels`.
+    /// The well-known labels and `--node-labels`: the labels until the apiserver's Node is
+    /// read ([`NodeInfo::seen`]).
     pub labels: BTreeMap<String, String>,
-    /// `--register-with-taints` (only NoExecute ones matter here, as upstream).
-    pub taints: Vec<crate::api::Taint>,
+    /// `--register-with-taints` (only NoExecute ones matter here, as upstream), until the
+    /// apiserver's Node is read whole.
+    pub taints: Vec<Taint>,
     /// Allocatable CPU in millicores.
     pub milli_cpu: i64,
     /// Allocatable memory in bytes.
@@ -37,7 +41,93 @@ pub struct NodeInfo {
     /// Why the runtime cannot mount image volumes, when it cannot (found at start from its
     /// version).
     pub no_image_volumes: Option<String>,
+    /// The Node as the apiserver last showed it, shared with the tasks that read it.
+    pub seen: SeenNode,
 }
+
+/// The labels and taints of the node's Node object as last read from the apiserver: what
+/// admission weighs pods against once known, as upstream's kubelet admits against the Node of
+/// its node lister. A label or taint set with `kubectl` counts from the next read: every status
+/// report's answer carries the labels, and the pod source reads the Node whole before it hands
+/// over a pod the scheduler placed here that does not fit the labels and taints known
+/// ([`NodeInfo::fits_placement`]). Clones share one view.
+#[derive(Debug, Clone, Default)]
+pub struct SeenNode(Arc<Mutex<Seen>>);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Seen {
+    labels: Option<BTreeMap<String, String>>,
+    taints: Option<Vec<Taint>>,
+}
+
+impl SeenNode {
+    fn get(&self) -> Seen {
+        self.0.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The Node's labels, from an answer that carried them (a status report's metadata).
+    pub fn set_labels(&self, labels: BTreeMap<String, String>) {
+        if let Ok(mut s) = self.0.lock() {
+            s.labels = Some(labels);
+        }
+    }
+
+    /// The Node read whole: its labels and taints.
+    pub fn set(&self, labels: BTreeMap<String, String>, taints: Vec<Taint>) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = Seen {
+                labels: Some(labels),
+                taints: Some(taints),
+            };
+        }
+    }
+
+    /// Takes a Node's labels (and taints, when `spec` is there) from the JSON of an answer;
+    /// false when it holds no Node metadata (the labels known stay).
+    pub fn read(&self, node: &serde_json::Value) -> bool {
+        let meta = &node["metadata"];
+        if !meta["name"].is_string() {
+            return false;
+        }
+        let labels: BTreeMap<String, String> = meta["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        match node.get("spec") {
+            Some(spec) => {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                let taints = spec["taints"]
+                    .as_array()
+                    .map(|ts| {
+                        ts.iter()
+                            .map(|t| Taint {
+                                key: text(&t["key"]),
+                                value: text(&t["value"]),
+                                effect: text(&t["effect"]),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.set(labels, taints);
+            }
+            None => self.set_labels(labels),
+        }
+        true
+    }
+}
+
+/// Two views are equal when they hold the same labels and taints.
+impl PartialEq for SeenNode {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.get() == other.get()
+    }
+}
+
+impl Eq for SeenNode {}
 
 /// The safe sysctls, each with the kernel release from which it is namespaced (upstream's
 /// `pkg/kubelet/sysctl/safe_sysctls.go`).
@@ -186,6 +276,29 @@ fn forbidden_sysctl(pod: &Pod, allowed: &[String]) -> Option<String> {
 }
 
 impl NodeInfo {
+    /// The node with the labels and taints last read from the apiserver, where they were.
+    pub fn as_seen(&self) -> Cow<'_, NodeInfo> {
+        let seen = self.seen.get();
+        if seen == Seen::default() {
+            return Cow::Borrowed(self);
+        }
+        let mut n = self.clone();
+        if let Some(l) = seen.labels {
+            n.labels = l;
+        }
+        if let Some(t) = seen.taints {
+            n.taints = t;
+        }
+        Cow::Owned(n)
+    }
+
+    /// Whether a pod the scheduler placed here fits the node's labels and NoExecute taints as
+    /// known: when it does not, the node's view is older than the scheduler's.
+    pub fn fits_placement(&self, pod: &Pod) -> bool {
+        let node = self.as_seen();
+        matches_node_affinity(pod, &node) && tolerates_no_execute(pod, &node.taints)
+    }
+
     /// The node's labels: `kubernetes.io/hostname`, `kubernetes.io/os`, `kubernetes.io/arch`
     /// (and their `beta.` forms), then `--node-labels`, which may override them.
     pub fn node_labels(name: &str, extra: &[(String, String)]) -> BTreeMap<String, String> {
@@ -229,6 +342,7 @@ fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rej
 /// Decides whether `pod` may run beside the pods already admitted (`admitted`, active ones:
 /// not finished, not stopping, not rejected).
 pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[&Pod]) -> Result<(), Rejection> {
+    let node = &*node.as_seen();
     if let Some(e) = forbidden_sysctl(pod, &node.sysctls) {
         return Err(Rejection {
             reason: "SysctlForbidden".into(),
@@ -469,7 +583,7 @@ fn ports_free(pod: &Pod, admitted: &[&Pod]) -> bool {
 }
 
 /// Every NoExecute taint of the node is tolerated.
-fn tolerates_no_execute(pod: &Pod, taints: &[crate::api::Taint]) -> bool {
+fn tolerates_no_execute(pod: &Pod, taints: &[Taint]) -> bool {
     taints.iter().filter(|t| t.effect == "NoExecute").all(|t| {
         pod.spec.tolerations.iter().any(|tol| {
             let effect_ok = tol
@@ -509,6 +623,7 @@ mod tests {
             pods: 110,
             sysctls: sysctl_allowlist("6.1.0", &[]).unwrap(),
             no_image_volumes: None,
+            seen: SeenNode::default(),
         }
     }
 
@@ -945,6 +1060,54 @@ mod tests {
                 .starts_with("sysctl \"Net.core.*\" must have at most 253 characters")
         );
         assert!(sysctl_allowlist("6.1", &["net.*.x".into()]).is_err());
+    }
+
+    #[test]
+    fn the_nodes_labels_and_taints_as_the_apiserver_shows_them_decide_once_read() {
+        let n = node();
+        let mut p = pod("a", "", "");
+        p.metadata
+            .annotations
+            .insert(crate::config::ANNOTATION_CONFIG_SOURCE.into(), "api".into());
+        p.spec.node_selector.insert("zone".into(), "north".into());
+        // Labels known at start only: the label added to the Node since is not there.
+        assert!(!n.fits_placement(&p));
+        assert_eq!(admit(&p, &n, &[]).unwrap_err().reason, "NodeAffinity");
+
+        // A status report's answer: metadata alone, labels taken, taints kept.
+        let seen = n.seen.clone();
+        assert!(seen.read(&serde_json::json!({
+            "kind": "PartialObjectMetadata",
+            "metadata": {"name": "edge-1", "labels": {"zone": "north", "kubernetes.io/os": "linux"}}
+        })));
+        assert!(n.fits_placement(&p));
+        assert_eq!(admit(&p, &n, &[]), Ok(()));
+        // The labels are the Node's own now: one it no longer has does not count.
+        p.spec.node_selector.insert("disktype".into(), "ssd".into());
+        assert_eq!(admit(&p, &n, &[]).unwrap_err().reason, "NodeAffinity");
+        p.spec.node_selector.remove("disktype");
+
+        // The Node read whole: a NoExecute taint added with kubectl counts too.
+        assert!(seen.read(&serde_json::json!({
+            "metadata": {"name": "edge-1", "labels": {"zone": "north"}},
+            "spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}
+        })));
+        assert!(!n.fits_placement(&p));
+        assert_eq!(admit(&p, &n, &[]).unwrap_err().reason, "TaintToleration");
+        // Static pods are not held to taints, as upstream.
+        let mut s = p.clone();
+        s.metadata.annotations.insert(
+            crate::config::ANNOTATION_CONFIG_SOURCE.into(),
+            "file".into(),
+        );
+        assert_eq!(admit(&s, &n, &[]), Ok(()));
+
+        // An answer without a Node's metadata (a Status, say) changes nothing.
+        assert!(!seen.read(&serde_json::json!({"kind": "Status", "code": 500})));
+        assert!(!n.fits_placement(&p));
+        // Clones share one view; the configured labels stay as they were.
+        assert_eq!(n.clone(), n);
+        assert_eq!(n.labels["disktype"], "ssd");
     }
 
     #[test]

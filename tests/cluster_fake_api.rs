@@ -208,6 +208,89 @@ fn an_evicted_pod_keeps_the_evictions_disruption_target_in_its_final_status() {
 }
 
 #[test]
+fn a_pod_placed_by_a_label_added_to_the_node_since_start_is_admitted_after_one_read_of_the_node() {
+    run(async {
+        let (tmp, fake, api) = fakes("labels");
+        let a = start_joined(&tmp, &fake, &api).await;
+        renewed_once(&a, &api).await;
+        let node_key = format!("nodes/{NODE}");
+        let node_path = format!("/api/v1/nodes/{NODE}");
+        // `kubectl label node`: the Node gets a label picolet was not started with.
+        let mut node = api.get(&node_key).expect("the Node registered");
+        node["metadata"]["labels"]["zone"] = json!("north");
+        api.insert(&node_key, node);
+        let reads = || {
+            api.requests()
+                .iter()
+                .filter(|(m, p)| m == "GET" && *p == node_path)
+                .count()
+        };
+        let before = reads();
+
+        // A pod without a selector is admitted as it is: no read.
+        api.create_pod(api_pod("plain"));
+        let mut north = api_pod("north");
+        north["spec"]["nodeSelector"] = json!({"zone": "north"});
+        let mut south = api_pod("south");
+        south["spec"]["nodeSelector"] = json!({"zone": "south"});
+        until(
+            &a,
+            "the plain pod Running",
+            Duration::from_secs(15),
+            async || {
+                api.get("pods/default/plain")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        assert_eq!(reads(), before, "{:?}", api.requests());
+
+        // The scheduler placed it by the new label: one read of the Node, then it runs.
+        api.create_pod(north);
+        until(
+            &a,
+            "the pod selecting the new label Running",
+            Duration::from_secs(15),
+            async || {
+                api.get("pods/default/north")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        assert_eq!(reads(), before + 1);
+
+        // A pod that fits neither view is read for once and refused with upstream's reason.
+        api.create_pod(south);
+        until(
+            &a,
+            "the pod selecting a label the node lacks refused",
+            Duration::from_secs(15),
+            async || {
+                api.get("pods/default/south").is_some_and(|p| {
+                    p["status"]["phase"] == "Failed" && p["status"]["reason"] == "NodeAffinity"
+                })
+            },
+        )
+        .await;
+        assert_eq!(reads(), before + 2);
+        // Each pod is looked at once: the refused pod's status change came back on the watch
+        // before the next pod did, and read nothing more.
+        api.create_pod(api_pod("plain2"));
+        until(
+            &a,
+            "the second plain pod Running",
+            Duration::from_secs(15),
+            async || {
+                api.get("pods/default/plain2")
+                    .is_some_and(|p| p["status"]["phase"] == "Running")
+            },
+        )
+        .await;
+        assert_eq!(reads(), before + 2, "{:?}", api.requests());
+    });
+}
+
+#[test]
 fn a_dropped_watch_resumes_without_listing_and_410_lists_again() {
     run(async {
         let (tmp, fake, api) = fakes("watch");

@@ -179,6 +179,7 @@ fn start_cluster(
         node_name: node_name.clone(),
         poll_interval: o.apiserver_poll_interval,
         checkpoint: Some(o.root().pods_checkpoint()),
+        node: Some(parts.admission_node.clone()),
     };
     let mirrors = config::api::Mirrors::default();
     let (c, m) = (client.clone(), mirrors.clone());
@@ -209,6 +210,7 @@ fn start_cluster(
             facts,
             kubelet.clone(),
             beats,
+            parts.admission_node.seen.clone(),
         )),
         rt::spawn(cluster::run_lease(client.clone(), node_name.clone(), beats)),
         rt::spawn(cluster::run_pod_status(client.clone(), kubelet.clone())),

@@ -55,6 +55,7 @@ pub(super) async fn start(
     status.set_probe_results(rm.probe_results());
     status.set_allocation(rm.allocation().clone());
     let prober = prober::ProbeManager::new(rm.clone(), cache.clone(), &host_ip);
+    let admission_node = admission_node(o, node, &runtime.version);
     let kubelet = Rc::new(sync_loop::Kubelet::new(
         rm.clone(),
         cache.clone(),
@@ -65,7 +66,7 @@ pub(super) async fn start(
         Mux::new(&expected),
         sync_loop::LoopConfig {
             sync_frequency: o.sync_frequency,
-            node: Some(admission_node(o, node, &runtime.version)),
+            node: Some(admission_node.clone()),
             allocation: Some(rm.allocation().clone()),
         },
     ));
@@ -85,6 +86,7 @@ pub(super) async fn start(
         counted: runtime.counted,
         ops: runtime.ops,
         runtime_version: runtime.version,
+        admission_node,
     };
     Ok(Started {
         parts,
@@ -131,5 +133,6 @@ fn admission_node(o: &Options, node: &Facts, runtime: &str) -> admission::NodeIn
         sysctls: admission::sysctl_allowlist(&node.kernel, &o.allowed_unsafe_sysctls)
             .unwrap_or_default(),
         no_image_volumes: kuberuntime::image::runtime_mounts_images(runtime).err(),
+        seen: admission::SeenNode::default(),
     }
 }

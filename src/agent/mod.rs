@@ -61,6 +61,13 @@ struct Parts {
         allow(dead_code, reason = "reported in the Node's status")
     )]
     runtime_version: String,
+    /// The node as admission weighs pods against it: the pod source checks the pods the
+    /// scheduler placed here against it, and the status reports keep its labels current.
+    #[cfg_attr(
+        not(feature = "apiserver"),
+        allow(dead_code, reason = "read by the cluster tasks")
+    )]
+    admission_node: crate::admission::NodeInfo,
 }
 
 /// What the node last had from the cluster, read back before any pod starts.

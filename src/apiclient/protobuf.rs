@@ -57,7 +57,7 @@ fn open(bytes: &[u8]) -> Result<(pb::TypeMeta, Vec<u8>), String> {
 
 /// An object's metadata, as the JSON the callers read from a `PartialObjectMetadata`
 /// (`{"apiVersion", "kind", "metadata": {name, namespace, uid, resourceVersion, generation,
-/// ownerReferences, managedFields}}`, a field manager's record with its manager and operation
+/// labels, ownerReferences, managedFields}}`, a field manager's record with its manager and operation
 /// alone; fields the answer leaves out are left out).
 pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
     let (type_meta, raw) = open(bytes)?;
@@ -78,6 +78,14 @@ pub fn metadata_json(bytes: &[u8]) -> Result<Value, String> {
         }
         if let Some(g) = m.generation {
             meta.insert("generation".into(), json!(g));
+        }
+        if !m.labels.is_empty() {
+            let labels: Map<String, Value> = m
+                .labels
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            meta.insert("labels".into(), Value::Object(labels));
         }
         if !m.owner_references.is_empty() {
             let owners = m.owner_references.into_iter().map(|o| {
@@ -251,6 +259,14 @@ pub fn encode_metadata_of(m: &Value) -> Vec<u8> {
             uid: text(&m["uid"]),
             resource_version: text(&m["resourceVersion"]),
             generation: m["generation"].as_i64(),
+            labels: m["labels"]
+                .as_object()
+                .map(|l| {
+                    l.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default(),
             owner_references: list(&m["ownerReferences"])
                 .iter()
                 .map(|o| pb::OwnerReference {
@@ -413,6 +429,18 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_labels_come_through_the_metadata() {
+        let m = json!({"name": "edge-1", "resourceVersion": "7",
+                       "labels": {"kubernetes.io/hostname": "edge-1", "zone": "north"}});
+        let v = metadata_json(&encode_metadata_of(&m)).unwrap();
+        assert_eq!(v["metadata"]["labels"], m["labels"]);
+        assert_eq!(v["metadata"]["name"], "edge-1");
+        // No labels: no key.
+        let v = metadata_json(&encode_metadata_of(&json!({"name": "n"}))).unwrap();
+        assert!(v["metadata"].get("labels").is_none());
+    }
+
+    #[test]
     fn fields_not_read_are_skipped() {
         // ObjectMeta with labels (11) and managedFields (17) before resourceVersion (6): the
         // order on the wire does not matter, and unknown fields are skipped.
@@ -426,6 +454,7 @@ mod tests {
         object.extend_from_slice(&[0x12, 0x00]); // spec (2), empty
         let v = metadata_json(&envelope("coordination.k8s.io/v1", "Lease", object)).unwrap();
         assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(v["metadata"]["labels"], json!({"a": "b"}));
         assert_eq!(v["kind"], "Lease");
     }
 

@@ -204,6 +204,7 @@ pub async fn run_node(
     facts: NodeFacts,
     kubelet: Rc<dyn Kubelet>,
     beats: Heartbeats,
+    seen: crate::admission::SeenNode,
 ) {
     let mut jitter = Jitter::new(&facts.node.name);
     let mut failures = 0u32;
@@ -216,7 +217,8 @@ pub async fn run_node(
         )
         .await
         {
-            Ok(_) => {
+            Ok(v) => {
+                seen.read(&v);
                 log::info!(
                     "registered node {} with the apiserver at {}",
                     facts.node.name,
@@ -316,7 +318,10 @@ pub async fn run_node(
             )
             .await
             {
-                Ok(_) => {
+                Ok(v) => {
+                    // The answer's metadata holds the Node's labels: admission's view of them
+                    // is as fresh as the last report.
+                    seen.read(&v);
                     posted = Some(status);
                     posted_at = rt::now();
                 }

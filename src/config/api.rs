@@ -47,6 +47,9 @@ pub struct ApiSourceConfig {
     pub poll_interval: Option<Duration>,
     /// Where the node's API pods are checkpointed (`<root-dir>/checkpoints/pods.json`).
     pub checkpoint: Option<std::path::PathBuf>,
+    /// The node as admission sees it: a pod placed here that does not fit its labels and taints
+    /// has the Node read again before the pod is handed over ([`refresh_node`]).
+    pub node: Option<crate::admission::NodeInfo>,
 }
 
 /// The node's pods as the API shows them: pure, fed by lists and watch events.
@@ -310,7 +313,11 @@ pub fn run_blocking(
             cfg.node_name
         ),
     };
+    let mut placed = std::collections::HashSet::new();
     let mut emit = |set: &PodSet| {
+        if let Some(node) = &cfg.node {
+            refresh_node(&client, node, set, &mut placed);
+        }
         if let Ok(mut m) = mirrors.lock() {
             *m = Some(set.mirrors());
         }
@@ -321,6 +328,53 @@ pub fn run_blocking(
     };
     let alive = || !tx.is_closed();
     watch::run(&client, &mut set, &opts, &mut jitter, &alive, &mut emit);
+}
+
+/// Reads the Node again when a pod the scheduler placed here since the last look does not fit
+/// the node's labels and NoExecute taints as admission knows them (a label added with
+/// `kubectl label node` moments before, which the next status report would only bring minutes
+/// later): so admission weighs it against the Node the scheduler saw, as upstream's kubelet
+/// does with its node lister, without watching the Node (each of its status reports would come
+/// back over the link). One read for all such pods of a change; each pod is looked at once.
+/// `placed` holds the uids looked at, pruned to the set.
+fn refresh_node(
+    client: &Client,
+    node: &crate::admission::NodeInfo,
+    set: &PodSet,
+    placed: &mut std::collections::HashSet<String>,
+) -> bool {
+    placed.retain(|uid| set.pods.contains_key(uid));
+    let mut misfit = None;
+    for (uid, p) in &set.pods {
+        if !placed.insert(uid.clone()) || is_mirror(p) {
+            continue;
+        }
+        let ended = matches!(p.status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if misfit.is_none() && !ended && !node.fits_placement(p) {
+            misfit = Some(format!("{}/{}", p.metadata.namespace, p.metadata.name));
+        }
+    }
+    let Some(pod) = misfit else {
+        return false;
+    };
+    let path = format!("/api/v1/nodes/{}", node.name);
+    match client.json::<serde_json::Value>("GET", &path, None) {
+        Ok(v) => {
+            log::debug!(
+                "api source: read Node {} again: pod {pod} did not fit its labels or taints as known",
+                node.name
+            );
+            node.seen.read(&v)
+        }
+        Err(e) => {
+            log::warn!(
+                "api source: reading Node {} for pod {pod}, which does not fit its labels or \
+                 taints as known: {e}",
+                node.name
+            );
+            false
+        }
+    }
 }
 
 #[cfg(test)]
