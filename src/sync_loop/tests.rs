@@ -2210,6 +2210,7 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
             // fake apiserver's, tests/cluster_fake_api.rs).
             crate::objects::ChangeDetection::Cache,
             Duration::from_secs(60),
+            "node".into(),
         ));
         // Its first round finds no pod; the next one is a second away.
         rt::settle().await;

@@ -1,0 +1,165 @@
+//! The apiserver side of pod certificates (`crate::podcertificate`): the node's
+//! PodCertificateRequests listed and watched (`certificates.k8s.io/v1`, with
+//! `fieldSelector=spec.nodeName=<node>`, the only list and watch the Node authorizer allows a
+//! node, as the kubelet's informer asks), on a thread of its own while a pod projects a
+//! certificate; and a request created for a source: the service account's UID read (the Node
+//! authorizer lets a node get the service accounts of its pods), the node's UID read once, a
+//! new key made, the request posted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::Value;
+
+use crate::apiclient::backoff::Jitter;
+use crate::apiclient::watch::{self, Event, ObjectError, Watched};
+use crate::apiclient::{ApiError, Client};
+use crate::objects::PodCertificateNeed;
+use crate::podcertificate::{Outcome, Requests, decode_request, key_algorithm, new_key};
+
+/// The node's requests, listed and watched as one collection.
+struct RequestSet {
+    node: String,
+    requests: Requests,
+    resource_version: String,
+}
+
+fn decode(v: &Value) -> Result<(String, Outcome), ObjectError> {
+    decode_request(v).map_err(|e| ObjectError::Decode {
+        what: Some("podcertificaterequest"),
+        source: e.into(),
+    })
+}
+
+impl Watched for RequestSet {
+    fn what(&self) -> &'static str {
+        "podcertificaterequests"
+    }
+
+    fn path(&self, query: &str) -> String {
+        format!(
+            "/apis/certificates.k8s.io/v1/podcertificaterequests?fieldSelector=spec.nodeName%3D{}{query}",
+            self.node
+        )
+    }
+
+    fn replace(&mut self, list: Value) -> Result<(), ObjectError> {
+        let items = match list.get("items") {
+            None | Some(Value::Null) => &[][..],
+            Some(Value::Array(items)) => &items[..],
+            Some(_) => return Err(ObjectError::NotAnArray("items")),
+        };
+        let mut all = Requests::new();
+        for (i, v) in items.iter().enumerate() {
+            let (name, o) = decode(v).map_err(|e| ObjectError::item("items", i, e))?;
+            all.insert(name, o);
+        }
+        self.requests = all;
+        self.resource_version = watch::list_resource_version(&list);
+        Ok(())
+    }
+
+    fn apply_object(&mut self, event: Event, object: Value) -> Result<bool, ObjectError> {
+        let (name, o) = decode(&object)?;
+        Ok(match event {
+            Event::Deleted => self.requests.remove(&name).is_some(),
+            Event::Added | Event::Modified => self.requests.insert(name, o.clone()) != Some(o),
+        })
+    }
+
+    fn resource_version(&mut self) -> &mut String {
+        &mut self.resource_version
+    }
+
+    fn count(&self) -> usize {
+        self.requests.len()
+    }
+}
+
+/// Lists and watches the node's requests on the calling thread, sending them all (with
+/// `generation`) after the list and after each change, until `alive` is cleared.
+pub fn watch_requests(
+    client: &Client,
+    node: &str,
+    generation: u64,
+    alive: &AtomicBool,
+    seen: &async_channel::Sender<(u64, Arc<Requests>)>,
+) {
+    let mut set = RequestSet {
+        node: node.to_owned(),
+        requests: Requests::new(),
+        resource_version: String::new(),
+    };
+    let mut jitter = Jitter::new("podcertificaterequests");
+    let opts = watch::Options {
+        poll_interval: None,
+        log_prefix: "pod certificates",
+        forbidden_hint: "the pods projecting pod certificates wait; the Node authorizer lets a \
+                         node list and watch the PodCertificateRequests of its name"
+            .into(),
+    };
+    let running = || alive.load(Ordering::Relaxed) && !seen.is_closed();
+    let mut emit = |set: &RequestSet| {
+        seen.send_blocking((generation, Arc::new(set.requests.clone())))
+            .is_ok()
+            && running()
+    };
+    watch::run(client, &mut set, &opts, &mut jitter, &running, &mut emit);
+}
+
+fn uid_of(v: &Value, what: &str) -> Result<String, ApiError> {
+    v["metadata"]["uid"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::decode(what, "no metadata.uid"))
+}
+
+/// Creates a request for a source (blocking: run it on the blocking pool): returns its
+/// `namespace/name`, its `creationTimestamp` (Unix seconds; `now` when absent) and the new
+/// private key (PEM). `node_uid` is read once and kept.
+pub fn create_request(
+    client: &Client,
+    node_name: &str,
+    node_uid: &mut String,
+    need: &PodCertificateNeed,
+    now: i64,
+) -> Result<(String, i64, Vec<u8>), ApiError> {
+    let alg = key_algorithm(need).map_err(|m| ApiError::decode("podCertificate", m))?;
+    if node_uid.is_empty() {
+        let n: Value = client.json("GET", &format!("/api/v1/nodes/{node_name}"), None)?;
+        *node_uid = uid_of(&n, "node")?;
+    }
+    let sa: Value = client.json(
+        "GET",
+        &format!(
+            "/api/v1/namespaces/{}/serviceaccounts/{}",
+            need.namespace, need.service_account
+        ),
+        None,
+    )?;
+    let sa_uid = uid_of(&sa, "serviceaccount")?;
+    let (key, csr) = new_key(alg).map_err(|e| ApiError::decode("a new key", e))?;
+    let body = crate::podcertificate::request_body(need, &sa_uid, node_name, node_uid, &csr);
+    let path = format!(
+        "/apis/certificates.k8s.io/v1/namespaces/{}/podcertificaterequests",
+        need.namespace
+    );
+    let answer: Value = client.json(
+        "POST",
+        &path,
+        Some((
+            "application/json",
+            serde_json::to_vec(&body).unwrap_or_default(),
+        )),
+    )?;
+    let name = answer["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::decode("PodCertificateRequest", "no metadata.name"))?;
+    let created = answer["metadata"]["creationTimestamp"]
+        .as_str()
+        .and_then(crate::api::time::parse_rfc3339)
+        .unwrap_or(now);
+    Ok((format!("{}/{name}", need.namespace), created, key))
+}
