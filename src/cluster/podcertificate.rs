@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::apiclient::backoff::Jitter;
 use crate::apiclient::watch::{self, Event, ObjectError, Watched};
-use crate::apiclient::{ApiError, Client};
+use crate::apiclient::{ACCEPT_METADATA, ApiError, CALL_TIMEOUT, Client};
 use crate::objects::PodCertificateNeed;
 use crate::podcertificate::{Outcome, Requests, decode_request, key_algorithm, new_key};
 
@@ -145,13 +145,16 @@ pub fn create_request(
         "/apis/certificates.k8s.io/v1/namespaces/{}/podcertificaterequests",
         need.namespace
     );
-    let answer: Value = client.json(
+    // The answer's metadata alone: its name (and creation time where the form carries it).
+    let answer: Value = client.json_accepting(
         "POST",
         &path,
         Some((
             "application/json",
             serde_json::to_vec(&body).unwrap_or_default(),
         )),
+        CALL_TIMEOUT,
+        ACCEPT_METADATA,
     )?;
     let name = answer["metadata"]["name"]
         .as_str()
