@@ -1884,6 +1884,15 @@ fn der_in(text: &str, label: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The stub request of the PodCertificateRequest `name`.
+fn first_csr(api: &FakeApi, name: &str) -> serde_json::Value {
+    api.pod_certificate_requests()
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == name)
+        .unwrap()["spec"]["stubPKCS10Request"]
+        .clone()
+}
+
 /// The uncompressed P-256 point of the first `subjectPublicKey` (BIT STRING of 66 bytes) in a
 /// DER object.
 fn p256_point(der: &[u8]) -> Vec<u8> {
@@ -1912,6 +1921,11 @@ fn a_pod_certificate_volume_waits_for_its_request_then_holds_the_key_and_its_cha
             json!({"signerName": "x.io/s", "keyType": "ECDSAP256", "maxExpirationSeconds": 3600,
                    "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
                    "certificateChainPath": "chain.pem", "userAnnotations": {"x.io/path": "/p"}}),
+        ));
+        api.create_pod(with_source(
+            "pcr-refresh",
+            json!({"signerName": "x.io/s", "keyType": "ECDSAP384", "keyPath": "key.pem",
+                   "certificateChainPath": "chain.pem"}),
         ));
         api.create_pod(with_source(
             "pcr-rsa",
@@ -1999,6 +2013,63 @@ fn a_pod_certificate_volume_waits_for_its_request_then_holds_the_key_and_its_cha
             "{reads:?}"
         );
         assert!(reads.iter().any(|p| p.contains("watch=true")), "{reads:?}");
+        // A certificate due for refresh: a new key and request, the files unchanged until it
+        // is issued, then the new key and chain at once.
+        let first = request_of("pcr-refresh").unwrap();
+        let first = first["metadata"]["name"].as_str().unwrap().to_owned();
+        let old_chain = api.issue_pcr_due("default", &first);
+        until(
+            &a,
+            "the refreshing pod running",
+            Duration::from_secs(15),
+            async || fake.running_container_of("pcr-refresh").is_some(),
+        )
+        .await;
+        let r = fake.running_container_of("pcr-refresh").unwrap();
+        let old_key = file_in(&r, "/tls", "key.pem");
+        assert_eq!(file_in(&r, "/tls", "chain.pem"), old_chain);
+        let second = || {
+            api.pod_certificate_requests()
+                .into_iter()
+                .filter(|q| q["spec"]["podName"] == "pcr-refresh")
+                .nth(1)
+        };
+        until(
+            &a,
+            "the refresh request",
+            Duration::from_secs(15),
+            async || second().is_some(),
+        )
+        .await;
+        assert_eq!(
+            file_in(&r, "/tls", "key.pem"),
+            old_key,
+            "kept while the refresh waits"
+        );
+        let second = second().unwrap();
+        assert_ne!(
+            second["spec"]["stubPKCS10Request"],
+            first_csr(&api, &first),
+            "a new key"
+        );
+        let new_chain = api.issue_pcr(
+            "default",
+            second["metadata"]["name"].as_str().unwrap(),
+            86400,
+        );
+        until(
+            &a,
+            "the new key and chain in the files",
+            Duration::from_secs(15),
+            async || file_in(&r, "/tls", "chain.pem") == new_chain,
+        )
+        .await;
+        assert_ne!(file_in(&r, "/tls", "key.pem"), old_key);
+        assert_eq!(
+            running(&fake, "pcr-refresh"),
+            1,
+            "the container kept running"
+        );
         // A key type ring cannot make: no request, the event names pod, volume, field, value.
         until(&a, "the RSA pod's FailedMount event", Duration::from_secs(15), async || {
             api.events().iter().any(|e| {

@@ -466,6 +466,25 @@ impl FakeApi {
     /// request's `maxExpirationSeconds` when shorter), to be refreshed 30 minutes before its
     /// end (the e2e signer's choice). Returns the chain (PEM).
     pub fn issue_pcr(&self, ns: &str, name: &str, lifetime: i64) -> String {
+        let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+        self.issue_pcr_at(ns, name, now, now + lifetime - 1800, now + lifetime)
+    }
+
+    /// [`FakeApi::issue_pcr`] with a certificate whose `beginRefreshAt` passed 5 minutes ago
+    /// (and the jitter a node adds to it is below 5 minutes): due for a refresh at once.
+    pub fn issue_pcr_due(&self, ns: &str, name: &str) -> String {
+        let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+        self.issue_pcr_at(ns, name, now - 600, now - 300, now + 3000)
+    }
+
+    fn issue_pcr_at(
+        &self,
+        ns: &str,
+        name: &str,
+        not_before: i64,
+        refresh: i64,
+        not_after: i64,
+    ) -> String {
         use base64::Engine;
         let o = self
             .with(|s| s.objects.get(&format!("pcrs/{ns}/{name}")).cloned())
@@ -473,22 +492,22 @@ impl FakeApi {
         let req = base64::engine::general_purpose::STANDARD
             .decode(o["spec"]["stubPKCS10Request"].as_str().unwrap_or(""))
             .expect("stubPKCS10Request is base64");
-        let life = lifetime.min(o["spec"]["maxExpirationSeconds"].as_i64().unwrap_or(86400));
-        let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+        let max = o["spec"]["maxExpirationSeconds"].as_i64().unwrap_or(86400);
+        let not_after = not_after.min(not_before + max);
         let chain = self
             .ca
-            .issue(&req, now, now + life, true)
+            .issue(&req, not_before, not_after, true)
             .expect("the fake CA signs the stub request's key");
         let t = |secs: i64| picolet::api::time::rfc3339(secs * 1_000_000_000);
         self.set_pcr_status(
             ns,
             name,
             json!({
-                "conditions": [{"type": "Issued", "status": "True", "reason": "Reason", "message": "Issued", "lastTransitionTime": t(now)}],
+                "conditions": [{"type": "Issued", "status": "True", "reason": "Reason", "message": "Issued", "lastTransitionTime": t(not_before)}],
                 "certificateChain": chain,
-                "notBefore": t(now),
-                "beginRefreshAt": t(now + life - 1800),
-                "notAfter": t(now + life),
+                "notBefore": t(not_before),
+                "beginRefreshAt": t(refresh.min(not_after)),
+                "notAfter": t(not_after),
             }),
         );
         chain
