@@ -786,6 +786,12 @@ impl Fetcher {
         }
         self.create_wait
             .retain(|k, _| needs.pod_certificates.contains_key(k));
+        let gone = |id: &String| {
+            id.strip_prefix("podcert:")
+                .is_some_and(|k| !needs.pod_certificates.contains_key(k))
+        };
+        self.failures.retain(|id, _| !gone(id));
+        self.told.retain(|id| !gone(id));
         let due: Vec<(String, crate::objects::PodCertificateNeed)> = step
             .create
             .iter()
