@@ -273,7 +273,7 @@ impl Contents {
     /// The private key and certificate chain of a pod's podCertificate source, as the
     /// kubelet's manager hands them out; an error with upstream's words while the request is
     /// pending ("... yet": the pod waits) or once it was refused.
-    pub fn pod_certificate(&self, key: &str) -> Result<(Arc<Vec<u8>>, Arc<Vec<u8>>), String> {
+    pub fn pod_certificate(&self, key: &str) -> Result<KeyAndChain, String> {
         match self.pod_certificates.get(key) {
             Some(PodCredential::Issued { key, chain }) => Ok((key.clone(), chain.clone())),
             Some(PodCredential::Refused(m)) => Err(m.clone()),
@@ -511,6 +511,9 @@ pub struct PodCertificateNeed {
 pub fn pod_certificate_key(pod_uid: &str, volume: &str, index: usize) -> String {
     format!("{pod_uid}/{volume}/{index}")
 }
+
+/// A pod certificate's private key (PKCS#8 PEM) and chain (PEM, leaf first).
+pub type KeyAndChain = (Arc<Vec<u8>>, Arc<Vec<u8>>);
 
 /// What a podCertificate source has: the key and chain it projects, or why it never will.
 #[derive(Clone, PartialEq, Eq)]
