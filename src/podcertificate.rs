@@ -430,8 +430,9 @@ impl Manager {
         }
     }
 
-    /// A request created for source `k` at `created_at` (Unix seconds, the apiserver's
-    /// `creationTimestamp`) with the key `key` (PEM): the source waits for it.
+    /// A request created for source `k` at `created_at` (Unix seconds, by the node's clock:
+    /// upstream counts from the request's `creationTimestamp`, which a skewed node would misread)
+    /// with the key `key` (PEM): the source waits for it.
     pub fn created(&mut self, k: &str, request: String, created_at: i64, key: Vec<u8>) {
         let abandon_at = created_at
             .saturating_add(ASSUME_DELETED_AFTER_SECS)

@@ -806,8 +806,7 @@ impl Fetcher {
             );
             let n = need.clone();
             let (answer, uid) = rt::unblock(move || {
-                let a =
-                    super::podcertificate::create_request(&client, &node, &mut node_uid, &n, secs);
+                let a = super::podcertificate::create_request(&client, &node, &mut node_uid, &n);
                 (a, node_uid)
             })
             .await;
@@ -816,14 +815,16 @@ impl Fetcher {
                 need.namespace, need.pod_name, need.volume, need.source.signer_name
             );
             match answer {
-                Ok((name, created, key)) => {
+                Ok((name, key)) => {
                     self.node_uid = uid;
                     let id = format!("podcert:{k}");
                     self.failures.remove(&id);
                     self.told.remove(&id);
                     self.create_wait.remove(&k);
                     log::debug!("{what}: {name}");
-                    self.pod_certs.created(&k, name, created, key);
+                    // The node's own clock: a request not seen 10 min after the node made it is
+                    // taken as deleted, whatever the apiserver's clock says.
+                    self.pod_certs.created(&k, name, now_secs(), key);
                 }
                 Err(e) => {
                     // The node's UID is read again: the Node may have been made anew.

@@ -116,15 +116,13 @@ fn uid_of(v: &Value, what: &str) -> Result<String, ApiError> {
 }
 
 /// Creates a request for a source (blocking: run it on the blocking pool): returns its
-/// `namespace/name`, its `creationTimestamp` (Unix seconds; `now` when absent) and the new
-/// private key (PEM). `node_uid` is read once and kept.
+/// `namespace/name` and the new private key (PEM). `node_uid` is read once and kept.
 pub fn create_request(
     client: &Client,
     node_name: &str,
     node_uid: &mut String,
     need: &PodCertificateNeed,
-    now: i64,
-) -> Result<(String, i64, Vec<u8>), ApiError> {
+) -> Result<(String, Vec<u8>), ApiError> {
     let alg = key_algorithm(need).map_err(|m| ApiError::decode("podCertificate", m))?;
     if node_uid.is_empty() {
         let n: Value = client.json("GET", &format!("/api/v1/nodes/{node_name}"), None)?;
@@ -145,7 +143,7 @@ pub fn create_request(
         "/apis/certificates.k8s.io/v1/namespaces/{}/podcertificaterequests",
         need.namespace
     );
-    // The answer's metadata alone: its name (and creation time where the form carries it).
+    // The answer's metadata alone: its name.
     let answer: Value = client.json_accepting(
         "POST",
         &path,
@@ -160,9 +158,5 @@ pub fn create_request(
         .as_str()
         .filter(|n| !n.is_empty())
         .ok_or_else(|| ApiError::decode("PodCertificateRequest", "no metadata.name"))?;
-    let created = answer["metadata"]["creationTimestamp"]
-        .as_str()
-        .and_then(crate::api::time::parse_rfc3339)
-        .unwrap_or(now);
-    Ok((format!("{}/{name}", need.namespace), created, key))
+    Ok((format!("{}/{name}", need.namespace), key))
 }
