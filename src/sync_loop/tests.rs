@@ -2291,7 +2291,8 @@ fn serve_pod_certificates() -> (String, Requests) {
         // made (the node's clock runs fake time ahead of the real one), refreshed an hour later.
         let first = created.first().copied().unwrap_or(now);
         let made: Vec<serde_json::Value> = (1..=created.len())
-            .map(|n| pcr(n, first + (n as i64 - 1) * 3600))
+            .zip(0i64..)
+            .map(|(n, hours)| pcr(n, first + hours * 3600))
             .collect();
         if line.starts_with("GET /api/v1/nodes/node ") {
             (200, serde_json::json!({"metadata": {"name": "node", "uid": "node-uid"}}))
