@@ -160,3 +160,64 @@ pub fn create_request(
         .ok_or_else(|| ApiError::decode("PodCertificateRequest", "no metadata.name"))?;
     Ok((format!("{}/{name}", need.namespace), key))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_nodes_requests_are_listed_and_watched_by_its_name() {
+        let mut set = RequestSet {
+            node: "n1".into(),
+            requests: Requests::new(),
+            resource_version: String::new(),
+        };
+        assert_eq!(
+            set.path(""),
+            "/apis/certificates.k8s.io/v1/podcertificaterequests?fieldSelector=spec.nodeName%3Dn1"
+        );
+        assert_eq!(
+            set.path("&watch=true&resourceVersion=5"),
+            "/apis/certificates.k8s.io/v1/podcertificaterequests?fieldSelector=spec.nodeName%3Dn1\
+             &watch=true&resourceVersion=5"
+        );
+        let pcr = |name: &str, status: serde_json::Value| json!({"metadata": {"namespace": "ns", "name": name}, "status": status});
+        let denied = json!({"conditions": [{"type": "Denied", "reason": "R", "message": "M"}]});
+        set.replace(json!({"metadata": {"resourceVersion": "5"},
+                           "items": [pcr("req-1", json!({})), pcr("req-2", denied.clone())]}))
+            .unwrap();
+        assert_eq!(set.resource_version, "5");
+        assert_eq!(set.requests["ns/req-1"], Outcome::Pending);
+        assert!(matches!(set.requests["ns/req-2"], Outcome::Denied { .. }));
+        // The same outcome is no change; a new one, a new request and a deletion are.
+        assert!(
+            !set.apply_object(Event::Modified, pcr("req-1", json!({})))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Modified, pcr("req-1", denied))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Added, pcr("req-3", json!({})))
+                .unwrap()
+        );
+        assert!(
+            set.apply_object(Event::Deleted, pcr("req-2", json!({})))
+                .unwrap()
+        );
+        let names: Vec<&str> = set.requests.keys().map(String::as_str).collect();
+        assert_eq!(names, ["ns/req-1", "ns/req-3"]);
+        // An issued request without its times is refused by name and field.
+        let bad = pcr(
+            "req-4",
+            json!({"conditions": [{"type": "Issued"}], "certificateChain": ""}),
+        );
+        let e = set.apply_object(Event::Added, bad).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "podcertificaterequest: ns/req-4: status.beginRefreshAt: not a time: null"
+        );
+    }
+}
