@@ -42,6 +42,8 @@ pub mod pki;
 pub mod pleg;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_workers;
+#[cfg(feature = "apiserver")]
+pub mod podcertificate;
 pub(crate) mod probe;
 pub(crate) mod prober;
 pub(crate) mod projection;

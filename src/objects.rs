@@ -163,6 +163,9 @@ pub struct Contents {
     /// The cluster's ClusterTrustBundles, all of them (as the kubelet's informer holds them);
     /// none until they are listed, and only while a pod projects one.
     pub bundles: Option<Arc<Bundles>>,
+    /// The pods' podCertificate credentials, by [`pod_certificate_key`]: in memory only (the
+    /// private keys are never checkpointed), filled by the pod certificate manager.
+    pub pod_certificates: BTreeMap<String, PodCredential>,
 }
 
 impl std::fmt::Debug for Contents {
@@ -171,6 +174,7 @@ impl std::fmt::Debug for Contents {
             .field("objects", &self.objects.keys().collect::<Vec<_>>())
             .field("tokens", &self.tokens.len())
             .field("bundles", &self.bundles.as_ref().map(|b| b.len()))
+            .field("pod_certificates", &self.pod_certificates.len())
             .finish()
     }
 }
@@ -264,6 +268,17 @@ impl Contents {
             );
         }
         Ok(trust_anchors(&chosen))
+    }
+
+    /// The private key and certificate chain of a pod's podCertificate source, as the
+    /// kubelet's manager hands them out; an error with upstream's words while the request is
+    /// pending ("... yet": the pod waits) or once it was refused.
+    pub fn pod_certificate(&self, key: &str) -> Result<KeyAndChain, String> {
+        match self.pod_certificates.get(key) {
+            Some(PodCredential::Issued { key, chain }) => Ok((key.clone(), chain.clone())),
+            Some(PodCredential::Refused(m)) => Err(m.clone()),
+            None => Err("credential bundle is not issued yet".into()),
+        }
     }
 }
 
@@ -462,8 +477,65 @@ pub struct ProjectionSource {
     pub downward_api: Option<DownwardApiVolume>,
     pub service_account_token: Option<TokenProjection>,
     pub cluster_trust_bundle: Option<ClusterTrustBundleProjection>,
-    /// A source picolet does not project, kept to be named in the error.
-    pub pod_certificate: Option<serde::de::IgnoredAny>,
+    pub pod_certificate: Option<PodCertificateProjection>,
+}
+
+/// `projected.sources[].podCertificate`: a key the node makes for the pod, certified by
+/// `signerName` through a PodCertificateRequest, written to the paths set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodCertificateProjection {
+    pub signer_name: String,
+    pub key_type: String,
+    pub max_expiration_seconds: Option<i32>,
+    pub credential_bundle_path: String,
+    pub key_path: String,
+    pub certificate_chain_path: String,
+    pub user_annotations: BTreeMap<String, String>,
+}
+
+/// One podCertificate source of a pod: the pod it is for and what it asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodCertificateNeed {
+    pub namespace: String,
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub service_account: String,
+    pub volume: String,
+    /// The source's index in `projected.sources`.
+    pub index: usize,
+    pub source: PodCertificateProjection,
+}
+
+/// The store's key of a pod's podCertificate source: `<pod uid>/<volume>/<index>`.
+pub fn pod_certificate_key(pod_uid: &str, volume: &str, index: usize) -> String {
+    format!("{pod_uid}/{volume}/{index}")
+}
+
+/// A pod certificate's private key (PKCS#8 PEM) and chain (PEM, leaf first).
+pub type KeyAndChain = (Arc<Vec<u8>>, Arc<Vec<u8>>);
+
+/// What a podCertificate source has: the key and chain it projects, or why it never will.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PodCredential {
+    /// The private key (PKCS#8 PEM) and the issued chain (PEM, leaf first).
+    Issued {
+        key: Arc<Vec<u8>>,
+        chain: Arc<Vec<u8>>,
+    },
+    /// A final refusal (a request denied or failed, a key type picolet cannot make).
+    Refused(String),
+}
+
+impl std::fmt::Debug for PodCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodCredential::Issued { chain, .. } => {
+                write!(f, "Issued(chain of {} bytes)", chain.len())
+            }
+            PodCredential::Refused(m) => write!(f, "Refused({m:?})"),
+        }
+    }
 }
 
 /// `projected.sources[].clusterTrustBundle`: one bundle by `name`, or the bundles of
@@ -661,6 +733,8 @@ pub struct Needs {
     pub tokens: BTreeMap<String, TokenSpec>,
     /// The UIDs of the pods that project ClusterTrustBundles.
     pub bundles: BTreeSet<String>,
+    /// The podCertificate sources of the pods, by [`pod_certificate_key`].
+    pub pod_certificates: BTreeMap<String, PodCertificateNeed>,
 }
 
 impl Needs {
@@ -680,7 +754,7 @@ impl Needs {
                 Some(Ok(ApiVolume::ConfigMap(c))) => obj(Kind::ConfigMap, &c.name),
                 Some(Ok(ApiVolume::Secret(s))) => obj(Kind::Secret, &s.secret_name),
                 Some(Ok(ApiVolume::Projected(p))) => {
-                    for s in &p.sources {
+                    for (index, s) in p.sources.iter().enumerate() {
                         if let Some(c) = &s.config_map {
                             obj(Kind::ConfigMap, &c.name);
                         }
@@ -693,6 +767,20 @@ impl Needs {
                         }
                         if s.cluster_trust_bundle.is_some() {
                             self.bundles.insert(pod.metadata.uid.clone());
+                        }
+                        if let Some(c) = &s.pod_certificate {
+                            self.pod_certificates.insert(
+                                pod_certificate_key(&uid, &v.name, index),
+                                PodCertificateNeed {
+                                    namespace: ns.clone(),
+                                    pod_name: pod.metadata.name.clone(),
+                                    pod_uid: uid.clone(),
+                                    service_account: service_account(pod).to_owned(),
+                                    volume: v.name.clone(),
+                                    index,
+                                    source: c.clone(),
+                                },
+                            );
                         }
                     }
                 }
@@ -1052,6 +1140,36 @@ spec:
         n.add_pod(&p);
         assert_eq!(n.bundles, BTreeSet::from(["u9".to_owned()]));
         assert!(n.objects.is_empty());
+    }
+
+    #[test]
+    fn needs_name_each_pod_certificate_source_by_pod_volume_and_index() {
+        let p = pod("metadata: {name: p, namespace: ns, uid: u9}
+spec:
+  serviceAccountName: sa
+  containers: [{name: c, image: i}]
+  volumes:
+  - name: tls
+    projected:
+      sources:
+      - downwardAPI: {items: [{path: n, fieldRef: {fieldPath: metadata.name}}]}
+      - podCertificate: {signerName: x.io/s, keyType: ECDSAP256, maxExpirationSeconds: 3600, credentialBundlePath: b.pem, userAnnotations: {x.io/a: b}}
+");
+        let mut n = Needs::default();
+        n.add_pod(&p);
+        let need = &n.pod_certificates["u9/tls/1"];
+        assert_eq!(
+            (
+                need.namespace.as_str(),
+                need.pod_name.as_str(),
+                need.service_account.as_str(),
+                need.index
+            ),
+            ("ns", "p", "sa", 1)
+        );
+        assert_eq!(need.source.max_expiration_seconds, Some(3600));
+        assert_eq!(need.source.user_annotations["x.io/a"], "b");
+        assert_eq!(n.pod_certificates.len(), 1);
     }
 
     #[test]

@@ -27,6 +27,9 @@ const SET: u8 = 0x31;
 const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
 const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
 const OID_P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+const OID_ECDSA_SHA384: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03];
+const OID_P384: &[u8] = &[0x2b, 0x81, 0x04, 0x00, 0x22];
+const OID_ED25519: &[u8] = &[0x2b, 0x65, 0x70];
 const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
 const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
 const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
@@ -328,6 +331,85 @@ pub fn ensure_self_signed(
 /// A new ECDSA P-256 key, PKCS#8 DER.
 pub fn new_key_pkcs8() -> Result<Vec<u8>, PkiError> {
     Ok(new_key(&SystemRandom::new())?.1)
+}
+
+/// The keys [`new_key_and_stub_csr`] makes: those of a pod certificate's key types that ring
+/// can generate (it makes no RSA keys and no ECDSA P-521 keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+}
+
+/// A new key of `alg` (PKCS#8 DER: for Ed25519 the version 1 form Go's
+/// `MarshalPKCS8PrivateKey` writes, the seed alone) and a PKCS#10 request signed with it that
+/// carries its public key and nothing else (an empty subject, no attributes): the kubelet's stub
+/// request of a PodCertificateRequest, whose signature proves the key is held. ECDSA signs with
+/// the curve's hash (SHA-256 for P-256, SHA-384 for P-384), as Go's `CreateCertificateRequest`
+/// picks it.
+pub fn new_key_and_stub_csr(alg: KeyAlgorithm) -> Result<(Vec<u8>, Vec<u8>), PkiError> {
+    let rng = SystemRandom::new();
+    type Sign = Box<dyn Fn(&[u8]) -> Result<Vec<u8>, PkiError>>;
+    let (pkcs8, spki, sig_alg, sign): (Vec<u8>, Vec<u8>, &[u8], Sign) = match alg {
+        KeyAlgorithm::EcdsaP256 | KeyAlgorithm::EcdsaP384 => {
+            let (ring_alg, curve, sig_alg) = if alg == KeyAlgorithm::EcdsaP256 {
+                (&ECDSA_P256_SHA256_ASN1_SIGNING, OID_P256, OID_ECDSA_SHA256)
+            } else {
+                (
+                    &ring::signature::ECDSA_P384_SHA384_ASN1_SIGNING,
+                    OID_P384,
+                    OID_ECDSA_SHA384,
+                )
+            };
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(ring_alg, &rng)
+                .map_err(|_| PkiError::Crypto("generating an ECDSA key failed"))?;
+            let key = EcdsaKeyPair::from_pkcs8(ring_alg, pkcs8.as_ref(), &rng)
+                .map_err(|_| PkiError::Crypto("reading the generated key failed"))?;
+            let spki = seq(&[
+                seq(&[tlv(OID, OID_EC_PUBLIC_KEY), tlv(OID, curve)]),
+                tlv(
+                    BIT_STRING,
+                    &[&[0u8][..], key.public_key().as_ref()].concat(),
+                ),
+            ]);
+            let sign = Box::new(move |m: &[u8]| {
+                key.sign(&SystemRandom::new(), m)
+                    .map(|s| s.as_ref().to_vec())
+                    .map_err(|_| PkiError::Crypto("signing the certificate request failed"))
+            });
+            (pkcs8.as_ref().to_vec(), spki, sig_alg, sign)
+        }
+        KeyAlgorithm::Ed25519 => {
+            let mut seed = [0u8; 32];
+            ring::rand::SecureRandom::fill(&rng, &mut seed)
+                .map_err(|_| PkiError::Crypto("no randomness"))?;
+            let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed)
+                .map_err(|_| PkiError::Crypto("making an Ed25519 key failed"))?;
+            let pkcs8 = seq(&[
+                tlv(INTEGER, &[0]),
+                seq(&[tlv(OID, OID_ED25519)]),
+                tlv(OCTET_STRING, &tlv(OCTET_STRING, &seed)),
+            ]);
+            let spki = seq(&[
+                seq(&[tlv(OID, OID_ED25519)]),
+                tlv(
+                    BIT_STRING,
+                    &[&[0u8][..], key.public_key().as_ref()].concat(),
+                ),
+            ]);
+            let sign = Box::new(move |m: &[u8]| Ok(key.sign(m).as_ref().to_vec()));
+            (pkcs8, spki, OID_ED25519, sign)
+        }
+    };
+    let info = seq(&[tlv(INTEGER, &[0]), seq(&[]), spki, tlv(0xa0, &[])]);
+    let sig = sign(&info)?;
+    let csr = seq(&[
+        info,
+        seq(&[tlv(OID, sig_alg)]),
+        tlv(BIT_STRING, &[&[0u8][..], &sig].concat()),
+    ]);
+    Ok((pkcs8, csr))
 }
 
 /// subjectAltName's GeneralNames: dNSName `[2]` and iPAddress `[7]` entries.

@@ -1,5 +1,6 @@
 //! The files of configMap, secret, projected and downwardAPI volumes, computed from the pod and
-//! the objects the node holds (ConfigMaps, Secrets, tokens, ClusterTrustBundles): a pure function from (pod, volume, objects) to a payload that
+//! the objects the node holds (ConfigMaps, Secrets, tokens, ClusterTrustBundles, pod
+//! certificates): a pure function from (pod, volume, objects) to a payload that
 //! `atomic_writer` puts on disk. The rules are upstream's: `items` pick and rename keys (a
 //! missing key is an error unless the source is optional), `mode` beats `defaultMode` (0644),
 //! an optional object that does not exist gives no files.
@@ -265,6 +266,7 @@ fn downward_files(
 /// prefixed by the caller with the volume's name.
 pub fn payload(
     pod: &Pod,
+    volume: &str,
     v: &ApiVolume,
     store: &Contents,
     node: NodeAllocatable,
@@ -351,15 +353,10 @@ pub fn payload(
                 } else if let Some(b) = &s.cluster_trust_bundle {
                     let data = store.trust_anchors(b)?;
                     out.insert(b.path.clone(), owned_file(pod, data, mode));
+                } else if let Some(c) = &s.pod_certificate {
+                    pod_certificate_files(&mut out, pod, volume, i, c, store, mode)?;
                 } else {
-                    let kind = if s.pod_certificate.is_some() {
-                        "podCertificate"
-                    } else {
-                        "empty"
-                    };
-                    return Err(format!(
-                        "sources[{i}]: {kind} projections are not supported"
-                    ));
+                    return Err(format!("sources[{i}]: empty projections are not supported"));
                 }
             }
         }
@@ -373,6 +370,43 @@ pub fn payload(
         }
     }
     Ok(out)
+}
+
+/// The files of a podCertificate source, as upstream's projected volume writes them: the
+/// credential bundle (the PKCS#8 key, then the chain, in one file, so one read gets a key and
+/// the chain issued for it), the key alone, the chain alone, each at its path when set; owned as
+/// a token is.
+fn pod_certificate_files(
+    out: &mut Payload,
+    pod: &Pod,
+    volume: &str,
+    index: usize,
+    c: &crate::objects::PodCertificateProjection,
+    store: &Contents,
+    mode: u32,
+) -> Result<(), String> {
+    let key = crate::objects::pod_certificate_key(&pod.metadata.uid, volume, index);
+    let (private_key, chain) = store.pod_certificate(&key)?;
+    if !c.credential_bundle_path.is_empty() {
+        let bundle = [private_key.as_slice(), chain.as_slice()].concat();
+        out.insert(
+            c.credential_bundle_path.clone(),
+            owned_file(pod, bundle, mode),
+        );
+    }
+    if !c.key_path.is_empty() {
+        out.insert(
+            c.key_path.clone(),
+            owned_file(pod, private_key.to_vec(), mode),
+        );
+    }
+    if !c.certificate_chain_path.is_empty() {
+        out.insert(
+            c.certificate_chain_path.clone(),
+            owned_file(pod, chain.to_vec(), mode),
+        );
+    }
+    Ok(())
 }
 
 /// A token or trust-bundle file: owner-only when it can be given to the pod's user or group
@@ -518,23 +552,23 @@ spec:
         let p = pod(POD);
         let s = store();
         let node = NodeAllocatable::default();
-        let all = payload(&p, &vol(&p, 0), &s, node).unwrap();
+        let all = payload(&p, "", &vol(&p, 0), &s, node).unwrap();
         assert_eq!(names(&all), vec![("a", 0o644), ("b", 0o644)]);
         assert_eq!(all["a"].data, b"1");
-        let some = payload(&p, &vol(&p, 1), &s, node).unwrap();
+        let some = payload(&p, "", &vol(&p, 1), &s, node).unwrap();
         assert_eq!(names(&some), vec![("sub/b.txt", 0o600)]);
-        let sec = payload(&p, &vol(&p, 2), &s, node).unwrap();
+        let sec = payload(&p, "", &vol(&p, 2), &s, node).unwrap();
         assert_eq!(sec["pw"].data, b"\x00bin");
-        assert!(payload(&p, &vol(&p, 3), &s, node).unwrap().is_empty());
+        assert!(payload(&p, "", &vol(&p, 3), &s, node).unwrap().is_empty());
         assert_eq!(
-            payload(&p, &vol(&p, 4), &s, node).unwrap_err(),
+            payload(&p, "", &vol(&p, 4), &s, node).unwrap_err(),
             "secret ns/gone not found"
         );
         assert_eq!(
-            payload(&p, &vol(&p, 5), &s, node).unwrap_err(),
+            payload(&p, "", &vol(&p, 5), &s, node).unwrap_err(),
             "configmap ns/cm has no key \"zz\""
         );
-        let opt = payload(&p, &vol(&p, 6), &s, node).unwrap();
+        let opt = payload(&p, "", &vol(&p, 6), &s, node).unwrap();
         assert_eq!(names(&opt), vec![("a", 0o644)]);
         assert!(!format!("{sec:?}").contains("bin"), "no value in Debug");
     }
@@ -545,7 +579,7 @@ spec:
         let mut s = store();
         let v = vol(&p, 7);
         assert_eq!(
-            payload(&p, &v, &s, NodeAllocatable::default()).unwrap_err(),
+            payload(&p, "", &v, &s, NodeAllocatable::default()).unwrap_err(),
             "no token for service account ns/default yet"
         );
         let ApiVolume::Projected(pv) = &v else {
@@ -560,7 +594,7 @@ spec:
                 expires: 3607,
             },
         );
-        let files = payload(&p, &v, &s, NodeAllocatable::default()).unwrap();
+        let files = payload(&p, "", &v, &s, NodeAllocatable::default()).unwrap();
         assert_eq!(
             names(&files),
             vec![("ca.crt", 0o644), ("namespace", 0o644), ("token", 0o644)]
@@ -572,7 +606,7 @@ spec:
         s.objects
             .remove(&(Kind::ConfigMap, "ns/kube-root-ca.crt".into()));
         assert_eq!(
-            payload(&p, &v, &s, NodeAllocatable::default()).unwrap_err(),
+            payload(&p, "", &v, &s, NodeAllocatable::default()).unwrap_err(),
             "configmap ns/kube-root-ca.crt not read from the apiserver yet"
         );
     }
@@ -600,7 +634,7 @@ spec:
             ..Default::default()
         });
         let node = NodeAllocatable::default();
-        let files = payload(&p, &v, &s, node).unwrap();
+        let files = payload(&p, "", &v, &s, node).unwrap();
         let tok = &files["token"];
         // 0600 for the user, group-readable for the fsGroup.
         assert_eq!(
@@ -615,7 +649,7 @@ spec:
             ),
             (0o644, None, Some(2000))
         );
-        let some = payload(&p, &vol(&p, 1), &s, node).unwrap();
+        let some = payload(&p, "", &vol(&p, 1), &s, node).unwrap();
         assert_eq!(some["sub/b.txt"].mode, 0o640, "0600 plus group read");
         // Two containers running as different users: the token has no single owner.
         let mut two = p.clone();
@@ -626,7 +660,7 @@ spec:
             ..Default::default()
         });
         two.spec.containers.push(c2);
-        let files = payload(&two, &v, &s, node).unwrap();
+        let files = payload(&two, "", &v, &s, node).unwrap();
         assert_eq!(files["token"].uid, None);
     }
 
@@ -717,7 +751,7 @@ spec:
         let p = pod(CTB_POD);
         let s = ctb_store();
         let node = NodeAllocatable::default();
-        let files = |i: usize| payload(&p, &vol(&p, i), &s, node);
+        let files = |i: usize| payload(&p, "", &vol(&p, i), &s, node);
         let d = |x: &[&[u8]]| x.iter().map(|b| b.to_vec()).collect::<Vec<_>>();
 
         let f = files(0).unwrap();
@@ -759,7 +793,7 @@ spec:
     fn cluster_trust_bundles_wait_for_the_list_and_follow_fs_group() {
         let mut p = pod(CTB_POD);
         let node = NodeAllocatable::default();
-        let e = payload(&p, &vol(&p, 1), &Contents::default(), node).unwrap_err();
+        let e = payload(&p, "", &vol(&p, 1), &Contents::default(), node).unwrap_err();
         assert_eq!(e, "ClusterTrustBundles not read from the apiserver yet");
         assert!(e.ends_with(" yet"), "waiting, not a failure");
         p.spec.security_context = Some(crate::api::PodSecurityContext {
@@ -767,9 +801,79 @@ spec:
             fs_group: Some(2000),
             ..Default::default()
         });
-        let f = payload(&p, &vol(&p, 0), &ctb_store(), node).unwrap();
+        let f = payload(&p, "", &vol(&p, 0), &ctb_store(), node).unwrap();
         let a = &f["a.pem"];
         assert_eq!((a.mode, a.uid, a.gid), (0o640, Some(1000), Some(2000)));
+    }
+
+    #[test]
+    fn pod_certificates_give_the_bundle_key_then_chain_and_each_alone() {
+        let mut p = pod("metadata: {name: p, namespace: ns, uid: u1}
+spec:
+  containers: [{name: c, image: i}]
+  volumes:
+  - name: tls
+    projected:
+      sources:
+      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
+      - podCertificate: {signerName: x.io/s, keyType: ED25519, credentialBundlePath: b.pem, keyPath: k.pem, certificateChainPath: c.pem}
+  - name: only-bundle
+    projected: {sources: [{podCertificate: {signerName: x.io/s, keyType: ED25519, credentialBundlePath: b.pem}}]}
+");
+        let node = NodeAllocatable::default();
+        let mut s = Contents::default();
+        // Not issued yet: the volume waits (the pod does not start).
+        let e = payload(&p, "tls", &vol(&p, 0), &s, node).unwrap_err();
+        assert_eq!(e, "credential bundle is not issued yet");
+        let key = b"-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----\n".to_vec();
+        let chain = b"-----BEGIN CERTIFICATE-----\nLEAF\n-----END CERTIFICATE-----\n\
+                      -----BEGIN CERTIFICATE-----\nMID\n-----END CERTIFICATE-----\n"
+            .to_vec();
+        // The source's key names the volume and the source's index.
+        s.pod_certificates.insert(
+            "u1/tls/1".into(),
+            crate::objects::PodCredential::Issued {
+                key: Arc::new(key.clone()),
+                chain: Arc::new(chain.clone()),
+            },
+        );
+        let f = payload(&p, "tls", &vol(&p, 0), &s, node).unwrap();
+        assert_eq!(
+            names(&f),
+            vec![
+                ("b.pem", 0o644),
+                ("c.pem", 0o644),
+                ("k.pem", 0o644),
+                ("name", 0o644)
+            ]
+        );
+        assert_eq!(f["b.pem"].data, [key.clone(), chain.clone()].concat());
+        assert_eq!(f["k.pem"].data, key);
+        assert_eq!(f["c.pem"].data, chain);
+        assert_eq!(
+            payload(&p, "only-bundle", &vol(&p, 1), &s, node).unwrap_err(),
+            "credential bundle is not issued yet",
+            "another volume's source is another credential"
+        );
+        // A refused source fails the volume with its reason.
+        s.pod_certificates.insert(
+            "u1/only-bundle/0".into(),
+            crate::objects::PodCredential::Refused("denied".into()),
+        );
+        assert_eq!(
+            payload(&p, "only-bundle", &vol(&p, 1), &s, node).unwrap_err(),
+            "denied"
+        );
+        // Owned as a token: the pod's only user, owner-only, group-readable for the fsGroup.
+        p.spec.security_context = Some(crate::api::PodSecurityContext {
+            run_as_user: Some(1000),
+            fs_group: Some(2000),
+            ..Default::default()
+        });
+        let f = payload(&p, "tls", &vol(&p, 0), &s, node).unwrap();
+        let b = &f["b.pem"];
+        assert_eq!((b.mode, b.uid, b.gid), (0o640, Some(1000), Some(2000)));
+        assert!(!format!("{s:?}").contains("KEY"), "no key in Debug");
     }
 
     #[test]
@@ -779,7 +883,7 @@ spec:
             milli_cpu: 1500,
             memory: 1 << 30,
         };
-        let f = payload(&p, &vol(&p, 8), &Contents::default(), node).unwrap();
+        let f = payload(&p, "", &vol(&p, 8), &Contents::default(), node).unwrap();
         let text = |k: &str| String::from_utf8(f[k].data.clone()).unwrap();
         assert_eq!(text("labels"), "app=\"web\"\ntier=\"a\\\"b\"");
         assert_eq!(text("app"), "web");
@@ -796,7 +900,7 @@ spec:
             milli_cpu: 1500,
             memory: 1 << 30,
         };
-        let f = payload(&p, &vol(&p, 9), &Contents::default(), node).unwrap();
+        let f = payload(&p, "", &vol(&p, 9), &Contents::default(), node).unwrap();
         let text = |k: &str| String::from_utf8(f[k].data.clone()).unwrap();
         assert_eq!(text("mem"), (64u64 << 20).to_string());
         assert_eq!(text("cpu-req"), "1", "250m rounded up to a whole core");

@@ -166,7 +166,7 @@ fn prepare_api_volume(
         volume: v.name.clone(),
         message,
     };
-    let payload = projection::payload(pod, av, &objects.lock(), node).map_err(content)?;
+    let payload = projection::payload(pod, &v.name, av, &objects.lock(), node).map_err(content)?;
     let path = pod_dir(root, &pod.metadata.uid)
         .join("volumes")
         .join(av.plugin_dir())

@@ -1021,3 +1021,125 @@ fn cluster_trust_bundles_are_projected_from_a_real_apiserver() {
         "the node may read them"
     );
 }
+
+/// Issues a PodCertificateRequest as a signer would (the test's CA for the public key of its
+/// stub request, an hour from now, to be refreshed after 30 minutes), through the admin's
+/// status update. Returns the chain.
+fn issue_pcr(cp: &ControlPlane, ca: &picolet::pki::TestCa, pcr: &serde_json::Value) -> String {
+    use base64::Engine as _;
+    let csr = base64::engine::general_purpose::STANDARD
+        .decode(pcr["spec"]["stubPKCS10Request"].as_str().unwrap())
+        .unwrap();
+    let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+    let chain = ca.issue(&csr, now, now + 3600, true).unwrap();
+    let t = |s: i64| picolet::api::time::rfc3339(s * 1_000_000_000);
+    let status = serde_json::json!({"status": {
+        "conditions": [{"type": "Issued", "status": "True", "reason": "Signed",
+                        "message": "by the test", "lastTransitionTime": t(now)}],
+        "certificateChain": chain,
+        "notBefore": t(now),
+        "beginRefreshAt": t(now + 1800),
+        "notAfter": t(now + 3600),
+    }});
+    cp.admin(&[
+        "patch",
+        "podcertificaterequests",
+        pcr["metadata"]["name"].as_str().unwrap(),
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+    chain
+}
+
+#[test]
+fn pod_certificates_are_requested_and_projected_through_a_real_apiserver() {
+    let dir = test_dir("cluster-podcert");
+    let (cp, c, a) = control_plane::joined_node(&dir, &[]);
+    let pod = |name: &str, key_type: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "nodeName": NODE, "terminationGracePeriodSeconds": 2,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                                "command": ["sleep", "3600"],
+                                "volumeMounts": [{"name": "tls", "mountPath": "/tls"}]}],
+                "volumes": [{"name": "tls", "projected": {"sources": [{"podCertificate": {
+                    "signerName": "example.com/pods", "keyType": key_type,
+                    "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
+                    "certificateChainPath": "chain.pem",
+                    "userAnnotations": {"example.com/path": "/web"}}}]}}],
+            },
+        })
+        .to_string()
+    };
+    let kinds = [
+        ("pc-p256", "ECDSAP256"),
+        ("pc-p384", "ECDSAP384"),
+        ("pc-ed25519", "ED25519"),
+    ];
+    for (name, kt) in kinds {
+        cp.admin_stdin(&["apply", "-f", "-"], &pod(name, kt));
+    }
+    // The node's requests pass the apiserver's validation (the stub request's signature, with
+    // each key type) and NodeRestriction (pod, service account and node by UID).
+    let pcrs = || -> Vec<serde_json::Value> {
+        let v: serde_json::Value =
+            serde_json::from_str(&cp.admin(&["get", "podcertificaterequests", "-o", "json"]))
+                .unwrap();
+        v["items"].as_array().cloned().unwrap_or_default()
+    };
+    let of = |name: &str| pcrs().into_iter().find(|r| r["spec"]["podName"] == name);
+    cluster_wait(
+        "a request for each pod",
+        Duration::from_secs(90),
+        &a,
+        &cp,
+        || kinds.iter().all(|(n, _)| of(n).is_some()),
+    );
+    let r = of("pc-p256").unwrap();
+    assert_eq!(r["spec"]["nodeName"], NODE);
+    assert_eq!(
+        r["spec"]["maxExpirationSeconds"], 86400,
+        "the apiserver's default"
+    );
+    assert_eq!(
+        r["spec"]["unverifiedUserAnnotations"],
+        serde_json::json!({"example.com/path": "/web"})
+    );
+    let phase = |p: &str| jsonpath(&cp, &["get", "pod", p, "-o", "jsonpath={.status.phase}"]);
+    // Not issued: the pods wait.
+    std::thread::sleep(Duration::from_secs(3));
+    for (n, _) in kinds {
+        assert_eq!(phase(n), "Pending", "{n}");
+    }
+    // Issued (the apiserver checks the leaf was issued to the requested key): they run, with
+    // the key and chain in their files.
+    let ca = picolet::pki::TestCa::new("example.com pods").unwrap();
+    let mut chains = Vec::new();
+    for (n, _) in kinds {
+        chains.push(issue_pcr(&cp, &ca, &of(n).unwrap()));
+    }
+    cluster_wait("the pods Running", Duration::from_secs(90), &a, &cp, || {
+        kinds.iter().all(|(n, _)| phase(n) == "Running")
+    });
+    for ((n, _), chain) in kinds.iter().zip(&chains) {
+        let id = running_container(&c, n).expect("runs");
+        let key = cat_in(&c, &id, "/tls/key.pem").unwrap();
+        assert!(
+            key.starts_with("-----BEGIN PRIVATE KEY-----\n"),
+            "{n}: {key}"
+        );
+        assert_eq!(&cat_in(&c, &id, "/tls/chain.pem").unwrap(), chain, "{n}");
+        assert_eq!(
+            cat_in(&c, &id, "/tls/bundle.pem").unwrap(),
+            format!("{key}{chain}"),
+            "{n}"
+        );
+    }
+    // One request each: none made again while fresh.
+    assert_eq!(pcrs().len(), kinds.len());
+}

@@ -1873,3 +1873,244 @@ fn cluster_trust_bundles_are_projected_by_name_and_by_signer_and_follow_their_ch
         .await;
     });
 }
+
+/// The DER bytes of the only PEM block of `label` in `text`.
+fn der_in(text: &str, label: &str) -> Vec<Vec<u8>> {
+    picolet::pki::pem_blocks(text.as_bytes())
+        .unwrap()
+        .into_iter()
+        .filter(|(l, _)| l == label)
+        .map(|(_, d)| d)
+        .collect()
+}
+
+/// The stub request of the PodCertificateRequest `name`.
+fn first_csr(api: &FakeApi, name: &str) -> serde_json::Value {
+    api.pod_certificate_requests()
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == name)
+        .unwrap()["spec"]["stubPKCS10Request"]
+        .clone()
+}
+
+/// The uncompressed P-256 point of the first `subjectPublicKey` (BIT STRING of 66 bytes) in a
+/// DER object.
+fn p256_point(der: &[u8]) -> Vec<u8> {
+    let at = der
+        .windows(4)
+        .position(|w| w == [0x03, 0x42, 0x00, 0x04])
+        .expect("a P-256 public key");
+    der[at + 3..at + 3 + 65].to_vec()
+}
+
+#[test]
+fn a_pod_certificate_volume_waits_for_its_request_then_holds_the_key_and_its_chain() {
+    run(async {
+        let (tmp, fake, api) = fakes("apipcr");
+        let with_source = |name: &str, source: serde_json::Value| {
+            let mut p = api_pod(name);
+            p["spec"]["serviceAccountName"] = json!("web");
+            p["spec"]["volumes"] =
+                json!([{"name": "tls", "projected": {"sources": [{"podCertificate": source}]}}]);
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "tls", "mountPath": "/tls"}]);
+            p
+        };
+        api.create_pod(with_source(
+            "pcr",
+            json!({"signerName": "x.io/s", "keyType": "ECDSAP256", "maxExpirationSeconds": 3600,
+                   "credentialBundlePath": "bundle.pem", "keyPath": "key.pem",
+                   "certificateChainPath": "chain.pem", "userAnnotations": {"x.io/path": "/p"}}),
+        ));
+        api.create_pod(with_source(
+            "pcr-refresh",
+            json!({"signerName": "x.io/s", "keyType": "ECDSAP384", "keyPath": "key.pem",
+                   "certificateChainPath": "chain.pem"}),
+        ));
+        api.create_pod(with_source(
+            "pcr-rsa",
+            json!({"signerName": "x.io/s", "keyType": "RSA3072", "credentialBundlePath": "b.pem"}),
+        ));
+        api.create_pod(with_source(
+            "pcr-denied",
+            json!({"signerName": "x.io/s", "keyType": "ED25519", "credentialBundlePath": "b.pem"}),
+        ));
+        let a = start_joined(&tmp, &fake, &api).await;
+        let request_of = |pod: &str| {
+            api.pod_certificate_requests()
+                .into_iter()
+                .find(|r| r["spec"]["podName"] == pod)
+        };
+        until(
+            &a,
+            "the pods' requests",
+            Duration::from_secs(15),
+            async || request_of("pcr").is_some() && request_of("pcr-denied").is_some(),
+        )
+        .await;
+        let r = request_of("pcr").unwrap();
+        let pod = api.get("pods/default/pcr").unwrap();
+        assert_eq!(r["metadata"]["generateName"], "req-");
+        assert_eq!(
+            r["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "pcr", "uid": pod["metadata"]["uid"]}])
+        );
+        let spec = &r["spec"];
+        assert_eq!(spec["podUID"], pod["metadata"]["uid"]);
+        assert_eq!(spec["nodeName"], NODE);
+        assert_eq!(spec["nodeUID"], format!("uid-{NODE}"));
+        assert_eq!(spec["serviceAccountName"], "web");
+        assert_eq!(spec["serviceAccountUID"], "sa-uid-default-web");
+        assert_eq!(spec["signerName"], "x.io/s");
+        assert_eq!(spec["maxExpirationSeconds"], 3600);
+        assert_eq!(
+            spec["unverifiedUserAnnotations"],
+            json!({"x.io/path": "/p"})
+        );
+        // Pending: the volume is not ready and no container starts.
+        rt::sleep(Duration::from_secs(3)).await;
+        assert_eq!(running(&fake, "pcr"), 0);
+        let name = r["metadata"]["name"].as_str().unwrap().to_owned();
+        let chain = api.issue_pcr("default", &name, 86400);
+        until(&a, "the pod running", Duration::from_secs(15), async || {
+            fake.running_container_of("pcr").is_some()
+        })
+        .await;
+        let c = fake.running_container_of("pcr").unwrap();
+        let key = file_in(&c, "/tls", "key.pem");
+        assert_eq!(file_in(&c, "/tls", "chain.pem"), chain);
+        assert_eq!(file_in(&c, "/tls", "bundle.pem"), format!("{key}{chain}"));
+        // The key is the one the certificate was issued for.
+        let key_der = der_in(&key, "PRIVATE KEY");
+        let cert_der = der_in(&chain, "CERTIFICATE");
+        assert_eq!((key_der.len(), cert_der.len()), (1, 1));
+        let point = p256_point(&cert_der[0]);
+        assert!(
+            key_der[0].windows(65).any(|w| w == point.as_slice()),
+            "the private key holds the certificate's public key"
+        );
+        // One request for the pod, no second one while it is fresh.
+        let for_pod = || {
+            api.pod_certificate_requests()
+                .iter()
+                .filter(|r| r["spec"]["podName"] == "pcr")
+                .count()
+        };
+        assert_eq!(for_pod(), 1);
+        // The node's requests listed and watched by its name, as the Node authorizer allows.
+        let path = format!(
+            "/apis/certificates.k8s.io/v1/podcertificaterequests?fieldSelector=spec.nodeName%3D{NODE}"
+        );
+        let reads: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|(_, p)| p.starts_with(&path))
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(
+            reads.iter().filter(|p| !p.contains("watch=true")).count(),
+            1,
+            "{reads:?}"
+        );
+        assert!(reads.iter().any(|p| p.contains("watch=true")), "{reads:?}");
+        // A certificate due for refresh: a new key and request, the files unchanged until it
+        // is issued, then the new key and chain at once.
+        let first = request_of("pcr-refresh").unwrap();
+        let first = first["metadata"]["name"].as_str().unwrap().to_owned();
+        let old_chain = api.issue_pcr_due("default", &first);
+        until(
+            &a,
+            "the refreshing pod running",
+            Duration::from_secs(15),
+            async || fake.running_container_of("pcr-refresh").is_some(),
+        )
+        .await;
+        let r = fake.running_container_of("pcr-refresh").unwrap();
+        let old_key = file_in(&r, "/tls", "key.pem");
+        assert_eq!(file_in(&r, "/tls", "chain.pem"), old_chain);
+        let second = || {
+            api.pod_certificate_requests()
+                .into_iter()
+                .filter(|q| q["spec"]["podName"] == "pcr-refresh")
+                .nth(1)
+        };
+        until(
+            &a,
+            "the refresh request",
+            Duration::from_secs(15),
+            async || second().is_some(),
+        )
+        .await;
+        assert_eq!(
+            file_in(&r, "/tls", "key.pem"),
+            old_key,
+            "kept while the refresh waits"
+        );
+        let second = second().unwrap();
+        assert_ne!(
+            second["spec"]["stubPKCS10Request"],
+            first_csr(&api, &first),
+            "a new key"
+        );
+        let new_chain = api.issue_pcr(
+            "default",
+            second["metadata"]["name"].as_str().unwrap(),
+            86400,
+        );
+        until(
+            &a,
+            "the new key and chain in the files",
+            Duration::from_secs(15),
+            async || file_in(&r, "/tls", "chain.pem") == new_chain,
+        )
+        .await;
+        assert_ne!(file_in(&r, "/tls", "key.pem"), old_key);
+        assert_eq!(
+            running(&fake, "pcr-refresh"),
+            1,
+            "the container kept running"
+        );
+        // A key type ring cannot make: no request, the event names pod, volume, field, value.
+        until(&a, "the RSA pod's FailedMount event", Duration::from_secs(15), async || {
+            api.events().iter().any(|e| {
+                e["reason"] == "FailedMount"
+                    && e["involvedObject"]["name"] == "pcr-rsa"
+                    && e["message"].as_str().is_some_and(|m| {
+                        m.contains("pod default/pcr-rsa: volume \"tls\": sources[0].podCertificate.keyType \"RSA3072\": not supported by picolet")
+                    })
+            })
+        })
+        .await;
+        assert!(request_of("pcr-rsa").is_none());
+        assert_eq!(running(&fake, "pcr-rsa"), 0);
+        // A denied request: a Denied event once, the volume fails with the reason.
+        let denied = request_of("pcr-denied").unwrap();
+        let denied = denied["metadata"]["name"].as_str().unwrap();
+        api.deny_pcr("default", denied, "NotThisPod", "the signer says no");
+        until(&a, "the Denied and FailedMount events", Duration::from_secs(15), async || {
+            let ev = api.events();
+            let of = |reason: &str, text: &str| {
+                ev.iter().any(|e| {
+                    e["reason"] == reason
+                        && e["involvedObject"]["name"] == "pcr-denied"
+                        && e["message"].as_str().is_some_and(|m| m.contains(text))
+                })
+            };
+            of("Denied", "reason=\"NotThisPod\", message=\"the signer says no\"")
+                && of(
+                    "FailedMount",
+                    "PodCertificateRequest was permanently denied: reason=\"NotThisPod\" message=\"the signer says no\"",
+                )
+        })
+        .await;
+        assert_eq!(running(&fake, "pcr-denied"), 0);
+        assert_eq!(
+            api.pod_certificate_requests()
+                .iter()
+                .filter(|r| r["spec"]["podName"] == "pcr-denied")
+                .count(),
+            1,
+            "no new request after a denial"
+        );
+    });
+}

@@ -221,6 +221,7 @@ fn start_cluster(
             Some(o.root().objects_checkpoint()),
             o.config_map_and_secret_change_detection_strategy,
             o.sync_frequency,
+            node_name.clone(),
         )),
         rt::spawn(cluster::run_mirrors(
             client,

@@ -9,6 +9,7 @@
 
 pub mod node;
 pub mod objects;
+pub mod podcertificate;
 pub mod services;
 
 use std::collections::HashMap;

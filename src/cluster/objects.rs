@@ -21,6 +21,11 @@
 //! which the Node authorizer lets a node get, list and watch), whatever the strategy above, from
 //! when a pod first projects one until no pod has for [`UNUSED_GRACE`]; a change makes the pods
 //! that project bundles sync at once.
+//!
+//! Pod certificates (`crate::podcertificate`) ride the same rounds: while a pod projects one,
+//! the node's PodCertificateRequests are listed and watched (`cluster::podcertificate`), the
+//! manager's step runs every round, and the requests it asks for are created; an issued or
+//! refused credential makes its pod sync at once. The credentials are never checkpointed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,6 +47,7 @@ use crate::kuberuntime::each_as_ready;
 use crate::objects::{
     Bundle, Bundles, ChangeDetection, Contents, Data, Kind, Needs, Object, Store, Token, TokenSpec,
 };
+use crate::podcertificate::Requests;
 use crate::rt;
 
 /// How often an object in use is read again under the `Cache` strategy. A change reaches the
@@ -555,6 +561,7 @@ fn watch_bundles(
 enum Heard {
     Object(ObjKey, Object),
     Bundles(u64, Arc<Bundles>),
+    Requests(u64, Arc<Requests>),
 }
 
 struct Fetcher {
@@ -582,6 +589,18 @@ struct Fetcher {
     unused_since: HashMap<String, Instant>,
     /// What a refusal was already said of (once each, not once per retry).
     told: BTreeSet<String>,
+    /// Pod certificates: the node's name and UID (read once), the manager, the watch of the
+    /// node's requests (generation and flag) and what it last sent, the sources waiting after a
+    /// failed creation, until when.
+    node_name: String,
+    node_uid: String,
+    pod_certs: crate::podcertificate::Manager,
+    request_watch: Option<(u64, Arc<AtomicBool>)>,
+    request_generation: u64,
+    requests_seen: async_channel::Sender<(u64, Arc<Requests>)>,
+    requests: Option<Arc<Requests>>,
+    requests_unused_since: Option<Instant>,
+    create_wait: HashMap<String, Instant>,
 }
 
 async fn call(
@@ -704,6 +723,120 @@ impl Fetcher {
         true
     }
 
+    /// Starts the watch of the node's PodCertificateRequests when it is not running.
+    fn watch_requests(&mut self) {
+        if self.request_watch.is_some() {
+            return;
+        }
+        self.request_generation += 1;
+        let generation = self.request_generation;
+        let alive = Arc::new(AtomicBool::new(true));
+        let (client, node, flag, seen) = (
+            self.client.clone(),
+            self.node_name.clone(),
+            alive.clone(),
+            self.requests_seen.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("api-podcerts".into())
+            .spawn(move || {
+                super::podcertificate::watch_requests(&client, &node, generation, &flag, &seen)
+            });
+        match spawned {
+            Ok(_) => self.request_watch = Some((generation, alive)),
+            // Tried again next round.
+            Err(e) => log::warn!("starting the watch of PodCertificateRequests: {e}"),
+        }
+    }
+
+    /// Takes what the request watch of `generation` saw; true when it is the current one.
+    fn put_requests(&mut self, generation: u64, all: Arc<Requests>) -> bool {
+        if self.request_watch.as_ref().map(|(g, _)| *g) != Some(generation) {
+            return false;
+        }
+        self.requests = Some(all);
+        true
+    }
+
+    /// The pod certificate manager's step, its events, and the requests it asks for created
+    /// (each answer taken as it comes). Returns the pods whose files changed.
+    async fn pod_certificates(&mut self, needs: &Needs) -> BTreeSet<String> {
+        let now = rt::now();
+        let secs = now_secs();
+        let step = {
+            let mut store = self.store.lock();
+            self.pod_certs.step(
+                secs,
+                &needs.pod_certificates,
+                self.requests.as_deref(),
+                &mut store,
+            )
+        };
+        for (k, reason, message) in &step.events {
+            if let Some(n) = needs.pod_certificates.get(k) {
+                let pod = crate::events::ObjectRef {
+                    kind: "Pod",
+                    namespace: n.namespace.clone(),
+                    name: n.pod_name.clone(),
+                    uid: n.pod_uid.clone(),
+                    field_path: String::new(),
+                };
+                crate::events::record(&pod, crate::events::Type::Warning, reason, message);
+            }
+        }
+        self.create_wait
+            .retain(|k, _| needs.pod_certificates.contains_key(k));
+        let gone = |id: &String| {
+            id.strip_prefix("podcert:")
+                .is_some_and(|k| !needs.pod_certificates.contains_key(k))
+        };
+        self.failures.retain(|id, _| !gone(id));
+        self.told.retain(|id| !gone(id));
+        let due: Vec<(String, crate::objects::PodCertificateNeed)> = step
+            .create
+            .iter()
+            .filter(|k| self.create_wait.get(*k).is_none_or(|t| *t <= now))
+            .filter_map(|k| Some((k.clone(), needs.pod_certificates.get(k)?.clone())))
+            .collect();
+        for (k, need) in due {
+            let (client, node, mut node_uid) = (
+                self.client.clone(),
+                self.node_name.clone(),
+                self.node_uid.clone(),
+            );
+            let n = need.clone();
+            let (answer, uid) = rt::unblock(move || {
+                let a = super::podcertificate::create_request(&client, &node, &mut node_uid, &n);
+                (a, node_uid)
+            })
+            .await;
+            let what = format!(
+                "creating a PodCertificateRequest for pod {}/{} (volume {:?}, signer {})",
+                need.namespace, need.pod_name, need.volume, need.source.signer_name
+            );
+            match answer {
+                Ok((name, key)) => {
+                    self.node_uid = uid;
+                    let id = format!("podcert:{k}");
+                    self.failures.remove(&id);
+                    self.told.remove(&id);
+                    self.create_wait.remove(&k);
+                    log::debug!("{what}: {name}");
+                    // The node's own clock: a request not seen 10 min after the node made it is
+                    // taken as deleted, whatever the apiserver's clock says.
+                    self.pod_certs.created(&k, name, now_secs(), key);
+                }
+                Err(e) => {
+                    // The node's UID is read again: the Node may have been made anew.
+                    self.node_uid.clear();
+                    let wait = self.failed(&what, &format!("podcert:{k}"), &e);
+                    self.create_wait.insert(k, rt::now() + wait);
+                }
+            }
+        }
+        step.changed
+    }
+
     /// Starts the watch of an object that has none.
     fn watch(&mut self, k: &ObjKey) {
         if self.watches.contains_key(k) {
@@ -790,6 +923,13 @@ impl Fetcher {
         if !needs.bundles.is_empty() {
             self.watch_bundles();
         }
+        if !needs.pod_certificates.is_empty() {
+            self.watch_requests();
+        }
+        let pods = self.pod_certificates(needs).await;
+        if !pods.is_empty() {
+            ready(pods);
+        }
         let due: Vec<(ObjKey, BTreeSet<String>)> = needs
             .objects
             .iter()
@@ -848,6 +988,19 @@ impl Fetcher {
             .collect();
         self.unused_since.retain(|k, _| !used.contains(k));
         let mut changed = false;
+        if !needs.pod_certificates.is_empty() {
+            self.requests_unused_since = None;
+        } else if self.request_watch.is_some() {
+            let since = *self.requests_unused_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= UNUSED_GRACE {
+                self.requests_unused_since = None;
+                self.requests = None;
+                // It ends at its next event or renewal.
+                if let Some((_, alive)) = self.request_watch.take() {
+                    alive.store(false, Ordering::Relaxed);
+                }
+            }
+        }
         if !needs.bundles.is_empty() {
             self.bundles_unused_since = None;
         } else if store.bundles.is_some() || self.bundle_watch.is_some() {
@@ -900,9 +1053,11 @@ pub async fn run_objects(
     checkpoint: Option<PathBuf>,
     detection: ChangeDetection,
     sync_frequency: Duration,
+    node_name: String,
 ) {
     let (seen, seen_rx) = async_channel::unbounded();
     let (bundles_seen, bundles_rx) = async_channel::unbounded();
+    let (requests_seen, requests_rx) = async_channel::unbounded();
     let mut f = Fetcher {
         client,
         store: store.clone(),
@@ -923,6 +1078,15 @@ pub async fn run_objects(
         token_wait: HashMap::new(),
         unused_since: HashMap::new(),
         told: BTreeSet::new(),
+        node_name,
+        node_uid: String::new(),
+        pod_certs: crate::podcertificate::Manager::default(),
+        request_watch: None,
+        request_generation: 0,
+        requests_seen,
+        requests: None,
+        requests_unused_since: None,
+        create_wait: HashMap::new(),
     };
     let mut written = checkpoint
         .as_ref()
@@ -939,6 +1103,7 @@ pub async fn run_objects(
         }
         let mut changed = f.round(&needs, &|uids| kubelet.sync_now(&uids)).await;
         let mut pods = BTreeSet::new();
+        let mut requests_changed = false;
         // What the watches saw: the pods using a changed object sync at once.
         let mut take = |h: Heard| match h {
             Heard::Object(k, o) => {
@@ -953,6 +1118,10 @@ pub async fn run_objects(
                     pods.extend(needs.bundles.iter().cloned());
                 }
             }
+            // Taken in by the manager's step, at once below.
+            Heard::Requests(generation, all) => {
+                requests_changed |= f.put_requests(generation, all);
+            }
         };
         if let Some(h) = heard.take() {
             take(h);
@@ -962,6 +1131,12 @@ pub async fn run_objects(
         }
         while let Ok((g, all)) = bundles_rx.try_recv() {
             take(Heard::Bundles(g, all));
+        }
+        while let Ok((g, all)) = requests_rx.try_recv() {
+            take(Heard::Requests(g, all));
+        }
+        if requests_changed {
+            pods.extend(f.pod_certificates(&needs).await);
         }
         if !pods.is_empty() {
             kubelet.sync_now(&pods);
@@ -997,10 +1172,16 @@ pub async fn run_objects(
                         let (k, o) = seen_rx.recv().await.ok()?;
                         Some(Heard::Object(k, o))
                     },
-                    async {
-                        let (g, all) = bundles_rx.recv().await.ok()?;
-                        Some(Heard::Bundles(g, all))
-                    },
+                    or(
+                        async {
+                            let (g, all) = bundles_rx.recv().await.ok()?;
+                            Some(Heard::Bundles(g, all))
+                        },
+                        async {
+                            let (g, all) = requests_rx.recv().await.ok()?;
+                            Some(Heard::Requests(g, all))
+                        },
+                    ),
                 ),
             ),
         )

@@ -2210,6 +2210,7 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
             // fake apiserver's, tests/cluster_fake_api.rs).
             crate::objects::ChangeDetection::Cache,
             Duration::from_secs(60),
+            "node".into(),
         ));
         // Its first round finds no pod; the next one is a second away.
         rt::settle().await;
@@ -2255,6 +2256,164 @@ fn api_pods_start_as_soon_as_their_tokens_arrive_without_waiting_a_round_or_a_ti
         let posts = seen.iter().filter(|(l, _)| l.starts_with("POST ")).count();
         let gets = seen.iter().filter(|(l, _)| l.starts_with("GET ")).count();
         assert_eq!((posts, gets), (3, 1), "{seen:?}");
+    });
+}
+
+/// A loopback apiserver for pod certificates: the node and the default service account read
+/// for their UIDs, each PodCertificateRequest created (`req-N`) and at once issued in the
+/// node's list and watch, the first to be refreshed an hour after it was made (by the real
+/// clock), each next one an hour later. A watch gets the newest request as an event, then ends
+/// after 100 ms.
+#[cfg(feature = "apiserver")]
+fn serve_pod_certificates() -> (String, Requests) {
+    let created = std::sync::Mutex::new(Vec::<i64>::new());
+    serve_loopback(move |line, _, _| {
+        let now = crate::api::time::unix_nanos_now() / 1_000_000_000;
+        let t = |s: i64| crate::api::time::rfc3339(s * 1_000_000_000);
+        let pcr = |n: usize, created: i64| {
+            serde_json::json!({
+                "metadata": {"namespace": "default", "name": format!("req-{n}"), "resourceVersion": n.to_string()},
+                "spec": {"nodeName": "node"},
+                "status": {
+                    "conditions": [{"type": "Issued", "status": "True", "reason": "R", "message": "Issued"}],
+                    "certificateChain": format!("-----BEGIN CERTIFICATE-----\nAAE{n}\n-----END CERTIFICATE-----\n"),
+                    "notBefore": t(created),
+                    "beginRefreshAt": t(created + 3600),
+                    "notAfter": t(created + 7200),
+                },
+            })
+        };
+        let mut created = created.lock().unwrap();
+        if line.starts_with("POST /apis/certificates.k8s.io/") {
+            created.push(now);
+        }
+        // Each request made so far, issued: the n-th valid from n - 1 hours after the first was
+        // made (the node's clock runs fake time ahead of the real one), refreshed an hour later.
+        let first = created.first().copied().unwrap_or(now);
+        let made: Vec<serde_json::Value> = (1..=created.len())
+            .zip(0i64..)
+            .map(|(n, hours)| pcr(n, first + hours * 3600))
+            .collect();
+        if line.starts_with("GET /api/v1/nodes/node ") {
+            (200, serde_json::json!({"metadata": {"name": "node", "uid": "node-uid"}}))
+        } else if line.starts_with("GET /api/v1/namespaces/default/serviceaccounts/default ") {
+            (200, serde_json::json!({"metadata": {"name": "default", "uid": "sa-uid"}}))
+        } else if line.starts_with("POST /apis/certificates.k8s.io/v1/namespaces/default/podcertificaterequests ") {
+            let n = made.len();
+            (200, serde_json::json!({"metadata": {"namespace": "default", "name": format!("req-{n}"), "creationTimestamp": t(now)}}))
+        } else if line.starts_with("GET /apis/certificates.k8s.io/v1/podcertificaterequests?fieldSelector=spec.nodeName%3Dnode") {
+            if line.contains("watch=true") {
+                std::thread::sleep(Duration::from_millis(100));
+                let events: Vec<serde_json::Value> = made
+                    .into_iter()
+                    .map(|o| serde_json::json!({"type": "ADDED", "object": o}))
+                    .collect();
+                // The loopback answers one JSON value: the newest request's event (the older
+                // ones came in the list or an earlier watch).
+                match events.last() {
+                    Some(e) => (200, e.clone()),
+                    None => (200, serde_json::json!({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "0"}}})),
+                }
+            } else {
+                (200, serde_json::json!({"metadata": {"resourceVersion": "1"}, "items": made}))
+            }
+        } else {
+            failure(404, "NotFound")
+        }
+    })
+}
+
+/// An API pod projecting a pod certificate into `/tls`.
+#[cfg(feature = "apiserver")]
+fn api_pod_with_certificate(uid: &str) -> Pod {
+    let mut p = pod_json(
+        uid,
+        serde_json::json!({
+            "serviceAccountName": "default",
+            "containers": [{
+                "name": "main", "image": IMAGE, "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}]
+            }],
+            "volumes": [{"name": "tls", "projected": {"sources": [
+                {"podCertificate": {"signerName": "x.io/s", "keyType": "ECDSAP256", "credentialBundlePath": "b.pem"}}
+            ]}}]
+        }),
+    );
+    p.metadata.name = "certified".into();
+    from_the_api(p)
+}
+
+#[cfg(feature = "apiserver")]
+#[test]
+fn a_pod_certificate_is_refreshed_at_begin_refresh_at_on_the_crates_clock() {
+    rt::block_on(async {
+        let (url, seen) = serve_pod_certificates();
+        let store = crate::objects::Store::default();
+        let h = harness_with("podcert", Source::Api, store.clone());
+        let _objects = rt::spawn(crate::cluster::objects::run_objects(
+            plain_client(url),
+            h.kubelet.clone(),
+            store,
+            None,
+            crate::objects::ChangeDetection::Cache,
+            Duration::from_secs(60),
+            "node".into(),
+        ));
+        let posts = || {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|(l, _)| l.starts_with("POST /apis/certificates.k8s.io/"))
+                .count()
+        };
+        // The watch runs on a thread of its own, on real time: waits here let real time pass
+        // with the fake clock still.
+        let wait = async |what: &str, cond: &dyn Fn() -> bool| {
+            let t0 = std::time::Instant::now();
+            while !cond() {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "{what}: not reached"
+                );
+                async_io::Timer::after(Duration::from_millis(20)).await;
+                rt::settle().await;
+            }
+        };
+        h.set_api_pods(vec![api_pod_with_certificate("uc")]).await;
+        wait("the pod running", &|| h.running("uc") == 1).await;
+        assert_eq!(posts(), 1);
+        let bundle = |h: &Harness| {
+            let c = h.fake.containers_of_pod("uc").into_iter().next().unwrap();
+            let m = c
+                .config
+                .mounts
+                .iter()
+                .find(|m| m.container_path == "/tls")
+                .unwrap();
+            std::fs::read_to_string(std::path::Path::new(&m.host_path).join("b.pem")).unwrap()
+        };
+        assert!(
+            bundle(&h).ends_with("AAE1\n-----END CERTIFICATE-----\n"),
+            "{}",
+            bundle(&h)
+        );
+        // Nothing before beginRefreshAt (an hour after the request) on the crate's clock.
+        h.clock.advance(Duration::from_secs(3590));
+        h.run_for(1).await;
+        rt::settle().await;
+        assert_eq!(posts(), 1, "no refresh before beginRefreshAt");
+        // By beginRefreshAt and its jitter (5 min at most): a new key and request.
+        h.clock.advance(Duration::from_secs(320));
+        h.run_for(1).await;
+        wait("the refresh request", &|| posts() == 2).await;
+        wait("the new chain in the file", &|| bundle(&h).contains("AAE2")).await;
+        assert_eq!(h.running("uc"), 1, "the container kept running");
+        // Fresh again: no further request, however many rounds run.
+        for _ in 0..25 {
+            async_io::Timer::after(Duration::from_millis(20)).await;
+            h.run_for(1).await;
+        }
+        assert_eq!(posts(), 2);
     });
 }
 

@@ -32,6 +32,9 @@ struct State {
     object_events: Vec<(u64, &'static str, Value)>,
     /// The same for ClusterTrustBundles (cluster-scoped: "clustertrustbundles/name").
     bundle_events: Vec<(u64, &'static str, Value)>,
+    /// The same for PodCertificateRequests ("pcrs/ns/name").
+    pcr_events: Vec<(u64, &'static str, Value)>,
+    pcrs_made: u64,
     /// Watches asking for a resourceVersion below this get 410 Gone.
     compacted_below: u64,
     /// Every request: (method, path with query).
@@ -426,6 +429,97 @@ impl FakeApi {
                 s.bundle_events.push((rv, "DELETED", o));
             }
         });
+    }
+
+    /// The PodCertificateRequests held, oldest first.
+    pub fn pod_certificate_requests(&self) -> Vec<Value> {
+        self.with(|s| {
+            let mut v: Vec<Value> = s
+                .objects
+                .iter()
+                .filter(|(k, _)| k.starts_with("pcrs/"))
+                .map(|(_, o)| o.clone())
+                .collect();
+            v.sort_by_key(|o| o["metadata"]["creationIndex"].as_u64());
+            v
+        })
+    }
+
+    /// Sets a PodCertificateRequest's status as its signer would, and records the event.
+    fn set_pcr_status(&self, ns: &str, name: &str, status: Value) {
+        self.with(|s| {
+            s.rv += 1;
+            let rv = s.rv;
+            let o = s
+                .objects
+                .get_mut(&format!("pcrs/{ns}/{name}"))
+                .unwrap_or_else(|| panic!("no PodCertificateRequest {ns}/{name}"));
+            o["status"] = status;
+            o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let o = o.clone();
+            s.pcr_events.push((rv, "MODIFIED", o));
+        });
+    }
+
+    /// Issues a PodCertificateRequest as a signer would: a certificate from the fake's CA for
+    /// the public key of its stub request, valid from now for `lifetime` seconds (the
+    /// request's `maxExpirationSeconds` when shorter), to be refreshed 30 minutes before its
+    /// end (the e2e signer's choice). Returns the chain (PEM).
+    pub fn issue_pcr(&self, ns: &str, name: &str, lifetime: i64) -> String {
+        let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+        self.issue_pcr_at(ns, name, now, now + lifetime - 1800, now + lifetime)
+    }
+
+    /// [`FakeApi::issue_pcr`] with a certificate whose `beginRefreshAt` passed 5 minutes ago
+    /// (and the jitter a node adds to it is below 5 minutes): due for a refresh at once.
+    pub fn issue_pcr_due(&self, ns: &str, name: &str) -> String {
+        let now = picolet::api::time::unix_nanos_now() / 1_000_000_000;
+        self.issue_pcr_at(ns, name, now - 600, now - 300, now + 3000)
+    }
+
+    fn issue_pcr_at(
+        &self,
+        ns: &str,
+        name: &str,
+        not_before: i64,
+        refresh: i64,
+        not_after: i64,
+    ) -> String {
+        use base64::Engine;
+        let o = self
+            .with(|s| s.objects.get(&format!("pcrs/{ns}/{name}")).cloned())
+            .unwrap_or_else(|| panic!("no PodCertificateRequest {ns}/{name}"));
+        let req = base64::engine::general_purpose::STANDARD
+            .decode(o["spec"]["stubPKCS10Request"].as_str().unwrap_or(""))
+            .expect("stubPKCS10Request is base64");
+        let max = o["spec"]["maxExpirationSeconds"].as_i64().unwrap_or(86400);
+        let not_after = not_after.min(not_before + max);
+        let chain = self
+            .ca
+            .issue(&req, not_before, not_after, true)
+            .expect("the fake CA signs the stub request's key");
+        let t = |secs: i64| picolet::api::time::rfc3339(secs * 1_000_000_000);
+        self.set_pcr_status(
+            ns,
+            name,
+            json!({
+                "conditions": [{"type": "Issued", "status": "True", "reason": "Reason", "message": "Issued", "lastTransitionTime": t(not_before)}],
+                "certificateChain": chain,
+                "notBefore": t(not_before),
+                "beginRefreshAt": t(refresh.min(not_after)),
+                "notAfter": t(not_after),
+            }),
+        );
+        chain
+    }
+
+    /// Denies a PodCertificateRequest as a signer would.
+    pub fn deny_pcr(&self, ns: &str, name: &str, reason: &str, message: &str) {
+        self.set_pcr_status(
+            ns,
+            name,
+            json!({"conditions": [{"type": "Denied", "status": "True", "reason": reason, "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        );
     }
 
     /// The TokenRequests received: ("token/<ns>/<sa>", body).
@@ -861,6 +955,17 @@ impl FakeApi {
                 }
                 ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests"] => "newcsr".to_owned(),
                 ["apis", "certificates.k8s.io", "v1", "clustertrustbundles"] => "clustertrustbundles".to_owned(),
+                ["api", "v1", "namespaces", ns, "serviceaccounts", sa] => format!("serviceaccounts/{ns}/{sa}"),
+                // A node lists and watches the requests of its own name only (the Node
+                // authorizer's rule).
+                ["apis", "certificates.k8s.io", "v1", "podcertificaterequests"] => {
+                    match q.get("fieldSelector").and_then(|f| f.strip_prefix("spec.nodeName=")) {
+                        Some(n) if method == "GET" => format!("pcrlist/{n}"),
+                        _ => return (403, status(403, "Forbidden", "can only list/watch podcertificaterequests with nodeName field selector")),
+                    }
+                }
+                ["apis", "certificates.k8s.io", "v1", "namespaces", ns, "podcertificaterequests"] => format!("newpcr/{ns}"),
+                ["apis", "certificates.k8s.io", "v1", "namespaces", ns, "podcertificaterequests", n] => format!("pcrs/{ns}/{n}"),
                 ["apis", "certificates.k8s.io", "v1", "certificatesigningrequests", n] => format!("csrs/{n}"),
                 _ => return (404, status(404, "NotFound", &format!("no route {p}"))),
             };
@@ -888,6 +993,64 @@ impl FakeApi {
                         .map(|(_, v)| v.clone())
                         .collect();
                     (200, json!({"kind": "ClusterTrustBundleList", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("GET", k) if k.starts_with("serviceaccounts/") => {
+                    // Every service account exists, with a UID of its name.
+                    let (ns, sa) = k["serviceaccounts/".len()..].split_once('/').unwrap();
+                    (200, json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns, "uid": format!("sa-uid-{ns}-{sa}")}}))
+                }
+                ("GET", k) if k.starts_with("pcrlist/") => {
+                    let node = &k["pcrlist/".len()..];
+                    let items: Vec<Value> = s
+                        .objects
+                        .iter()
+                        .filter(|(k, v)| k.starts_with("pcrs/") && v["spec"]["nodeName"] == node)
+                        .map(|(_, v)| v.clone())
+                        .collect();
+                    (200, json!({"kind": "PodCertificateRequestList", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                }
+                ("POST", k) if k.starts_with("newpcr/") => {
+                    // What the apiserver's validation and the NodeRestriction admission check:
+                    // the request names the pod, its service account and the node by UID.
+                    let ns = &k["newpcr/".len()..];
+                    let spec = &body["spec"];
+                    let text = |f: &str| spec[f].as_str().unwrap_or("").to_owned();
+                    let pod = s.objects.get(&format!("pods/{ns}/{}", text("podName"))).cloned();
+                    let node = s.objects.get(&format!("nodes/{}", text("nodeName"))).cloned();
+                    let invalid = |m: String| (422, status(422, "Invalid", &m));
+                    let Some(pod) = pod else {
+                        return invalid(format!("pod {ns}/{} not found", text("podName")));
+                    };
+                    if pod["metadata"]["uid"] != text("podUID").as_str() || pod["spec"]["nodeName"] != text("nodeName").as_str() {
+                        return invalid(format!("pod UID or node does not match: {spec}"));
+                    }
+                    if node.is_none_or(|n| n["metadata"]["uid"] != text("nodeUID").as_str()) {
+                        return invalid(format!("node UID does not match: {spec}"));
+                    }
+                    let sa = pod["spec"]["serviceAccountName"].as_str().unwrap_or("default");
+                    if text("serviceAccountName") != sa || text("serviceAccountUID") != format!("sa-uid-{ns}-{sa}") {
+                        return invalid(format!("service account does not match: {spec}"));
+                    }
+                    if text("signerName").is_empty() || text("stubPKCS10Request").is_empty() || spec.get("pkixPublicKey").is_some() {
+                        return invalid(format!("exactly one of (stubPKCS10Request) or (pkixPublicKey, proofOfPossession) must be set: {spec}"));
+                    }
+                    s.pcrs_made += 1;
+                    s.rv += 1;
+                    let prefix = body["metadata"]["generateName"].as_str().unwrap_or("").to_owned();
+                    let name = format!("{prefix}{}", s.pcrs_made);
+                    let mut o = body;
+                    o["metadata"]["name"] = json!(name);
+                    o["metadata"]["creationIndex"] = json!(s.pcrs_made);
+                    o["metadata"]["creationTimestamp"] = json!(picolet::api::time::rfc3339(picolet::api::time::unix_nanos_now()));
+                    o["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+                    if o["spec"]["maxExpirationSeconds"].is_null() {
+                        o["spec"]["maxExpirationSeconds"] = json!(86400);
+                    }
+                    o["status"] = json!({});
+                    s.objects.insert(format!("pcrs/{ns}/{name}"), o.clone());
+                    let rv = s.rv;
+                    s.pcr_events.push((rv, "ADDED", o.clone()));
+                    (201, o)
                 }
                 ("GET", "services") => {
                     let items: Vec<Value> = s
@@ -1047,6 +1210,7 @@ impl FakeApi {
     fn watch(&self, w: &mut TcpStream, p: &str, q: &BTreeMap<String, String>, cuts: u64) {
         let services = p == "/api/v1/services";
         let bundles = p == "/apis/certificates.k8s.io/v1/clustertrustbundles";
+        let pcrs = p == "/apis/certificates.k8s.io/v1/podcertificaterequests";
         // One ConfigMap or Secret by name: "configmaps/ns/name".
         let object = match p
             .trim_start_matches('/')
@@ -1140,6 +1304,8 @@ impl FakeApi {
                 &g.object_events
             } else if bundles {
                 &g.bundle_events
+            } else if pcrs {
+                &g.pcr_events
             } else if services {
                 &g.service_events
             } else {
@@ -1165,6 +1331,7 @@ impl FakeApi {
                     } else if services {
                         service_selected(q, o)
                     } else {
+                        // Pods and PodCertificateRequests: the node's.
                         o["spec"]["nodeName"] == node.as_str()
                     }
             })
@@ -1188,7 +1355,7 @@ impl FakeApi {
                 // watcher current.
                 if !send(
                     w,
-                    &json!({"type": "BOOKMARK", "object": {"kind": if object.is_some() { "ConfigMap" } else if bundles { "ClusterTrustBundle" } else if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
+                    &json!({"type": "BOOKMARK", "object": {"kind": if object.is_some() { "ConfigMap" } else if bundles { "ClusterTrustBundle" } else if pcrs { "PodCertificateRequest" } else if services { "Service" } else { "Pod" }, "metadata": {"resourceVersion": last.to_string()}}}),
                 ) {
                     return;
                 }
