@@ -148,6 +148,20 @@ pub fn from_spec(pod: &Pod) -> PodAllocation {
     }
 }
 
+/// Whether the pod's spec asks for other resources than allocated to it.
+fn resize_asked(pod: &Pod, current: &PodAllocation) -> bool {
+    pod.spec
+        .containers
+        .iter()
+        .chain(&pod.spec.init_containers)
+        .any(|c| {
+            current
+                .allocated
+                .get(&c.name)
+                .is_some_and(|a| differ(a, &c.resources))
+        })
+}
+
 /// Decides a pod's resize (pure): `pod` is the spec, `current` its allocation, `others` the
 /// other pods the node runs with their allocated resources, `allocatable` the node's.
 /// The predicate is upstream's resource fit with the resize operation: the pod with its new
@@ -159,18 +173,7 @@ pub fn decide(
     others: &[&Pod],
     allocatable: &crate::cm::Allocatable,
 ) -> Decision {
-    let resized = pod
-        .spec
-        .containers
-        .iter()
-        .chain(&pod.spec.init_containers)
-        .any(|c| {
-            current
-                .allocated
-                .get(&c.name)
-                .is_some_and(|a| differ(a, &c.resources))
-        });
-    if !resized {
+    if !resize_asked(pod, current) {
         return Decision::Unchanged;
     }
     if let Some(c) = pod
@@ -269,6 +272,9 @@ struct Inner {
     pending: HashMap<String, Pending>,
     /// The last in-place resize the runtime refused, per pod.
     errors: HashMap<String, String>,
+    /// The pods the node runs or may run, as the sync loop last said (`None` before it has):
+    /// a resize is weighed against all of them, synced since the start or not yet.
+    active: Option<Vec<Rc<Pod>>>,
     /// The last checkpoint write failed: said once, tried again at the next change.
     save_failed: bool,
 }
@@ -305,6 +311,37 @@ impl Manager {
     /// The pod's allocation, if it has one.
     pub fn get(&self, uid: &str) -> Option<PodAllocation> {
         self.0.borrow().pods.get(uid).cloned()
+    }
+
+    /// Whether the pod's spec asks for a resize (other resources than allocated to it).
+    pub fn resize_asked(&self, pod: &Pod) -> bool {
+        self.0
+            .borrow()
+            .pods
+            .get(&pod.metadata.uid)
+            .is_some_and(|a| resize_asked(pod, a))
+    }
+
+    /// Sets the pods the node runs or may run (the sync loop's admitted pods).
+    pub fn set_active(&self, pods: Vec<Rc<Pod>>) {
+        self.0.borrow_mut().active = Some(pods);
+    }
+
+    /// The active pods other than `uid`, each with its allocated resources; `None` until
+    /// [`Self::set_active`] has been called.
+    pub fn active_others(&self, uid: &str) -> Option<Vec<Pod>> {
+        let inner = self.0.borrow();
+        let active = inner.active.as_ref()?;
+        Some(
+            active
+                .iter()
+                .filter(|p| p.metadata.uid != uid)
+                .map(|p| match inner.pods.get(&p.metadata.uid) {
+                    Some(a) => with_allocation(p, a),
+                    None => (**p).clone(),
+                })
+                .collect(),
+        )
     }
 
     /// The resize of this pod that waits, if any.

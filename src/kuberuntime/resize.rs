@@ -21,13 +21,24 @@ impl RuntimeManager {
     /// node runs, and returns it as it is to run.
     pub(super) fn allocate(&self, desired: &Pod) -> Pod {
         let uid = desired.metadata.uid.as_str();
+        if !self.allocation.resize_asked(desired) {
+            return self
+                .allocation
+                .allocate(desired, &[], self.allocatable_ref());
+        }
+        // Weighed against the pods the sync loop counts as active (admitted, not stopping),
+        // with their allocated resources, as admission weighs them; without a sync loop,
+        // against those synced.
+        let active = self.allocation.active_others(uid);
         let specs = self.specs.borrow();
-        // The runtime manager keeps every pod as last synced, with its allocated resources.
-        let others: Vec<&Pod> = specs
-            .iter()
-            .filter(|(u, _)| u.as_str() != uid)
-            .map(|(_, p)| &**p)
-            .collect();
+        let others: Vec<&Pod> = match &active {
+            Some(a) => a.iter().collect(),
+            None => specs
+                .iter()
+                .filter(|(u, _)| u.as_str() != uid)
+                .map(|(_, p)| &**p)
+                .collect(),
+        };
         self.allocation
             .allocate(desired, &others, self.allocatable_ref())
     }

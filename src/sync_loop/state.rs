@@ -300,7 +300,31 @@ impl LoopState {
                 }
             }
         }
+        self.publish_active();
         out
+    }
+
+    /// Whether a pod runs or may run: desired, and not rejected, evicted, finished or being
+    /// stopped (upstream's active pods).
+    fn active(&self, uid: &str) -> bool {
+        !self.rejected.contains(uid)
+            && !self.evicted.contains(uid)
+            && !self.finished.contains(uid)
+            && !self.terminating.contains_key(uid)
+    }
+
+    /// Tells the allocation manager which pods are active, so a resize is weighed against
+    /// every pod admitted, not only those synced since picolet started.
+    fn publish_active(&self) {
+        if let Some(a) = &self.cfg.allocation {
+            a.set_active(
+                self.pods
+                    .pods()
+                    .filter(|p| self.active(&p.metadata.uid))
+                    .cloned()
+                    .collect(),
+            );
+        }
     }
 
     /// Records whether dispatched work will produce a report (it may only have replaced work
@@ -475,14 +499,7 @@ impl LoopState {
         let admitted: Vec<std::borrow::Cow<'_, Pod>> = self
             .pods
             .pods()
-            .filter(|p| {
-                let u = &p.metadata.uid;
-                *u != pod.metadata.uid
-                    && !self.rejected.contains(u)
-                    && !self.evicted.contains(u)
-                    && !self.finished.contains(u)
-                    && !self.terminating.contains_key(u)
-            })
+            .filter(|p| p.metadata.uid != pod.metadata.uid && self.active(&p.metadata.uid))
             .map(|p| self.allocated(p))
             .collect();
         let admitted: Vec<&Pod> = admitted.iter().map(std::borrow::Cow::as_ref).collect();

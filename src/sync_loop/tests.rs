@@ -321,19 +321,43 @@ fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pe
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
             node: Some(node),
-            allocation: Some(alloc),
+            allocation: Some(alloc.clone()),
         },
     );
+    assert_eq!(alloc.active_others("a"), None, "nothing said before a step");
     let cmds = step(
         &mut st,
-        Input::Snapshot(snapshot(vec![a, b])),
+        Input::Snapshot(snapshot(vec![a.clone(), b])),
         std::time::Instant::now(),
         view,
     );
+    let a_again = a;
     assert!(rejections(&cmds).is_empty(), "{cmds:?}");
     let mut s = syncs(&cmds);
     s.sort();
     assert_eq!(s, vec!["a", "b"]);
+    // a's resize is weighed against b before b has been synced (the runtime manager has
+    // not seen it yet), and a counts with what is allocated to it, not its spec.
+    let uids = |v: Option<Vec<Pod>>| -> Vec<String> {
+        v.unwrap_or_default()
+            .into_iter()
+            .map(|p| p.metadata.uid)
+            .collect()
+    };
+    assert_eq!(uids(alloc.active_others("a")), vec!["b"]);
+    let others_of_b = alloc.active_others("b").unwrap();
+    assert_eq!(
+        others_of_b[0].spec.containers[0].resources.requests["cpu"],
+        "300m".parse().unwrap()
+    );
+    // A pod being stopped no longer counts.
+    step(
+        &mut st,
+        Input::Snapshot(snapshot(vec![a_again])),
+        std::time::Instant::now(),
+        view,
+    );
+    assert_eq!(uids(alloc.active_others("a")), Vec::<String>::new());
 }
 
 #[test]
