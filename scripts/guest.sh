@@ -215,7 +215,7 @@ boot() {
     BOOT_T0=$(now)
     "${QEMU[@]}" -m "$MEMORY_MIB" -smp 2 -display none -no-reboot \
         -kernel "$IMAGE/vmlinuz" -initrd "$IMAGE/initrd.img" \
-        -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4 sysrq_always_enabled=1" \
+        -append "root=/dev/vda rw console=$CONSOLE systemd.unified_cgroup_hierarchy=1 panic=-1 loglevel=4 sysrq_always_enabled=1 nokaslr" \
         -monitor "unix:$RUN/monitor.sock,server=on,wait=off" \
         -drive "file=$RUN/disk.qcow2,format=qcow2,if=virtio" \
         -virtfs "local,path=$SHARE,mount_tag=host0,security_model=none" \
@@ -419,7 +419,10 @@ check "the guest runs systemd on cgroup v2 with containerd" 60 '
     wait_active containerd 120 || exit 1
     [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]] || { echo "not cgroup v2: $(stat -fc %T /sys/fs/cgroup)"; exit 1; }
     echo "$(uname -r), $(stat -fc %T /sys/fs/cgroup) ($(cat /sys/fs/cgroup/cgroup.controllers)), systemd $(systemctl --version | head -n1 | cut -d" " -f2), $(containerd --version | cut -d" " -f3)"
-    wait_active guest-images.service 60'
+    wait_active guest-images.service 60
+    q=$(cat /sys/fs/cgroup/system.slice/guest-cfs-bandwidth.service/cpu.max 2>&1)
+    [[ $q == "1000000 100000" ]] || { echo "CFS bandwidth not on from early boot: guest-cfs-bandwidth.service cpu.max: $q"; exit 1; }
+    echo "CFS bandwidth on from early boot (guest-cfs-bandwidth.service cpu.max $q)"'
 t_install=$(now)
 check "install picolet as the unit file installs it" 60 '
     install -m 0755 /mnt/host/picolet /usr/bin/picolet

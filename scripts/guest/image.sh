@@ -238,7 +238,7 @@ chroot "$r" bash /tmp/build-image.sh /var/lib/picolet-guest/images/pause.tar pic
 chroot "$r" bash /tmp/build-image.sh /var/lib/picolet-guest/images/busybox.tar picolet.local/busybox:1 sh >&2 ||
     die "building the busybox image inside the $ARCH root failed"
 rm -rf -- "$r/tmp/build-image.sh" "$r/tmp/lib"
-chroot "$r" systemctl enable guest-agent.service guest-images.service containerd.service >&2 ||
+chroot "$r" systemctl enable guest-cfs-bandwidth.service guest-agent.service guest-images.service containerd.service >&2 ||
     die "systemctl enable in the $ARCH root failed"
 # No login prompt on the console (it would only add lines to the log).
 chroot "$r" systemctl mask serial-getty@ttyS0.service serial-getty@ttyAMA0.service getty@tty1.service >/dev/null 2>&1 || true
