@@ -61,6 +61,14 @@
 # from an image built here around `scripts/k8s-build.sh --cluster`'s binary;
 # each node has clusterDNS 10.96.0.10 and clusterDomain cluster.local.
 #
+# e2e also serves the test images it builds under registry.k8s.io names from a
+# registry mirror: the Distribution registry (scripts/k8s-build.sh --tools) on
+# 10.250.0.1, to which each node's containerd sends registry.k8s.io (DIR/hosts,
+# its registry host configuration, read at every pull). Specs that pull with
+# imagePullPolicy Always pull the stand-ins from it; nothing leaves the machine
+# (an image the mirror lacks falls through to registry.k8s.io, which is not
+# reachable, as a name that does not exist would).
+#
 # Environment:
 #   NODES           2 (default) or 3
 #   CLUSTER_AGENT   picolet (default) or kubelet: what runs on the nodes (up;
@@ -269,8 +277,9 @@ extendedKeyUsage = clientAuth"
 start_containerd() {
     local i=$1 d=$DIR/n$1 sock
     mkdir -p "$d"
+    mkdir -p "$DIR/hosts"
     sock=$(SCRATCH_CONTAINERD_SUBNET=$(pod_cidr "$i") PICOLET_SCRATCH_RUN=$d/scratch-run \
-        SCRATCH_CONTAINERD_BIN=$CONTAINERD_BIN in_ns "$i" bash "$REPO/scripts/scratch-containerd.sh" start "$d/ctrd" \
+        SCRATCH_CONTAINERD_REGISTRY_HOSTS=$DIR/hosts SCRATCH_CONTAINERD_BIN=$CONTAINERD_BIN in_ns "$i" bash "$REPO/scripts/scratch-containerd.sh" start "$d/ctrd" \
         2>>"$DIR/logs/containerd-$i-start.log" | tail -n 1) ||
         die_with_log "$DIR/logs/containerd-$i-start.log" 20 "the containerd of $(node_name "$i") did not start"
     printf '%s\n' "$sock" >"$d/containerd.sock.path"
@@ -576,6 +585,7 @@ cmd_down() {
         stop_named "picolet-$i"
         stop_named "kubelet-$i"
     done
+    stop_named registry
     for ((i = 1; i <= 3; i++)); do
         stop_containerd "$i"
     done
@@ -702,6 +712,37 @@ cmd_check() {
 # shellcheck source=scripts/lib/e2e.sh
 . "$REPO/scripts/lib/e2e.sh"
 
+# serve_mirror: the registry mirror (see the top of this file) started afresh,
+# holding every image of IMAGES named under registry.k8s.io (pushed from node
+# 1's containerd, which has imported them), and registry.k8s.io sent to it.
+serve_mirror() {
+    local tools port image sock t0 n=0
+    t0=$(now)
+    tools=$("$REPO/scripts/k8s-build.sh" --tools | tail -n 1) || die "scripts/k8s-build.sh --tools failed"
+    rm -f -- "$DIR/hosts/registry.k8s.io/hosts.toml"
+    stop_named registry
+    port=$(free_port)
+    rm -rf -- "$DIR/registry"
+    mkdir -p "$DIR/registry" "$DIR/hosts/registry.k8s.io"
+    printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s:%s\n  secret: picolet-cluster\n' \
+        "$DIR/registry" "$HOST_IP" "$port" >"$DIR/run/registry.yml"
+    setsid "$tools/registry" serve "$DIR/run/registry.yml" </dev/null >>"$DIR/logs/registry.log" 2>&1 &
+    printf '%s\n' "$!" >"$DIR/run/registry.pid"
+    wait_until "the registry mirror on $HOST_IP:$port" curl -fsS "http://$HOST_IP:$port/v2/"
+    sock=$(<"$DIR/n1/containerd.sock.path")
+    for image in "${IMAGES[@]}"; do
+        [[ $image == registry.k8s.io/* ]] || continue
+        "$CONTAINERD_BIN/ctr" -a "$sock" -n k8s.io images push --plain-http \
+            "$HOST_IP:$port/${image#registry.k8s.io/}" "$image" >/dev/null 2>>"$DIR/logs/registry.log" ||
+            die_with_log "$DIR/logs/registry.log" 20 "pushing $image to the registry mirror failed"
+        n=$((n + 1))
+    done
+    printf 'server = "https://registry.k8s.io"\n\n[host."http://%s:%s"]\n  capabilities = ["pull", "resolve"]\n' \
+        "$HOST_IP" "$port" >"$DIR/hosts/registry.k8s.io/hosts.toml.tmp"
+    mv -f -- "$DIR/hosts/registry.k8s.io/hosts.toml.tmp" "$DIR/hosts/registry.k8s.io/hosts.toml"
+    log "registry mirror on $HOST_IP:$port serves $n images as registry.k8s.io's (ready in $(since "$t0") s)"
+}
+
 DEFAULT_FOCUS='Networking Granular Checks: Pods .*\[Conformance\]|\[sig-network\] DNS .*\[Conformance\]|\[sig-network\] Services should serve a basic endpoint from pods .*\[Conformance\]'
 DEFAULT_SKIP='\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Slow\]'
 
@@ -722,6 +763,7 @@ cmd_e2e() {
                 die "importing $tar into $(node_name "$i")'s containerd failed"
         done
     done
+    serve_mirror
     local flags=(--no-color "--procs=${PROCS:-2}" "--timeout=${GINKGO_TIMEOUT:-1h}" "--focus=${FOCUS:-$DEFAULT_FOCUS}")
     [[ -z ${SKIP-$DEFAULT_SKIP} ]] || flags+=("--skip=${SKIP-$DEFAULT_SKIP}")
     t0=$(now)

@@ -11,8 +11,9 @@
 # nginx's welcome page), agnhost's previous tag (the same agnhost: the
 # StatefulSet specs roll from one tag to the other), nautilus and kitten (the
 # update demo's web servers: busybox's httpd serving on port 80 the data.json and
-# picture of the module's test/images/NAME/html, as upstream's images serve them
-# with agnhost's test-webserver), pause. Sourced by
+# picture of the module's test/images/NAME/html from the image's root, as
+# upstream's images serve them with agnhost's test-webserver, with an Alpine
+# etc/os-release as their base has: the ImageVolume specs read both), pause. Sourced by
 # scripts/conformance.sh and scripts/cluster.sh.
 #
 #   REPO=... DIR=... E2E_BIN=... K8S_SRC=... MANIFEST=...
@@ -110,13 +111,17 @@ build_images() {
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/nginx" --path "$full_path" \
         "$DIR/images/nginx-new.tar" "$nginx_new" httpd -f -p 80 -h /usr/share/nginx/html ||
         die "building $nginx_new failed"
+    # As upstream's: the html files at the image's root (which its web server serves), on an
+    # Alpine base (the ImageVolume specs mount kitten and read data.json and etc/os-release).
     for demo in nautilus kitten; do
         [[ -f $K8S_SRC/test/images/$demo/html/data.json ]] || die "$K8S_SRC/test/images/$demo/html/data.json is missing"
-        mkdir -p "$root/$demo/srv"
-        cp -- "$K8S_SRC/test/images/$demo/html/"* "$root/$demo/srv/"
-        chmod 0644 "$root/$demo/srv/"*
+        mkdir -p "$root/$demo/etc"
+        cp -- "$K8S_SRC/test/images/$demo/html/"* "$root/$demo/"
+        chmod 0644 "$root/$demo/"*.*
+        printf '%s\n' '# A stand-in built from busybox; upstream'"'"'s image is built on Alpine.' \
+            'NAME="Alpine Linux"' 'ID=alpine' >"$root/$demo/etc/os-release"
         bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/$demo" --path "$full_path" \
-            "$DIR/images/$demo.tar" "${!demo}" httpd -f -p 80 -h /srv || die "building ${!demo} failed"
+            "$DIR/images/$demo.tar" "${!demo}" httpd -f -p 80 -h / || die "building ${!demo} failed"
     done
     bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/dnstest" --path "$full_path" \
         "$DIR/images/dnstest.tar" "$dnstest" sh || die "building $dnstest failed"
