@@ -60,3 +60,26 @@ pub fn http_target(
             .collect(),
     })
 }
+
+/// A loopback port that refuses connections (tests): a socket bound to it and not listening,
+/// which also keeps any other test from taking the port while it is held (a port freed and
+/// then dialed could be another test's by then, and answer or reset).
+#[cfg(test)]
+pub(crate) fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+    };
+    use std::os::fd::AsRawFd;
+    let held = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(held.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind 127.0.0.1:0");
+    let port = getsockname::<SockaddrIn>(held.as_raw_fd())
+        .expect("getsockname")
+        .port();
+    (held, port)
+}

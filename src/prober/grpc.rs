@@ -229,11 +229,7 @@ pub(crate) mod tests {
                 matches!(check("127.0.0.1", port, "", 1).await, Outcome::Failure(m) if m.contains("does not implement"))
             );
             drop(_t3);
-            let free = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let (_held, free) = crate::probe::refusing_port();
             assert!(
                 matches!(check("127.0.0.1", free, "", 1).await, Outcome::Failure(m) if m.contains("connection refused"))
             );

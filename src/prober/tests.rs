@@ -460,11 +460,7 @@ fn http_probes_send_the_kubelets_request_and_judge_the_status() {
         assert_eq!(seen.borrow().len(), 2 + 12);
         // Nothing listens: a failure naming the address.
         drop(_srv);
-        let free = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (_held, free) = crate::probe::refusing_port();
         let closed: crate::api::Probe =
             serde_json::from_value(serde_json::json!({"httpGet": {"port": free}})).unwrap();
         match ctx.run(&closed, &c, "id", "127.0.0.1").await {
