@@ -276,8 +276,7 @@ extendedKeyUsage = clientAuth"
 
 start_containerd() {
     local i=$1 d=$DIR/n$1 sock
-    mkdir -p "$d"
-    mkdir -p "$DIR/hosts"
+    mkdir -p "$d" "$DIR/hosts"
     sock=$(SCRATCH_CONTAINERD_SUBNET=$(pod_cidr "$i") PICOLET_SCRATCH_RUN=$d/scratch-run \
         SCRATCH_CONTAINERD_REGISTRY_HOSTS=$DIR/hosts SCRATCH_CONTAINERD_BIN=$CONTAINERD_BIN in_ns "$i" bash "$REPO/scripts/scratch-containerd.sh" start "$d/ctrd" \
         2>>"$DIR/logs/containerd-$i-start.log" | tail -n 1) ||
@@ -712,23 +711,21 @@ cmd_check() {
 # shellcheck source=scripts/lib/e2e.sh
 . "$REPO/scripts/lib/e2e.sh"
 
-# serve_mirror: the registry mirror (see the top of this file) started afresh,
-# holding every image of IMAGES named under registry.k8s.io (pushed from node
-# 1's containerd, which has imported them), and registry.k8s.io sent to it.
+# shellcheck source=scripts/lib/registry-mirror.sh
+. "$REPO/scripts/lib/registry-mirror.sh"
+
+# serve_mirror: the registry mirror (see the top of this file) started afresh on
+# the bridge address, holding every image of IMAGES named under registry.k8s.io
+# (pushed from node 1's containerd, which has imported them).
 serve_mirror() {
     local tools port image sock t0 n=0
     t0=$(now)
     tools=$("$REPO/scripts/k8s-build.sh" --tools | tail -n 1) || die "scripts/k8s-build.sh --tools failed"
     rm -f -- "$DIR/hosts/registry.k8s.io/hosts.toml"
     stop_named registry
-    port=$(free_port)
     rm -rf -- "$DIR/registry"
-    mkdir -p "$DIR/registry" "$DIR/hosts/registry.k8s.io"
-    printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s:%s\n  secret: picolet-cluster\n' \
-        "$DIR/registry" "$HOST_IP" "$port" >"$DIR/run/registry.yml"
-    setsid "$tools/registry" serve "$DIR/run/registry.yml" </dev/null >>"$DIR/logs/registry.log" 2>&1 &
-    printf '%s\n' "$!" >"$DIR/run/registry.pid"
-    wait_until "the registry mirror on $HOST_IP:$port" curl -fsS "http://$HOST_IP:$port/v2/"
+    port=$(free_port)
+    mirror_start "$tools" "$DIR/registry" "$HOST_IP" "$port" "$DIR/logs/registry.log" "$DIR/run/registry.pid"
     sock=$(<"$DIR/n1/containerd.sock.path")
     for image in "${IMAGES[@]}"; do
         [[ $image == registry.k8s.io/* ]] || continue
@@ -737,9 +734,7 @@ serve_mirror() {
             die_with_log "$DIR/logs/registry.log" 20 "pushing $image to the registry mirror failed"
         n=$((n + 1))
     done
-    printf 'server = "https://registry.k8s.io"\n\n[host."http://%s:%s"]\n  capabilities = ["pull", "resolve"]\n' \
-        "$HOST_IP" "$port" >"$DIR/hosts/registry.k8s.io/hosts.toml.tmp"
-    mv -f -- "$DIR/hosts/registry.k8s.io/hosts.toml.tmp" "$DIR/hosts/registry.k8s.io/hosts.toml"
+    mirror_hosts "$DIR/hosts" "$HOST_IP:$port"
     log "registry mirror on $HOST_IP:$port serves $n images as registry.k8s.io's (ready in $(since "$t0") s)"
 }
 

@@ -22,15 +22,17 @@ REPO=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 PROG="image-volume-conformance"
 # shellcheck source=scripts/lib/common.sh
 . "$REPO/scripts/lib/common.sh"
+# shellcheck source=scripts/lib/registry-mirror.sh
+. "$REPO/scripts/lib/registry-mirror.sh"
 [[ $(id -u) == 0 ]] || die "run as root (containerd, runc and CNI need it)"
 command -v skopeo >/dev/null || die "skopeo is missing (scripts/install-deps.sh installs it)"
 
 WORK=$(mktemp -d /tmp/picolet-iv.XXXXXX)
-REG_PID=
+MIRROR_PID=
 cleanup() {
-    if [[ -n $REG_PID ]] && alive "$REG_PID"; then
-        kill "$REG_PID" 2>/dev/null || true
-        wait "$REG_PID" 2>/dev/null || true
+    if [[ -n $MIRROR_PID ]] && alive "$MIRROR_PID"; then
+        kill "$MIRROR_PID" 2>/dev/null || true
+        wait "$MIRROR_PID" 2>/dev/null || true
     fi
     rm -rf -- "$WORK"
 }
@@ -62,27 +64,13 @@ printf '%s\n' '# A stand-in for the e2e kitten image, built from busybox; the sp
 bash "$REPO/scripts/build-image.sh" --add "$WORK/kitten" "$WORK/kitten.tar" "$kitten" sh >/dev/null ||
     die "building the stand-in of $kitten failed"
 
-# The registry, on loopback, plain HTTP.
+# The registry, on loopback, with the stand-in; containerd sends registry.k8s.io to it.
 port=$(free_port)
-mkdir -p "$WORK/registry"
-printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n  secret: picolet-test\n' \
-    "$WORK/registry" "$port" >"$WORK/registry.yml"
-"$TOOLS/registry" serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
-REG_PID=$!
-deadline=$((SECONDS + 30))
-until curl -fsS "http://127.0.0.1:$port/v2/" >/dev/null 2>&1; do
-    alive "$REG_PID" || { tail -n 20 "$WORK/registry.log" >&2; die "the registry exited"; }
-    ((SECONDS < deadline)) || die "the registry did not answer within 30 s"
-    sleep 0.2
-done
+mirror_start "$TOOLS" "$WORK/registry" 127.0.0.1 "$port" "$WORK/registry.log"
 skopeo copy --quiet --dest-tls-verify=false "oci-archive:$WORK/kitten.tar" "docker://127.0.0.1:$port/${kitten#registry.k8s.io/}" ||
     die "pushing the stand-in to the registry failed"
 log "registry on 127.0.0.1:$port serves ${kitten#registry.k8s.io/}"
-
-# containerd sends registry.k8s.io to it.
-mkdir -p "$WORK/hosts/registry.k8s.io"
-printf 'server = "https://registry.k8s.io"\n\n[host."http://127.0.0.1:%s"]\n  capabilities = ["pull", "resolve"]\n' \
-    "$port" >"$WORK/hosts/registry.k8s.io/hosts.toml"
+mirror_hosts "$WORK/hosts" "127.0.0.1:$port"
 export SCRATCH_CONTAINERD_REGISTRY_HOSTS=$WORK/hosts
 
 printf '%s\n' '[sig-node] ImageVolume should succeed with pod and pull policy of Always [LinuxOnly] [MinimumKubeletVersion:1.35] [Conformance]' \

@@ -116,8 +116,7 @@ build_images() {
     for demo in nautilus kitten; do
         [[ -f $K8S_SRC/test/images/$demo/html/data.json ]] || die "$K8S_SRC/test/images/$demo/html/data.json is missing"
         mkdir -p "$root/$demo/etc"
-        cp -- "$K8S_SRC/test/images/$demo/html/"* "$root/$demo/"
-        chmod 0644 "$root/$demo/"*.*
+        install -m 0644 -t "$root/$demo/" -- "$K8S_SRC/test/images/$demo/html/"*
         printf '%s\n' '# A stand-in built from busybox; upstream'"'"'s image is built on Alpine.' \
             'NAME="Alpine Linux"' 'ID=alpine' >"$root/$demo/etc/os-release"
         bash "$REPO/scripts/build-image.sh" --all-applets --add "$root/$demo" --path "$full_path" \
