@@ -140,9 +140,9 @@ pub struct LoopState {
     /// When each pod's dead containers and sandboxes were last collected: once a minute, as
     /// the kubelet's container GC.
     pub(super) collected_at: HashMap<String, Instant>,
-    /// API pods being deleted, by UID: (namespace, name). Once stopped, they are finalized:
-    /// deleted from the apiserver for good.
-    deleting: HashMap<String, (String, String)>,
+    /// API pods being deleted, by UID. Until stopped they hold what they ran with (admission
+    /// weighs them); once stopped, they are finalized: deleted from the apiserver for good.
+    deleting: HashMap<String, Rc<Pod>>,
     /// API pods stopped after their deletion, to be deleted from the apiserver.
     pub finalizable: HashMap<String, (String, String)>,
     /// Evicted pods: still desired by their source, never synced again.
@@ -304,26 +304,35 @@ impl LoopState {
         out
     }
 
-    /// Whether a pod runs or may run: desired, and not rejected, evicted, finished or being
-    /// stopped (upstream's active pods).
+    /// Whether a desired pod holds the node's room: admitted, and not evicted or finished
+    /// unless it is still being stopped (upstream's `filterOutInactivePods`: a pod counts until
+    /// its termination has ended).
     fn active(&self, uid: &str) -> bool {
         !self.rejected.contains(uid)
-            && !self.evicted.contains(uid)
-            && !self.finished.contains(uid)
-            && !self.terminating.contains_key(uid)
+            && (self.terminating.contains_key(uid)
+                || (!self.evicted.contains(uid) && !self.finished.contains(uid)))
+    }
+
+    /// The pods that hold the node's room (upstream's active pods): the active desired ones,
+    /// and those deleted through the API that are still being stopped (the kubelet keeps such a
+    /// pod in its pod manager until it has stopped). A pod its source removed (a static pod's
+    /// manifest edited or deleted) no longer counts, as upstream, so its replacement is
+    /// admitted while it stops.
+    fn active_pods(&self) -> impl Iterator<Item = &Rc<Pod>> {
+        let desired = self.pods.pods().filter(|p| self.active(&p.metadata.uid));
+        let deleting = self
+            .deleting
+            .iter()
+            .filter(|(uid, _)| self.terminating.contains_key(*uid) && !self.pods.contains(uid))
+            .map(|(_, p)| p);
+        desired.chain(deleting)
     }
 
     /// Tells the allocation manager which pods are active, so a resize is weighed against
     /// every pod admitted, not only those synced since picolet started.
     fn publish_active(&self) {
         if let Some(a) = &self.cfg.allocation {
-            a.set_active(
-                self.pods
-                    .pods()
-                    .filter(|p| self.active(&p.metadata.uid))
-                    .cloned()
-                    .collect(),
-            );
+            a.set_active(self.active_pods().cloned().collect());
         }
     }
 
@@ -358,10 +367,6 @@ impl LoopState {
                 self.due.remove(&uid);
                 self.evicted.remove(&uid);
                 self.rejected.remove(&uid);
-                self.deleting.insert(
-                    uid.clone(),
-                    (pod.metadata.namespace.clone(), pod.metadata.name.clone()),
-                );
                 out.push(Command::StopProbes(uid.clone()));
                 let term = Term {
                     grace: crate::kuberuntime::config::grace_period(&pod),
@@ -370,6 +375,7 @@ impl LoopState {
                     evicted: false,
                     deleted: true,
                 };
+                self.deleting.insert(uid.clone(), Rc::new(pod));
                 self.terminate(uid, term, out);
             }
             Op::Add | Op::Update if self.evicted.contains(&uid) || self.rejected.contains(&uid) => {
@@ -484,7 +490,7 @@ impl LoopState {
 
     /// Admission of a new pod: why it may not run, if it may not. A pod whose status is
     /// already Succeeded or Failed is not admitted again, as upstream; the pods it is weighed
-    /// against are the desired ones that still run or may (not rejected, evicted or finished).
+    /// against are the active ones (`active_pods`).
     fn admit(&self, pod: &Pod) -> Option<crate::admission::Rejection> {
         if matches!(pod.status.phase.as_deref(), Some("Succeeded" | "Failed")) {
             return None;
@@ -497,9 +503,8 @@ impl LoopState {
         }
         let node = self.cfg.node.as_ref()?;
         let admitted: Vec<std::borrow::Cow<'_, Pod>> = self
-            .pods
-            .pods()
-            .filter(|p| p.metadata.uid != pod.metadata.uid && self.active(&p.metadata.uid))
+            .active_pods()
+            .filter(|p| p.metadata.uid != pod.metadata.uid)
             .map(|p| self.allocated(p))
             .collect();
         let admitted: Vec<&Pod> = admitted.iter().map(std::borrow::Cow::as_ref).collect();
@@ -626,7 +631,8 @@ impl LoopState {
                 self.terminating.remove(&uid);
                 self.retry_terminate.remove(&uid);
                 self.terminate_failures.remove(&uid);
-                if let Some(who) = self.deleting.remove(&uid) {
+                if let Some(p) = self.deleting.remove(&uid) {
+                    let who = (p.metadata.namespace.clone(), p.metadata.name.clone());
                     self.finalizable.insert(uid.clone(), who);
                 }
                 // The same pod may have come back meanwhile (a manifest restored); pods of the

@@ -350,7 +350,7 @@ fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pe
         others_of_b[0].spec.containers[0].resources.requests["cpu"],
         "300m".parse().unwrap()
     );
-    // A pod being stopped no longer counts.
+    // A pod its source removed no longer counts, though it is still being stopped.
     step(
         &mut st,
         Input::Snapshot(snapshot(vec![a_again])),
@@ -358,6 +358,95 @@ fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pe
         view,
     );
     assert_eq!(uids(alloc.active_others("a")), Vec::<String>::new());
+}
+
+#[test]
+fn a_pod_being_deleted_or_evicted_holds_its_room_until_it_has_stopped() {
+    // Upstream's active pods: a pod whose termination was asked for counts until it has
+    // stopped, so a new pod is not admitted into room a pod still stopping holds.
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
+    };
+    let mut node = crate::admission::NodeInfo {
+        name: "edge".into(),
+        milli_cpu: 1000,
+        memory: 1 << 30,
+        pods: 110,
+        ..Default::default()
+    };
+    node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
+    let cpu = |mut p: Pod, q: &str| {
+        p.spec.containers[0]
+            .resources
+            .requests
+            .insert("cpu".into(), q.parse().unwrap());
+        p
+    };
+    let mut st = LoopState::new(
+        Mux::new(&[Source::Api]),
+        LoopConfig {
+            sync_frequency: Duration::from_secs(60),
+            node: Some(node),
+            allocation: None,
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let api = |pods: Vec<Pod>| {
+        Input::Snapshot(Snapshot {
+            source: Source::Api,
+            pods,
+        })
+    };
+    let done = |uid: &str| Input::Done(Done::Terminated { uid: uid.into() });
+    let a = cpu(pod("a", "old", "x"), "700m");
+    assert_eq!(
+        syncs(&step(&mut st, api(vec![a.clone()]), t0, view)),
+        vec!["a"]
+    );
+
+    // a is deleted with a grace period: while it stops, b does not fit beside it.
+    let mut a_deleting = a.clone();
+    a_deleting.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+    a_deleting.metadata.deletion_grace_period_seconds = Some(30);
+    let cmds = step(&mut st, api(vec![a_deleting.clone()]), t0, view);
+    assert_eq!(terminations(&cmds), vec!["a"]);
+    let b = cpu(pod("b", "new", "x"), "700m");
+    let cmds = step(&mut st, api(vec![a_deleting.clone(), b]), t0, view);
+    assert_eq!(
+        rejections(&cmds),
+        vec![("b".to_owned(), "OutOfcpu".to_owned())]
+    );
+    // Once a has stopped, c (asking the same) is admitted.
+    step(&mut st, done("a"), t0, view);
+    let c = cpu(pod("c", "newer", "x"), "700m");
+    let cmds = step(&mut st, api(vec![a_deleting, c.clone()]), t0, view);
+    assert!(rejections(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(syncs(&cmds), vec!["c"]);
+
+    // c is evicted: it holds its room until its termination has ended, then not.
+    let cmds = step(
+        &mut st,
+        Input::Evict {
+            uid: "c".into(),
+            grace: 0,
+        },
+        t0,
+        view,
+    );
+    assert_eq!(terminations(&cmds), vec!["c"]);
+    let d = cpu(pod("d", "after-eviction", "x"), "700m");
+    let cmds = step(&mut st, api(vec![c.clone(), d]), t0, view);
+    assert_eq!(
+        rejections(&cmds),
+        vec![("d".to_owned(), "OutOfcpu".to_owned())]
+    );
+    step(&mut st, done("c"), t0, view);
+    let e = cpu(pod("e", "after-stop", "x"), "700m");
+    let cmds = step(&mut st, api(vec![c, e]), t0, view);
+    assert!(rejections(&cmds).is_empty(), "{cmds:?}");
+    assert_eq!(syncs(&cmds), vec!["e"]);
 }
 
 #[test]
