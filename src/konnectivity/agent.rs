@@ -700,6 +700,42 @@ mod tests {
         smol::Async::<TcpListener>::bind(addr.parse::<SocketAddr>().unwrap()).unwrap()
     }
 
+    /// A loopback port held for a whole test: bound with `SO_REUSEPORT` and not listening, so
+    /// a dial is refused and no other test's listener can take the port between this test's
+    /// servers (a port freed and bound again could be another's by then).
+    fn reusable_socket() -> std::os::fd::OwnedFd {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, setsockopt, socket, sockopt};
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
+        setsockopt(&fd, sockopt::ReusePort, &true).unwrap();
+        fd
+    }
+
+    fn hold_port() -> (std::os::fd::OwnedFd, SocketAddr) {
+        use nix::sys::socket::{SockaddrIn, bind, getsockname};
+        use std::os::fd::AsRawFd;
+        let fd = reusable_socket();
+        bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
+        let port = getsockname::<SockaddrIn>(fd.as_raw_fd()).unwrap().port();
+        (fd, SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    /// A listener on a port `hold_port` holds.
+    fn listen_beside_hold(addr: SocketAddr) -> smol::Async<TcpListener> {
+        use nix::sys::socket::{Backlog, SockaddrIn, bind, listen};
+        use std::os::fd::AsRawFd;
+        let fd = reusable_socket();
+        bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, addr.port())).unwrap();
+        listen(&fd, Backlog::new(128).unwrap()).unwrap();
+        smol::Async::new(TcpListener::from(fd)).unwrap()
+    }
+
     /// A stand-in for the node API: echoes what it reads; counts connections that ended.
     fn echo() -> (SocketAddr, Rc<Cell<u32>>, rt::Task<()>) {
         let l = bind("127.0.0.1:0");
@@ -936,10 +972,9 @@ mod tests {
         let p = pki("dialfail");
         rt::block_on(async {
             let server = serve(bind("127.0.0.1:0"), p.server.clone());
-            // Nothing listens here.
-            let closed = bind("127.0.0.1:0");
-            let local = closed.get_ref().local_addr().unwrap();
-            drop(closed);
+            // Nothing listens here, and no other test can while it is held.
+            let (_held, port) = crate::probe::refusing_port();
+            let local = SocketAddr::from(([127, 0, 0, 1], port));
             let a = agent(server.addr, &p, local);
             let _run = rt::spawn(a.clone().run());
             let s = server.next_stream(Duration::from_secs(5)).await;
@@ -1066,10 +1101,9 @@ mod tests {
     fn survives_the_server_going_away_and_reconnects() {
         let p = pki("restart");
         rt::block_on(async {
-            // No server at first: the agent keeps trying, harmlessly.
-            let l = bind("127.0.0.1:0");
-            let addr = l.get_ref().local_addr().unwrap();
-            drop(l);
+            // No server at first: the agent keeps trying, harmlessly. The port stays held
+            // while the server is away, so no other test's listener takes it meanwhile.
+            let (_held, addr) = hold_port();
             let (local, ended, _echo) = echo();
             let a = agent(addr, &p, local);
             let _run = rt::spawn(a.clone().run());
@@ -1081,7 +1115,7 @@ mod tests {
             // at most four failures in 1.5s), then connecting may take up to CONNECT_TIMEOUT on
             // a loaded machine.
             let within = Duration::from_secs(8) + CONNECT_TIMEOUT + Duration::from_secs(5);
-            let server = serve(bind(&addr.to_string()), p.server.clone());
+            let server = serve(listen_beside_hold(addr), p.server.clone());
             let s = server.next_stream(within).await;
             s.send(dial_req("192.0.2.10:10250", 1)).await;
             let id = dial_rsp(s.recv().await).connect_id;
@@ -1101,7 +1135,7 @@ mod tests {
             // ...and the agent comes back to the new server (a lived stream resets the
             // backoff to its first window, under 1s; a try before the new server listens
             // waits below 2s, then below 4s).
-            let server = serve(bind(&addr.to_string()), p.server.clone());
+            let server = serve(listen_beside_hold(addr), p.server.clone());
             let s = server.next_stream(within).await;
             s.send(dial_req("192.0.2.10:10250", 2)).await;
             let r = dial_rsp(s.recv().await);
