@@ -693,8 +693,9 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             }
             let answers = crate::kuberuntime::join_all(batch.iter().map(|p| {
                 let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
-                let body = json!({"metadata": {"uid": p.uid}, "status": p.current});
-                call(&client, "PATCH", path, Some(body))
+                // What changed since the apiserver's copy, as the kubelet patches it.
+                let body = crate::status::patch::status_patch(&p.uid, &p.in_api, &p.current);
+                patch_strategic(&client, path, body)
             }))
             .await;
             for (p, answer) in batch.iter().zip(answers) {

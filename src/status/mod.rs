@@ -4,3 +4,4 @@ pub mod generate;
 
 pub use generate::generate;
 pub mod manager;
+pub mod patch;

@@ -117,8 +117,8 @@ fn merge(into: &mut Value, patch: &Value) {
 }
 
 /// A strategic merge patch as the apiserver applies one to a pod's status: `conditions`
-/// merged by `type` (the entries the patch does not name kept), everything else as in a merge
-/// patch.
+/// merged by `type` (the entries the patch does not name kept, one marked `$patch: delete`
+/// removed), everything else as in a merge patch.
 fn strategic_merge(into: &mut Value, patch: &Value) {
     match (into, patch) {
         (Value::Object(a), Value::Object(b)) => {
@@ -126,9 +126,20 @@ fn strategic_merge(into: &mut Value, patch: &Value) {
                 if v.is_null() {
                     a.remove(k);
                 } else if k == "conditions"
-                    && let (Some(Value::Array(have)), Value::Array(want)) = (a.get_mut(k), v)
+                    && let Value::Array(want) = v
                 {
+                    let slot = a.entry(k.clone()).or_insert(Value::Null);
+                    if !slot.is_array() {
+                        *slot = Value::Array(Vec::new());
+                    }
+                    let Value::Array(have) = slot else {
+                        unreachable!()
+                    };
                     for c in want {
+                        if c["$patch"] == "delete" {
+                            have.retain(|h| h["type"] != c["type"]);
+                            continue;
+                        }
                         match have.iter_mut().find(|h| h["type"] == c["type"]) {
                             Some(h) => *h = c.clone(),
                             None => have.push(c.clone()),

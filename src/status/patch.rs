@@ -1,0 +1,176 @@
+//! The patch of a pod's status: what changed since the apiserver's copy, as the kubelet's
+//! status manager sends it (upstream's `statusutil.PatchPodStatus`, a two-way strategic merge
+//! patch), so a change of one condition does not carry the whole status over the link.
+
+use serde_json::{Map, Value};
+
+use crate::api::PodStatus;
+
+/// The strategic merge patch that turns the apiserver's `base` into `current`, with the pod's
+/// UID as a precondition: every field of `current` whose value differs from `base`'s, whole,
+/// except `conditions`, merged by `type` as the API declares it: the conditions that are new
+/// or changed, and a `$patch: delete` for each one `base` has and `current` does not (a
+/// resize's condition once it is done; conditions others set are merged into `current` from
+/// `base` before, so they are kept). A field `current` lacks is left as the apiserver has it,
+/// as a whole-status patch leaves it.
+pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
+    let base = to_map(base);
+    let mut status = Map::new();
+    for (k, now) in to_map(current) {
+        let before = base.get(&k);
+        if before == Some(&now) {
+            continue;
+        }
+        if k == "conditions" {
+            let changed = conditions_patch(before, &now);
+            if !changed.is_empty() {
+                status.insert(k, Value::Array(changed));
+            }
+        } else {
+            status.insert(k, now);
+        }
+    }
+    if !status.contains_key("conditions")
+        && let Some(Value::Array(gone)) = base.get("conditions")
+        && !gone.is_empty()
+        && current.conditions.is_empty()
+    {
+        status.insert(
+            "conditions".into(),
+            Value::Array(gone.iter().filter_map(delete_directive).collect()),
+        );
+    }
+    serde_json::json!({"metadata": {"uid": uid}, "status": status})
+}
+
+fn to_map(s: &PodStatus) -> Map<String, Value> {
+    match serde_json::to_value(s) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+fn type_of(c: &Value) -> Option<&str> {
+    c.get("type").and_then(Value::as_str)
+}
+
+fn delete_directive(c: &Value) -> Option<Value> {
+    type_of(c).map(|t| serde_json::json!({"type": t, "$patch": "delete"}))
+}
+
+fn conditions_patch(before: Option<&Value>, now: &Value) -> Vec<Value> {
+    let before: &[Value] = match before {
+        Some(Value::Array(v)) => v,
+        _ => &[],
+    };
+    let now: &[Value] = match now {
+        Value::Array(v) => v,
+        _ => &[],
+    };
+    let mut out: Vec<Value> = now
+        .iter()
+        .filter(|c| !before.iter().any(|b| b == *c))
+        .cloned()
+        .collect();
+    out.extend(
+        before
+            .iter()
+            .filter(|b| !now.iter().any(|c| type_of(c) == type_of(b)))
+            .filter_map(delete_directive),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(v: Value) -> PodStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn running() -> Value {
+        serde_json::json!({
+            "phase": "Running",
+            "hostIP": "10.0.0.2", "hostIPs": [{"ip": "10.0.0.2"}],
+            "podIP": "10.88.0.5", "podIPs": [{"ip": "10.88.0.5"}],
+            "startTime": "2026-01-01T00:00:00Z",
+            "qosClass": "BestEffort",
+            "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "example.com/gate", "status": "True"}
+            ],
+            "containerStatuses": [{"name": "main", "image": "busybox", "imageID": "",
+                "ready": false, "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}]
+        })
+    }
+
+    #[test]
+    fn only_what_changed_is_sent_and_conditions_by_type() {
+        let base = status(running());
+        let mut now = running();
+        now["conditions"][1] = serde_json::json!({"type": "Ready", "status": "True"});
+        now["containerStatuses"][0]["ready"] = Value::Bool(true);
+        let p = status_patch("u1", &base, &status(now.clone()));
+        assert_eq!(p["metadata"]["uid"], "u1");
+        let s = p["status"].as_object().unwrap();
+        let mut keys: Vec<&str> = s.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["conditions", "containerStatuses"], "{p}");
+        assert_eq!(
+            s["conditions"],
+            serde_json::json!([{"type": "Ready", "status": "True"}])
+        );
+        // The container statuses are a list replaced whole (atomic in the API).
+        let now = status(now);
+        assert_eq!(
+            s["containerStatuses"],
+            serde_json::to_value(&now).unwrap()["containerStatuses"]
+        );
+        // Smaller than the whole status.
+        let whole = serde_json::to_vec(&now).unwrap().len();
+        let diff = serde_json::to_vec(&p).unwrap().len();
+        assert!(diff < whole, "patch {diff} B, status {whole} B");
+    }
+
+    #[test]
+    fn a_condition_current_lacks_is_deleted_and_a_field_it_lacks_is_left_alone() {
+        let mut with_resize = running();
+        with_resize["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"type": "PodResizeInProgress", "status": "True"}));
+        let base = status(with_resize);
+        let mut now = running();
+        now.as_object_mut().unwrap().remove("podIPs");
+        let p = status_patch("u1", &base, &status(now));
+        assert_eq!(
+            p["status"],
+            serde_json::json!({"conditions": [{"type": "PodResizeInProgress", "$patch": "delete"}]})
+        );
+        // Every condition gone: one directive each.
+        let mut none = running();
+        none.as_object_mut().unwrap().remove("conditions");
+        let p = status_patch("u1", &status(running()), &status(none));
+        assert_eq!(p["status"]["conditions"].as_array().unwrap().len(), 4, "{p}");
+        assert!(
+            p["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["$patch"] == "delete")
+        );
+    }
+
+    #[test]
+    fn a_pod_first_reported_sends_its_whole_status() {
+        let now = status(running());
+        let p = status_patch("u1", &PodStatus::default(), &now);
+        assert_eq!(p["status"], serde_json::to_value(&now).unwrap());
+        let same = status_patch("u1", &now, &now);
+        assert_eq!(same["status"], serde_json::json!({}));
+    }
+}
