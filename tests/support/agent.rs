@@ -439,6 +439,12 @@ fn is_dead(c: &Child) -> bool {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
+        // What its pods mounted (secret, projected and emptyDir-in-memory tmpfs) goes with it,
+        // so a test leaves no mount behind; lazily, as the test's containerd may still run
+        // their containers.
+        for m in picolet::volume::mounts_under(&self.dir) {
+            let _ = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 
