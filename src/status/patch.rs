@@ -6,13 +6,19 @@ use serde_json::{Map, Value};
 
 use crate::api::PodStatus;
 
+/// The lists of a pod's status the API merges by a key in a strategic merge patch
+/// (`patchStrategy: merge`), and their keys; every other list is replaced whole.
+const MERGED_LISTS: [(&str, &str); 3] =
+    [("conditions", "type"), ("podIPs", "ip"), ("hostIPs", "ip")];
+
 /// The strategic merge patch that turns the apiserver's `base` into `current`, with the pod's
 /// UID as a precondition: every field of `current` whose value differs from `base`'s, whole,
-/// except `conditions`, merged by `type` as the API declares it: the conditions that are new
-/// or changed, and a `$patch: delete` for each one `base` has and `current` does not (a
-/// resize's condition once it is done; conditions others set are merged into `current` from
-/// `base` before, so they are kept). A field `current` lacks is left as the apiserver has it,
-/// as a whole-status patch leaves it.
+/// except the lists the API merges by a key (`conditions` by `type`, `podIPs` and `hostIPs` by
+/// `ip`): of those, the entries that are new or changed, and a `$patch: delete` for each one
+/// `base` has and `current` does not (a resize's condition once it is done, a pod IP that
+/// changed; conditions others set are merged into `current` from `base` before, so they are
+/// kept). A field `current` lacks is left as the apiserver has it, as a whole-status patch
+/// leaves it; a merged list `current` lacks altogether is left too.
 pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
     let base = to_map(base);
     let mut status = Map::new();
@@ -21,13 +27,16 @@ pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
         if before == Some(&now) {
             continue;
         }
-        if k == "conditions" {
-            let changed = conditions_patch(before, &now);
-            if !changed.is_empty() {
-                status.insert(k, Value::Array(changed));
+        match MERGED_LISTS.iter().find(|(list, _)| *list == k) {
+            Some((_, key)) => {
+                let changed = merged_list_patch(before, &now, key);
+                if !changed.is_empty() {
+                    status.insert(k, Value::Array(changed));
+                }
             }
-        } else {
-            status.insert(k, now);
+            None => {
+                status.insert(k, now);
+            }
         }
     }
     if !status.contains_key("conditions")
@@ -37,7 +46,11 @@ pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
     {
         status.insert(
             "conditions".into(),
-            Value::Array(gone.iter().filter_map(delete_directive).collect()),
+            Value::Array(
+                gone.iter()
+                    .filter_map(|c| delete_directive(c, "type"))
+                    .collect(),
+            ),
         );
     }
     serde_json::json!({"metadata": {"uid": uid}, "status": status})
@@ -50,15 +63,22 @@ fn to_map(s: &PodStatus) -> Map<String, Value> {
     }
 }
 
-fn type_of(c: &Value) -> Option<&str> {
-    c.get("type").and_then(Value::as_str)
+fn key_of<'a>(entry: &'a Value, key: &str) -> Option<&'a str> {
+    entry.get(key).and_then(Value::as_str)
 }
 
-fn delete_directive(c: &Value) -> Option<Value> {
-    type_of(c).map(|t| serde_json::json!({"type": t, "$patch": "delete"}))
+fn delete_directive(entry: &Value, key: &str) -> Option<Value> {
+    key_of(entry, key).map(|k| {
+        let mut d = Map::new();
+        d.insert(key.to_owned(), Value::String(k.to_owned()));
+        d.insert("$patch".into(), Value::String("delete".into()));
+        Value::Object(d)
+    })
 }
 
-fn conditions_patch(before: Option<&Value>, now: &Value) -> Vec<Value> {
+/// A merged list's part of the patch: the entries new or changed, and a delete directive for
+/// each key gone.
+fn merged_list_patch(before: Option<&Value>, now: &Value, key: &str) -> Vec<Value> {
     let before: &[Value] = match before {
         Some(Value::Array(v)) => v,
         _ => &[],
@@ -75,8 +95,8 @@ fn conditions_patch(before: Option<&Value>, now: &Value) -> Vec<Value> {
     out.extend(
         before
             .iter()
-            .filter(|b| !now.iter().any(|c| type_of(c) == type_of(b)))
-            .filter_map(delete_directive),
+            .filter(|b| !now.iter().any(|c| key_of(c, key) == key_of(b, key)))
+            .filter_map(|b| delete_directive(b, key)),
     );
     out
 }
@@ -155,13 +175,33 @@ mod tests {
         let mut none = running();
         none.as_object_mut().unwrap().remove("conditions");
         let p = status_patch("u1", &status(running()), &status(none));
-        assert_eq!(p["status"]["conditions"].as_array().unwrap().len(), 4, "{p}");
+        assert_eq!(
+            p["status"]["conditions"].as_array().unwrap().len(),
+            4,
+            "{p}"
+        );
         assert!(
             p["status"]["conditions"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .all(|c| c["$patch"] == "delete")
+        );
+    }
+
+    #[test]
+    fn a_changed_pod_ip_replaces_the_old_one_in_the_merged_list() {
+        let base = status(running());
+        let mut now = running();
+        now["podIP"] = "10.88.0.9".into();
+        now["podIPs"] = serde_json::json!([{"ip": "10.88.0.9"}]);
+        let p = status_patch("u1", &base, &status(now));
+        assert_eq!(
+            p["status"],
+            serde_json::json!({
+                "podIP": "10.88.0.9",
+                "podIPs": [{"ip": "10.88.0.9"}, {"ip": "10.88.0.5", "$patch": "delete"}]
+            })
         );
     }
 

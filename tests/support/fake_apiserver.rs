@@ -117,16 +117,19 @@ fn merge(into: &mut Value, patch: &Value) {
 }
 
 /// A strategic merge patch as the apiserver applies one to a pod's status: `conditions`
-/// merged by `type` (the entries the patch does not name kept, one marked `$patch: delete`
-/// removed), everything else as in a merge patch.
+/// merged by `type`, `podIPs` and `hostIPs` by `ip` (the entries the patch does not name kept,
+/// one marked `$patch: delete` removed), everything else as in a merge patch.
 fn strategic_merge(into: &mut Value, patch: &Value) {
     match (into, patch) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in b {
                 if v.is_null() {
                     a.remove(k);
-                } else if k == "conditions"
-                    && let Value::Array(want) = v
+                } else if let Some(key) = match k.as_str() {
+                    "conditions" => Some("type"),
+                    "podIPs" | "hostIPs" => Some("ip"),
+                    _ => None,
+                } && let Value::Array(want) = v
                 {
                     let slot = a.entry(k.clone()).or_insert(Value::Null);
                     if !slot.is_array() {
@@ -137,10 +140,10 @@ fn strategic_merge(into: &mut Value, patch: &Value) {
                     };
                     for c in want {
                         if c["$patch"] == "delete" {
-                            have.retain(|h| h["type"] != c["type"]);
+                            have.retain(|h| h[key] != c[key]);
                             continue;
                         }
-                        match have.iter_mut().find(|h| h["type"] == c["type"]) {
+                        match have.iter_mut().find(|h| h[key] == c[key]) {
                             Some(h) => *h = c.clone(),
                             None => have.push(c.clone()),
                         }
