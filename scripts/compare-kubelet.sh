@@ -153,6 +153,9 @@ cleanup() {
 cleanup_on_exit cleanup
 
 start_containerd() {
+    # Clean: what an earlier containerd here recorded (the last run's sandboxes and
+    # containers) would be orphans the agent must stop before its pods of the same names.
+    rm -rf --one-file-system -- "$DIR/ctrd"
     CTRD_STARTED=1
     SOCK=$(bash "$REPO/scripts/scratch-containerd.sh" start "$DIR/ctrd" 2>"$DIR/containerd-start.log" | tail -n 1) ||
         { tail -n 20 "$DIR/containerd-start.log" >&2; die "the scratch containerd did not start"; }
