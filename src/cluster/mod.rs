@@ -593,6 +593,12 @@ async fn renew_lease(
 /// nothing is lost to an outage.
 pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
     let mut sent: HashMap<String, PodStatus> = HashMap::new();
+    // What the apiserver may hold of each pod's status besides the watched copy: the last
+    // status it accepted, and those sent since that got no answer (they may have been
+    // applied). A patch leaves a field out only when the new status has it as all of these
+    // and the watched copy have it, so a watch lagging behind these writes never makes a
+    // change look like none.
+    let mut written: HashMap<String, Vec<PodStatus>> = HashMap::new();
     // Writes the apiserver refuses, per pod: retried with backoff, logged by state change. A
     // write that got no answer is not counted: the apiserver is away (the lease says so), and
     // it is tried again each period, so statuses follow at once when it is back.
@@ -676,6 +682,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
         loop {
             let mut pending = kubelet.api_pod_statuses();
             sent.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
+            written.retain(|uid, _| pending.iter().any(|p| &p.uid == uid));
             // A new phase (Running, Succeeded, Failed) first, ahead of changes within one.
             pending.sort_by_key(|p| p.current.phase == p.in_api.phase);
             let batch: Vec<PodStatusView> = pending
@@ -694,7 +701,9 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
             let answers = crate::kuberuntime::join_all(batch.iter().map(|p| {
                 let path = format!("/api/v1/namespaces/{}/pods/{}/status", p.namespace, p.name);
                 // What changed since the apiserver's copy, as the kubelet patches it.
-                let body = crate::status::patch::status_patch(&p.uid, &p.in_api, &p.current);
+                let mut bases = vec![&p.in_api];
+                bases.extend(written.get(&p.uid).into_iter().flatten());
+                let body = crate::status::patch::status_patch(&p.uid, &bases, &p.current);
                 patch_strategic(&client, path, body)
             }))
             .await;
@@ -707,6 +716,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                         kubelet.set_status_unreachable(false);
                         refused.succeeded(&key, &what);
                         sent.insert(p.uid.clone(), p.current.clone());
+                        written.insert(p.uid.clone(), vec![p.current.clone()]);
                     }
                     // Gone from the apiserver: the source will tell the loop; no point in
                     // retrying.
@@ -714,6 +724,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                         kubelet.set_status_unreachable(false);
                         refused.forget(&key);
                         sent.insert(p.uid.clone(), p.current.clone());
+                        written.remove(&p.uid);
                     }
                     Err(e) => {
                         // An answer (a refusal) says the apiserver is there; none says it is
@@ -721,6 +732,15 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                         kubelet.set_status_unreachable(e.is_transport());
                         sent.remove(&p.uid);
                         if e.is_transport() {
+                            // It may have been applied: a base until one is accepted (at
+                            // most four, the oldest, the last accepted if any, kept first).
+                            let w = written.entry(p.uid.clone()).or_default();
+                            if !w.contains(&p.current) {
+                                if w.len() >= 4 {
+                                    w.remove(1);
+                                }
+                                w.push(p.current.clone());
+                            }
                             log::debug!("{what}: {e}");
                         } else {
                             refused.failed(&key, &what, &e.to_string(), now);

@@ -11,25 +11,30 @@ use crate::api::PodStatus;
 const MERGED_LISTS: [(&str, &str); 3] =
     [("conditions", "type"), ("podIPs", "ip"), ("hostIPs", "ip")];
 
-/// The strategic merge patch that turns the apiserver's `base` into `current`, with the pod's
-/// UID as a precondition: every field of `current` whose value differs from `base`'s, whole,
-/// except the lists the API merges by a key (`conditions` by `type`, `podIPs` and `hostIPs` by
-/// `ip`): of those, the entries that are new or changed, and a `$patch: delete` for each one
-/// `base` has and `current` does not (a resize's condition once it is done, a pod IP that
-/// changed; conditions others set are merged into `current` from `base` before, so they are
-/// kept). A field `current` lacks is left as the apiserver has it, as a whole-status patch
-/// leaves it; a merged list `current` lacks altogether is left too.
-pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
-    let base = to_map(base);
+/// The strategic merge patch that turns the apiserver's copy into `current`, with the pod's UID
+/// as a precondition. `bases` are what the apiserver may hold: the watched copy, and the
+/// statuses picolet wrote since that the watch may not have brought back yet; a field is left
+/// out only when `current` has it as every base has it, so a watch lagging behind picolet's
+/// own writes never makes a change look like none.
+///
+/// Every field of `current` whose value differs goes whole, except the lists the API merges by
+/// a key (`conditions` by `type`, `podIPs` and `hostIPs` by `ip`): of those, the entries that
+/// are new or changed, and a `$patch: delete` for each key a base has and `current` does not
+/// (a resize's condition once it is done, a pod IP that changed; conditions others set are
+/// merged into `current` from the watched copy before, so they are kept). A field `current`
+/// lacks is left as the apiserver has it, as a whole-status patch leaves it; a merged list
+/// `current` lacks altogether is left too, but for `conditions`, whose entries are deleted.
+pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Value {
+    let bases: Vec<Map<String, Value>> = bases.iter().map(|b| to_map(b)).collect();
     let mut status = Map::new();
     for (k, now) in to_map(current) {
-        let before = base.get(&k);
-        if before == Some(&now) {
+        let before: Vec<Option<&Value>> = bases.iter().map(|b| b.get(&k)).collect();
+        if before.iter().all(|b| *b == Some(&now)) {
             continue;
         }
         match MERGED_LISTS.iter().find(|(list, _)| *list == k) {
             Some((_, key)) => {
-                let changed = merged_list_patch(before, &now, key);
+                let changed = merged_list_patch(&before, &now, key);
                 if !changed.is_empty() {
                     status.insert(k, Value::Array(changed));
                 }
@@ -39,19 +44,12 @@ pub fn status_patch(uid: &str, base: &PodStatus, current: &PodStatus) -> Value {
             }
         }
     }
-    if !status.contains_key("conditions")
-        && let Some(Value::Array(gone)) = base.get("conditions")
-        && !gone.is_empty()
-        && current.conditions.is_empty()
-    {
-        status.insert(
-            "conditions".into(),
-            Value::Array(
-                gone.iter()
-                    .filter_map(|c| delete_directive(c, "type"))
-                    .collect(),
-            ),
-        );
+    if current.conditions.is_empty() {
+        let before: Vec<Option<&Value>> = bases.iter().map(|b| b.get("conditions")).collect();
+        let gone = merged_list_patch(&before, &Value::Array(Vec::new()), "type");
+        if !gone.is_empty() {
+            status.insert("conditions".into(), Value::Array(gone));
+        }
     }
     serde_json::json!({"metadata": {"uid": uid}, "status": status})
 }
@@ -76,28 +74,32 @@ fn delete_directive(entry: &Value, key: &str) -> Option<Value> {
     })
 }
 
-/// A merged list's part of the patch: the entries new or changed, and a delete directive for
-/// each key gone.
-fn merged_list_patch(before: Option<&Value>, now: &Value, key: &str) -> Vec<Value> {
-    let before: &[Value] = match before {
-        Some(Value::Array(v)) => v,
-        _ => &[],
+/// A merged list's part of the patch: the entries new or changed against any base, and a
+/// delete directive for each key a base has and `now` does not.
+fn merged_list_patch(before: &[Option<&Value>], now: &Value, key: &str) -> Vec<Value> {
+    let entries = |v: Option<&Value>| -> Vec<Value> {
+        match v {
+            Some(Value::Array(v)) => v.clone(),
+            _ => Vec::new(),
+        }
     };
-    let now: &[Value] = match now {
-        Value::Array(v) => v,
-        _ => &[],
-    };
+    let before: Vec<Vec<Value>> = before.iter().map(|b| entries(*b)).collect();
+    let now = entries(Some(now));
     let mut out: Vec<Value> = now
         .iter()
-        .filter(|c| !before.iter().any(|b| b == *c))
+        .filter(|c| before.iter().any(|b| !b.contains(c)))
         .cloned()
         .collect();
-    out.extend(
-        before
-            .iter()
-            .filter(|b| !now.iter().any(|c| key_of(c, key) == key_of(b, key)))
-            .filter_map(|b| delete_directive(b, key)),
-    );
+    let mut gone: Vec<&str> = Vec::new();
+    for b in before.iter().flatten() {
+        if let Some(k) = key_of(b, key)
+            && !now.iter().any(|c| key_of(c, key) == Some(k))
+            && !gone.contains(&k)
+        {
+            gone.push(k);
+            out.extend(delete_directive(b, key));
+        }
+    }
     out
 }
 
@@ -134,7 +136,7 @@ mod tests {
         let mut now = running();
         now["conditions"][1] = serde_json::json!({"type": "Ready", "status": "True"});
         now["containerStatuses"][0]["ready"] = Value::Bool(true);
-        let p = status_patch("u1", &base, &status(now.clone()));
+        let p = status_patch("u1", &[&base], &status(now.clone()));
         assert_eq!(p["metadata"]["uid"], "u1");
         let s = p["status"].as_object().unwrap();
         let mut keys: Vec<&str> = s.keys().map(String::as_str).collect();
@@ -166,7 +168,7 @@ mod tests {
         let base = status(with_resize);
         let mut now = running();
         now.as_object_mut().unwrap().remove("podIPs");
-        let p = status_patch("u1", &base, &status(now));
+        let p = status_patch("u1", &[&base], &status(now));
         assert_eq!(
             p["status"],
             serde_json::json!({"conditions": [{"type": "PodResizeInProgress", "$patch": "delete"}]})
@@ -174,7 +176,7 @@ mod tests {
         // Every condition gone: one directive each.
         let mut none = running();
         none.as_object_mut().unwrap().remove("conditions");
-        let p = status_patch("u1", &status(running()), &status(none));
+        let p = status_patch("u1", &[&status(running())], &status(none));
         assert_eq!(
             p["status"]["conditions"].as_array().unwrap().len(),
             4,
@@ -195,7 +197,7 @@ mod tests {
         let mut now = running();
         now["podIP"] = "10.88.0.9".into();
         now["podIPs"] = serde_json::json!([{"ip": "10.88.0.9"}]);
-        let p = status_patch("u1", &base, &status(now));
+        let p = status_patch("u1", &[&base], &status(now));
         assert_eq!(
             p["status"],
             serde_json::json!({
@@ -206,11 +208,36 @@ mod tests {
     }
 
     #[test]
+    fn a_field_back_to_the_watched_value_is_sent_while_the_watch_lags_behind_a_write() {
+        // The watch still shows Ready False (a); picolet wrote Ready True (b) since; now Ready
+        // is False again, with a restart counted. Against a alone, Ready would look unchanged.
+        let a = status(running());
+        let mut written = running();
+        written["conditions"][1] = serde_json::json!({"type": "Ready", "status": "True"});
+        let b = status(written);
+        let mut again = running();
+        again["containerStatuses"][0]["restartCount"] = 1.into();
+        let again = status(again);
+        let p = status_patch("u1", &[&a, &b], &again);
+        assert_eq!(
+            p["status"]["conditions"],
+            serde_json::json!([{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}])
+        );
+        assert!(p["status"]["containerStatuses"].is_array(), "{p}");
+        // Against the watched copy alone the Ready condition would have been left out.
+        let p = status_patch("u1", &[&a], &again);
+        assert!(p["status"].get("conditions").is_none(), "{p}");
+        // Nothing changed against any base: nothing to send.
+        let p = status_patch("u1", &[&b, &b], &b);
+        assert_eq!(p["status"], serde_json::json!({}));
+    }
+
+    #[test]
     fn a_pod_first_reported_sends_its_whole_status() {
         let now = status(running());
-        let p = status_patch("u1", &PodStatus::default(), &now);
+        let p = status_patch("u1", &[&PodStatus::default()], &now);
         assert_eq!(p["status"], serde_json::to_value(&now).unwrap());
-        let same = status_patch("u1", &now, &now);
+        let same = status_patch("u1", &[&now], &now);
         assert_eq!(same["status"], serde_json::json!({}));
     }
 }
