@@ -4,4 +4,5 @@ pub mod generate;
 
 pub use generate::generate;
 pub mod manager;
+#[cfg(feature = "apiserver")]
 pub mod patch;
