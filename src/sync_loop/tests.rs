@@ -287,13 +287,8 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
     assert!(st.rejected.contains("e"));
 }
 
-#[test]
-fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pending_resize() {
-    let cache = Cache::default();
-    let view = View {
-        listed: true,
-        cache: &cache,
-    };
+/// A node of one CPU and 1 GiB, labelled as picolet labels itself.
+fn one_cpu_node() -> crate::admission::NodeInfo {
     let mut node = crate::admission::NodeInfo {
         name: "edge".into(),
         milli_cpu: 1000,
@@ -302,13 +297,26 @@ fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pe
         ..Default::default()
     };
     node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
-    let cpu = |mut p: Pod, q: &str| {
-        p.spec.containers[0]
-            .resources
-            .requests
-            .insert("cpu".into(), q.parse().unwrap());
-        p
+    node
+}
+
+/// The pod with its first container requesting `q` of CPU.
+fn cpu(mut p: Pod, q: &str) -> Pod {
+    p.spec.containers[0]
+        .resources
+        .requests
+        .insert("cpu".into(), q.parse().unwrap());
+    p
+}
+
+#[test]
+fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pending_resize() {
+    let cache = Cache::default();
+    let view = View {
+        listed: true,
+        cache: &cache,
     };
+    let node = one_cpu_node();
     // a runs with 300m allocated; its spec asks 600m, a resize deferred because b holds 600m.
     let a_allocated = cpu(pod("a", "resized", "x"), "300m");
     let alloc = crate::allocation::Manager::in_memory();
@@ -369,21 +377,7 @@ fn a_pod_being_deleted_or_evicted_holds_its_room_until_it_has_stopped() {
         listed: true,
         cache: &cache,
     };
-    let mut node = crate::admission::NodeInfo {
-        name: "edge".into(),
-        milli_cpu: 1000,
-        memory: 1 << 30,
-        pods: 110,
-        ..Default::default()
-    };
-    node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
-    let cpu = |mut p: Pod, q: &str| {
-        p.spec.containers[0]
-            .resources
-            .requests
-            .insert("cpu".into(), q.parse().unwrap());
-        p
-    };
+    let node = one_cpu_node();
     let mut st = LoopState::new(
         Mux::new(&[Source::Api]),
         LoopConfig {
