@@ -40,6 +40,22 @@ fn snapshot(pods: Vec<Pod>) -> Snapshot {
     }
 }
 
+/// The apiserver's pods for this node, as its source hands them over.
+fn api(pods: Vec<Pod>) -> Input {
+    Input::Snapshot(Snapshot {
+        source: Source::Api,
+        pods,
+    })
+}
+
+/// The pod as the apiserver shows it once deleted with a grace period.
+fn deleted_with_grace(p: &Pod, grace: i64) -> Pod {
+    let mut p = p.clone();
+    p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+    p.metadata.deletion_grace_period_seconds = Some(grace);
+    p
+}
+
 // -------------------------------------------------------------------------------------------
 // The step alone
 // -------------------------------------------------------------------------------------------
@@ -387,12 +403,6 @@ fn a_pod_being_deleted_or_evicted_holds_its_room_until_it_has_stopped() {
         },
     );
     let t0 = std::time::Instant::now();
-    let api = |pods: Vec<Pod>| {
-        Input::Snapshot(Snapshot {
-            source: Source::Api,
-            pods,
-        })
-    };
     let done = |uid: &str| Input::Done(Done::Terminated { uid: uid.into() });
     let a = cpu(pod("a", "old", "x"), "700m");
     assert_eq!(
@@ -401,9 +411,7 @@ fn a_pod_being_deleted_or_evicted_holds_its_room_until_it_has_stopped() {
     );
 
     // a is deleted with a grace period: while it stops, b does not fit beside it.
-    let mut a_deleting = a.clone();
-    a_deleting.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
-    a_deleting.metadata.deletion_grace_period_seconds = Some(30);
+    let a_deleting = deleted_with_grace(&a, 30);
     let cmds = step(&mut st, api(vec![a_deleting.clone()]), t0, view);
     assert_eq!(terminations(&cmds), vec!["a"]);
     let b = cpu(pod("b", "new", "x"), "700m");
@@ -759,20 +767,12 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
         },
     );
     let t0 = std::time::Instant::now();
-    let api = |pods: Vec<Pod>| {
-        Input::Snapshot(Snapshot {
-            source: Source::Api,
-            pods,
-        })
-    };
     let p = pod("a", "web", "x");
     assert_eq!(
         syncs(&step(&mut st, api(vec![p.clone()]), t0, view)),
         vec!["a"]
     );
-    let mut deleting = p.clone();
-    deleting.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
-    deleting.metadata.deletion_grace_period_seconds = Some(2);
+    let deleting = deleted_with_grace(&p, 2);
     let cmds = step(&mut st, api(vec![deleting.clone()]), t0, view);
     assert!(cmds.iter().any(|c| matches!(
         c,
@@ -812,12 +812,6 @@ fn new_api_pods_wake_the_objects_fetcher_once_and_arrived_objects_sync_at_once()
         },
     );
     let t0 = std::time::Instant::now();
-    let api = |pods: Vec<Pod>| {
-        Input::Snapshot(Snapshot {
-            source: Source::Api,
-            pods,
-        })
-    };
     let wakes = |cmds: &[Command]| {
         cmds.iter()
             .filter(|c| matches!(c, Command::ApiPodsChanged))
