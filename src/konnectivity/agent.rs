@@ -700,38 +700,10 @@ mod tests {
         smol::Async::<TcpListener>::bind(addr.parse::<SocketAddr>().unwrap()).unwrap()
     }
 
-    /// A loopback port held for a whole test: bound with `SO_REUSEPORT` and not listening, so
-    /// a dial is refused and no other test's listener can take the port between this test's
-    /// servers (a port freed and bound again could be another's by then).
-    fn reusable_socket() -> std::os::fd::OwnedFd {
-        use nix::sys::socket::{AddressFamily, SockFlag, SockType, setsockopt, socket, sockopt};
-        let fd = socket(
-            AddressFamily::Inet,
-            SockType::Stream,
-            SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .unwrap();
-        setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
-        setsockopt(&fd, sockopt::ReusePort, &true).unwrap();
-        fd
-    }
-
-    fn hold_port() -> (std::os::fd::OwnedFd, SocketAddr) {
-        use nix::sys::socket::{SockaddrIn, bind, getsockname};
-        use std::os::fd::AsRawFd;
-        let fd = reusable_socket();
-        bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).unwrap();
-        let port = getsockname::<SockaddrIn>(fd.as_raw_fd()).unwrap().port();
-        (fd, SocketAddr::from(([127, 0, 0, 1], port)))
-    }
-
-    /// A listener on a port `hold_port` holds.
+    /// A listener on a port `probe::held_port(true)` holds.
     fn listen_beside_hold(addr: SocketAddr) -> smol::Async<TcpListener> {
-        use nix::sys::socket::{Backlog, SockaddrIn, bind, listen};
-        use std::os::fd::AsRawFd;
-        let fd = reusable_socket();
-        bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, addr.port())).unwrap();
+        use nix::sys::socket::{Backlog, listen};
+        let fd = crate::probe::loopback_socket(addr.port(), true);
         listen(&fd, Backlog::new(128).unwrap()).unwrap();
         smol::Async::new(TcpListener::from(fd)).unwrap()
     }
@@ -1103,7 +1075,8 @@ mod tests {
         rt::block_on(async {
             // No server at first: the agent keeps trying, harmlessly. The port stays held
             // while the server is away, so no other test's listener takes it meanwhile.
-            let (_held, addr) = hold_port();
+            let (_held, port) = crate::probe::held_port(true);
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let (local, ended, _echo) = echo();
             let a = agent(addr, &p, local);
             let _run = rt::spawn(a.clone().run());

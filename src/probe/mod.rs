@@ -66,18 +66,39 @@ pub fn http_target(
 /// then dialed could be another test's by then, and answer or reset).
 #[cfg(test)]
 pub(crate) fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    held_port(false)
+}
+
+/// A loopback socket for tests, `SO_REUSEPORT` when `shared` (a listener of the same user may
+/// then bind the same port beside it); port 0 picks a free one.
+#[cfg(test)]
+pub(crate) fn loopback_socket(port: u16, shared: bool) -> std::os::fd::OwnedFd {
     use nix::sys::socket::{
-        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, setsockopt, socket, sockopt,
     };
     use std::os::fd::AsRawFd;
-    let held = socket(
+    let fd = socket(
         AddressFamily::Inet,
         SockType::Stream,
         SockFlag::SOCK_CLOEXEC,
         None,
     )
     .expect("socket");
-    bind(held.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind 127.0.0.1:0");
+    if shared {
+        setsockopt(&fd, sockopt::ReuseAddr, &true).expect("SO_REUSEADDR");
+        setsockopt(&fd, sockopt::ReusePort, &true).expect("SO_REUSEPORT");
+    }
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, port)).expect("bind 127.0.0.1");
+    fd
+}
+
+/// [`refusing_port`], shared (`SO_REUSEPORT`) when a test's own listeners are to come and go
+/// on the port while it stays held.
+#[cfg(test)]
+pub(crate) fn held_port(shared: bool) -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{SockaddrIn, getsockname};
+    use std::os::fd::AsRawFd;
+    let held = loopback_socket(0, shared);
     let port = getsockname::<SockaddrIn>(held.as_raw_fd())
         .expect("getsockname")
         .port();
