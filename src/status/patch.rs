@@ -34,7 +34,7 @@ pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Val
         }
         match MERGED_LISTS.iter().find(|(list, _)| *list == k) {
             Some((_, key)) => {
-                let changed = merged_list_patch(&before, &now, key);
+                let changed = merged_list_patch(&before, items(Some(&now)), key);
                 if !changed.is_empty() {
                     status.insert(k, Value::Array(changed));
                 }
@@ -46,7 +46,7 @@ pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Val
     }
     if current.conditions.is_empty() {
         let before: Vec<Option<&Value>> = bases.iter().map(|b| b.get("conditions")).collect();
-        let gone = merged_list_patch(&before, &Value::Array(Vec::new()), "type");
+        let gone = merged_list_patch(&before, &[], "type");
         if !gone.is_empty() {
             status.insert("conditions".into(), Value::Array(gone));
         }
@@ -74,24 +74,25 @@ fn delete_directive(entry: &Value, key: &str) -> Option<Value> {
     })
 }
 
+/// A list field's entries (none when it is absent).
+fn items(v: Option<&Value>) -> &[Value] {
+    match v {
+        Some(Value::Array(v)) => v,
+        _ => &[],
+    }
+}
+
 /// A merged list's part of the patch: the entries new or changed against any base, and a
 /// delete directive for each key a base has and `now` does not.
-fn merged_list_patch(before: &[Option<&Value>], now: &Value, key: &str) -> Vec<Value> {
-    let entries = |v: Option<&Value>| -> Vec<Value> {
-        match v {
-            Some(Value::Array(v)) => v.clone(),
-            _ => Vec::new(),
-        }
-    };
-    let before: Vec<Vec<Value>> = before.iter().map(|b| entries(*b)).collect();
-    let now = entries(Some(now));
+fn merged_list_patch(before: &[Option<&Value>], now: &[Value], key: &str) -> Vec<Value> {
+    let before: Vec<&[Value]> = before.iter().map(|b| items(*b)).collect();
     let mut out: Vec<Value> = now
         .iter()
         .filter(|c| before.iter().any(|b| !b.contains(c)))
         .cloned()
         .collect();
     let mut gone: Vec<&str> = Vec::new();
-    for b in before.iter().flatten() {
+    for b in before.iter().copied().flatten() {
         if let Some(k) = key_of(b, key)
             && !now.iter().any(|c| key_of(c, key) == Some(k))
             && !gone.contains(&k)
