@@ -135,9 +135,7 @@ fn strategic_merge(into: &mut Value, patch: &Value) {
                     if !slot.is_array() {
                         *slot = Value::Array(Vec::new());
                     }
-                    let Value::Array(have) = slot else {
-                        unreachable!()
-                    };
+                    let have = slot.as_array_mut().expect("an array, made so above");
                     for c in want {
                         if c["$patch"] == "delete" {
                             have.retain(|h| h[key] != c[key]);
