@@ -285,7 +285,7 @@ start_containerd() {
     local tar
     for tar in "$DIR"/images/*.tar; do
         "$CONTAINERD_BIN/ctr" -a "$sock" -n k8s.io images import "$tar" >/dev/null 2>>"$DIR/logs/containerd-$i-start.log" ||
-            die "importing $tar into $(node_name "$i")'s containerd failed"
+            die_with_log "$DIR/logs/containerd-$i-start.log" 3 "importing $tar into $(node_name "$i")'s containerd failed"
     done
 }
 
@@ -607,9 +607,21 @@ cmd_down() {
             fi
         fi
     done
+    # The bulk (containerd's content and snapshots, the image archives, the mirror's blobs,
+    # etcd's data) goes too: nothing in it explains a failure, and a disk that kept it after
+    # every run would fill.
+    for ((i = 1; i <= 3; i++)); do
+        [[ -d $DIR/n$i/ctrd ]] || continue
+        if [[ -z $(mounts_under "$DIR/n$i/ctrd") ]]; then
+            rm -rf --one-file-system -- "$DIR/n$i/ctrd/root" "$DIR/n$i/ctrd/state"
+        else
+            log "warning: mounts are left under $DIR/n$i/ctrd; its files are kept"
+        fi
+    done
+    rm -rf --one-file-system -- "$DIR/images" "$DIR/registry/data" "$CP/etcd"
     net_down
     rm -f -- "$DIR/run/up"
-    log "down: $DIR's processes, mounts, cgroups, namespaces, links, routes and rules are gone (logs and reports kept)"
+    log "down: $DIR's processes, mounts, cgroups, namespaces, links, routes, rules and stored images are gone (logs and reports kept)"
 }
 
 # load_env: the variables up wrote into DIR/cluster.env (AGENT, the node agent, among them);

@@ -14,7 +14,12 @@ cd "$(dirname -- "${BASH_SOURCE[0]}")/.."
 scripts/install-deps.sh --cross --k8s --fuzz --guest
 
 start=$SECONDS
-step() { printf '== [%dm%02ds] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*"; }
+# Each step says the free space of the disk /tmp and target/ are on: the end-to-end tests
+# store images, and a full disk shows first as a failed import or write.
+step() {
+    printf '== [%dm%02ds, %s free] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) \
+        "$(df -h --output=avail /tmp 2>/dev/null | tail -n 1 | tr -d ' ')" "$*"
+}
 # A fresh clone gains nothing from incremental compilation, and full debug info only makes
 # every test binary slower to link; line tables keep the backtraces. Both can be overridden.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}

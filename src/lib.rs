@@ -64,6 +64,8 @@ pub mod sha256;
 pub mod stats;
 pub(crate) mod status;
 pub(crate) mod sync_loop;
+#[cfg(test)]
+pub(crate) mod testdir;
 #[cfg(any(feature = "apiserver", feature = "https-probes"))]
 pub(crate) mod tls;
 pub mod volume;

@@ -12,6 +12,7 @@ use hyper::{Request, Response, StatusCode};
 use super::routes::{Endpoint, Listener, Path, ROUTES};
 use super::*;
 use crate::rt;
+use crate::testdir::TestDir;
 
 const NODE: &str = "fake-node";
 
@@ -206,17 +207,10 @@ impl crate::stats::RuntimeFacts for NoFacts {
     }
 }
 
-/// A directory of this test's own, emptied.
-fn scratch(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("picolet-server-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A context over a fake host, with a root without cgroups and a log for `main`.
-fn context(tag: &str) -> (Rc<FakeHost>, Context) {
-    let dir = scratch(tag);
+/// A context over a fake host, with a root without cgroups and a log for `main`, in a directory
+/// that goes when the third is dropped.
+fn context(tag: &str) -> (Rc<FakeHost>, Context, TestDir) {
+    let dir = TestDir::new(&format!("server-{tag}"));
     let log = dir.join("0.log");
     std::fs::write(&log, "2024-05-01T12:00:00.000000000Z stdout F hello\n").unwrap();
     let host = Rc::new(FakeHost::default());
@@ -231,7 +225,7 @@ fn context(tag: &str) -> (Rc<FakeHost>, Context) {
         #[cfg(feature = "file-source")]
         report: Rc::default(),
     };
-    (host, ctx)
+    (host, ctx, dir)
 }
 
 fn request(method: &str, uri: &str) -> Request<()> {
@@ -322,7 +316,7 @@ fn every_endpoint_has_one_route_and_its_subresources_are_the_kubelets() {
 #[test]
 fn each_route_answers_on_the_listeners_that_serve_it() {
     rt::block_on(async {
-        let (_, ctx) = context("routes");
+        let (_, ctx, _dir) = context("routes");
         for l in [Listener::Local, Listener::NodeApi] {
             let get = |p: &'static str| on(&ctx, l, request("GET", p));
             let (s, ct, b) = get("/healthz").await;
@@ -419,7 +413,7 @@ fn each_route_answers_on_the_listeners_that_serve_it() {
 #[test]
 fn unknown_paths_answer_404_and_wrong_methods_405_with_the_allowed_ones() {
     rt::block_on(async {
-        let (_, ctx) = context("methods");
+        let (_, ctx, _dir) = context("methods");
         for l in [Listener::Local, Listener::NodeApi] {
             for p in [
                 "/",
@@ -541,7 +535,7 @@ fn each_failure_answers_its_status_and_the_message() {
 #[test]
 fn the_hosts_failures_and_bad_queries_answer_as_the_kubelet_does() {
     rt::block_on(async {
-        let (host, ctx) = context("failures");
+        let (host, ctx, _dir) = context("failures");
         let get = |p: &'static str| on(&ctx, Listener::Local, request("GET", p));
         *host.unhealthy.borrow_mut() = Some("PLEG is not healthy".into());
         assert_eq!(
@@ -698,8 +692,8 @@ mod node_api {
         tag: &str,
         anonymous: bool,
         reviewer: Option<Rc<FakeReviewer>>,
-    ) -> (Rc<FakeHost>, NodeApi) {
-        let (host, ctx) = context(tag);
+    ) -> (Rc<FakeHost>, NodeApi, TestDir) {
+        let (host, ctx, dir) = context(tag);
         let r = reviewer.map(|r| r as Rc<dyn Reviewer>);
         let ttl = Duration::from_secs(60);
         let auth = Auth::with_reviewers(anonymous, r.clone(), ttl, r, ttl, ttl, NODE.into());
@@ -708,7 +702,7 @@ mod node_api {
             auth,
             configz: Bytes::from_static(CONFIGZ.as_bytes()),
         };
-        (host, api)
+        (host, api, dir)
     }
 
     fn bearer(method: &str, uri: &str, token: &str) -> Request<()> {
@@ -740,7 +734,7 @@ mod node_api {
                 ],
                 ..FakeReviewer::default()
             });
-            let (_, api) = node_api("cert", false, Some(rv.clone()));
+            let (_, api, _dir) = node_api("cert", false, Some(rv.clone()));
             let u = admin();
             for (m, p, status) in [
                 ("GET", "/stats/summary", StatusCode::OK),
@@ -796,7 +790,7 @@ mod node_api {
                 allow: vec![("system:serviceaccount:monitoring:scraper", "get", "metrics")],
                 ..FakeReviewer::default()
             });
-            let (_, api) = node_api("token", false, Some(rv.clone()));
+            let (_, api, _dir) = node_api("token", false, Some(rv.clone()));
             for _ in 0..2 {
                 let (s, _, _) =
                     read(handle(&api, None, bearer("GET", "/metrics", "good")).await).await;
@@ -835,7 +829,7 @@ mod node_api {
                 allow: vec![("system:anonymous", "get", "healthz")],
                 ..FakeReviewer::default()
             });
-            let (_, api) = node_api("anonymous", true, Some(rv.clone()));
+            let (_, api, _dir) = node_api("anonymous", true, Some(rv.clone()));
             let (s, _, b) = read(handle(&api, None, request("GET", "/healthz")).await).await;
             assert_eq!((s, b.as_str()), (StatusCode::OK, "ok"));
             let (s, _, b) = read(handle(&api, None, request("GET", "/stats/summary")).await).await;
@@ -863,7 +857,7 @@ mod node_api {
             assert_eq!(s, StatusCode::FORBIDDEN, "{b}");
             assert!(b.contains("subresource(s)=[log]"), "{b}");
             // A bearer token with no token review configured is not anonymous.
-            let (_, api) = node_api("anonymous-token", true, None);
+            let (_, api, _dir) = node_api("anonymous-token", true, None);
             let (s, _, _) = read(handle(&api, None, bearer("GET", "/healthz", "x")).await).await;
             assert_eq!(s, StatusCode::UNAUTHORIZED);
             // AlwaysAllow: an anonymous request reaches the route.
@@ -872,7 +866,7 @@ mod node_api {
                 (s, b.as_str()),
                 (StatusCode::NOT_FOUND, "404 page not found\n")
             );
-            let (_, api) = node_api("anonymous-off", false, None);
+            let (_, api, _dir) = node_api("anonymous-off", false, None);
             let (s, _, _) = read(handle(&api, None, request("GET", "/healthz")).await).await;
             assert_eq!(s, StatusCode::UNAUTHORIZED);
         });
@@ -885,7 +879,7 @@ mod node_api {
                 down: true,
                 ..FakeReviewer::default()
             });
-            let (_, api) = node_api("down", false, Some(rv.clone()));
+            let (_, api, _dir) = node_api("down", false, Some(rv.clone()));
             let u = admin();
             let (s, _, b) = read(handle(&api, Some(&u), request("GET", "/metrics")).await).await;
             assert_eq!(
@@ -934,7 +928,7 @@ mod node_api {
     #[test]
     fn exec_attach_and_port_forward_are_read_from_the_request_and_proxied_to_the_runtime() {
         rt::block_on(async {
-            let (host, api) = node_api("stream", false, None);
+            let (host, api, _dir) = node_api("stream", false, None);
             let u = admin();
             let (base, heads) = streaming_server(
                 "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n",
@@ -1052,7 +1046,7 @@ mod node_api {
     #[test]
     fn streaming_requests_the_server_cannot_use_are_refused_before_the_host_is_asked() {
         rt::block_on(async {
-            let (host, api) = node_api("stream-bad", false, None);
+            let (host, api, _dir) = node_api("stream-bad", false, None);
             let u = admin();
             for (req, status, body) in [
                 (
@@ -1122,7 +1116,7 @@ mod node_api {
     #[test]
     fn the_hosts_and_the_runtimes_failures_answer_their_status() {
         rt::block_on(async {
-            let (host, api) = node_api("stream-fail", false, None);
+            let (host, api, _dir) = node_api("stream-fail", false, None);
             let u = admin();
             let ask = |r: Request<()>| handle(&api, Some(&u), r);
             *host.url.borrow_mut() = "http://127.0.0.1:1/exec/x".into();

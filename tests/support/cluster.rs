@@ -7,8 +7,9 @@
 //!
 //! `up` panics with the script's output when the cluster does not come up (a missing
 //! prerequisite included: the test fails, it never skips); `Drop` runs `down`, which stops every
-//! process by the PID `up` recorded and removes the namespaces, links, routes and the nat rule it
-//! made. The node network's addresses are fixed, so one cluster runs on a machine at a time: a
+//! process by the PID `up` recorded, removes the namespaces, links, routes and the nat rule it
+//! made and the stored images, then removes the directory unless the test failed (its logs and
+//! reports are kept then). The node network's addresses are fixed, so one cluster runs on a machine at a time: a
 //! second `up` is refused by the script while the first one's bridge exists.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -119,6 +120,12 @@ impl Drop for Cluster {
         let o = run(&["down"], &self.dir, self.agent);
         if !o.status.success() {
             eprintln!("scripts/cluster.sh down failed: {}", text(&o));
+        } else if !std::thread::panicking() {
+            // A test that passed leaves nothing; one that failed leaves its logs and reports
+            // (`down` has removed the stored images either way).
+            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                eprintln!("removing {}: {e}", self.dir.display());
+            }
         }
     }
 }

@@ -650,7 +650,13 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        if let Err(e) = stop_dir(&self.dir) {
+        let stopped = stop_dir(&self.dir);
+        if stopped.is_ok() {
+            // etcd's data (60 MB or so, nothing a failure is read from) goes with it; the logs
+            // stay until the next run in the directory.
+            let _ = std::fs::remove_dir_all(self.dir.join("etcd"));
+        }
+        if let Err(e) = stopped {
             if std::thread::panicking() {
                 eprintln!("{e}");
             } else {

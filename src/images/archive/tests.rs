@@ -2,6 +2,7 @@ use std::io::Write;
 
 use super::*;
 use crate::sha256::digest;
+use crate::testdir::TestDir;
 
 /// A ustar archive of regular files and symbolic links (`->` in the name gives the target).
 fn tar(entries: &[(&str, &[u8])]) -> Vec<u8> {
@@ -122,31 +123,11 @@ fn to_tar(files: &[(String, Vec<u8>)]) -> Vec<u8> {
     tar(&v)
 }
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!(
-            "picolet-archive-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-
-    fn write(&self, name: &str, data: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, data).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Writes `data` to `name` in `dir`.
+fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, data).unwrap();
+    p
 }
 
 fn platform(arch: &str, variant: &str) -> Platform {
@@ -173,7 +154,7 @@ fn blob_bytes(a: &Archive, b: &Blob) -> Vec<u8> {
 
 #[test]
 fn oci_layout_resolves_the_nodes_platform_plain_and_gzip() {
-    let s = Scratch::new("oci");
+    let s = TestDir::new("archive-oci");
     let layout = oci_layout("picolet.local/app:1");
     let plain = to_tar(&layout.files);
     #[allow(unused_mut)]
@@ -191,9 +172,9 @@ fn oci_layout_resolves_the_nodes_platform_plain_and_gzip() {
         files.push(("app-frames.tar.zst", multi));
     }
     for (file, bytes) in files {
-        let path = s.write(file, &bytes);
+        let path = write(&s, file, &bytes);
         for (i, arch) in ["amd64", "arm64"].into_iter().enumerate() {
-            let a = read(&path, &s.0, &platform(arch, "")).unwrap();
+            let a = read(&path, &s, &platform(arch, "")).unwrap();
             assert_eq!(a.images.len(), 1);
             let img = &a.images[0];
             assert_eq!(img.names, ["picolet.local/app:1"]);
@@ -215,8 +196,8 @@ fn oci_layout_resolves_the_nodes_platform_plain_and_gzip() {
             assert_eq!(labels["containerd.io/gc.ref.content.l.0"], digest(layer));
         }
         // arm64 images say v8 or nothing; no arm image in this archive.
-        assert!(read(&path, &s.0, &platform("arm64", "")).is_ok());
-        let e = read(&path, &s.0, &platform("arm", "v7")).unwrap_err();
+        assert!(read(&path, &s, &platform("arm64", "")).is_ok());
+        let e = read(&path, &s, &platform("arm", "v7")).unwrap_err();
         assert_eq!(e.file, path);
         assert!(
             e.reason.contains("no image for platform linux/arm/v7"),
@@ -227,7 +208,7 @@ fn oci_layout_resolves_the_nodes_platform_plain_and_gzip() {
 
 #[test]
 fn docker_save_archive_with_a_linked_layer() {
-    let s = Scratch::new("docker");
+    let s = TestDir::new("archive-docker");
     let config = br#"{"architecture":"amd64","os":"linux"}"#.to_vec();
     let layer = tar(&[("etc/hostname", b"x")]);
     let gz_layer = gzip(&tar(&[("etc/motd", b"hi")]));
@@ -245,8 +226,8 @@ fn docker_save_archive_with_a_linked_layer() {
         ("manifest.json", &manifest),
         ("repositories", b"{}"),
     ]);
-    let path = s.write("tools.tar", &bytes);
-    let a = read(&path, &s.0, &platform("amd64", "")).unwrap();
+    let path = write(&s, "tools.tar", &bytes);
+    let a = read(&path, &s, &platform("amd64", "")).unwrap();
     let img = &a.images[0];
     assert_eq!(
         img.names,
@@ -300,13 +281,13 @@ fn replace(
 
 #[test]
 fn damaged_archives_are_refused_with_the_file_and_reason() {
-    let s = Scratch::new("bad");
+    let s = TestDir::new("archive-bad");
     let layout = oci_layout("picolet.local/app:1");
     let amd64 = platform("amd64", "");
     let layer_name = format!("blobs/sha256/{}", hex(&digest(&layout.manifests[0].1)));
     let reason = |name: &str, bytes: &[u8]| {
-        let path = s.write(name, bytes);
-        let e = read(&path, &s.0, &amd64).unwrap_err();
+        let path = write(&s, name, bytes);
+        let e = read(&path, &s, &amd64).unwrap_err();
         assert_eq!(e.file, path);
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
         e.reason

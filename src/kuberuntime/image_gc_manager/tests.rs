@@ -5,6 +5,7 @@ use crate::cri::RuntimeService;
 use crate::cri::fake::FakeRuntime;
 use crate::kuberuntime::NodeContext;
 use crate::rt::FakeClock;
+use crate::testdir::TestDir;
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -390,13 +391,15 @@ fn the_sandbox_image_is_read_from_containerds_configuration() {
 
 // --- the manager, against the fake runtime under a fake clock ---------------------------------
 
-fn node(tag: &str) -> NodeContext {
-    let dir = std::env::temp_dir().join(format!("picolet-imagegc-{tag}-{}", std::process::id()));
-    NodeContext {
+/// A node whose directories are in one that goes when the second is dropped.
+fn node(tag: &str) -> (NodeContext, TestDir) {
+    let dir = TestDir::new(&format!("imagegc-{tag}"));
+    let node = NodeContext {
         root_dir: dir.join("root"),
         pod_logs_dir: dir.join("logs"),
         ..Default::default()
-    }
+    };
+    (node, dir)
 }
 
 /// Runs a container from `image` in a new sandbox of the fake; exits it when `exited`.
@@ -490,7 +493,8 @@ fn the_manager_frees_space_through_the_runtime_and_keeps_what_must_stay() {
         run_container(&fake, "a", "example.org/running:1", false).await;
         run_container(&fake, "b", "example.org/exited:1", true).await;
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("space")));
+        let (node, _dir) = node("space");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         // 93 MB of 100 used; 85 % high, 50 % low: 43 MB to free.
         let gc = ImageGcManager::new(rm, policy(85, 50, Duration::from_secs(120)), None)
             .with_fs_stat(fs_of(&fake));
@@ -566,7 +570,8 @@ fn removal_stops_once_enough_is_freed_and_a_failed_removal_takes_the_next() {
             fake.set_image_size(name, 22 * mb);
         }
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("stop")));
+        let (node, _dir) = node("stop");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         // 88 MB used, down to 70 %: 18 MB to free, one image is enough.
         let gc = ImageGcManager::new(rm, policy(85, 70, Duration::ZERO), None)
             .with_fs_stat(fs_of(&fake));
@@ -595,7 +600,8 @@ fn the_manager_honours_the_maximum_age_and_the_infra_image_flag() {
             ("example.org/infra:1", fake.add_image("example.org/infra:1")),
         ];
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("age")));
+        let (node, _dir) = node("age");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         let p = ImageGcPolicy {
             max_age: Duration::from_secs(600),
             ..policy(100, 80, MIN)
@@ -650,7 +656,8 @@ fn the_loop_waits_for_the_sources_and_then_collects_every_five_minutes() {
         let fake = FakeRuntime::new();
         fake.add_image("example.org/a:1");
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("loop")));
+        let (node, _dir) = node("loop");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         let gc = Rc::new(
             ImageGcManager::new(rm, policy(1, 0, Duration::ZERO), None).with_fs_stat(fs_of(&fake)),
         );
@@ -713,7 +720,8 @@ fn a_running_pods_image_volume_is_in_use_until_the_pod_is_gone() {
         let model = fake.add_image("example.org/model:1");
         fake.add_image("example.org/unused:1");
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("volume")));
+        let (node, _dir) = node("volume");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         let mut pod = crate::api::Pod::default();
         pod.metadata.name = "web".into();
         pod.metadata.uid = "u-vol".into();
@@ -777,7 +785,8 @@ fn preloaded_images_are_kept_where_the_runtime_does_not_report_their_pin() {
         fake.add_image("example.org/preloaded:1");
         fake.add_image("example.org/other:1");
         let svc = Rc::new(fake.clone());
-        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node("preloaded")));
+        let (node, _dir) = node("preloaded");
+        let rm = Rc::new(RuntimeManager::new(svc.clone(), svc, node));
         // Every unused image is to go: any usage is over the high threshold.
         let gc = ImageGcManager::new(rm, policy(1, 0, Duration::ZERO), None)
             .with_fs_stat(fs_of(&fake))
