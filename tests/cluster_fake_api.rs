@@ -907,6 +907,62 @@ fn a_static_pod_gets_a_mirror_pod_that_comes_back_and_follows_edits() {
             "the mirror pod is not run as a pod"
         );
 
+        // Another writer's condition on the mirror, then a restart of the static pod's
+        // container: the mirror's status follows with a patch of what changed, and the
+        // condition stays.
+        api.add_condition(
+            "default",
+            "st-e2e-node",
+            serde_json::json!({"type": "example.com/gate", "status": "True"}),
+        );
+        let status_path = "/api/v1/namespaces/default/pods/st-e2e-node/status";
+        let patches_before = api.count("PATCH", status_path);
+        let id = fake.running_container_of("st-e2e-node").unwrap().id;
+        fake.exit_container(&id, 1);
+        until(
+            &a,
+            "the restart on the mirror's status",
+            Duration::from_secs(20),
+            async || {
+                mirror().is_some_and(|m| {
+                    m["status"]["containerStatuses"][0]["restartCount"] == 1
+                        && m["status"]["containerStatuses"][0]["state"]["running"].is_object()
+                })
+            },
+        )
+        .await;
+        let conditions = mirror().unwrap()["status"]["conditions"].clone();
+        assert!(
+            conditions
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "example.com/gate"),
+            "another writer's condition is kept: {conditions}"
+        );
+        let patches: Vec<serde_json::Value> = api
+            .requests()
+            .into_iter()
+            .zip(api.request_bodies())
+            .filter(|((m, p), _)| m == "PATCH" && p == status_path)
+            .map(|(_, b)| b)
+            .skip(patches_before)
+            .collect();
+        assert!(!patches.is_empty());
+        for b in &patches {
+            let st = b["status"].as_object().unwrap();
+            for unchanged in ["qosClass", "hostIPs", "podIPs", "startTime"] {
+                assert!(
+                    !st.contains_key(unchanged),
+                    "a mirror status patch carries what changed, not {unchanged}: {b}"
+                );
+            }
+            assert!(
+                !b.to_string().contains("example.com/gate"),
+                "another writer's condition is not written: {b}"
+            );
+        }
+
         // Deleted by someone: it comes back.
         api.delete_pod("default", "st-e2e-node");
         until(

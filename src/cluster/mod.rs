@@ -907,15 +907,20 @@ pub async fn run_mirrors(
             }) else {
                 continue;
             };
-            let Some(status) = kubelet.pod_status(&p.metadata.uid) else {
+            let Some(mut status) = kubelet.pod_status(&p.metadata.uid) else {
                 continue;
             };
-            if status == m.status || sent.get(&m.uid) == Some(&status) {
+            // The conditions others set on the mirror pod are kept, as on any pod.
+            crate::status::generate::merge_foreign_conditions(&mut status, &m.status);
+            if same_but_times(&status, &m.status) || sent.get(&m.uid) == Some(&status) {
                 continue;
             }
             let path = format!("/api/v1/namespaces/{}/pods/{}/status", m.namespace, m.name);
-            // A strategic merge, as the final status: the conditions others set are kept.
-            let body = json!({"metadata": {"uid": m.uid}, "status": status});
+            // What changed since the mirror's copy and the last status it accepted, as a
+            // pod's status is patched.
+            let mut bases = vec![&m.status];
+            bases.extend(sent.get(&m.uid));
+            let body = crate::status::patch::status_patch(&m.uid, &bases, &status);
             match patch_strategic(&client, path, body).await {
                 Ok(_) => {
                     sent.insert(m.uid.clone(), status);

@@ -581,11 +581,10 @@ pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
 #[cfg(any(test, feature = "apiserver"))]
 pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
     let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
-    let shared = |c: &&PodCondition| c.type_ == DISRUPTION_TARGET;
     let ours: Vec<PodCondition> = current
         .conditions
         .iter()
-        .filter(|c| owned(c) || shared(c))
+        .filter(|c| written_by_the_node(&c.type_))
         .cloned()
         .collect();
     let mut merged: Vec<PodCondition> = in_api
@@ -600,6 +599,13 @@ pub fn merge_foreign_conditions(current: &mut PodStatus, in_api: &PodStatus) {
 
 /// The condition a node sets on a pod it stops for good by eviction; others may set it too.
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// Whether a condition of this type is one the node writes (its own, and `DisruptionTarget`,
+/// which it shares); the others it only copies from the apiserver's copy.
+#[cfg(any(test, feature = "apiserver"))]
+pub fn written_by_the_node(type_: &str) -> bool {
+    KUBELET_CONDITIONS.contains(&type_) || type_ == DISRUPTION_TARGET
+}
 
 /// What the status says of a pod's resources: the allocation, a resize that waits, and the
 /// runtime's refusal of the last in-place resize.

@@ -21,7 +21,8 @@ const MERGED_LISTS: [(&str, &str); 3] =
 /// a key (`conditions` by `type`, `podIPs` and `hostIPs` by `ip`): of those, the entries that
 /// are new or changed, and a `$patch: delete` for each key a base has and `current` does not
 /// (a resize's condition once it is done, a pod IP that changed; conditions others set are
-/// merged into `current` from the watched copy before, so they are kept). A field `current`
+/// merged into `current` from the watched copy before, so they are kept, and are weighed
+/// against the watched copy alone: picolet only copies them). A field `current`
 /// lacks is left as the apiserver has it, as a whole-status patch leaves it; a merged list
 /// `current` lacks altogether is left too, but for `conditions`, whose entries are deleted.
 pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Value {
@@ -34,7 +35,7 @@ pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Val
         }
         match MERGED_LISTS.iter().find(|(list, _)| *list == k) {
             Some((_, key)) => {
-                let changed = merged_list_patch(&before, items(Some(&now)), key);
+                let changed = merged_list_patch(&before, items(Some(&now)), key, &k);
                 if !changed.is_empty() {
                     status.insert(k, Value::Array(changed));
                 }
@@ -46,7 +47,7 @@ pub fn status_patch(uid: &str, bases: &[&PodStatus], current: &PodStatus) -> Val
     }
     if current.conditions.is_empty() {
         let before: Vec<Option<&Value>> = bases.iter().map(|b| b.get("conditions")).collect();
-        let gone = merged_list_patch(&before, &[], "type");
+        let gone = merged_list_patch(&before, &[], "type", "conditions");
         if !gone.is_empty() {
             status.insert("conditions".into(), Value::Array(gone));
         }
@@ -82,17 +83,45 @@ fn items(v: Option<&Value>) -> &[Value] {
     }
 }
 
+/// Whether an entry of the list `list` is only copied from the watched copy (a condition
+/// another writer sets): the statuses picolet wrote are no base for it, so an entry the watched
+/// copy has as it is goes unsent, and one it lacks is not deleted.
+fn copied(list: &str, entry: &Value) -> bool {
+    list == "conditions"
+        && key_of(entry, "type").is_some_and(|t| !crate::status::generate::written_by_the_node(t))
+}
+
 /// A merged list's part of the patch: the entries new or changed against any base, and a
-/// delete directive for each key a base has and `now` does not.
-fn merged_list_patch(before: &[Option<&Value>], now: &[Value], key: &str) -> Vec<Value> {
+/// delete directive for each key a base has and `now` does not (the first base, the watched
+/// copy, alone for the entries picolet only copies).
+fn merged_list_patch(
+    before: &[Option<&Value>],
+    now: &[Value],
+    key: &str,
+    list: &str,
+) -> Vec<Value> {
     let before: Vec<&[Value]> = before.iter().map(|b| items(*b)).collect();
+    let watched = before.first().copied().unwrap_or(&[]);
     let mut out: Vec<Value> = now
         .iter()
-        .filter(|c| before.iter().any(|b| !b.contains(c)))
+        .filter(|c| {
+            if copied(list, c) {
+                !watched.contains(c)
+            } else {
+                before.iter().any(|b| !b.contains(c))
+            }
+        })
         .cloned()
         .collect();
     let mut gone: Vec<&str> = Vec::new();
-    for b in before.iter().copied().flatten() {
+    for (i, b) in before
+        .iter()
+        .enumerate()
+        .flat_map(|(i, b)| b.iter().map(move |e| (i, e)))
+    {
+        if i > 0 && copied(list, b) {
+            continue;
+        }
         if let Some(k) = key_of(b, key)
             && !now.iter().any(|c| key_of(c, key) == Some(k))
             && !gone.contains(&k)
@@ -231,6 +260,39 @@ mod tests {
         // Nothing changed against any base: nothing to send.
         let p = status_patch("u1", &[&b, &b], &b);
         assert_eq!(p["status"], serde_json::json!({}));
+    }
+
+    #[test]
+    fn another_writers_condition_is_compared_with_the_watched_copy_alone() {
+        // picolet wrote a status (b) before another writer set a condition of its own; the
+        // watch (a) brought that condition; now Ready changed. The condition, copied into
+        // the new status from the watched copy, is no change: against b it would look new.
+        let mut before = running();
+        before["conditions"].as_array_mut().unwrap().pop();
+        let b = status(before.clone());
+        let a = status(running());
+        let mut now = running();
+        now["conditions"][1] = serde_json::json!({"type": "Ready", "status": "True"});
+        let p = status_patch("u1", &[&a, &b], &status(now));
+        assert_eq!(
+            p["status"]["conditions"],
+            serde_json::json!([{"type": "Ready", "status": "True"}])
+        );
+        // The writer removed it again (the watch shows it gone; b, written while the watch
+        // still had it, holds it): no delete for it, the writer's removal stands either way.
+        let with_it = status(running());
+        let mut now = before;
+        now["containerStatuses"][0]["restartCount"] = 1.into();
+        let p = status_patch("u1", &[&b, &with_it], &status(now));
+        assert!(p["status"].get("conditions").is_none(), "{p}");
+        // The node's own conditions are still deleted against every base.
+        let mut gone = running();
+        gone["conditions"].as_array_mut().unwrap().remove(1);
+        let p = status_patch("u1", &[&a, &b], &status(gone));
+        assert_eq!(
+            p["status"]["conditions"],
+            serde_json::json!([{"type": "Ready", "$patch": "delete"}])
+        );
     }
 
     #[test]

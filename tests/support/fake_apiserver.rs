@@ -553,13 +553,23 @@ impl FakeApi {
     /// Evicts a pod as the Eviction API does: the `DisruptionTarget` condition (reason
     /// `EvictionByEvictionAPI`) set on its status, then a graceful deletion.
     pub fn evict(&self, ns: &str, name: &str, grace: i64) {
+        self.add_condition(
+            ns,
+            name,
+            json!({"type": "DisruptionTarget", "status": "True",
+                "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+        );
+        self.mark_deleting(ns, name, grace);
+    }
+
+    /// Adds a condition to a pod's status, as another writer (a controller, the Eviction API)
+    /// does, and tells the watches.
+    pub fn add_condition(&self, ns: &str, name: &str, c: Value) {
         self.with(|s| {
             s.rv += 1;
             let rv = s.rv;
             if let Some(p) = s.objects.get_mut(&format!("pods/{ns}/{name}")) {
-                let c = json!({"type": "DisruptionTarget", "status": "True",
-                    "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"});
                 match p["status"]["conditions"].as_array_mut() {
                     Some(cs) => cs.push(c),
                     None => p["status"]["conditions"] = json!([c]),
@@ -569,7 +579,6 @@ impl FakeApi {
                 s.pod_events.push((rv, "MODIFIED", o));
             }
         });
-        self.mark_deleting(ns, name, grace);
     }
 
     /// The pods deleted so far, as they were when deleted.
