@@ -36,13 +36,16 @@
 #       shares from the stamps they wrote, the apiserver polled while the guest goes down),
 #       and an offline boot (API pods back from the checkpoint); see
 #       scripts/guest/shutdown.sh
-#   scripts/guest.sh flash [--arch A] [--picolet PATH]
+#   scripts/guest.sh flash [--arch A] [--picolet PATH] [--agent picolet|kubelet]
 #       flash writes at rest: picolet as its unit with 10 static pods (one log line a minute
 #       each), then over an hour the bytes written to the guest's disk (/sys/block/vda/stat),
 #       by picolet, containerd and the shims (/proc/PID/io write_bytes) and into
-#       /var/log/pods, in the window and per hour, and the files modified; figures only
-#       (scripts/guest/flash.sh; GUEST_FLASH_SECONDS, default 3600, and the other
-#       GUEST_FLASH_* settings it lists)
+#       /var/log/pods, in the window and per hour, and the files modified, and the node's
+#       memory with the pods at rest; figures only (scripts/guest/flash.sh;
+#       GUEST_FLASH_SECONDS, default 3600, and the other GUEST_FLASH_* settings it lists).
+#       --agent kubelet runs the upstream kubelet of the pinned release instead (standalone,
+#       the same static pods, containerd and systemd cgroup driver; amd64 only, built by
+#       scripts/k8s-build.sh --e2e): the reference the figures are compared with
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
@@ -78,7 +81,7 @@ usage() {
 [[ $# -ge 1 ]] || usage
 CMD=$1
 shift
-ARCH=amd64 CUTS=2 PICOLET='' UPGRADE_TO='' IF_CACHED=0 FIGURES=0
+ARCH=amd64 CUTS=2 PICOLET='' UPGRADE_TO='' IF_CACHED=0 FIGURES=0 AGENT=picolet
 while [[ $# -gt 0 ]]; do
     case $1 in
         --figures) FIGURES=1; shift ;;
@@ -86,12 +89,16 @@ while [[ $# -gt 0 ]]; do
         --arch) ARCH=${2:?--arch needs a value}; shift 2 ;;
         --cuts) CUTS=${2:?--cuts needs a value}; shift 2 ;;
         --picolet) PICOLET=${2:?--picolet needs a path}; shift 2 ;;
+        --agent) AGENT=${2:?--agent needs a value}; shift 2 ;;
         --upgrade-to) UPGRADE_TO=${2:?--upgrade-to needs a path}; shift 2 ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
 [[ $CUTS =~ ^[0-9]+$ ]] || die "--cuts must be a number, not '$CUTS'"
+[[ $AGENT == picolet || $AGENT == kubelet ]] || die "--agent must be picolet or kubelet, not '$AGENT'"
+[[ $AGENT == picolet || $CMD == flash ]] || die "--agent kubelet is for the flash command only"
+[[ $AGENT == picolet || $ARCH == amd64 ]] || die "--agent kubelet runs on the amd64 guest only (the kubelet is built for this machine)"
 if [[ $FIGURES == 1 ]]; then MEMORY_MIB=${GUEST_MEMORY_MIB:-2048}; else MEMORY_MIB=${GUEST_MEMORY_MIB:-1024}; fi
 [[ $MEMORY_MIB =~ ^[0-9]+$ ]] || die "GUEST_MEMORY_MIB must be a number of MiB, not '$MEMORY_MIB'"
 [[ $(id -u) == 0 ]] || die "must run as root"

@@ -262,19 +262,20 @@ wait_gone() {
     done
 }
 
-# footprint: the node's memory at rest, from the v2 memory.current of the units and slices
-# (a figure, not a check), picolet's own RSS beside it, and the proportional set size (PSS,
-# /proc/PID/smaps_rollup) of picolet, containerd and the shims.
+# footprint [UNIT]: the node's memory at rest, from the v2 memory.current of the units and
+# slices (a figure, not a check), the agent's own RSS beside it, and the proportional set size
+# (PSS, /proc/PID/smaps_rollup) of the agent, containerd and the shims. UNIT is the agent's
+# unit (default picolet; kubelet for the reference).
 footprint() {
-    local u pid total=0 p n=0 pss_shims=0 pss_pic pss_ctd
+    local agent=${1:-picolet} u pid total=0 p n=0 pss_shims=0 pss_pic pss_ctd
     mib() { awk '{ printf "%.1f MiB", $1 / 1048576 }' "$1"; }
-    for u in system.slice/picolet.service system.slice/containerd.service kubepods.slice; do
+    for u in "system.slice/$agent.service" system.slice/containerd.service kubepods.slice; do
         printf '%s memory.current %s\n' "${u#*/}" "$(mib "/sys/fs/cgroup/$u/memory.current")"
         total=$((total + $(cat "/sys/fs/cgroup/$u/memory.current")))
     done
     printf 'the three together %s\n' "$(awk -v b="$total" 'BEGIN { printf "%.1f MiB", b / 1048576 }')"
-    pid=$(systemctl show -p MainPID --value picolet)
-    printf 'picolet VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' \
+    pid=$(systemctl show -p MainPID --value "$agent")
+    printf '%s VmRSS %s; containerd-shim-runc-v2 processes: %s (in containerd.service)\n' "$agent" \
         "$(awk '/^VmRSS/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$pid/status")" \
         "$(pgrep -c -f containerd-shim-runc-v2 || true)"
     pss() { awk '$1 == "Pss:" { print $2 }' "/proc/$1/smaps_rollup" 2>/dev/null || echo 0; }
@@ -284,7 +285,7 @@ footprint() {
         pss_shims=$((pss_shims + $(pss "$p")))
         n=$((n + 1))
     done
-    awk -v a="$pss_pic" -v b="$pss_ctd" -v c="$pss_shims" -v n="$n" 'BEGIN {
-        printf "PSS: picolet %.1f MiB, containerd %.1f MiB, %d shims %.1f MiB, the three together %.1f MiB\n",
-            a / 1024, b / 1024, n, c / 1024, (a + b + c) / 1024 }'
+    awk -v a="$pss_pic" -v b="$pss_ctd" -v c="$pss_shims" -v n="$n" -v agent="$agent" 'BEGIN {
+        printf "PSS: %s %.1f MiB, containerd %.1f MiB, %d shims %.1f MiB, the three together %.1f MiB\n",
+            agent, a / 1024, b / 1024, n, c / 1024, (a + b + c) / 1024 }'
 }
