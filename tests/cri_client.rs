@@ -692,6 +692,16 @@ fn deadline_exceeded_is_a_timeout_and_the_client_recovers() {
     });
 }
 
+/// Until `cond` holds, looked at every 10 ms; fails with `what` after 30 s (a busy machine is
+/// slow, a broken client never gets there).
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{what}");
+        rt::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[test]
 fn a_timed_out_call_is_cancelled_on_the_runtime_side() {
     run(async {
@@ -709,13 +719,10 @@ fn a_timed_out_call_is_cancelled_on_the_runtime_side() {
             .unwrap_err();
         assert!(matches!(e, CriError::Timeout { .. }), "{e:?}");
         // The runtime hears of the cancel (a busy machine may be slow to pass it on)...
-        while fake.cancelled("RunPodSandbox") == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the runtime never heard the call was cancelled"
-            );
-            rt::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the runtime never heard the call was cancelled", || {
+            fake.cancelled("RunPodSandbox") > 0
+        })
+        .await;
         assert_eq!(fake.cancelled("RunPodSandbox"), 1);
         // ...and the work is not done once its time has passed.
         if let Some(left) = Duration::from_secs(4).checked_sub(t0.elapsed()) {
@@ -862,14 +869,10 @@ fn a_call_in_flight_fails_when_the_runtime_dies() {
                 .await
         });
         // Until the call has reached the runtime (a busy machine may take a while to connect).
-        let t0 = Instant::now();
-        while fake.calls("ListContainers") == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the call never reached the runtime"
-            );
-            rt::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the call never reached the runtime", || {
+            fake.calls("ListContainers") > 0
+        })
+        .await;
         assert_eq!(fake.calls("ListContainers"), 1);
         let stopped = Instant::now();
         fake.stop();
