@@ -61,12 +61,22 @@ fn deleted_with_grace(p: &Pod, grace: i64) -> Pod {
 // -------------------------------------------------------------------------------------------
 
 fn new_state() -> LoopState {
+    state_of(&[Source::File], None, None)
+}
+
+/// A loop over `sources` that syncs every 60 s, with the node (for admission) and the
+/// allocation manager given.
+fn state_of(
+    sources: &[Source],
+    node: Option<crate::admission::NodeInfo>,
+    allocation: Option<crate::allocation::Manager>,
+) -> LoopState {
     LoopState::new(
-        Mux::new(&[Source::File]),
+        Mux::new(sources),
         LoopConfig {
             sync_frequency: Duration::from_secs(60),
-            node: None,
-            allocation: None,
+            node,
+            allocation,
         },
     )
 }
@@ -221,14 +231,7 @@ fn admission_rejects_a_new_pod_once_and_never_runs_it() {
         ..Default::default()
     };
     node.labels = crate::admission::NodeInfo::node_labels("edge", &[]);
-    let mut st = LoopState::new(
-        Mux::new(&[Source::File]),
-        LoopConfig {
-            sync_frequency: Duration::from_secs(60),
-            node: Some(node),
-            allocation: None,
-        },
-    );
+    let mut st = state_of(&[Source::File], Some(node), None);
     let t0 = std::time::Instant::now();
     let a = with_host_port(pod("a", "web", "x"), 8080);
     let mut b = with_host_port(pod("b", "web2", "x"), 8080);
@@ -340,14 +343,7 @@ fn after_a_restart_admission_weighs_pods_with_their_allocated_resources_not_a_pe
     let a = cpu(pod("a", "resized", "x"), "600m");
     let mut b = cpu(pod("b", "other", "x"), "600m");
     b.metadata.creation_timestamp = Some("2030-01-02T00:00:00Z".into());
-    let mut st = LoopState::new(
-        Mux::new(&[Source::File]),
-        LoopConfig {
-            sync_frequency: Duration::from_secs(60),
-            node: Some(node),
-            allocation: Some(alloc.clone()),
-        },
-    );
+    let mut st = state_of(&[Source::File], Some(node), Some(alloc.clone()));
     assert_eq!(alloc.active_others("a"), None, "nothing said before a step");
     let cmds = step(
         &mut st,
@@ -394,14 +390,7 @@ fn a_pod_being_deleted_or_evicted_holds_its_room_until_it_has_stopped() {
         cache: &cache,
     };
     let node = one_cpu_node();
-    let mut st = LoopState::new(
-        Mux::new(&[Source::Api]),
-        LoopConfig {
-            sync_frequency: Duration::from_secs(60),
-            node: Some(node),
-            allocation: None,
-        },
-    );
+    let mut st = state_of(&[Source::Api], Some(node), None);
     let t0 = std::time::Instant::now();
     let done = |uid: &str| Input::Done(Done::Terminated { uid: uid.into() });
     let a = cpu(pod("a", "old", "x"), "700m");
@@ -758,14 +747,7 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
         listed: true,
         cache: &cache,
     };
-    let mut st = LoopState::new(
-        Mux::new(&[Source::Api]),
-        LoopConfig {
-            sync_frequency: Duration::from_secs(60),
-            node: None,
-            allocation: None,
-        },
-    );
+    let mut st = state_of(&[Source::Api], None, None);
     let t0 = std::time::Instant::now();
     let p = pod("a", "web", "x");
     assert_eq!(
@@ -803,14 +785,7 @@ fn new_api_pods_wake_the_objects_fetcher_once_and_arrived_objects_sync_at_once()
         listed: true,
         cache: &cache,
     };
-    let mut st = LoopState::new(
-        Mux::new(&[Source::Api, Source::File]),
-        LoopConfig {
-            sync_frequency: Duration::from_secs(60),
-            node: None,
-            allocation: None,
-        },
-    );
+    let mut st = state_of(&[Source::Api, Source::File], None, None);
     let t0 = std::time::Instant::now();
     let wakes = |cmds: &[Command]| {
         cmds.iter()
