@@ -101,33 +101,29 @@ fn merged_list_patch(
     list: &str,
 ) -> Vec<Value> {
     let before: Vec<&[Value]> = before.iter().map(|b| items(*b)).collect();
-    let watched = before.first().copied().unwrap_or(&[]);
+    // The bases an entry is weighed against: the watched copy alone for one picolet copies.
+    let bases_of = |e: &Value| -> &[&[Value]] {
+        if copied(list, e) {
+            &before[..before.len().min(1)]
+        } else {
+            &before
+        }
+    };
     let mut out: Vec<Value> = now
         .iter()
-        .filter(|c| {
-            if copied(list, c) {
-                !watched.contains(c)
-            } else {
-                before.iter().any(|b| !b.contains(c))
-            }
-        })
+        .filter(|c| bases_of(c).iter().any(|b| !b.contains(c)))
         .cloned()
         .collect();
     let mut gone: Vec<&str> = Vec::new();
-    for (i, b) in before
-        .iter()
-        .enumerate()
-        .flat_map(|(i, b)| b.iter().map(move |e| (i, e)))
-    {
-        if i > 0 && copied(list, b) {
-            continue;
-        }
-        if let Some(k) = key_of(b, key)
-            && !now.iter().any(|c| key_of(c, key) == Some(k))
-            && !gone.contains(&k)
-        {
-            gone.push(k);
-            out.extend(delete_directive(b, key));
+    for (i, base) in before.iter().enumerate() {
+        for b in base.iter().filter(|b| i < bases_of(b).len()) {
+            if let Some(k) = key_of(b, key)
+                && !now.iter().any(|c| key_of(c, key) == Some(k))
+                && !gone.contains(&k)
+            {
+                gone.push(k);
+                out.extend(delete_directive(b, key));
+            }
         }
     }
     out
