@@ -40,8 +40,7 @@ for v in F_SECONDS F_PODS F_LOG_EVERY F_SETTLE F_EVERY; do
 done
 ((F_SECONDS > 0 && F_EVERY > 0)) || die "GUEST_FLASH_SECONDS and GUEST_FLASH_EVERY must be above 0"
 T_ALL=$(now)
-# The agent's unit, and the files that install it.
-UNIT=$AGENT
+# The agent (its unit is named after it), and the files that install it.
 if [[ $AGENT == kubelet ]]; then
     F_KUBELET=$("$ROOT/scripts/k8s-build.sh" --e2e | tail -n 1)/kubelet ||
         die "building the upstream kubelet failed (scripts/k8s-build.sh --e2e)"
@@ -195,9 +194,9 @@ if [[ -n $F_REMOUNT ]]; then
 fi
 log "settling ${F_SETTLE} s"
 sleep "$F_SETTLE"
-check "the node's memory with $F_PODS pods at rest, $AGENT (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 "footprint $UNIT"
+check "the node's memory with $F_PODS pods at rest, $AGENT (a figure; host load $(cut -d' ' -f1-3 /proc/loadavg))" 60 "footprint $AGENT"
 check "the window starts" 120 ". /mnt/host/flash-lib.sh; snapshot /run/flash-0; touch /run/flash-mark
-    echo \"$UNIT pid \$(systemctl show -p MainPID --value $UNIT), containerd pid \$(systemctl show -p MainPID --value containerd), \$(pgrep -c -f containerd-shim-runc-v2) shims\""
+    echo \"$AGENT pid \$(systemctl show -p MainPID --value $AGENT), containerd pid \$(systemctl show -p MainPID --value containerd), \$(pgrep -c -f containerd-shim-runc-v2) shims\""
 t_start=$SECONDS
 host_load=("$(cut -d' ' -f1-3 /proc/loadavg)")
 while :; do
@@ -207,9 +206,9 @@ while :; do
     host_load+=("$(cut -d' ' -f1-3 /proc/loadavg)")
     ((F_SECONDS - (SECONDS - t_start) > 0)) || break
     check "running totals after $((SECONDS - t_start)) s (host load $(cut -d' ' -f1-3 /proc/loadavg))" 120 \
-        "AGENT_UNIT=$UNIT; . /mnt/host/flash-lib.sh; snapshot /run/flash-1; report /run/flash-0 /run/flash-1"
+        "AGENT_UNIT=$AGENT; . /mnt/host/flash-lib.sh; snapshot /run/flash-1; report /run/flash-0 /run/flash-1"
 done
-check "flash writes at rest: $F_PODS pods, $AGENT, bytes written in the window and per hour (figures)" 120 "AGENT_UNIT=$UNIT
+check "flash writes at rest: $F_PODS pods, $AGENT, bytes written in the window and per hour (figures)" 120 "AGENT_UNIT=$AGENT
 "'. /mnt/host/flash-lib.sh; snapshot /run/flash-1; report /run/flash-0 /run/flash-1
     systemctl is-active $AGENT_UNIT >/dev/null || echo "$AGENT_UNIT is not active at the end (restarts $(systemctl show -p NRestarts --value $AGENT_UNIT))"
     running_sets | awk "\$1 == \"container\"" | wc -l | sed "s/^/running containers at the end: /"'
