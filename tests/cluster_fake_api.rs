@@ -14,7 +14,7 @@ use agent::Agent;
 use fake_apiserver::FakeApi;
 use fake_cri::{ContainerState, FakeCri, TempDir};
 use picolet::rt;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// picolet in `<tmp>/a` joined to the fake apiserver.
 /// Until the node's Lease has been renewed once (a patch of it).
@@ -203,6 +203,34 @@ fn an_evicted_pod_keeps_the_evictions_disruption_target_in_its_final_status() {
         assert!(
             last["status"]["containerStatuses"][0]["state"]["terminated"].is_object(),
             "{last:#}"
+        );
+        // The final status went as what changed since the apiserver's copy: the stopped
+        // containers, the Ready condition; not what stayed (the pod's IPs, QoS class, start),
+        // nor the condition another writer set.
+        let finals: Vec<Value> = api
+            .requests()
+            .into_iter()
+            .zip(api.request_bodies())
+            .filter(|((m, p), _)| m == "PATCH" && p == "/api/v1/namespaces/default/pods/web/status")
+            .map(|(_, b)| b)
+            .collect();
+        let patch = &finals.last().expect("status patches")["status"];
+        assert!(patch["containerStatuses"].is_array(), "{patch:#}");
+        for unchanged in ["podIP", "podIPs", "hostIP", "qosClass", "startTime"] {
+            assert!(
+                patch.get(unchanged).is_none(),
+                "{unchanged} sent again: {patch:#}"
+            );
+        }
+        let sent: Vec<&Value> = patch["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .collect();
+        assert!(sent.iter().any(|c| c["type"] == "Ready"), "{patch:#}");
+        assert!(
+            !sent.iter().any(|c| c["type"] == "DisruptionTarget"),
+            "{patch:#}"
         );
     });
 }

@@ -50,10 +50,11 @@ pub trait Kubelet {
     fn static_pods(&self) -> Vec<Rc<Pod>>;
     /// Syncs these pods now (their objects have arrived).
     fn sync_now(&self, uids: &std::collections::BTreeSet<String>);
-    /// The deleted API pods whose final status is to be posted: `(uid, namespace, name)`.
-    fn take_finalizable(&self) -> Vec<(String, String, String)>;
+    /// The deleted API pods whose final status is to be posted, as the apiserver last showed
+    /// them.
+    fn take_finalizable(&self) -> Vec<Rc<Pod>>;
     /// Posts a final status again later.
-    fn retry_finalize(&self, uid: String, namespace: String, name: String);
+    fn retry_finalize(&self, pod: Rc<Pod>);
     /// Drops a pod's status once the apiserver has the final one.
     fn forget_status(&self, uid: &str);
     /// Why the node is not ready besides its health, if it is not (it is shutting down).
@@ -617,21 +618,34 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
         futures_lite::future::yield_now().await;
         let now = rt::now_nanos();
         refused.gc(now);
-        for (uid, ns, name) in kubelet.take_finalizable() {
+        for pod in kubelet.take_finalizable() {
+            let (uid, ns, name) = (
+                &pod.metadata.uid,
+                &pod.metadata.namespace,
+                &pod.metadata.name,
+            );
             let key = format!("final/{uid}");
             if !refused.due(&key, now) {
-                kubelet.retry_finalize(uid, ns, name);
+                kubelet.retry_finalize(pod);
                 continue;
             }
             let what = format!("finalizing pod {ns}/{name}");
             // Nothing of it runs any more: its final status (containers terminated) first, as
             // the kubelet posts it, then delete it for good, only if it is still this pod. The
-            // pod is no longer held here, so the conditions others set on it (an eviction's
-            // DisruptionTarget, which a Job's pod failure policy reads) are unknown: the patch
-            // is a strategic merge, which keeps the conditions it does not name.
-            if let Some(st) = kubelet.pod_status(&uid) {
+            // final status is patched as every status is: what changed since the apiserver's
+            // copy (the last one the watch showed; picolet wrote nothing of this pod since its
+            // deletion was seen), with the conditions others set on it (an eviction's
+            // DisruptionTarget, which a Job's pod failure policy reads) kept as they are; none
+            // when the apiserver has it already (a pod that had finished before its deletion).
+            let status = kubelet.pod_status(uid).map(|mut st| {
+                crate::status::generate::merge_foreign_conditions(&mut st, &pod.status);
+                st
+            });
+            if let Some(st) = status.filter(|st| !same_but_times(st, &pod.status)) {
                 let path = format!("/api/v1/namespaces/{ns}/pods/{name}/status");
-                let body = json!({"metadata": {"uid": uid}, "status": st});
+                let mut bases = vec![&pod.status];
+                bases.extend(written.get(uid).into_iter().flatten());
+                let body = crate::status::patch::status_patch(uid, &bases, &st);
                 match patch_strategic(&client, path, body).await {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() || e.is_conflict() => {}
@@ -642,7 +656,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                         } else {
                             refused.failed(&key, &what, &cause, now);
                         }
-                        kubelet.retry_finalize(uid, ns, name);
+                        kubelet.retry_finalize(pod.clone());
                         continue;
                     }
                 }
@@ -657,11 +671,11 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                 Ok(_) => {
                     refused.forget(&key);
                     log::info!("pod {ns}/{name} ({uid}) stopped and deleted");
-                    kubelet.forget_status(&uid);
+                    kubelet.forget_status(uid);
                 }
                 Err(e) if e.is_not_found() || e.is_conflict() => {
                     refused.forget(&key);
-                    kubelet.forget_status(&uid);
+                    kubelet.forget_status(uid);
                 }
                 Err(e) => {
                     let cause = format!("deleting it: {e}");
@@ -670,7 +684,7 @@ pub async fn run_pod_status(client: Client, kubelet: Rc<dyn Kubelet>) {
                     } else {
                         refused.failed(&key, &what, &cause, now);
                     }
-                    kubelet.retry_finalize(uid, ns, name);
+                    kubelet.retry_finalize(pod.clone());
                 }
             }
         }

@@ -44,12 +44,12 @@ impl crate::cluster::Kubelet for Kubelet {
         Kubelet::sync_now(self, uids);
     }
 
-    fn take_finalizable(&self) -> Vec<(String, String, String)> {
+    fn take_finalizable(&self) -> Vec<Rc<Pod>> {
         Kubelet::take_finalizable(self)
     }
 
-    fn retry_finalize(&self, uid: String, namespace: String, name: String) {
-        Kubelet::retry_finalize(self, uid, namespace, name);
+    fn retry_finalize(&self, pod: Rc<Pod>) {
+        Kubelet::retry_finalize(self, pod);
     }
 
     fn forget_status(&self, uid: &str) {

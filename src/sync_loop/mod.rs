@@ -656,14 +656,15 @@ impl Kubelet {
         self.pods_from(crate::config::Source::File)
     }
 
-    /// API pods stopped after their deletion: (uid, namespace, name), handed out once each.
+    /// API pods stopped after their deletion, as the apiserver last showed them, handed out
+    /// once each.
     #[cfg(feature = "apiserver")]
-    pub fn take_finalizable(&self) -> Vec<(String, String, String)> {
+    pub fn take_finalizable(&self) -> Vec<Rc<crate::api::Pod>> {
         self.state
             .borrow_mut()
             .finalizable
             .drain()
-            .map(|(uid, (ns, name))| (uid, ns, name))
+            .map(|(_, p)| p)
             .collect()
     }
 
@@ -675,11 +676,11 @@ impl Kubelet {
 
     /// Hands a pod back whose final deletion failed, to be tried again.
     #[cfg(feature = "apiserver")]
-    pub fn retry_finalize(&self, uid: String, namespace: String, name: String) {
+    pub fn retry_finalize(&self, pod: Rc<crate::api::Pod>) {
         self.state
             .borrow_mut()
             .finalizable
-            .insert(uid, (namespace, name));
+            .insert(pod.metadata.uid.clone(), pod);
     }
 
     /// The images the desired pods name (static pods, and API pods, checkpointed ones too),

@@ -143,8 +143,9 @@ pub struct LoopState {
     /// API pods being deleted, by UID. Until stopped they hold what they ran with (admission
     /// weighs them); once stopped, they are finalized: deleted from the apiserver for good.
     deleting: HashMap<String, Rc<Pod>>,
-    /// API pods stopped after their deletion, to be deleted from the apiserver.
-    pub finalizable: HashMap<String, (String, String)>,
+    /// API pods stopped after their deletion, to be deleted from the apiserver: the last copy
+    /// the apiserver showed of each (its final status is patched as a diff from it).
+    pub finalizable: HashMap<String, Rc<Pod>>,
     /// Evicted pods: still desired by their source, never synced again.
     pub evicted: HashSet<String>,
     /// Pods admission refused: still desired by their source, never run.
@@ -632,8 +633,7 @@ impl LoopState {
                 self.retry_terminate.remove(&uid);
                 self.terminate_failures.remove(&uid);
                 if let Some(p) = self.deleting.remove(&uid) {
-                    let who = (p.metadata.namespace.clone(), p.metadata.name.clone());
-                    self.finalizable.insert(uid.clone(), who);
+                    self.finalizable.insert(uid.clone(), p);
                 }
                 // The same pod may have come back meanwhile (a manifest restored); pods of the
                 // same name waiting for this one start at the next tick.

@@ -770,8 +770,11 @@ fn a_pod_deleted_through_the_api_stops_with_its_deletion_grace_then_is_finalized
     );
     assert!(syncs(&cmds).is_empty(), "never run again");
     assert_eq!(
-        st.finalizable.get("a"),
-        Some(&("default".to_owned(), "web".to_owned()))
+        st.finalizable
+            .get("a")
+            .map(|p| p.metadata.deletion_timestamp.is_some()),
+        Some(true),
+        "the copy with its deletion"
     );
     // Gone from the apiserver afterwards: nothing left to finalize.
     step(&mut st, api(vec![]), t0, view);
@@ -1094,6 +1097,29 @@ fn removing_a_pod_cancels_its_sync_stuck_in_a_pull() {
         h.until("a gone", 10, |h| h.sandboxes("a") == 0).await;
         assert_eq!(h.fake.containers().len(), 0, "no container was created");
         assert!(h.kubelet.pod_list().items.is_empty());
+    });
+}
+
+#[test]
+fn the_status_of_a_pod_no_source_defines_is_forgotten_once_it_stopped() {
+    rt::block_on(async {
+        let h = harness("orphan-status");
+        let b = pod("b", "db", "sleep 3600");
+        h.set_pods(vec![pod("a", "web", "sleep 3600"), b.clone()])
+            .await;
+        h.until("both running", 5, |h| {
+            h.running("a") == 1 && h.running("b") == 1
+        })
+        .await;
+        // Its manifest went: once stopped, its status goes with it (nothing is kept of a pod
+        // no source defines), while the other pod's stays.
+        h.set_pods(vec![b]).await;
+        h.until("a's status forgotten", 10, |h| {
+            h.kubelet.status.get("a").is_none()
+        })
+        .await;
+        assert_eq!(h.running("a"), 0);
+        assert_eq!(h.phase("b"), "Running");
     });
 }
 
