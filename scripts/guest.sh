@@ -385,6 +385,13 @@ manifest hog "  hostNetwork: true
   restartPolicy: Never
 " "    resources:
       limits: {memory: 24Mi}" 'a=xxxxxxxxxxxxxxxx; while true; do a=\"$a$a\"; done' >"$SHARE/manifests/hog.yaml"
+# A pod that takes 200 MiB of memory (a memory-backed emptyDir filled) and holds it.
+manifest swell "  hostNetwork: true
+  volumes:
+  - name: fill
+    emptyDir: {medium: Memory, sizeLimit: 300Mi}
+" "    volumeMounts:
+    - {name: fill, mountPath: /fill}" "dd if=/dev/zero of=/fill/x bs=1M count=200 && $LOOP" >"$SHARE/manifests/swell.yaml"
 # The busy set for the power cuts: a pod that crashes every few seconds, and one whose
 # manifest the guest rewrites every second (each rewrite a new pod for picolet).
 manifest crashy "  hostNetwork: true
@@ -482,6 +489,7 @@ check "cgroup v2: a pod over its memory limit is OOMKilled, behind memory.events
     oom_killed hog 200 || { diag; exit 1; }
     rm /etc/kubernetes/manifests/hog.yaml'
 check "cgroup v2: PSI files, and picolet serves them" 60 'psi'
+check "cgroup v2: memory.available from the v2 root crosses a hard threshold: the pod that filled memory is evicted, no other" 300 'memory_eviction 270'
 
 # 2. Upgrade in place: new binary, unit restarted, no pod restarts.
 check "upgrade in place: no pod restarts" 120 '

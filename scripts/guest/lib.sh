@@ -245,6 +245,48 @@ psi() {
     return $bad
 }
 
+# memory_eviction DEADLINE_S: the memory.available eviction on the v2 signal. picolet runs for
+# a while with a hard threshold 100 MiB below what is available now (capacity minus the v2
+# root's working set, as /stats/summary gives it), and the swell pod fills a memory-backed
+# emptyDir with 200 MiB: swell is evicted (Failed, reason Evicted, a message naming memory),
+# while web, bridged and limited run on untouched. picolet gets its usual settings back on every
+# path out, and swell is removed.
+memory_eviction() {
+    local deadline=$((SECONDS + $1)) s avail thr st="" before after rc=0
+    s=$(api /stats/summary) || { echo "no /stats/summary"; return 1; }
+    avail=$(jq '.node.memory.availableBytes' <<<"$s")
+    [[ $avail =~ ^[0-9]+$ ]] || { echo "no node memory.availableBytes in /stats/summary: $avail"; return 1; }
+    thr=$((avail / 1048576 - 100))
+    ((thr >= 64)) || { echo "only $((avail / 1048576)) MiB available: too little to evict on"; return 1; }
+    echo "memory.available $((avail / 1048576)) MiB (capacity minus the v2 root's working set); --eviction-hard=memory.available<${thr}Mi"
+    before=$(running_sets | awk '$2 ~ /^(web|bridged|limited)$/')
+    cp /etc/default/picolet /etc/default/picolet.usual
+    printf 'PICOLET_ARGS="--cgroup-driver=systemd --eviction-hard=memory.available<%sMi"\n' "$thr" >/etc/default/picolet
+    systemctl restart picolet
+    cp /mnt/host/manifests/swell.yaml /etc/kubernetes/manifests/
+    while ((SECONDS < deadline)); do
+        st=$(api /pods | jq -c --arg p "swell-$(hostname)" '.items[] | select(.metadata.name == $p) |
+            .status | {phase, reason, message}' 2>/dev/null)
+        [[ $(jq -r '.reason // empty' <<<"$st" 2>/dev/null) == Evicted ]] && break
+        sleep 1
+    done
+    mv -f /etc/default/picolet.usual /etc/default/picolet
+    rm -f /etc/kubernetes/manifests/swell.yaml
+    systemctl restart picolet
+    echo "picolet's status of swell: $st"
+    [[ $(jq -r '.reason // empty' <<<"$st") == Evicted ]] || { echo "NOT evicted within $1 s"; diag; return 1; }
+    [[ $(jq -r .phase <<<"$st") == Failed ]] || { echo "WRONG phase"; rc=1; }
+    [[ $(jq -r .message <<<"$st") == "The node was low on resource: memory."* ]] || { echo "WRONG message"; rc=1; }
+    wait_gone $((deadline - SECONDS > 30 ? deadline - SECONDS : 30)) swell || rc=1
+    after=$(running_sets | awk '$2 ~ /^(web|bridged|limited)$/')
+    if [[ $before != "$after" ]]; then
+        echo "WRONG: other pods changed (kind pod container id pid):"
+        diff <(echo "$before") <(echo "$after")
+        rc=1
+    fi
+    return $rc
+}
+
 # wait_gone DEADLINE_S POD...: until no sandbox or container of any POD runs.
 wait_gone() {
     local deadline=$1 p left
