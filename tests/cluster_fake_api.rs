@@ -64,6 +64,16 @@ fn running(fake: &FakeCri, pod: &str) -> usize {
     fake.running_containers_of(pod).len()
 }
 
+/// Waits until the pod `default/NAME` shows `phase` in the fake apiserver.
+async fn until_phase(a: &Agent, api: &FakeApi, name: &str, phase: &str, secs: u64) {
+    let key = format!("pods/default/{name}");
+    let what = format!("pod {name} {phase} in the API");
+    until(a, &what, Duration::from_secs(secs), async || {
+        api.get(&key).is_some_and(|p| p["status"]["phase"] == phase)
+    })
+    .await;
+}
+
 #[test]
 fn registers_renews_runs_api_pods_and_reports_their_status() {
     run(async {
@@ -165,16 +175,7 @@ fn an_evicted_pod_keeps_the_evictions_disruption_target_in_its_final_status() {
         let (tmp, fake, api) = fakes("evict");
         let a = start_joined(&tmp, &fake, &api).await;
         api.create_pod(api_pod("web"));
-        until(
-            &a,
-            "its status Running in the API",
-            Duration::from_secs(15),
-            async || {
-                api.get("pods/default/web")
-                    .is_some_and(|p| p["status"]["phase"] == "Running")
-            },
-        )
-        .await;
+        until_phase(&a, &api, "web", "Running", 15).await;
         // The Eviction API sets DisruptionTarget and deletes the pod; picolet stops it, posts
         // its final status and deletes it for good. A Job's pod failure policy reads the
         // condition on that final pod: a status patch that replaced the conditions whole would
@@ -261,30 +262,12 @@ fn a_pod_placed_by_a_label_added_to_the_node_since_start_is_admitted_after_one_r
         north["spec"]["nodeSelector"] = json!({"zone": "north"});
         let mut south = api_pod("south");
         south["spec"]["nodeSelector"] = json!({"zone": "south"});
-        until(
-            &a,
-            "the plain pod Running",
-            Duration::from_secs(15),
-            async || {
-                api.get("pods/default/plain")
-                    .is_some_and(|p| p["status"]["phase"] == "Running")
-            },
-        )
-        .await;
+        until_phase(&a, &api, "plain", "Running", 15).await;
         assert_eq!(reads(), before, "{:?}", api.requests());
 
         // The scheduler placed it by the new label: one read of the Node, then it runs.
         api.create_pod(north);
-        until(
-            &a,
-            "the pod selecting the new label Running",
-            Duration::from_secs(15),
-            async || {
-                api.get("pods/default/north")
-                    .is_some_and(|p| p["status"]["phase"] == "Running")
-            },
-        )
-        .await;
+        until_phase(&a, &api, "north", "Running", 15).await;
         assert_eq!(reads(), before + 1);
 
         // A pod that fits neither view is read for once and refused with upstream's reason.
@@ -304,16 +287,7 @@ fn a_pod_placed_by_a_label_added_to_the_node_since_start_is_admitted_after_one_r
         // Each pod is looked at once: the refused pod's status change came back on the watch
         // before the next pod did, and read nothing more.
         api.create_pod(api_pod("plain2"));
-        until(
-            &a,
-            "the second plain pod Running",
-            Duration::from_secs(15),
-            async || {
-                api.get("pods/default/plain2")
-                    .is_some_and(|p| p["status"]["phase"] == "Running")
-            },
-        )
-        .await;
+        until_phase(&a, &api, "plain2", "Running", 15).await;
         assert_eq!(reads(), before + 2, "{:?}", api.requests());
     });
 }
@@ -427,16 +401,7 @@ fn pods_keep_running_while_the_apiserver_is_down_and_statuses_land_after() {
             running(&fake, "web") == 1
         })
         .await;
-        until(
-            &a,
-            "web Running in the API",
-            Duration::from_secs(10),
-            async || {
-                api.get("pods/default/web")
-                    .is_some_and(|p| p["status"]["phase"] == "Running")
-            },
-        )
-        .await;
+        until_phase(&a, &api, "web", "Running", 10).await;
         api.set_down(true);
         // The container dies while the apiserver is away: restarted offline.
         let id = fake
