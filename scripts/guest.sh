@@ -46,13 +46,24 @@
 #       --agent kubelet runs the upstream kubelet of the pinned release instead (standalone,
 #       the same static pods, containerd and systemd cgroup driver; amd64 only, built by
 #       scripts/k8s-build.sh --e2e): the reference the figures are compared with
+#   scripts/guest.sh e2e [--arch A] [--tests "NAME..."]
+#       the containerd end-to-end files (every tests/e2e*.rs, or the NAMEs given) built here
+#       (cargo test --features e2e --no-run; for arm64 with --target aarch64-unknown-linux-gnu
+#       into target/cross, as the test command builds it) and run inside the guest, one by one,
+#       on its kernel (cgroup v2, systemd) with its containerd 2.x: the checkout is shared
+#       read-only and mounted at its own path in the guest, so the test binaries find picolet
+#       and the scripts where they were built; the image is the tests variant (the same plus
+#       iptables, python3, zstd; 4 GiB). Prints each file's counts and time, then the whole;
+#       fails when a file fails. GUEST_E2E_THREADS (default 1), GUEST_E2E_DEADLINE_SCALE (the
+#       tests' waits times this, default 4) and GUEST_E2E_LIMIT (seconds a file may take,
+#       default 5400) tune it; see scripts/guest/e2e.sh
 #
 # Environment:
 #   PICOLET_GUEST_CACHE   image cache (default /var/cache/picolet-guest)
 #   GUEST_CONTAINERD_BIN  directory with containerd, containerd-shim-runc-v2 and ctr for the
 #                         guest's architecture (default: what `scripts/k8s-build.sh
 #                         --containerd` builds, for arm64 with --arch arm64)
-#   GUEST_MEMORY_MIB      the guest's memory (default 1024, 2048 with --figures)
+#   GUEST_MEMORY_MIB      the guest's memory (default 1024, 2048 with --figures or e2e)
 #   GUEST_RUN_DIR         the run's directory (default /tmp/picolet-guest-ARCH-PID; removed
 #                         at the end of a passing run unless GUEST_KEEP=1)
 #
@@ -81,7 +92,7 @@ usage() {
 [[ $# -ge 1 ]] || usage
 CMD=$1
 shift
-ARCH=amd64 CUTS=2 PICOLET='' UPGRADE_TO='' IF_CACHED=0 FIGURES=0 AGENT=picolet
+ARCH=amd64 CUTS=2 PICOLET='' UPGRADE_TO='' IF_CACHED=0 FIGURES=0 AGENT=picolet E2E_TESTS=''
 while [[ $# -gt 0 ]]; do
     case $1 in
         --figures) FIGURES=1; shift ;;
@@ -91,6 +102,7 @@ while [[ $# -gt 0 ]]; do
         --picolet) PICOLET=${2:?--picolet needs a path}; shift 2 ;;
         --agent) AGENT=${2:?--agent needs a value}; shift 2 ;;
         --upgrade-to) UPGRADE_TO=${2:?--upgrade-to needs a path}; shift 2 ;;
+        --tests) E2E_TESTS=${2:?--tests needs names of tests/*.rs files}; shift 2 ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -99,7 +111,9 @@ done
 [[ $AGENT == picolet || $AGENT == kubelet ]] || die "--agent must be picolet or kubelet, not '$AGENT'"
 [[ $AGENT == picolet || $CMD == flash ]] || die "--agent kubelet is for the flash command only"
 [[ $AGENT == picolet || $ARCH == amd64 ]] || die "--agent kubelet runs on the amd64 guest only (the kubelet is built for this machine)"
-if [[ $FIGURES == 1 ]]; then MEMORY_MIB=${GUEST_MEMORY_MIB:-2048}; else MEMORY_MIB=${GUEST_MEMORY_MIB:-1024}; fi
+[[ -z $E2E_TESTS || $CMD == e2e ]] || die "--tests is for the e2e command only"
+[[ $CMD != e2e ]] || export GUEST_IMAGE_VARIANT=tests
+if [[ $FIGURES == 1 || $CMD == e2e ]]; then MEMORY_MIB=${GUEST_MEMORY_MIB:-2048}; else MEMORY_MIB=${GUEST_MEMORY_MIB:-1024}; fi
 [[ $MEMORY_MIB =~ ^[0-9]+$ ]] || die "GUEST_MEMORY_MIB must be a number of MiB, not '$MEMORY_MIB'"
 [[ $(id -u) == 0 ]] || die "must run as root"
 # shellcheck disable=SC2054 # (the commas are qemu's option syntax)
@@ -151,13 +165,19 @@ if [[ $CMD == image ]]; then
     build_image
     exit 0
 fi
-[[ $CMD == scenarios || $CMD == shutdown || $CMD == flash ]] || usage
+[[ $CMD == scenarios || $CMD == shutdown || $CMD == flash || $CMD == e2e ]] || usage
 
 # ---------------------------------------------------------------- the guest machine
 
 for t in "${QEMU[0]}" qemu-img; do
     command -v "$t" >/dev/null || die "$t is missing: scripts/install-deps.sh --guest installs it"
 done
+if [[ $CMD == e2e ]]; then
+    # The test binaries and the debug picolet they start, built before anything else.
+    . "$GUEST_DIR/e2e.sh"
+    e2e_build
+    PICOLET=${PICOLET:-$E2E_PICOLET}
+fi
 if [[ -z $PICOLET ]]; then
     if [[ -n $RUST_TARGET ]]; then PICOLET=$ROOT/target/$RUST_TARGET/debug/picolet; else PICOLET=$ROOT/target/debug/picolet; fi
 fi
@@ -181,6 +201,8 @@ QEMU_PID='' BOOT=0 BOOT_T0='' CONSOLE_LOG='' CMD_N=0
 # command line: its device takes the PCI slot after the disk's and the share's, so the share
 # is probed as early as without it (the guest mounts it at boot, once).
 NIC=(-nic none)
+# More 9p shares a command adds (e2e: the checkout), before the network device.
+SHARES=()
 stop_qemu() {
     if [[ -n $QEMU_PID ]] && kill -0 "$QEMU_PID" 2>/dev/null; then
         kill -KILL "$QEMU_PID" 2>/dev/null || true
@@ -226,7 +248,7 @@ boot() {
         -monitor "unix:$RUN/monitor.sock,server=on,wait=off" \
         -drive "file=$RUN/disk.qcow2,format=qcow2,if=virtio" \
         -virtfs "local,path=$SHARE,mount_tag=host0,security_model=none" \
-        -serial "file:$CONSOLE_LOG" "${NIC[@]}" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
+        -serial "file:$CONSOLE_LOG" "${SHARES[@]}" "${NIC[@]}" </dev/null >"$RUN/qemu-$BOOT.log" 2>&1 &
     QEMU_PID=$!
     local limit=$((240 * TIMEOUT_SCALE)) end
     end=$((SECONDS + limit))
@@ -421,6 +443,10 @@ if [[ $CMD == shutdown ]]; then
 fi
 if [[ $CMD == flash ]]; then
     . "$GUEST_DIR/flash.sh"
+    exit 0
+fi
+if [[ $CMD == e2e ]]; then
+    e2e_run
     exit 0
 fi
 

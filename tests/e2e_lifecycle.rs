@@ -368,7 +368,10 @@ fn sidecars_start_before_and_stop_after_the_app_sharing_its_processes() {
         "side.json",
         &manifest(
             "side",
-            json!({"terminationGracePeriodSeconds": 4, "shareProcessNamespace": true,
+            // Room for both preStop hooks and the app's exit on a slow (emulated) machine: the
+            // sidecar's hook runs only if some of the grace period is left after the app
+            // stopped, as upstream's. The app exits at SIGTERM, so a fast machine waits no longer.
+            json!({"terminationGracePeriodSeconds": 30, "shareProcessNamespace": true,
             "initContainers": [side], "containers": [app], "volumes": vol}),
         ),
     );

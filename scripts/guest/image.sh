@@ -13,6 +13,11 @@
 #               static busybox and a /init that mounts /dev/vda and switches to it
 #   info        what went into it, and the figures of its build
 #
+# GUEST_IMAGE_VARIANT=tests builds the image the end-to-end files run in (scripts/guest.sh
+# e2e): the same, plus the tools those tests call (iptables for the CNI portmap plugin,
+# python3 with prometheus_client for the metrics checks, zstd) and a 4 GiB root file system; it is cached apart (rootfs-ARCH-tests-KEY,
+# image-ARCH-tests-KEY), so it never displaces the device image.
+#
 # With GUEST_IMAGE_IF_CACHED=1 it exits with status 3, building nothing, when the slow first
 # stage is not in the cache. With GUEST_IMAGE_PROBE=1 it only says that (status 0: cached, 3:
 # not), before looking at CONTAINERD_BIN, which may then be empty.
@@ -63,6 +68,14 @@ MIRRORS=(
 # and the tools the scenarios read the node with (iproute2, procps, jq, kmod, e2fsprogs).
 PACKAGES=(systemd systemd-sysv udev dbus "$KERNEL_PKG" runc containernetworking-plugins
     busybox-static iproute2 kmod e2fsprogs procps jq)
+# The root file system's size (sparse: only what is written takes space).
+DISK_SIZE=2G
+TAG=$ARCH
+case ${GUEST_IMAGE_VARIANT:-} in
+    '') ;;
+    tests) PACKAGES+=(iptables python3 python3-prometheus-client zstd); DISK_SIZE=4G; TAG=$ARCH-tests ;;
+    *) die "GUEST_IMAGE_VARIANT must be empty or tests, not '$GUEST_IMAGE_VARIANT'" ;;
+esac
 # Left out of the image: documentation, translations, and the kernel's module trees of
 # hardware no guest has (the image keeps virtio, block, file systems, net core, netfilter,
 # bridge, veth, overlay, 9p).
@@ -100,7 +113,7 @@ rootfs_build() { # rootfs_build OUT
 
 ROOTFS_KEY=$({ declare -f rootfs_build; printf '%s\0' "$ARCH" "$SUITE" "${MIRRORS[@]}" "${PACKAGES[@]}" "${EXCLUDES[@]}"; mmdebstrap --version; } | sha256sum)
 ROOTFS_KEY=${ROOTFS_KEY:0:16}
-ROOTFS=$CACHE/rootfs-$ARCH-$ROOTFS_KEY.tar.zst
+ROOTFS=$CACHE/rootfs-$TAG-$ROOTFS_KEY.tar.zst
 
 # GUEST_IMAGE_PROBE=1: only say whether the root file system is cached (status 0) or not (3),
 # before anything is built (CONTAINERD_BIN may then be empty).
@@ -151,11 +164,11 @@ if [[ ! -s $ROOTFS ]]; then
 fi
 
 # Stage 2 key: stage 1, this script, the guest's files, the test image builder, containerd.
-IMAGE_KEY=$({ printf '%s\0' "$ROOTFS_KEY"; cat -- "${BASH_SOURCE[0]}" "$ROOT/scripts/build-image.sh" "$ROOT/scripts/lib/common.sh";
+IMAGE_KEY=$({ printf '%s\0' "$ROOTFS_KEY" "$DISK_SIZE"; cat -- "${BASH_SOURCE[0]}" "$ROOT/scripts/build-image.sh" "$ROOT/scripts/lib/common.sh";
     (cd "$SCRIPT_DIR" && find rootfs init initrd.sh -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum);
     sha256sum "$CONTAINERD_BIN"/{containerd,containerd-shim-runc-v2,ctr} | cut -d' ' -f1; } | sha256sum)
 IMAGE_KEY=${IMAGE_KEY:0:16}
-IMAGE=$CACHE/image-$ARCH-$IMAGE_KEY
+IMAGE=$CACHE/image-$TAG-$IMAGE_KEY
 if [[ -f $IMAGE/info ]]; then
     printf '%s\n' "$IMAGE"
     exit 0
@@ -245,8 +258,8 @@ chroot "$r" systemctl mask serial-getty@ttyS0.service serial-getty@ttyAMA0.servi
 
 bash "$SCRIPT_DIR/initrd.sh" "$r" "$kver" "$work/out/initrd.img" >&2 || die "building the initrd failed"
 
-# A root file system with room for the pods: 2 GiB (sparse; only what is written takes space).
-mkfs.ext4 -q -F -L picolet-guest -d "$r" "$work/out/disk.img" 2G >&2 ||
+# A root file system with room for the pods (sparse; only what is written takes space).
+mkfs.ext4 -q -F -L picolet-guest -d "$r" "$work/out/disk.img" "$DISK_SIZE" >&2 ||
     die "mkfs.ext4 -d failed"
 {
     printf 'arch %s\nsuite %s\nkernel %s\nrootfs %s\nimage key %s\n' "$ARCH" "$SUITE" "$kver" "${ROOTFS##*/}" "$IMAGE_KEY"
@@ -257,14 +270,15 @@ mkfs.ext4 -q -F -L picolet-guest -d "$r" "$work/out/disk.img" 2G >&2 ||
 } >"$work/out/info"
 rm -rf -- "$IMAGE"
 mv -- "$work/out" "$IMAGE"
-# The cache keeps the two newest images and root file systems per architecture (a run still
-# booting the previous image keeps its backing file).
+# The cache keeps the two newest images and root file systems per architecture and variant (a
+# run still booting the previous image keeps its backing file; a key starts with a hex digit,
+# a variant's name does not).
 prune() { # prune GLOB...: all but the two newest
     local old=()
     mapfile -t old < <(ls -1dt -- "$@" 2>/dev/null | tail -n +3)
     [[ ${#old[@]} -eq 0 ]] || { log "removing older cache entries: ${old[*]##*/}"; rm -rf -- "${old[@]}"; }
 }
-prune "$CACHE"/image-"$ARCH"-*
-prune "$CACHE"/rootfs-"$ARCH"-*.tar.zst
+prune "$CACHE"/image-"$TAG"-[0-9a-f]*
+prune "$CACHE"/rootfs-"$TAG"-[0-9a-f]*.tar.zst
 log "image built in $(elapsed "$t0") s: $IMAGE (disk $(du -m --apparent-size "$IMAGE/disk.img" | cut -f1) MiB, $(du -m "$IMAGE/disk.img" | cut -f1) MiB used; kernel $kver; initrd $(du -k "$IMAGE/initrd.img" | cut -f1) KiB)"
 printf '%s\n' "$IMAGE"

@@ -142,6 +142,14 @@ impl RuntimeManager {
     ) -> Result<(), CriError> {
         let t = self.kill_target(pod, st, c).await;
         let mut grace = grace.max(0);
+        if t.hook.is_some() && grace == 0 {
+            // As upstream: a hook runs only within the grace period (a sidecar's comes after
+            // the app containers stopped, with what they left of it).
+            log::debug!(
+                "preStop hook of container {} not run: no grace period left",
+                c.name
+            );
+        }
         if let Some(h) = t.hook.as_ref().filter(|_| grace > 0) {
             let ip = self.pod_ip(pod, st);
             let t0 = rt::now();

@@ -152,6 +152,7 @@ impl Agent {
 
     /// Waits for the process to end by itself; its exit status (`None` after `limit`).
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let limit = super::deadline(limit);
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             if let Some(st) = self.child.as_mut()?.try_wait().ok().flatten() {
@@ -407,6 +408,7 @@ impl Agent {
 
     /// Polls `cond` until it holds, or panics with `what` and picolet's log.
     pub fn wait_for(&self, what: &str, limit: Duration, mut cond: impl FnMut(&Agent) -> bool) {
+        let limit = super::deadline(limit);
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             if cond(self) {

@@ -77,6 +77,7 @@ pub async fn start_agent(dir: &Path, endpoint: &str, flags: &[String]) -> Arc<Ag
 /// Polls `cond` every 100 ms, keeping the executor (and so the fake runtime) running, until it
 /// holds; panics after `limit` with `what` and picolet's log (its last [`LOG_LINES`] lines).
 pub async fn until(a: &Agent, what: &str, limit: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let limit = deadline(limit);
     let t0 = Instant::now();
     while t0.elapsed() < limit {
         if cond().await {
@@ -88,6 +89,21 @@ pub async fn until(a: &Agent, what: &str, limit: Duration, mut cond: impl AsyncF
         "timed out after {limit:?} waiting for {what}\n--- picolet log (at most its last {LOG_LINES} lines) ---\n{}",
         tail(&a.log_text(), LOG_LINES)
     );
+}
+
+/// A wait's limit on this machine: `limit` times `PICOLET_TEST_DEADLINE_SCALE` (a whole number,
+/// default 1), for a machine slower than those the limits were set on: scripts/guest.sh e2e
+/// runs the end-to-end files in an emulated guest with 4. Only how long a wait may last
+/// changes, never what it waits for.
+pub fn deadline(limit: Duration) -> Duration {
+    static SCALE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    limit
+        * *SCALE.get_or_init(|| match std::env::var("PICOLET_TEST_DEADLINE_SCALE") {
+            Err(_) => 1,
+            Ok(v) => v.parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| {
+                panic!("PICOLET_TEST_DEADLINE_SCALE must be a whole number of 1 or more, not {v:?}")
+            }),
+        })
 }
 
 /// How much of picolet's log a failed wait shows: all of a test's usual log, the end of one
