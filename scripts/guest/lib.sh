@@ -23,21 +23,32 @@ wait_active() {
 #   ID KIND POD CONTAINER STATUS PID
 # KIND is sandbox or container, POD the pod's name without the node's suffix a static pod's
 # name carries, STATUS the task's (RUNNING, STOPPED, ...; "-" without a task).
+# A container's labels never change: what `ctr containers info` said of an ID is kept in
+# /run/guest-containers (tmpfs: gone at the next boot), so a listing asks containerd twice
+# (tasks, container IDs) plus once per container it has not seen, not once per container: under
+# emulation each ctr call costs about a second, and 100 of them outlast a wait.
 containers() {
     local -A status=() pid=()
-    local id p st rest
+    local id p st rest meta kind pod name
+    mkdir -p /run/guest-containers
     while read -r id p st rest; do
         [[ $id == TASK ]] && continue
         status[$id]=$st pid[$id]=$p
     done < <(timeout 20 "${CTR[@]}" tasks ls 2>/dev/null || echo "containers: ctr tasks ls failed or took over 20 s" >&2)
     for id in $(timeout 20 "${CTR[@]}" containers ls -q 2>/dev/null || echo "containers: ctr containers ls failed or took over 20 s" >&2); do
-        timeout 20 "${CTR[@]}" containers info "$id" 2>/dev/null | jq -r --arg id "$id" --arg node "-$(hostname)" \
-            --arg st "${status[$id]:--}" --arg pid "${pid[$id]:--}" \
-            '.Labels as $l | [$id,
-              (if $l["io.cri-containerd.kind"] == "sandbox" then "sandbox" else "container" end),
-              ($l["io.kubernetes.pod.name"] // "-" | rtrimstr($node)),
-              ($l["io.kubernetes.container.name"] // "-"),
-              $st, $pid] | join(" ")'
+        meta=/run/guest-containers/$id
+        if [[ ! -s $meta ]]; then
+            timeout 20 "${CTR[@]}" containers info "$id" 2>/dev/null | jq -r --arg node "-$(hostname)" \
+                '.Labels as $l | [
+                  (if $l["io.cri-containerd.kind"] == "sandbox" then "sandbox" else "container" end),
+                  ($l["io.kubernetes.pod.name"] // "-" | rtrimstr($node)),
+                  ($l["io.kubernetes.container.name"] // "-")] | join(" ")' >"$meta.tmp" 2>/dev/null &&
+                [[ -s $meta.tmp ]] && mv -f "$meta.tmp" "$meta"
+            rm -f "$meta.tmp"
+        fi
+        [[ -s $meta ]] || continue
+        read -r kind pod name <"$meta"
+        printf '%s %s %s %s %s %s\n' "$id" "$kind" "$pod" "$name" "${status[$id]:--}" "${pid[$id]:--}"
     done
 }
 

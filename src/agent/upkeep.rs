@@ -57,6 +57,7 @@ async fn run_eviction(
         cfg.memory_psi_threshold
             .map_or("off".into(), |t| format!("some avg10 >= {t}%")),
     );
+    let pods_root = root_dir.clone();
     let signals = Arc::new(eviction::HostSignals {
         cgroups: cgroups.clone(),
         root: "/".into(),
@@ -94,19 +95,30 @@ async fn run_eviction(
         ],
         evict: Box::new(move |e| k2.evict(&e.uid, e.grace, &e.message)),
         pressure: Box::new(move |p| k3.set_pressure(p)),
-        // Its containers gone from the runtime (as the PLEG last listed it): their writable
-        // layers and logs with them.
         cleaned_up: {
             let cache = parts.cache;
-            Box::new(move |uid| {
-                cache
-                    .borrow()
-                    .get(uid)
-                    .is_none_or(|c| c.status.containers.is_empty())
-            })
+            Box::new(move |uid| pod_resources_reclaimed(&cache.borrow(), &pods_root, uid))
         },
     };
     eviction::run(cfg, seams).await;
+}
+
+/// Whether what an evicted pod held is given back (upstream's `podResourcesAreReclaimed`, which
+/// the eviction manager waits for before it reads the signals again): its containers gone from
+/// the runtime (as the PLEG last listed it), their writable layers and logs with them, and its
+/// directory under the root dir removed, which happens once its volumes are unmounted (a
+/// memory-backed emptyDir's tmpfs holds its memory until then) and its cgroup removed. Without
+/// the second half, the round after an eviction read memory still held by the evicted pod's
+/// tmpfs and evicted another pod for it.
+fn pod_resources_reclaimed(
+    cache: &crate::pleg::Cache,
+    root_dir: &std::path::Path,
+    uid: &str,
+) -> bool {
+    cache
+        .get(uid)
+        .is_none_or(|c| c.status.containers.is_empty())
+        && !crate::volume::pod_dir(root_dir, uid).exists()
 }
 
 /// The thresholds of one kind for the log line: `memory.available<100Mi,...`, or `none`.
@@ -129,5 +141,52 @@ fn thresholds(cfg: &eviction::Config, hard: bool) -> String {
         "none".into()
     } else {
         v.join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubecontainer::{ContainerState, ContainerStatus, PodRuntimeStatus};
+
+    #[test]
+    fn an_evicted_pod_is_reclaimed_once_its_containers_and_its_directory_are_gone() {
+        let root = crate::testdir::TestDir::new("upkeep-reclaimed");
+        let mut cache = crate::pleg::Cache::default();
+        let dir = crate::volume::pod_dir(&root, "u1");
+        std::fs::create_dir_all(dir.join("volumes")).unwrap();
+        let container = ContainerStatus {
+            id: "c1".into(),
+            sandbox_id: "s1".into(),
+            name: "app".into(),
+            state: ContainerState::Exited,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 137,
+            image: "img".into(),
+            image_ref: "img".into(),
+            reason: "".into(),
+            message: "".into(),
+            hash: 0,
+            restart_count: 0,
+        };
+        let status = |containers| PodRuntimeStatus {
+            uid: "u1".into(),
+            containers,
+            ..Default::default()
+        };
+        cache.put(status(vec![container]), 1, None);
+        assert!(
+            !pod_resources_reclaimed(&cache, &root, "u1"),
+            "its container"
+        );
+        cache.put(status(vec![]), 2, None);
+        // The containers are gone but its directory (its volumes) is not yet.
+        assert!(!pod_resources_reclaimed(&cache, &root, "u1"), "its volumes");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(pod_resources_reclaimed(&cache, &root, "u1"));
+        // A pod the runtime never had and that has no directory holds nothing.
+        assert!(pod_resources_reclaimed(&cache, &root, "u2"));
     }
 }
