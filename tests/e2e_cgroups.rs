@@ -1,9 +1,12 @@
 //! End-to-end tests of the kubepods cgroup tree: the real picolet binary against a real
 //! containerd, with a `--cgroup-root` of the test's own (`/picolet-e2e-<pid>-<n>`) so parallel
 //! tests and the machine's own cgroups are never touched; the test removes that tree at the end.
-//! On these hybrid machines the limits are read from the v1 hierarchies and the accounting
-//! from the unified one's `cpu.stat`. They fail, never skip, when containerd, runc or busybox
-//! are missing (`scripts/install-deps.sh` installs them).
+//! On a hybrid machine (the test host) the limits are read from the v1 hierarchies and the
+//! accounting from the unified one's `cpu.stat`; on a v2-only machine (the booted guest,
+//! `scripts/guest.sh e2e`) everything is read from the unified hierarchy: `memory.max`,
+//! `cpu.max`, `cpu.weight` (the shares converted as runc converts them), `memory.events`.
+//! They fail, never skip, when containerd, runc or busybox are missing
+//! (`scripts/install-deps.sh` installs them).
 
 mod support;
 
@@ -81,6 +84,72 @@ fn v1_mount(controller: &str) -> PathBuf {
         .find(|(c, _)| c == controller)
         .map(|(_, p)| p.clone())
         .unwrap_or_else(|| panic!("no {controller} controller mounted: {cg:?}"))
+}
+
+/// Whether this machine has cgroup v2 alone (no v1 controller mounted).
+fn v2_only() -> bool {
+    picolet::cm::detect::detect(Path::new("/")).unwrap().mode == picolet::cm::detect::Mode::Unified
+}
+
+/// Where a controller's files are: its v1 hierarchy, or the unified one on a v2-only machine.
+fn mount_of(controller: &str) -> PathBuf {
+    if v2_only() {
+        unified_mount()
+    } else {
+        v1_mount(controller)
+    }
+}
+
+/// The memory limit of the cgroup at `dir`, in bytes (`max`: none).
+fn memory_limit(dir: &Path) -> String {
+    read(&dir.join(if v2_only() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    }))
+}
+
+/// Asserts the CPU weight of the cgroup at `dir`: `shares` on v1, the weight runc converts
+/// them to on v2.
+fn assert_cpu_shares(dir: &Path, shares: u64) {
+    if v2_only() {
+        let want = picolet::cm::resources::shares_to_weight(shares);
+        assert_eq!(
+            read(&dir.join("cpu.weight")),
+            want.to_string(),
+            "{}",
+            dir.display()
+        );
+    } else {
+        assert_eq!(
+            read(&dir.join("cpu.shares")),
+            shares.to_string(),
+            "{}",
+            dir.display()
+        );
+    }
+}
+
+/// Asserts the CFS quota of the cgroup at `dir` over a 100 ms period (`None`: no limit).
+fn assert_cpu_quota(dir: &Path, quota_us: Option<u64>) {
+    if v2_only() {
+        let q = quota_us.map_or("max".to_owned(), |q| q.to_string());
+        assert_eq!(
+            read(&dir.join("cpu.max")),
+            format!("{q} 100000"),
+            "{}",
+            dir.display()
+        );
+    } else {
+        let q = quota_us.map_or("-1".to_owned(), |q| q.to_string());
+        assert_eq!(read(&dir.join("cpu.cfs_quota_us")), q, "{}", dir.display());
+        assert_eq!(
+            read(&dir.join("cpu.cfs_period_us")),
+            "100000",
+            "{}",
+            dir.display()
+        );
+    }
 }
 
 fn unified_mount() -> PathBuf {
@@ -180,7 +249,7 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
     assert!(out.lines().any(|l| l.starts_with(want)), "{out}");
 
     // A pod cgroup left by a pod picolet no longer has (a crash, a reboot of picolet alone).
-    let (cpu, mem, pids) = (v1_mount("cpu"), v1_mount("memory"), v1_mount("pids"));
+    let (cpu, mem, pids) = (mount_of("cpu"), mount_of("memory"), mount_of("pids"));
     let stale = "kubepods/besteffort/pod00000000-dead-4bad-8bad-000000000000";
     for m in [&cpu, &mem, &pids] {
         std::fs::create_dir_all(tree.dir(m, stale)).unwrap();
@@ -214,16 +283,16 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
         .unwrap();
     let allocatable = total_kb * 1024 - (128 << 20);
     assert_eq!(
-        read(&tree.dir(&mem, "kubepods/memory.limit_in_bytes")),
+        memory_limit(&tree.dir(&mem, "kubepods")),
         // The kernel rounds the limit down to whole pages.
         (allocatable / 4096 * 4096).to_string()
     );
-    let cpus = i64::try_from(std::thread::available_parallelism().unwrap().get()).unwrap();
-    assert_eq!(
-        read(&tree.dir(&cpu, "kubepods/cpu.shares")),
-        ((cpus * 1000 - 100) * 1024 / 1000).to_string()
+    let cpus = u64::try_from(std::thread::available_parallelism().unwrap().get()).unwrap();
+    assert_cpu_shares(
+        &tree.dir(&cpu, "kubepods"),
+        (cpus * 1000 - 100) * 1024 / 1000,
     );
-    assert_eq!(read(&tree.dir(&cpu, "kubepods/besteffort/cpu.shares")), "2");
+    assert_cpu_shares(&tree.dir(&cpu, "kubepods/besteffort"), 2);
 
     a.write_manifest(
         "g.yaml",
@@ -260,7 +329,12 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
         let cg = proc_cgroup(pid);
         let want = format!("{}/{pod_dir}/", tree.root);
         // Every hierarchy, v1 and the unified one, places the container under its pod.
-        for controllers in ["cpu,cpuacct", "memory", "pids", ""] {
+        let hierarchies: &[&str] = if v2_only() {
+            &[""]
+        } else {
+            &["cpu,cpuacct", "memory", "pids", ""]
+        };
+        for &controllers in hierarchies {
             let (_, path) = cg
                 .iter()
                 .find(|(c, _)| {
@@ -275,30 +349,17 @@ fn pods_land_in_the_kubepods_tree_with_their_limits() {
         assert!(stat.starts_with("usage_usec "), "{stat}");
     }
     let g = format!("kubepods/pod{}", uid(&a, "guaranteed"));
-    assert_eq!(read(&tree.dir(&cpu, &g).join("cpu.shares")), "204");
-    assert_eq!(
-        read(&tree.dir(&cpu, &g).join("cpu.cfs_period_us")),
-        "100000"
-    );
-    assert_eq!(read(&tree.dir(&cpu, &g).join("cpu.cfs_quota_us")), "20000");
-    assert_eq!(
-        read(&tree.dir(&mem, &g).join("memory.limit_in_bytes")),
-        (64 << 20).to_string()
-    );
+    assert_cpu_shares(&tree.dir(&cpu, &g), 204);
+    assert_cpu_quota(&tree.dir(&cpu, &g), Some(20_000));
+    assert_eq!(memory_limit(&tree.dir(&mem, &g)), (64 << 20).to_string());
     let b = format!("kubepods/burstable/pod{}", uid(&a, "burstable"));
-    assert_eq!(read(&tree.dir(&cpu, &b).join("cpu.shares")), "102");
-    assert_eq!(read(&tree.dir(&cpu, &b).join("cpu.cfs_quota_us")), "-1");
-    assert_eq!(
-        read(&tree.dir(&mem, &b).join("memory.limit_in_bytes")),
-        (32 << 20).to_string()
-    );
+    assert_cpu_shares(&tree.dir(&cpu, &b), 102);
+    assert_cpu_quota(&tree.dir(&cpu, &b), None);
+    assert_eq!(memory_limit(&tree.dir(&mem, &b)), (32 << 20).to_string());
     // The burstable level weighs its pods' requests.
-    assert_eq!(
-        read(&tree.dir(&cpu, "kubepods/burstable/cpu.shares")),
-        "102"
-    );
+    assert_cpu_shares(&tree.dir(&cpu, "kubepods/burstable"), 102);
     let be = format!("kubepods/besteffort/pod{}", uid(&a, "besteffort"));
-    assert_eq!(read(&tree.dir(&cpu, &be).join("cpu.shares")), "2");
+    assert_cpu_shares(&tree.dir(&cpu, &be), 2);
 
     // The busy loop of the guaranteed pod is held to its 200m quota, and accounted.
     let usage = |p: &str| -> u64 {
@@ -359,15 +420,24 @@ fn a_pod_over_its_memory_limit_is_oom_killed() {
     assert_eq!(term["exitCode"], 137, "{st}");
     assert_eq!(a.phase("hog"), "Failed", "{st}");
     let pod = format!("kubepods/pod{}", uid(&a, "hog"));
-    let mem = v1_mount("memory");
-    assert_eq!(
-        read(&tree.dir(&mem, &pod).join("memory.limit_in_bytes")),
-        (24 << 20).to_string()
-    );
-    let failcnt: u64 = read(&tree.dir(&mem, &pod).join("memory.failcnt"))
-        .parse()
-        .unwrap();
-    assert!(failcnt > 0, "the pod's cgroup hit its limit");
+    let mem = mount_of("memory");
+    let dir = tree.dir(&mem, &pod);
+    assert_eq!(memory_limit(&dir), (24 << 20).to_string());
+    // The pod's cgroup hit its limit: v1 counts it in memory.failcnt, v2 in memory.events
+    // (`max`), with the kill as `oom_kill`.
+    if v2_only() {
+        let events = read(&dir.join("memory.events"));
+        let count = |key: &str| -> u64 {
+            events
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(count("max ") > 0 && count("oom_kill ") > 0, "{events}");
+    } else {
+        let failcnt: u64 = read(&dir.join("memory.failcnt")).parse().unwrap();
+        assert!(failcnt > 0, "the pod's cgroup hit its limit");
+    }
     drop(a);
     c.stop();
 }
