@@ -242,13 +242,20 @@ fn an_unreachable_registry_costs_a_bounded_number_of_lines() {
     let image = format!("127.0.0.1:{port}/quiet/none:1");
     let mut a = Agent::start(&d.join("a"), &c.endpoint());
     a.write_manifest("pull", &Pod::new("pull").image(&image).yaml());
+    // The window starts once the failure is both logged and in the pod's status: the worker
+    // logs it during the sync and updates the status after looking at the runtime once more,
+    // which on a slow machine comes a while later (the status said ContainerCreating till then).
     a.wait_for(
-        "the first report of the failed pull",
+        "the first report of the failed pull, in the log and the status",
         Duration::from_secs(90),
         |a| {
             a.log_text()
                 .lines()
                 .any(|l| l.starts_with('W') && l.contains("sync of pod pull"))
+                && matches!(
+                    waiting(a, "pull").0.as_str(),
+                    "ErrImagePull" | "ImagePullBackOff"
+                )
         },
     );
     let pulls = |c: &ScratchContainerd| {
