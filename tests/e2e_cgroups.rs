@@ -86,9 +86,13 @@ fn v1_mount(controller: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no {controller} controller mounted: {cg:?}"))
 }
 
-/// Whether this machine has cgroup v2 alone (no v1 controller mounted).
+/// Whether this machine has cgroup v2 alone (no v1 controller mounted); read once.
 fn v2_only() -> bool {
-    picolet::cm::detect::detect(Path::new("/")).unwrap().mode == picolet::cm::detect::Mode::Unified
+    static V2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V2.get_or_init(|| {
+        picolet::cm::detect::detect(Path::new("/")).unwrap().mode
+            == picolet::cm::detect::Mode::Unified
+    })
 }
 
 /// Where a controller's files are: its v1 hierarchy, or the unified one on a v2-only machine.

@@ -72,7 +72,7 @@ for n in want:
 }
 
 e2e_run() {
-    local line name bin t0 rc counts passed=0 failed=0 bad=() summary=()
+    local line name bin t0 rc counts passed=0 failed=0 bad=()
     T_ALL=$(now)
     SHARES=(-virtfs "local,path=$ROOT,mount_tag=checkout,security_model=none,readonly=on")
     log "$ARCH guest, the containerd end-to-end files: ${#E2E_BINS[@]} of them, $E2E_THREADS test thread(s), waits x$E2E_SCALE, image $IMAGE, $MEMORY_MIB MiB; run directory $RUN"
@@ -106,13 +106,10 @@ e2e_run() {
         fi
         [[ $counts =~ ([0-9]+)\ passed ]] && passed=$((passed + BASH_REMATCH[1]))
         [[ $counts =~ ([0-9]+)\ failed ]] && failed=$((failed + BASH_REMATCH[1]))
-        summary+=("$name $rc")
     done
     log "the containerd end-to-end files in the $ARCH guest: ${#E2E_BINS[@]} files, $passed tests passed, $failed failed, in $(since "$T_ALL") s; each file's output in $RUN/e2e-*.log"
-    if [[ ${#bad[@]} -gt 0 ]]; then
-        GUEST_KEEP=1
-        fail "end-to-end files that failed in the guest: ${bad[*]}"
-    fi
+    # (A failed run keeps its directory anyway.)
+    [[ ${#bad[@]} -eq 0 ]] || fail "end-to-end files that failed in the guest: ${bad[*]}"
     PASSED=1
     # The logs are the run's result: kept with the directory.
     GUEST_KEEP=1

@@ -260,17 +260,18 @@ psi() {
 # a while with a hard threshold 100 MiB below what is available now (capacity minus the v2
 # root's working set, as /stats/summary gives it), and the swell pod fills a memory-backed
 # emptyDir with 200 MiB: swell is evicted (Failed, reason Evicted, a message naming memory),
-# while web, bridged and limited run on untouched. picolet gets its usual settings back on every
-# path out, and swell is removed.
+# while web, bridged and limited run on untouched. picolet gets its usual settings back and
+# swell is removed whether swell was evicted or not (the wait ends before the command's limit).
 memory_eviction() {
     local deadline=$((SECONDS + $1)) s avail thr st="" before after rc=0
+    steady() { running_sets | awk '$2 ~ /^(web|bridged|limited)$/'; }
     s=$(api /stats/summary) || { echo "no /stats/summary"; return 1; }
     avail=$(jq '.node.memory.availableBytes' <<<"$s")
     [[ $avail =~ ^[0-9]+$ ]] || { echo "no node memory.availableBytes in /stats/summary: $avail"; return 1; }
     thr=$((avail / 1048576 - 100))
     ((thr >= 64)) || { echo "only $((avail / 1048576)) MiB available: too little to evict on"; return 1; }
     echo "memory.available $((avail / 1048576)) MiB (capacity minus the v2 root's working set); --eviction-hard=memory.available<${thr}Mi"
-    before=$(running_sets | awk '$2 ~ /^(web|bridged|limited)$/')
+    before=$(steady)
     cp /etc/default/picolet /etc/default/picolet.usual
     printf 'PICOLET_ARGS="--cgroup-driver=systemd --eviction-hard=memory.available<%sMi"\n' "$thr" >/etc/default/picolet
     systemctl restart picolet
@@ -289,7 +290,7 @@ memory_eviction() {
     [[ $(jq -r .phase <<<"$st") == Failed ]] || { echo "WRONG phase"; rc=1; }
     [[ $(jq -r .message <<<"$st") == "The node was low on resource: memory."* ]] || { echo "WRONG message"; rc=1; }
     wait_gone $((deadline - SECONDS > 30 ? deadline - SECONDS : 30)) swell || rc=1
-    after=$(running_sets | awk '$2 ~ /^(web|bridged|limited)$/')
+    after=$(steady)
     if [[ $before != "$after" ]]; then
         echo "WRONG: other pods changed (kind pod container id pid):"
         diff <(echo "$before") <(echo "$after")

@@ -106,8 +106,9 @@ async fn run_eviction(
 /// Whether what an evicted pod held is given back (upstream's `podResourcesAreReclaimed`, which
 /// the eviction manager waits for before it reads the signals again): its containers gone from
 /// the runtime (as the PLEG last listed it), their writable layers and logs with them, and its
-/// directory under the root dir removed, which happens once its volumes are unmounted (a
-/// memory-backed emptyDir's tmpfs holds its memory until then) and its cgroup removed. Without
+/// directory under the root dir removed, which the runtime manager's `forget` does last, after
+/// trying to remove its cgroup and after unmounting its volumes (a memory-backed emptyDir's
+/// tmpfs holds its memory until then). Without
 /// the second half, the round after an eviction read memory still held by the evicted pod's
 /// tmpfs and evicted another pod for it.
 fn pod_resources_reclaimed(
