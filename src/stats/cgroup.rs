@@ -436,7 +436,6 @@ pub fn usage_nano_cores(prev: (u64, u64), cur: (u64, u64)) -> Option<u64> {
 pub struct Node {
     pub cgroup: Stats,
     pub memory_total_bytes: Option<u64>,
-    pub memory_available_bytes: Option<u64>,
 }
 
 /// `/proc/meminfo` in bytes.
@@ -480,7 +479,6 @@ pub fn read_node(cg: &Cgroups, root: &Path) -> Node {
         .unwrap_or_default();
     let mem = read(&root.join("proc/meminfo")).unwrap_or_default();
     let total = meminfo(&mem, "MemTotal");
-    let available = meminfo(&mem, "MemAvailable");
     // The root cgroup's pressure files where it has them; the system-wide /proc/pressure (the
     // same figures) on a kernel whose root cgroup has none, or on a v1 host.
     for (field, name) in [
@@ -519,7 +517,6 @@ pub fn read_node(cg: &Cgroups, root: &Path) -> Node {
     Node {
         cgroup,
         memory_total_bytes: total,
-        memory_available_bytes: available,
     }
 }
 
@@ -571,7 +568,6 @@ mod node_tests {
         let n = read_node(&cg, &d);
         assert_eq!(n.cgroup.cpu_usage_nanos, Some(1_000_000));
         assert_eq!(n.memory_total_bytes, Some(1_024_000_000));
-        assert_eq!(n.memory_available_bytes, Some(614_400_000));
         assert_eq!(n.cgroup.memory_usage_bytes, Some(819_200_000));
         assert_eq!(
             n.cgroup.memory_working_set_bytes,
