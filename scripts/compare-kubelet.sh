@@ -28,7 +28,11 @@
 # length: an extrapolation), with the TCP connections the relay accepted and,
 # per request kind (verb, resource), the requests a minute. Then, with
 # COMPARE_CHURN_SECONDS, the same figures over a window of churn: a pod created
-# every minute and the one before it deleted.
+# every minute and the one before it deleted. Beside the agent, over both windows,
+# two watches of the node's pods as the admin, from the same resourceVersion, one
+# asking for JSON and one for protobuf: the bytes of their bodies are what the
+# node's pod watch carries in each encoding (the same events; TLS and HTTP/2
+# framing not counted), per day.
 # Binary sizes are of the files run: picolet's release build and the kubelet
 # as scripts/k8s-build.sh builds it (-s -w, stripped of symbols).
 #
@@ -115,6 +119,7 @@ AGENT_PID=
 CTRD_STARTED=0
 CP_STARTED=0
 RELAY_PID=
+ECHO_PIDS=()
 JOIN_CONFIG=
 JOIN_ARGS=()
 CGROUP_ROOT=${COMPARE_CGROUP_ROOT:-/picolet-compare}
@@ -131,6 +136,12 @@ stop_relay() {
     RELAY_PID=
 }
 
+stop_echo_watches() {
+    local pid
+    for pid in "${ECHO_PIDS[@]}"; do stop_pid "$pid"; done
+    ECHO_PIDS=()
+}
+
 stop_control_plane() {
     [[ $CP_STARTED == 1 ]] || return 0
     bash "$REPO/scripts/control-plane.sh" stop "$DIR/cp" 2>>"$DIR/control-plane-stop.log" || true
@@ -145,6 +156,7 @@ stop_containerd() {
 
 cleanup() {
     stop_agent
+    stop_echo_watches
     stop_relay
     stop_containerd
     stop_control_plane
@@ -412,13 +424,49 @@ joined_pods_yaml() {
     done
 }
 
+# The node's pod watch in both encodings: two watches of the node's pods as the admin
+# (pki/admin.* of the control plane in DIR/cp), from the same resourceVersion, with
+# bookmarks as the agents ask for them, one asking for JSON and one for protobuf, their
+# bodies into DIR/watch.json and DIR/watch.protobuf.
+start_echo_watches() { # start_echo_watches APISERVER KUBECTL...
+    local apiserver=$1 rv enc accept path
+    shift
+    rv=$("$@" get --raw "/api/v1/pods?fieldSelector=spec.nodeName%3D$NODE_NAME&limit=1" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])') ||
+        die "listing the node's pods for the watches' resourceVersion failed"
+    path="/api/v1/pods?fieldSelector=spec.nodeName%3D$NODE_NAME&watch=true&allowWatchBookmarks=true&resourceVersion=$rv&timeoutSeconds=7200"
+    for enc in json protobuf; do
+        if [[ $enc == json ]]; then accept=application/json; else accept=application/vnd.kubernetes.protobuf; fi
+        curl -sS -N --cacert "$DIR/cp/pki/ca.crt" --cert "$DIR/cp/pki/admin.crt" --key "$DIR/cp/pki/admin.key" \
+            -H "Accept: $accept" -o "$DIR/watch.$enc" "$apiserver$path" 2>>"$DIR/watch.log" &
+        ECHO_PIDS+=($!)
+    done
+}
+
+echo_bytes() { # the watches' "JSON PROTOBUF" bytes so far
+    printf '%s %s\n' "$(stat -c %s "$DIR/watch.json" 2>/dev/null || echo 0)" \
+        "$(stat -c %s "$DIR/watch.protobuf" 2>/dev/null || echo 0)"
+}
+
+# echo_row KEY T1 T2 JSON1 PROTO1 JSON2 PROTO2: the window's pod watch bytes a day in
+# each encoding, into R[$agent,KEY].
+echo_row() {
+    local j p
+    alive "${ECHO_PIDS[0]}" && alive "${ECHO_PIDS[1]}" || die "a pod watch in one encoding ended early (see $DIR/watch.log)"
+    j=$(awk -v a="$4" -v b="$6" -v t1="$2" -v t2="$3" 'BEGIN { printf "%.2f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
+    p=$(awk -v a="$5" -v b="$7" -v t1="$2" -v t2="$3" 'BEGIN { printf "%.2f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
+    R[$agent,$1]="JSON $j MiB, protobuf $p MiB ($(awk -v j="$j" -v p="$p" 'BEGIN { if (j > 0) printf "%.0f %%", p * 100 / j; else print "-" }') of it)"
+    log "$agent: the node's pod watch over the window ($((${6} - ${4})) bytes of JSON, $((${7} - ${5})) of protobuf), a day: ${R[$agent,$1]}"
+}
+
 # The window of churn (CHURN_WINDOW s): each minute a pod is created and the one
 # made the minute before deleted; the bytes and requests over it, into R.
 churn() { # churn AGENT KUBECTL...
-    local agent=$1 t1 t2 up1 down1 conn1 up2 down2 conn2 k=0 end next
+    local agent=$1 t1 t2 up1 down1 conn1 up2 down2 conn2 ej1 ep1 ej2 ep2 k=0 end next
     shift
     t1=$(now)
     read -r up1 down1 conn1 < <(relay_bytes)
+    read -r ej1 ep1 < <(echo_bytes)
     end=$((SECONDS + CHURN_WINDOW))
     while ((SECONDS < end)); do
         next=$((SECONDS + 60))
@@ -432,6 +480,8 @@ churn() { # churn AGENT KUBECTL...
     done
     t2=$(now)
     read -r up2 down2 conn2 < <(relay_bytes)
+    read -r ej2 ep2 < <(echo_bytes)
+    echo_row cwatch "$t1" "$t2" "$ej1" "$ep1" "$ej2" "$ep2"
     R[$agent,creq]=$(node_requests "$t1" "$t2" "$DIR/$agent-churn-requests.txt" | awk -v w="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" '{ printf "%.1f", $1 * 60 / w }')
     R[$agent,cbytes]=$(awk -v a="$((up1 + down1))" -v b="$((up2 + down2))" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.2f", (b - a) * 86400 / (t2 - t1) / 1048576 }')
     R[$agent,cpods]=$k
@@ -441,7 +491,7 @@ churn() { # churn AGENT KUBECTL...
 }
 
 joined() { # joined AGENT: the joined rows, into R
-    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 lat=() name phase rss_mean cpu more=()
+    local agent=$1 t0 deadline relay_port apiserver kubectl t1 t2 up1 down1 conn1 up2 down2 conn2 ej1 ep1 ej2 ep2 lat=() name phase rss_mean cpu more=()
     local -A seen=()
     mkdir -p "$DIR/cp"
     # The node's requests, one audit event per stage: (RequestReceived left out).
@@ -505,12 +555,16 @@ $COMPARE_JOIN_CONFIG}"
     R[$agent,j50]=$(percentile 50 "${lat[@]}")
     R[$agent,j95]=$(percentile 95 "${lat[@]}")
     R[$agent,jall]=$(since "$t0" 2)
+    start_echo_watches "$apiserver" "${kubectl[@]}"
     sleep 10
     t1=$(now)
     read -r up1 down1 conn1 < <(relay_bytes)
+    read -r ej1 ep1 < <(echo_bytes)
     read -r rss_mean _ cpu < <(sample "$AGENT_PID" "$REST_WINDOW")
     t2=$(now)
     read -r up2 down2 conn2 < <(relay_bytes)
+    read -r ej2 ep2 < <(echo_bytes)
+    echo_row jwatch "$t1" "$t2" "$ej1" "$ep1" "$ej2" "$ep2"
     R[$agent,jrss]=$(awk -v a="$rss_mean" 'BEGIN { printf "%.1f", a / 1024 }')
     R[$agent,jcpu]=$cpu
     R[$agent,jreq]=$(node_requests "$t1" "$t2" "$DIR/$agent-requests.txt" | awk -v w="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" '{ printf "%.1f", $1 * 60 / w }')
@@ -524,6 +578,7 @@ $COMPARE_JOIN_CONFIG}"
     log "$agent joined at rest, $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.0f", b - a }') s: $((up2 - up1)) bytes up, $((down2 - down1)) down (TLS included), extrapolated a day: ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB; ${R[$agent,jconn]} new TCP connections; requests by kind:"
     sed 's/^/    /' "$DIR/$agent-requests.txt" >&2
     ((CHURN_WINDOW == 0)) || churn "$agent" "${kubectl[@]}"
+    stop_echo_watches
     stop_agent
     stop_relay
     stop_containerd
@@ -606,9 +661,11 @@ if ((${#AGENTS[@]} < 2)); then
         say_row "joined, $JOINED_PODS API pods, at rest: ${R[$agent,jreq]} requests a minute, ${R[$agent,jconn]} new connections, bytes a day (extrapolated) ${R[$agent,jup]} MiB up + ${R[$agent,jdown]} MiB down = ${R[$agent,jbytes]} MiB"
         say_row "requests by kind:"
         sed 's/^/    /' "$DIR/$agent-requests.txt"
+        say_row "the node's pod watch at rest, bytes a day (the same events in each encoding): ${R[$agent,jwatch]}"
         if ((CHURN_WINDOW > 0)); then
             say_row "joined, in churn (${R[$agent,cpods]} pods created and deleted, one a minute): ${R[$agent,creq]} requests a minute, bytes a day (extrapolated) ${R[$agent,cbytes]} MiB"
             sed 's/^/    /' "$DIR/$agent-churn-requests.txt"
+            say_row "the node's pod watch in churn, bytes a day (the same events in each encoding): ${R[$agent,cwatch]}"
         fi
     fi
     exit 0
@@ -642,9 +699,11 @@ if ((JOINED_PODS > 0)); then
     say_row "| joined, $JOINED_PODS API pods: created → Running, p95 | ${R[picolet,j95]} s | ${R[kubelet,j95]} s | $(ratio "${R[picolet,j95]}" "${R[kubelet,j95]}") |"
     say_row "| joined, $JOINED_PODS API pods: requests to the apiserver a minute | ${R[picolet,jreq]} | ${R[kubelet,jreq]} | $(ratio "${R[picolet,jreq]}" "${R[kubelet,jreq]}") |"
     say_row "| joined, $JOINED_PODS API pods: bytes to and from the apiserver a day | ${R[picolet,jbytes]} MiB | ${R[kubelet,jbytes]} MiB | $(ratio "${R[picolet,jbytes]}" "${R[kubelet,jbytes]}") |"
+    say_row "| joined, $JOINED_PODS API pods: the node's pod watch a day | ${R[picolet,jwatch]} | ${R[kubelet,jwatch]} | |"
     if ((CHURN_WINDOW > 0)); then
         say_row "| joined, a pod created and one deleted a minute: requests a minute | ${R[picolet,creq]} | ${R[kubelet,creq]} | $(ratio "${R[picolet,creq]}" "${R[kubelet,creq]}") |"
         say_row "| joined, a pod created and one deleted a minute: bytes a day | ${R[picolet,cbytes]} MiB | ${R[kubelet,cbytes]} MiB | $(ratio "${R[picolet,cbytes]}" "${R[kubelet,cbytes]}") |"
+        say_row "| joined, a pod created and one deleted a minute: the node's pod watch a day | ${R[picolet,cwatch]} | ${R[kubelet,cwatch]} | |"
     fi
     say_row "| joined, $JOINED_PODS API pods: RSS mean | ${R[picolet,jrss]} MiB | ${R[kubelet,jrss]} MiB | $(ratio "${R[picolet,jrss]}" "${R[kubelet,jrss]}") |"
     say_row "| joined, $JOINED_PODS API pods: CPU, % of one core | ${R[picolet,jcpu]} | ${R[kubelet,jcpu]} | $(ratio "${R[picolet,jcpu]}" "${R[kubelet,jcpu]}") |"

@@ -14,6 +14,7 @@
 pub mod backoff;
 pub mod kubeconfig;
 mod link;
+pub mod pod_proto;
 pub mod protobuf;
 pub mod watch;
 
@@ -61,6 +62,10 @@ pub const ACCEPT_METADATA: &str =
 /// [`ACCEPT_METADATA`] with the protobuf encoding first: the metadata of a Lease renewal's
 /// answer is about half its JSON. A server that does not serve it answers in JSON.
 const ACCEPT_METADATA_PROTOBUF: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json";
+
+/// The `Accept` of a list or watch of pods under [`ContentType::Protobuf`]: the protobuf
+/// encoding first (read by [`pod_proto`]), JSON where a server does not serve it.
+const ACCEPT_PODS_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 pub use crate::content_type::ContentType;
 
@@ -617,6 +622,54 @@ impl Client {
     ) -> Result<impl Read + use<>, ApiError> {
         let (_, _, body) = self.send("GET", path, None, deadlines, ACCEPT_JSON)?;
         Ok(body)
+    }
+
+    /// A list of pods (a PodList) as its JSON: read in protobuf under
+    /// [`ContentType::Protobuf`] where the server serves it, in JSON otherwise.
+    pub fn pod_list(&self, path: &str) -> Result<serde_json::Value, ApiError> {
+        self.pod_list_read(path).map(|(_, list)| list)
+    }
+
+    /// [`Client::pod_list`], and whether the answer came in protobuf.
+    pub fn pod_list_read(&self, path: &str) -> Result<(bool, serde_json::Value), ApiError> {
+        if !self.protobuf() {
+            return self.json("GET", path, None).map(|list| (false, list));
+        }
+        let (content_type, bytes) =
+            self.call_within("GET", path, None, CALL_TIMEOUT, ACCEPT_PODS_PROTOBUF)?;
+        let what = || format!("GET {path}");
+        if protobuf::is_protobuf(content_type.as_deref()) {
+            return pod_proto::object(&bytes)
+                .map(|list| (true, list))
+                .map_err(|e| ApiError::decode(what(), e));
+        }
+        crate::limits::check(
+            &bytes,
+            crate::limits::Syntax::Json,
+            &crate::limits::Limits::API,
+        )
+        .map_err(|e| ApiError::decode(what(), e))?;
+        serde_json::from_slice(&bytes)
+            .map(|list| (false, list))
+            .map_err(|e| ApiError::decode(what(), e))
+    }
+
+    /// A watch of pods ([`Client::stream`]): in protobuf under [`ContentType::Protobuf`]
+    /// where the server serves it (true with the body: length-prefixed frames, each a
+    /// `WatchEvent`), in JSON otherwise (false: one event a line).
+    pub fn pod_stream(
+        &self,
+        path: &str,
+        idle: Duration,
+    ) -> Result<(bool, impl Read + use<>), ApiError> {
+        let accept = if self.protobuf() {
+            ACCEPT_PODS_PROTOBUF
+        } else {
+            ACCEPT_JSON
+        };
+        let (_, content_type, body) =
+            self.send("GET", path, None, self.watch_deadlines(idle), accept)?;
+        Ok((protobuf::is_protobuf(content_type.as_deref()), body))
     }
 }
 

@@ -38,7 +38,7 @@ pub fn is_protobuf(content_type: Option<&str>) -> bool {
 }
 
 /// The envelope's kind and the object's bytes.
-fn open(bytes: &[u8]) -> Result<(pb::TypeMeta, Vec<u8>), String> {
+pub(super) fn open(bytes: &[u8]) -> Result<(pb::TypeMeta, Vec<u8>), String> {
     let rest = bytes
         .strip_prefix(MAGIC)
         .ok_or_else(|| "not a Kubernetes protobuf object: no k8s\\0 prefix".to_owned())?;
@@ -220,6 +220,20 @@ pub fn status(bytes: &[u8]) -> Option<(String, String)> {
     }
     let s = pb::Status::decode(raw.as_slice()).ok()?;
     Some((s.reason.unwrap_or_default(), s.message.unwrap_or_default()))
+}
+
+/// A `Status` in the envelope as its JSON (`code`, `reason`, `message`): a watch's `ERROR`
+/// event.
+pub(super) fn status_json(bytes: &[u8]) -> Result<Value, String> {
+    let (type_meta, raw) = open(bytes)?;
+    if type_meta.kind() != "Status" {
+        return Err(format!(
+            "a {:?} where a Status was expected",
+            type_meta.kind()
+        ));
+    }
+    let s = pb::Status::decode(raw.as_slice()).map_err(|e| format!("Status: {e}"))?;
+    Ok(json!({"kind": "Status", "code": s.code(), "reason": s.reason(), "message": s.message()}))
 }
 
 /// An object in the envelope.

@@ -42,6 +42,8 @@ pub enum WatchError {
     Limits(crate::limits::LimitError),
     /// The line is not a watch event's JSON.
     Json(serde_json::Error),
+    /// The frame is not a watch event in protobuf.
+    Protobuf(String),
     /// An event type the API does not send.
     UnknownType(String),
     /// The set refused the event's object.
@@ -61,6 +63,7 @@ impl std::fmt::Display for WatchError {
         match self {
             WatchError::Limits(e) => write!(f, "watch event: {e}"),
             WatchError::Json(e) => write!(f, "watch event: {e}"),
+            WatchError::Protobuf(e) => write!(f, "watch event: {e}"),
             WatchError::UnknownType(t) => write!(f, "watch event of unknown type {t:?}"),
             WatchError::Object { event, source } => write!(f, "watch event {event}: {source}"),
             WatchError::Read(e) => write!(f, "reading the watch: {e}"),
@@ -76,7 +79,7 @@ impl std::error::Error for WatchError {
             WatchError::Json(e) => Some(e),
             WatchError::Object { source, .. } => Some(source),
             WatchError::Read(e) => Some(e),
-            WatchError::UnknownType(_) | WatchError::TooLong => None,
+            WatchError::UnknownType(_) | WatchError::TooLong | WatchError::Protobuf(_) => None,
         }
     }
 }
@@ -171,6 +174,11 @@ pub trait Watched {
     fn resource_version(&mut self) -> &mut String;
     /// How many objects the set holds (for log lines).
     fn count(&self) -> usize;
+    /// Whether the set holds Pods, which are listed and watched in the protobuf encoding when
+    /// the client's content type is protobuf ([`super::pod_proto`]).
+    fn pods(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -189,6 +197,16 @@ pub fn apply<W: Watched + ?Sized>(set: &mut W, line: &[u8]) -> Result<Applied, W
     )
     .map_err(WatchError::Limits)?;
     let ev: WatchEvent = serde_json::from_slice(line).map_err(WatchError::Json)?;
+    apply_event(set, ev.kind, ev.object)
+}
+
+/// Applies one watch event, its type and its object's JSON, to `set`.
+pub fn apply_event<W: Watched + ?Sized>(
+    set: &mut W,
+    kind: String,
+    object: serde_json::Value,
+) -> Result<Applied, WatchError> {
+    let ev = WatchEvent { kind, object };
     let rv = ev
         .object
         .pointer("/metadata/resourceVersion")
@@ -261,6 +279,43 @@ pub fn read_watch<W: Watched + ?Sized>(
             continue;
         }
         match apply(set, &line)? {
+            Applied::Changed => {
+                if !emit(set) {
+                    return Ok(Applied::Unchanged);
+                }
+            }
+            Applied::Unchanged => {}
+            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
+        }
+    }
+}
+
+/// [`read_watch`] of a watch stream in the protobuf encoding: frames of a 4-byte big-endian
+/// length and a `WatchEvent` ([`super::pod_proto::watch_event`]).
+pub fn read_watch_frames<W: Watched + ?Sized>(
+    body: impl Read,
+    set: &mut W,
+    emit: &mut dyn FnMut(&W) -> bool,
+) -> Result<Applied, WatchError> {
+    let mut r = BufReader::new(body);
+    let mut frame = Vec::new();
+    loop {
+        let mut len = [0u8; 4];
+        match r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Ok(Applied::Unchanged);
+            }
+            Err(e) => return Err(WatchError::Read(e)),
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len > MAX_EVENT {
+            return Err(WatchError::TooLong);
+        }
+        frame.resize(len, 0);
+        r.read_exact(&mut frame).map_err(WatchError::Read)?;
+        let (kind, object) = super::pod_proto::watch_event(&frame).map_err(WatchError::Protobuf)?;
+        match apply_event(set, kind, object)? {
             Applied::Changed => {
                 if !emit(set) {
                     return Ok(Applied::Unchanged);
@@ -355,7 +410,11 @@ fn round<W: Watched>(
     let (prefix, what) = (opts.log_prefix, set.what());
     if !*listed || opts.poll_interval.is_some() {
         let path = set.path("");
-        let list: serde_json::Value = client.json("GET", &path, None)?;
+        let list: serde_json::Value = if set.pods() {
+            client.pod_list(&path)?
+        } else {
+            client.json("GET", &path, None)?
+        };
         set.replace(list)
             .map_err(|e| ApiError::decode(format!("GET {path}"), e))?;
         *listed = true;
@@ -375,8 +434,18 @@ fn round<W: Watched>(
     let length = WATCH_MIN + jitter.below(WATCH_MIN);
     let q = watch_query(set.resource_version(), length, client.watch_bookmarks());
     let started = set.resource_version().clone();
-    let body = client.stream(&set.path(&q), length + Duration::from_secs(30))?;
-    match read_watch(body, set, emit) {
+    let idle = length + Duration::from_secs(30);
+    let read = if set.pods() {
+        let (framed, body) = client.pod_stream(&set.path(&q), idle)?;
+        if framed {
+            read_watch_frames(body, set, emit)
+        } else {
+            read_watch(body, set, emit)
+        }
+    } else {
+        read_watch(client.stream(&set.path(&q), idle)?, set, emit)
+    };
+    match read {
         Ok(Applied::Gone) => {
             log::info!(
                 "{prefix}: resourceVersion {} expired; listing again",

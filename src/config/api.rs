@@ -81,6 +81,13 @@ impl PodSet {
         watch::apply(self, line)
     }
 
+    /// Applies one frame of a watch stream in the protobuf encoding (the fuzz target's way in).
+    pub fn apply_frame(&mut self, frame: &[u8]) -> Result<Applied, WatchError> {
+        let (kind, object) =
+            crate::apiclient::pod_proto::watch_event(frame).map_err(WatchError::Protobuf)?;
+        watch::apply_event(self, kind, object)
+    }
+
     /// The node's pods, marked as coming from the API. Pods being deleted are in it: the loop
     /// stops them with their deletion's grace period, then they are deleted for good.
     pub fn snapshot(&self) -> Snapshot {
@@ -167,6 +174,10 @@ impl Watched for PodSet {
 
     fn count(&self) -> usize {
         self.pods.len()
+    }
+
+    fn pods(&self) -> bool {
+        true
     }
 }
 
