@@ -278,15 +278,23 @@ pub fn read_watch<W: Watched + ?Sized>(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match apply(set, &line)? {
-            Applied::Changed => {
-                if !emit(set) {
-                    return Ok(Applied::Unchanged);
-                }
-            }
-            Applied::Unchanged => {}
-            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
+        if let Some(end) = after(apply(set, &line)?, set, emit) {
+            return Ok(end);
         }
+    }
+}
+
+/// What a reader of a watch does after an event: `emit` after a change, and go on (`None`) or
+/// end with what the watch came to.
+fn after<W: ?Sized>(
+    applied: Applied,
+    set: &W,
+    emit: &mut dyn FnMut(&W) -> bool,
+) -> Option<Applied> {
+    match applied {
+        Applied::Changed => (!emit(set)).then_some(Applied::Unchanged),
+        Applied::Unchanged => None,
+        end @ (Applied::Gone | Applied::Error(_)) => Some(end),
     }
 }
 
@@ -315,14 +323,8 @@ pub fn read_watch_frames<W: Watched + ?Sized>(
         frame.resize(len, 0);
         r.read_exact(&mut frame).map_err(WatchError::Read)?;
         let (kind, object) = super::pod_proto::watch_event(&frame).map_err(WatchError::Protobuf)?;
-        match apply_event(set, kind, object)? {
-            Applied::Changed => {
-                if !emit(set) {
-                    return Ok(Applied::Unchanged);
-                }
-            }
-            Applied::Unchanged => {}
-            end @ (Applied::Gone | Applied::Error(_)) => return Ok(end),
+        if let Some(end) = after(apply_event(set, kind, object)?, set, emit) {
+            return Ok(end);
         }
     }
 }

@@ -504,6 +504,57 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_stream_in_protobuf_is_read_frame_by_frame() {
+        use crate::apiclient::watch::read_watch_frames;
+        fn ld(number: u8, b: &[u8], out: &mut Vec<u8>) {
+            out.push(number << 3 | 2);
+            let mut n = b.len();
+            while n >= 0x80 {
+                out.push((n as u8) | 0x80);
+                n >>= 7;
+            }
+            out.push(n as u8);
+            out.extend_from_slice(b);
+        }
+        let frame = |b: &[u8]| [&(b.len() as u32).to_be_bytes()[..], b].concat();
+        // The ADDED event of a real apiserver's watch, then an ERROR with a 410 Status.
+        let added = include_bytes!("../../fuzz/seeds/watch_frame/added");
+        let status = crate::apiclient::protobuf::encode_status(410, "Expired", "too old");
+        let (mut ext, mut error) = (Vec::new(), Vec::new());
+        ld(1, &status, &mut ext);
+        ld(1, b"ERROR", &mut error);
+        ld(2, &ext, &mut error);
+        let stream = [frame(added), frame(&error)].concat();
+        let mut s = PodSet::default();
+        let mut seen = Vec::new();
+        let end = read_watch_frames(&stream[..], &mut s, &mut |set| {
+            seen.push(set.len());
+            true
+        })
+        .unwrap();
+        assert_eq!(end, Applied::Gone);
+        assert_eq!(seen, vec![1]);
+        assert_eq!(s.snapshot().pods[0].metadata.name, "seed");
+        // A stream that ends between frames ends the watch; one cut inside a frame, a frame
+        // longer than an event may be, or a frame that is no event are errors.
+        let mut s = PodSet::default();
+        let end = read_watch_frames(&frame(added)[..], &mut s, &mut |_| true).unwrap();
+        assert_eq!(end, Applied::Unchanged);
+        let cut = &frame(added)[..100];
+        assert!(matches!(
+            read_watch_frames(cut, &mut s, &mut |_| true),
+            Err(WatchError::Read(_))
+        ));
+        let long = ((MAX_EVENT + 1) as u32).to_be_bytes();
+        assert!(matches!(
+            read_watch_frames(&long[..], &mut s, &mut |_| true),
+            Err(WatchError::TooLong)
+        ));
+        let e = read_watch_frames(&frame(b"\x0a\x01")[..], &mut s, &mut |_| true).unwrap_err();
+        assert!(matches!(e, WatchError::Protobuf(_)), "{e:?}");
+    }
+
+    #[test]
     fn a_checkpoint_keeps_the_end_of_a_pod_that_ended() {
         let dir = std::env::temp_dir().join(format!("picolet-ckpt-end-{}", std::process::id()));
         let path = dir.join("pods.json");
