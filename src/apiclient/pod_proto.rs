@@ -247,7 +247,7 @@ fn field(
         // A packed repeated scalar.
         let mut packed = Reader(r.bytes()?);
         while !packed.0.is_empty() {
-            let v = scalar(packed.varint()?, f.kind);
+            let v = scalar(packed.varint()?, f.kind)?;
             push(obj, f.name, v);
         }
         return Ok(());
@@ -257,7 +257,7 @@ fn field(
         return Err(format!("wire type {wire}, not {want}"));
     }
     let v = match f.kind {
-        Kind::Bool | Kind::Int32 | Kind::Int64 => scalar(r.varint()?, f.kind),
+        Kind::Bool | Kind::Int32 | Kind::Int64 => scalar(r.varint()?, f.kind)?,
         Kind::String => Value::String(text(r.bytes()?)?),
         Kind::Message(m) => message(r.bytes()?, m, depth + 1)?,
         Kind::MapString | Kind::MapMessage(_) => {
@@ -277,11 +277,13 @@ fn field(
         if let Value::Object(inner) = v {
             obj.extend(inner);
         }
-    } else if f.flags & OMIT_EMPTY != 0 && is_zero(&v) {
-    } else if f.flags & OMIT_ZERO != 0 && (v.is_null() || v.as_object().is_some_and(Map::is_empty))
-    {
     } else {
-        obj.insert(f.name.to_owned(), v);
+        let omitted = (f.flags & OMIT_EMPTY != 0 && is_zero(&v))
+            || (f.flags & OMIT_ZERO != 0
+                && (v.is_null() || v.as_object().is_some_and(Map::is_empty)));
+        if !omitted {
+            obj.insert(f.name.to_owned(), v);
+        }
     }
     Ok(())
 }
@@ -292,13 +294,17 @@ fn push(obj: &mut Map<String, Value>, name: &str, v: Value) {
     }
 }
 
-fn scalar(v: u64, kind: Kind) -> Value {
-    match kind {
+fn scalar(v: u64, kind: Kind) -> Result<Value, String> {
+    Ok(match kind {
         Kind::Bool => Value::Bool(v != 0),
         // Two's complement, as the wire carries a negative int32 in ten bytes.
-        Kind::Int32 => Value::from(v as i64 as i32),
-        _ => Value::from(v as i64),
-    }
+        Kind::Int32 => Value::from(int32(v.cast_signed())?),
+        _ => Value::from(v.cast_signed()),
+    })
+}
+
+fn int32(v: i64) -> Result<i32, String> {
+    i32::try_from(v).map_err(|_| format!("{v} is out of an int32's range"))
 }
 
 fn is_zero(v: &Value) -> bool {
@@ -341,7 +347,7 @@ fn special(bytes: &[u8], m: &Message) -> Result<Value, String> {
     while let Some((number, wire)) = r.key()? {
         any = true;
         match (number, wire) {
-            (1..=3, 0) => ints[number as usize - 1] = r.varint()? as i64,
+            (1..=3, 0) => ints[number as usize - 1] = r.varint()?.cast_signed(),
             (1 | 3, 2) => {
                 let b = r.bytes()?;
                 if m.special == Special::FieldsV1 {
@@ -355,7 +361,7 @@ fn special(bytes: &[u8], m: &Message) -> Result<Value, String> {
     }
     Ok(match m.special {
         Special::Time => {
-            let (seconds, nanos) = (ints[0], ints[1] as i32);
+            let (seconds, nanos) = (ints[0], int32(ints[1])?);
             if !any || (seconds == ZERO_TIME_SECONDS && nanos == 0) {
                 Value::Null
             } else {
@@ -371,7 +377,7 @@ fn special(bytes: &[u8], m: &Message) -> Result<Value, String> {
             if ints[0] == 1 {
                 Value::String(string.unwrap_or_default())
             } else {
-                Value::from(ints[1] as i32)
+                Value::from(int32(ints[1])?)
             }
         }
         Special::FieldsV1 => match raw {
@@ -390,15 +396,15 @@ mod tests {
     // The wire format, written by hand.
     fn varint(mut v: u64, out: &mut Vec<u8>) {
         while v >= 0x80 {
-            out.push((v as u8) | 0x80);
+            out.push(u8::try_from(v & 0x7f).unwrap() | 0x80);
             v >>= 7;
         }
-        out.push(v as u8);
+        out.push(u8::try_from(v).unwrap());
     }
     fn int(number: u32, v: i64) -> Vec<u8> {
         let mut out = Vec::new();
         varint(u64::from(number) << 3, &mut out);
-        varint(v as u64, &mut out);
+        varint(v.cast_unsigned(), &mut out);
         out
     }
     fn bytes(number: u32, b: &[u8]) -> Vec<u8> {

@@ -510,13 +510,13 @@ mod tests {
             out.push(number << 3 | 2);
             let mut n = b.len();
             while n >= 0x80 {
-                out.push((n as u8) | 0x80);
+                out.push(u8::try_from(n & 0x7f).unwrap() | 0x80);
                 n >>= 7;
             }
-            out.push(n as u8);
+            out.push(u8::try_from(n).unwrap());
             out.extend_from_slice(b);
         }
-        let frame = |b: &[u8]| [&(b.len() as u32).to_be_bytes()[..], b].concat();
+        let frame = |b: &[u8]| [&u32::try_from(b.len()).unwrap().to_be_bytes()[..], b].concat();
         // The ADDED event of a real apiserver's watch, then an ERROR with a 410 Status.
         let added = include_bytes!("../../fuzz/seeds/watch_frame/added");
         let status = crate::apiclient::protobuf::encode_status(410, "Expired", "too old");
@@ -545,7 +545,7 @@ mod tests {
             read_watch_frames(cut, &mut s, &mut |_| true),
             Err(WatchError::Read(_))
         ));
-        let long = ((MAX_EVENT + 1) as u32).to_be_bytes();
+        let long = u32::try_from(MAX_EVENT + 1).unwrap().to_be_bytes();
         assert!(matches!(
             read_watch_frames(&long[..], &mut s, &mut |_| true),
             Err(WatchError::TooLong)
