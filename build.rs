@@ -133,6 +133,9 @@ fn pod_schema() {
             notes,
         ));
     }
+    for (_, fields) in &mut messages {
+        fields.sort_by_key(|f| f.0);
+    }
     let index: HashMap<&str, usize> = messages
         .iter()
         .enumerate()
@@ -144,8 +147,7 @@ fn pod_schema() {
         "pub(super) static MESSAGES: [Message; {}] = [",
         messages.len()
     );
-    for (name, fields) in &mut messages.clone() {
-        fields.sort_by_key(|f| f.0);
+    for (name, fields) in &messages {
         let special = if SPECIAL.contains(&name.as_str()) {
             name.as_str()
         } else {
