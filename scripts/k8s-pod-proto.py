@@ -160,4 +160,7 @@ def main():
                      f"{sum(len(messages[n]) for n in order)} fields\n")
 
 
-main()
+try:
+    main()
+except OSError as e:
+    die(f"{e.filename}: {e.strerror}")
