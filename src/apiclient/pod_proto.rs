@@ -106,41 +106,15 @@ pub fn object(bytes: &[u8]) -> Result<Value, String> {
 }
 
 /// One frame of a watch stream in protobuf (a `WatchEvent`: its type and its object in the
-/// envelope), as the event's type and the object's JSON; an `ERROR` event's object is the
-/// `Status` as JSON (`code`, `reason`, `message`).
+/// envelope; the stream's frames carry no envelope of their own), as the event's type and the
+/// object's JSON; an `ERROR` event's object is the `Status` as JSON (`code`, `reason`,
+/// `message`).
 pub fn watch_event(frame: &[u8]) -> Result<(String, Value), String> {
-    // The stream's frames are the event alone; an event in the envelope is taken too.
-    let owned;
-    let event = if frame.starts_with(b"k8s\0") {
-        owned = protobuf::open(frame)?.1;
-        owned.as_slice()
-    } else {
-        frame
-    };
-    let (mut kind, mut raw) = (None, None);
-    let mut r = Reader(event);
-    while let Some((number, wire)) = r.key()? {
-        match (number, wire) {
-            (1, 2) => kind = Some(text(r.bytes()?).map_err(|e| format!("WatchEvent type: {e}"))?),
-            (2, 2) => {
-                let mut ext = Reader(r.bytes()?);
-                while let Some((n, w)) = ext.key()? {
-                    if (n, w) == (1, 2) {
-                        raw = Some(ext.bytes()?);
-                    } else {
-                        ext.skip(w)?;
-                    }
-                }
-            }
-            (_, w) => r.skip(w)?,
-        }
-    }
-    let kind = kind.ok_or("a watch event without a type")?;
-    let raw = raw.unwrap_or_default();
+    let (kind, raw) = protobuf::watch_event(frame)?;
     let object = if kind == "ERROR" {
-        protobuf::status_json(raw)?
+        protobuf::status_json(&raw)?
     } else {
-        object(raw)?
+        object(&raw)?
     };
     Ok((kind, object))
 }
@@ -606,18 +580,14 @@ mod tests {
             "a list's items carry no kind, as in JSON"
         );
 
-        let event = msg(&[bytes(1, b"MODIFIED"), bytes(2, &bytes(1, &raw))]);
+        let event = protobuf::encode_watch_event("MODIFIED", &raw);
         let (kind, object) = watch_event(&event).unwrap();
         assert_eq!(
             (kind.as_str(), &object["metadata"]["name"]),
             ("MODIFIED", &json!("web"))
         );
-        // In the envelope too.
-        let (kind, _) = watch_event(&envelope("WatchEvent", &event)).unwrap();
-        assert_eq!(kind, "MODIFIED");
         let gone = protobuf::encode_status(410, "Expired", "too old resource version");
-        let (kind, status) =
-            watch_event(&msg(&[bytes(1, b"ERROR"), bytes(2, &bytes(1, &gone))])).unwrap();
+        let (kind, status) = watch_event(&protobuf::encode_watch_event("ERROR", &gone)).unwrap();
         assert_eq!(kind, "ERROR");
         assert_eq!(status["code"], 410);
         assert_eq!(status["message"], "too old resource version");

@@ -236,6 +236,25 @@ pub(super) fn status_json(bytes: &[u8]) -> Result<Value, String> {
     Ok(json!({"kind": "Status", "code": s.code(), "reason": s.reason(), "message": s.message()}))
 }
 
+/// A watch frame's event type and its object's bytes (in the envelope).
+pub(super) fn watch_event(frame: &[u8]) -> Result<(String, Vec<u8>), String> {
+    let e = pb::WatchEvent::decode(frame).map_err(|e| format!("WatchEvent: {e}"))?;
+    let kind = e.r#type.ok_or("a watch event without a type")?;
+    Ok((kind, e.object.and_then(|o| o.raw).unwrap_or_default()))
+}
+
+/// A watch frame of `kind` with `object` (in the envelope), as the apiserver streams it.
+#[cfg(test)]
+pub(crate) fn encode_watch_event(kind: &str, object: &[u8]) -> Vec<u8> {
+    pb::WatchEvent {
+        r#type: Some(kind.into()),
+        object: Some(pb::RawExtension {
+            raw: Some(object.to_vec()),
+        }),
+    }
+    .encode_to_vec()
+}
+
 /// An object in the envelope.
 pub fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let unknown = pb::Unknown {

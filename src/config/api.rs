@@ -506,24 +506,11 @@ mod tests {
     #[test]
     fn a_watch_stream_in_protobuf_is_read_frame_by_frame() {
         use crate::apiclient::watch::read_watch_frames;
-        fn ld(number: u8, b: &[u8], out: &mut Vec<u8>) {
-            out.push(number << 3 | 2);
-            let mut n = b.len();
-            while n >= 0x80 {
-                out.push(u8::try_from(n & 0x7f).unwrap() | 0x80);
-                n >>= 7;
-            }
-            out.push(u8::try_from(n).unwrap());
-            out.extend_from_slice(b);
-        }
         let frame = |b: &[u8]| [&u32::try_from(b.len()).unwrap().to_be_bytes()[..], b].concat();
         // The ADDED event of a real apiserver's watch, then an ERROR with a 410 Status.
         let added = include_bytes!("../../fuzz/seeds/watch_frame/added");
         let status = crate::apiclient::protobuf::encode_status(410, "Expired", "too old");
-        let (mut ext, mut error) = (Vec::new(), Vec::new());
-        ld(1, &status, &mut ext);
-        ld(1, b"ERROR", &mut error);
-        ld(2, &ext, &mut error);
+        let error = crate::apiclient::protobuf::encode_watch_event("ERROR", &status);
         let stream = [frame(added), frame(&error)].concat();
         let mut s = PodSet::default();
         let mut seen = Vec::new();
